@@ -1,0 +1,36 @@
+# `make run` and `make test` work on a fresh machine: each creates .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint fmt clean migrations
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/runstate serve
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+	$(BIN)/mypy
+
+fmt: $(STAMP)
+	$(BIN)/ruff check --fix src tests
+	$(BIN)/ruff format src tests
+
+clean:
+	rm -rf $(VENV) runstate.db runstate.db-shm runstate.db-wal
+
+# After changing src/runstate/models: write the next migration with Tortoise's own tool.
+migrations: $(STAMP)
+	RUNSTATE_DATABASE_URL=sqlite:///tmp/runstate-makemigrations.db $(BIN)/tortoise -c runstate.db.TORTOISE_ORM makemigrations
+	rm -f /tmp/runstate-makemigrations.db*

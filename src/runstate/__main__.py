@@ -1,0 +1,5 @@
+"""`python -m runstate` is the `runstate` command."""
+
+from runstate.cli import main
+
+main()

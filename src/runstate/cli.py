@@ -1,0 +1,103 @@
+"""The ``runstate`` command: serve, token create/revoke, migrate, export-schema."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+
+from runstate.db import close_database, open_database
+from runstate.services import tokens
+from runstate.services.errors import DomainError
+from runstate.settings import Settings, SettingsError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="runstate", description=__doc__)
+    parser.add_argument("--database-url", help="overrides RUNSTATE_DATABASE_URL")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the API and the web page")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--redis-url", help="overrides RUNSTATE_REDIS_URL")
+    serve.add_argument("--session-ttl", type=int, help="overrides RUNSTATE_SESSION_TTL")
+    serve.add_argument("--retention", type=int, help="overrides RUNSTATE_RETENTION")
+
+    token = commands.add_parser("token", help="manage API tokens")
+    token_commands = token.add_subparsers(dest="token_command", required=True)
+    create = token_commands.add_parser("create", help="create a token and print it")
+    create.add_argument("user")
+    revoke = token_commands.add_parser("revoke", help="stop accepting a token")
+    revoke.add_argument("token")
+
+    commands.add_parser("migrate", help="apply pending database migrations")
+    commands.add_parser("export-schema", help="print the GraphQL schema (SDL)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``runstate`` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        settings = Settings.from_env().with_overrides(
+            database_url=args.database_url,
+            redis_url=getattr(args, "redis_url", None),
+            session_ttl=getattr(args, "session_ttl", None),
+            retention=getattr(args, "retention", None),
+        )
+    except SettingsError as e:
+        sys.exit(f"runstate: {e}")
+    if args.command == "serve":
+        _serve(settings, args.host, args.port)
+    elif args.command == "export-schema":
+        from runstate.schema.build import schema
+
+        print(schema.as_str())
+    elif args.command == "migrate":
+        _with_database(settings, _noop)
+        print("migrations applied")
+    elif args.token_command == "create":
+        user = args.user
+
+        async def create() -> None:
+            print(f"token for {user} (shown once, stored hashed):", file=sys.stderr)
+            print(await tokens.create_token(user))
+
+        _with_database(settings, create)
+    else:
+        token = args.token
+
+        async def revoke() -> None:
+            if not await tokens.revoke_token(token):
+                sys.exit("runstate: no such live token")
+            print("revoked")
+
+        _with_database(settings, revoke)
+
+
+def _serve(settings: Settings, host: str, port: int) -> None:
+    import uvicorn
+
+    from runstate.app import create_app
+
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+
+
+async def _noop() -> None:
+    return None
+
+
+def _with_database(settings: Settings, work: Callable[[], Awaitable[None]]) -> None:
+    async def run() -> None:
+        await open_database(settings.database_url)
+        try:
+            await work()
+        finally:
+            await close_database()
+
+    try:
+        asyncio.run(run())
+    except DomainError as e:
+        sys.exit(f"runstate: {e.message}")

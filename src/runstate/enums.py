@@ -1,0 +1,64 @@
+"""The status vocabularies shared by the models, the services and the GraphQL schema."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SessionStatus(StrEnum):
+    """Where a conversation stands."""
+
+    ACTIVE = "ACTIVE"
+    PAUSED = "PAUSED"
+    COMPLETED = "COMPLETED"
+    EXPIRED = "EXPIRED"
+
+
+class TaskStatus(StrEnum):
+    """Where a multi-step job stands."""
+
+    PLANNED = "PLANNED"
+    RUNNING = "RUNNING"
+    WAITING_TOOL = "WAITING_TOOL"
+    AWAITING_DECISION = "AWAITING_DECISION"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class StepStatus(StrEnum):
+    """Where one step of a task stands."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+    SKIPPED = "SKIPPED"
+
+
+class ToolStatus(StrEnum):
+    """The last known state of one tool used by a task."""
+
+    IDLE = "IDLE"
+    CALLING = "CALLING"
+    SUCCESS = "SUCCESS"
+    RETRYING = "RETRYING"
+    FAILED = "FAILED"
+
+
+class TaskEventKind(StrEnum):
+    """What one entry of a task's change log records."""
+
+    SNAPSHOT = "SNAPSHOT"
+    TASK_CREATED = "TASK_CREATED"
+    TASK_STATUS_CHANGED = "TASK_STATUS_CHANGED"
+    STEPS_ADDED = "STEPS_ADDED"
+    STEP_STARTED = "STEP_STARTED"
+    STEP_SUCCEEDED = "STEP_SUCCEEDED"
+    STEP_FAILED = "STEP_FAILED"
+    STEP_SKIPPED = "STEP_SKIPPED"
+    STEP_RESET = "STEP_RESET"
+    CHECKPOINT = "CHECKPOINT"
+    TOOL_STATE_CHANGED = "TOOL_STATE_CHANGED"
+    LOCK_ACQUIRED = "LOCK_ACQUIRED"
+    LOCK_RELEASED = "LOCK_RELEASED"

@@ -1,0 +1,162 @@
+"""Tortoise models: the tables behind sessions, tasks, steps, tool states, events and tokens.
+
+Public ids are chosen per user (``public_id``, unique with ``user_id``), so two users
+may pick the same id and neither can learn that the other did. Rows are joined by
+integer primary keys.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tortoise import fields
+from tortoise.indexes import Index
+from tortoise.models import Model
+
+from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+
+ID_LENGTH = 64
+USER_LENGTH = 128
+
+
+class ApiToken(Model):
+    """A bearer token, of which only the SHA-256 digest is stored."""
+
+    id = fields.IntField(primary_key=True)
+    user_id = fields.CharField(max_length=USER_LENGTH, db_index=True)
+    token_hash = fields.CharField(max_length=64, unique=True)
+    created_at = fields.DatetimeField()
+    revoked_at = fields.DatetimeField(null=True)
+
+    class Meta:
+        table = "api_tokens"
+
+
+class Session(Model):
+    """One user's conversation. ``expires_at`` is kept as ``last_active_at + ttl_seconds``.
+
+    Listings run newest first, which is descending ``id`` (creation order), so the
+    listing indexes end in ``id``."""
+
+    id = fields.IntField(primary_key=True)
+    public_id = fields.CharField(max_length=ID_LENGTH)
+    user_id = fields.CharField(max_length=USER_LENGTH)
+    status = fields.CharEnumField(SessionStatus, max_length=16)
+    version = fields.IntField(default=1)
+    message_count = fields.IntField(default=0)
+    ttl_seconds = fields.IntField()
+    metadata = fields.JSONField[object](null=True)
+    created_at = fields.DatetimeField()
+    last_active_at = fields.DatetimeField()
+    expires_at = fields.DatetimeField()
+
+    class Meta:
+        table = "sessions"
+        unique_together = (("user_id", "public_id"),)
+        indexes = (
+            Index(fields=("user_id", "id"), name="sessions_user_newest"),
+            Index(fields=("user_id", "status", "id"), name="sessions_user_status"),
+            Index(fields=("status", "expires_at"), name="sessions_expiry"),
+        )
+
+
+class Task(Model):
+    """One multi-step job. The lease lives on the task row (``lock_*``) so that the
+    version compare-and-swap and the fencing-token check are one conditional UPDATE."""
+
+    id = fields.IntField(primary_key=True)
+    public_id = fields.CharField(max_length=ID_LENGTH)
+    user_id = fields.CharField(max_length=USER_LENGTH)
+    session: fields.ForeignKeyRelation[Session] = fields.ForeignKeyField(
+        "runstate.Session", related_name="tasks", on_delete=fields.CASCADE
+    )
+    session_id: int
+    goal = fields.TextField()
+    status = fields.CharEnumField(TaskStatus, max_length=24)
+    version = fields.IntField(default=1)
+    current_step = fields.IntField(default=0)
+    total_steps = fields.IntField(default=0)
+    event_seq = fields.IntField(default=0)
+    lock_holder = fields.CharField(max_length=USER_LENGTH, null=True)
+    lock_token = fields.IntField(default=0)
+    lock_expires_at = fields.DatetimeField(null=True)
+    created_at = fields.DatetimeField()
+    updated_at = fields.DatetimeField()
+
+    class Meta:
+        table = "tasks"
+        unique_together = (("user_id", "public_id"),)
+        indexes = (
+            Index(fields=("user_id", "id"), name="tasks_user_newest"),
+            Index(fields=("user_id", "status", "id"), name="tasks_user_status"),
+            Index(fields=("session_id", "id"), name="tasks_session_newest"),
+            Index(fields=("session_id", "status", "id"), name="tasks_session_status"),
+        )
+
+
+class Step(Model):
+    """One step of a task, addressed by its ``position`` (the API's step index)."""
+
+    id = fields.IntField(primary_key=True)
+    task: fields.ForeignKeyRelation[Task] = fields.ForeignKeyField(
+        "runstate.Task", related_name="steps", on_delete=fields.CASCADE
+    )
+    task_id: int
+    position = fields.IntField()
+    action = fields.CharField(max_length=200)
+    input = fields.JSONField[object](null=True)
+    output = fields.JSONField[object](null=True)
+    status = fields.CharEnumField(StepStatus, max_length=16)
+    idempotent = fields.BooleanField(default=True)
+    attempts = fields.IntField(default=0)
+    error: str | None = fields.TextField(null=True)
+    started_at: datetime | None = fields.DatetimeField(null=True)
+    completed_at: datetime | None = fields.DatetimeField(null=True)
+
+    class Meta:
+        table = "steps"
+        unique_together = (("task_id", "position"),)
+
+
+class ToolState(Model):
+    """Per task and tool: retries used, last result or error, rate limit."""
+
+    id = fields.IntField(primary_key=True)
+    task: fields.ForeignKeyRelation[Task] = fields.ForeignKeyField(
+        "runstate.Task", related_name="tool_states", on_delete=fields.CASCADE
+    )
+    task_id: int
+    tool_name = fields.CharField(max_length=128)
+    status = fields.CharEnumField(ToolStatus, max_length=16)
+    version = fields.IntField(default=1)
+    retry_count = fields.IntField(default=0)
+    max_retries = fields.IntField(default=3)
+    last_result = fields.JSONField[object](null=True)
+    last_error = fields.TextField(null=True)
+    rate_limit_reset_at = fields.DatetimeField(null=True)
+    updated_at = fields.DatetimeField()
+
+    class Meta:
+        table = "tool_states"
+        unique_together = (("task_id", "tool_name"),)
+
+
+class TaskEvent(Model):
+    """One entry of a task's change log. ``seq`` is consecutive per task and unique."""
+
+    id = fields.IntField(primary_key=True)
+    task: fields.ForeignKeyRelation[Task] = fields.ForeignKeyField(
+        "runstate.Task", related_name="events", on_delete=fields.CASCADE
+    )
+    task_id: int
+    seq = fields.IntField()
+    task_version = fields.IntField()
+    kind = fields.CharEnumField(TaskEventKind, max_length=24)
+    step_index = fields.IntField(null=True)
+    tool_name = fields.CharField(max_length=128, null=True)
+    at = fields.DatetimeField()
+    snapshot = fields.JSONField[dict[str, object]]()
+
+    class Meta:
+        table = "task_events"
+        unique_together = (("task_id", "seq"),)

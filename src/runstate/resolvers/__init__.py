@@ -1,0 +1,2 @@
+"""Query and Mutation resolvers: a few lines each, calling services and answering
+their refusals with ``Problem`` members."""

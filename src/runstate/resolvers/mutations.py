@@ -1,0 +1,164 @@
+"""Mutation resolvers."""
+
+from __future__ import annotations
+
+import strawberry
+
+from runstate.resolvers.results import DeleteResult, SessionResult, TaskResult, answer
+from runstate.schema.context import Info
+from runstate.schema.inputs import (
+    AddStepsInput,
+    CheckpointTaskInput,
+    CompleteStepInput,
+    CreateTaskInput,
+    DeleteSessionInput,
+    FailStepInput,
+    SetTaskStatusInput,
+    StartSessionInput,
+    StepRefInput,
+    UpdateSessionInput,
+)
+from runstate.schema.types import AgentSession, Deleted, Task
+from runstate.services import sessions, tasks
+
+
+def _deleted(session_id: str) -> Deleted:
+    return Deleted(id=strawberry.ID(session_id))
+
+
+@strawberry.type
+class Mutation:
+    """Every change an agent or a person makes."""
+
+    @strawberry.mutation
+    async def start_session(self, info: Info, input: StartSessionInput) -> SessionResult:
+        return await answer(
+            sessions.start_session(
+                info.context.user_id,
+                default_ttl=info.context.settings.session_ttl,
+                session_id=input.id,
+                ttl_seconds=input.ttl_seconds,
+                metadata=input.metadata,
+            ),
+            AgentSession.of,
+        )
+
+    @strawberry.mutation
+    async def update_session(self, info: Info, input: UpdateSessionInput) -> SessionResult:
+        set_metadata = input.metadata is not strawberry.UNSET
+        return await answer(
+            sessions.update_session(
+                info.context.user_id,
+                input.id,
+                expected_version=input.expected_version,
+                status=input.status,
+                message_count_delta=input.message_count_delta,
+                metadata=input.metadata if set_metadata else None,
+                set_metadata=set_metadata,
+            ),
+            AgentSession.of,
+        )
+
+    @strawberry.mutation(
+        description=(
+            "Ends the session now and deletes it with all its tasks, steps, tool states and events."
+        )
+    )
+    async def delete_session(self, info: Info, input: DeleteSessionInput) -> DeleteResult:
+        return await answer(sessions.delete_session(info.context.user_id, input.id), _deleted)
+
+    @strawberry.mutation
+    async def create_task(self, info: Info, input: CreateTaskInput) -> TaskResult:
+        return await answer(
+            tasks.create_task(
+                info.context.user_id,
+                input.session_id,
+                goal=input.goal,
+                steps=[s.plan() for s in input.steps],
+                task_id=input.id,
+            ),
+            Task.of,
+        )
+
+    @strawberry.mutation(
+        description="Appends steps to the plan (agents often discover steps as they go)."
+    )
+    async def add_steps(self, info: Info, input: AddStepsInput) -> TaskResult:
+        return await answer(
+            tasks.add_steps(
+                info.context.user_id,
+                input.task_id,
+                [s.plan() for s in input.steps],
+                expected_version=input.expected_version,
+                fencing_token=input.fencing_token,
+            ),
+            Task.of,
+        )
+
+    @strawberry.mutation
+    async def start_step(self, info: Info, input: StepRefInput) -> TaskResult:
+        return await answer(
+            tasks.start_step(
+                info.context.user_id,
+                input.task_id,
+                input.step_index,
+                expected_version=input.expected_version,
+                fencing_token=input.fencing_token,
+            ),
+            Task.of,
+        )
+
+    @strawberry.mutation
+    async def complete_step(self, info: Info, input: CompleteStepInput) -> TaskResult:
+        return await answer(
+            tasks.complete_step(
+                info.context.user_id,
+                input.task_id,
+                input.step_index,
+                expected_version=input.expected_version,
+                output=input.output,
+                fencing_token=input.fencing_token,
+            ),
+            Task.of,
+        )
+
+    @strawberry.mutation
+    async def fail_step(self, info: Info, input: FailStepInput) -> TaskResult:
+        return await answer(
+            tasks.fail_step(
+                info.context.user_id,
+                input.task_id,
+                input.step_index,
+                expected_version=input.expected_version,
+                error=input.error,
+                fencing_token=input.fencing_token,
+            ),
+            Task.of,
+        )
+
+    @strawberry.mutation
+    async def checkpoint_task(self, info: Info, input: CheckpointTaskInput) -> TaskResult:
+        return await answer(
+            tasks.checkpoint_task(
+                info.context.user_id,
+                input.task_id,
+                [s.patch() for s in input.steps],
+                expected_version=input.expected_version,
+                status=input.status,
+                fencing_token=input.fencing_token,
+            ),
+            Task.of,
+        )
+
+    @strawberry.mutation
+    async def set_task_status(self, info: Info, input: SetTaskStatusInput) -> TaskResult:
+        return await answer(
+            tasks.set_task_status(
+                info.context.user_id,
+                input.task_id,
+                input.status,
+                expected_version=input.expected_version,
+                fencing_token=input.fencing_token,
+            ),
+            Task.of,
+        )

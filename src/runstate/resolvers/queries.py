@@ -1,0 +1,59 @@
+"""Query resolvers."""
+
+from __future__ import annotations
+
+import strawberry
+
+from runstate.enums import SessionStatus, TaskStatus
+from runstate.resolvers.results import SessionResult, TaskResult, answer
+from runstate.schema.context import Info
+from runstate.schema.types import AgentSession, SessionConnection, Task, TaskConnection
+from runstate.services import queries, sessions
+
+
+@strawberry.type
+class Query:
+    """Reads of the caller's own state."""
+
+    @strawberry.field(
+        description="The caller's session. An expired session answers SessionExpired."
+    )
+    async def session(self, info: Info, id: strawberry.ID) -> SessionResult:
+        return await answer(sessions.get_session(info.context.user_id, id), AgentSession.of)
+
+    @strawberry.field(description="The caller's sessions, newest first.")
+    async def sessions(
+        self,
+        info: Info,
+        status: SessionStatus | None = None,
+        first: int | None = 50,
+        after: str | None = None,
+    ) -> SessionConnection:
+        page = await queries.list_sessions(
+            info.context.user_id, status=status, first=50 if first is None else first, after=after
+        )
+        return SessionConnection.of(page)
+
+    @strawberry.field
+    async def task(self, info: Info, id: strawberry.ID) -> TaskResult:
+        return await answer(queries.get_task(info.context.user_id, id), Task.of)
+
+    @strawberry.field(
+        description="The caller's tasks, newest first; e.g. tasks(sessionId: $s, status: FAILED)."
+    )
+    async def tasks(
+        self,
+        info: Info,
+        session_id: strawberry.ID | None = None,
+        status: TaskStatus | None = None,
+        first: int | None = 50,
+        after: str | None = None,
+    ) -> TaskConnection:
+        page = await queries.list_tasks(
+            info.context.user_id,
+            session_id=session_id,
+            status=status,
+            first=50 if first is None else first,
+            after=after,
+        )
+        return TaskConnection.of(page)

@@ -1,0 +1,1 @@
+"""Strawberry types, inputs and Problem members of the public contract."""

@@ -1,0 +1,47 @@
+"""The Schema with its extensions: parser and validation caches, limits, error masking."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import strawberry
+from graphql import GraphQLError
+from strawberry.extensions import (
+    MaskErrors,
+    MaxAliasesLimiter,
+    MaxTokensLimiter,
+    ParserCache,
+    QueryDepthLimiter,
+    ValidationCache,
+)
+
+from runstate.resolvers.mutations import Mutation
+from runstate.resolvers.queries import Query
+from runstate.services.errors import DomainError
+
+MAX_DEPTH = 12
+MAX_ALIASES = 30
+MAX_TOKENS = 5000
+
+
+def _should_mask(error: GraphQLError) -> bool:
+    """Hide unexpected failures; let syntax, validation and service refusals through."""
+    original = error.original_error
+    return original is not None and not isinstance(original, DomainError | GraphQLError)
+
+
+def build_schema() -> strawberry.Schema:
+    """The runstate GraphQL schema."""
+    # Caches are passed as classes (one instance per schema); limiters as instances.
+    extensions: list[Any] = [
+        ParserCache,
+        ValidationCache,
+        QueryDepthLimiter(max_depth=MAX_DEPTH),
+        MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+        MaxTokensLimiter(max_token_count=MAX_TOKENS),
+        MaskErrors(should_mask_error=_should_mask),
+    ]
+    return strawberry.Schema(query=Query, mutation=Mutation, extensions=extensions)
+
+
+schema = build_schema()

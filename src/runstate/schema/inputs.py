@@ -1,0 +1,168 @@
+"""The input types of the contract."""
+
+from __future__ import annotations
+
+import strawberry
+from strawberry.scalars import JSON
+
+from runstate.enums import SessionStatus, StepStatus, TaskStatus
+from runstate.services.taskwrite import StepPatch
+from runstate.services.validation import StepPlan
+
+
+@strawberry.input
+class StartSessionInput:
+    """Start a conversation."""
+
+    id: strawberry.ID | None = strawberry.field(
+        default=None,
+        description=(
+            "Optional client-chosen id; starting the same id twice returns the existing "
+            "session (idempotent)."
+        ),
+    )
+    ttl_seconds: int | None = strawberry.field(
+        default=None,
+        description="Inactivity timeout for this session; the server default when omitted.",
+    )
+    metadata: JSON | None = None
+
+
+@strawberry.input
+class UpdateSessionInput:
+    """Change a session's own fields."""
+
+    id: strawberry.ID
+    expected_version: int
+    status: SessionStatus | None = None
+    message_count_delta: int | None = strawberry.field(
+        default=None, description="Adds to messageCount; also marks the session active now."
+    )
+    metadata: JSON | None = strawberry.UNSET
+
+
+@strawberry.input
+class StepPlanInput:
+    """One planned step."""
+
+    action: str
+    input: JSON | None = None
+    idempotent: bool | None = True
+
+    def plan(self) -> StepPlan:
+        """The service's value for this input."""
+        return StepPlan(
+            action=self.action, input=self.input, idempotent=self.idempotent is not False
+        )
+
+
+@strawberry.input
+class CreateTaskInput:
+    """Create a task with its plan."""
+
+    session_id: strawberry.ID
+    id: strawberry.ID | None = strawberry.field(
+        default=None,
+        description=(
+            "Optional client-chosen id; creating the same id twice returns the existing "
+            "task (idempotent)."
+        ),
+    )
+    goal: str
+    steps: list[StepPlanInput]
+
+
+@strawberry.input
+class StepRefInput:
+    """One step of a task, at a version."""
+
+    task_id: strawberry.ID
+    step_index: int
+    expected_version: int
+    fencing_token: int | None = None
+
+
+@strawberry.input
+class CompleteStepInput:
+    """Finish a running step with its output."""
+
+    task_id: strawberry.ID
+    step_index: int
+    expected_version: int
+    fencing_token: int | None = None
+    output: JSON | None = None
+
+
+@strawberry.input
+class FailStepInput:
+    """Fail a running step with its error."""
+
+    task_id: strawberry.ID
+    step_index: int
+    expected_version: int
+    fencing_token: int | None = None
+    error: str
+
+
+@strawberry.input
+class StepPatchInput:
+    """One step change inside a checkpoint."""
+
+    index: int
+    status: StepStatus
+    output: JSON | None = strawberry.UNSET
+    error: str | None = None
+
+    def patch(self) -> StepPatch:
+        """The service's value for this input."""
+        set_output = self.output is not strawberry.UNSET
+        return StepPatch(
+            index=self.index,
+            status=self.status,
+            output=self.output if set_output else None,
+            set_output=set_output,
+            error=self.error,
+        )
+
+
+@strawberry.input(
+    description=(
+        "Several step changes and an optional task status, committed as one transaction "
+        "and one version step."
+    )
+)
+class CheckpointTaskInput:
+    """A batch of step changes."""
+
+    task_id: strawberry.ID
+    expected_version: int
+    fencing_token: int | None = None
+    status: TaskStatus | None = None
+    steps: list[StepPatchInput]
+
+
+@strawberry.input
+class AddStepsInput:
+    """Steps to append to a plan."""
+
+    task_id: strawberry.ID
+    expected_version: int
+    fencing_token: int | None = None
+    steps: list[StepPlanInput]
+
+
+@strawberry.input
+class DeleteSessionInput:
+    """The session to delete."""
+
+    id: strawberry.ID
+
+
+@strawberry.input
+class SetTaskStatusInput:
+    """A task status change."""
+
+    task_id: strawberry.ID
+    expected_version: int
+    status: TaskStatus
+    fencing_token: int | None = None

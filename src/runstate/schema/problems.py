@@ -1,0 +1,124 @@
+"""The ``Problem`` interface and its members: expected failures returned as data."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+
+import strawberry
+
+from runstate.services import errors
+
+
+@strawberry.enum
+class ProblemCode(Enum):
+    """Machine-readable kind of a Problem."""
+
+    NOT_FOUND = "NOT_FOUND"
+    VERSION_CONFLICT = "VERSION_CONFLICT"
+    INVALID_TRANSITION = "INVALID_TRANSITION"
+    INVALID_INPUT = "INVALID_INPUT"
+    SESSION_EXPIRED = "SESSION_EXPIRED"
+    LOCK_HELD = "LOCK_HELD"
+    LOCK_NOT_HELD = "LOCK_NOT_HELD"
+    STALE_FENCING_TOKEN = "STALE_FENCING_TOKEN"
+
+
+@strawberry.interface
+class Problem:
+    """An expected refusal: what went wrong, for machines (code) and people (message)."""
+
+    code: ProblemCode
+    message: str
+
+
+@strawberry.type
+class NotFound(Problem):
+    """No such object for this caller."""
+
+    id: strawberry.ID
+
+
+@strawberry.type
+class VersionConflict(Problem):
+    """The object changed since the caller read it; read it again and retry."""
+
+    expected_version: int
+    current_version: int
+
+
+@strawberry.type
+class InvalidTransition(Problem):
+    """A status change the state machine does not allow."""
+
+    from_: str = strawberry.field(name="from")
+    to: str
+
+
+@strawberry.type
+class InvalidInput(Problem):
+    """A value that can never be accepted; ``field`` names the input that carried it."""
+
+    field: str
+
+
+@strawberry.type
+class SessionExpired(Problem):
+    """The session was inactive past its expiry."""
+
+    session_id: strawberry.ID
+
+
+@strawberry.type
+class LockHeld(Problem):
+    """Another holder has a live lease on the task."""
+
+    holder_id: str
+    expires_at: datetime
+
+
+@strawberry.type
+class LockNotHeld(Problem):
+    """The caller holds no live lease on the task."""
+
+
+@strawberry.type
+class StaleFencingToken(Problem):
+    """A write carried a fencing token older than the latest granted."""
+
+    current_token: int
+
+
+def to_problem(error: errors.DomainError) -> Problem:
+    """The Problem member that answers a service refusal."""
+    code = ProblemCode(error.code)
+    message = error.message
+    match error:
+        case errors.NotFoundError():
+            return NotFound(code=code, message=message, id=strawberry.ID(error.id))
+        case errors.VersionConflictError():
+            return VersionConflict(
+                code=code,
+                message=message,
+                expected_version=error.expected_version,
+                current_version=error.current_version,
+            )
+        case errors.InvalidTransitionError():
+            return InvalidTransition(
+                code=code, message=message, from_=error.from_status, to=error.to_status
+            )
+        case errors.InvalidInputError():
+            return InvalidInput(code=code, message=message, field=error.field)
+        case errors.SessionExpiredError():
+            return SessionExpired(
+                code=code, message=message, session_id=strawberry.ID(error.session_id)
+            )
+        case errors.LockHeldError():
+            return LockHeld(
+                code=code, message=message, holder_id=error.holder_id, expires_at=error.expires_at
+            )
+        case errors.LockNotHeldError():
+            return LockNotHeld(code=code, message=message)
+        case errors.StaleFencingTokenError():
+            return StaleFencingToken(code=code, message=message, current_token=error.current_token)
+    raise TypeError(f"no Problem answers {type(error).__name__}")

@@ -1,0 +1,340 @@
+"""The object types of the contract, built from service views."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import strawberry
+from strawberry.scalars import JSON
+
+from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+from runstate.schema.context import Info
+from runstate.services import queries
+from runstate.services.views import (
+    EventView,
+    LockView,
+    Page,
+    SessionView,
+    StepView,
+    TaskView,
+    ToolStateView,
+)
+
+
+@strawberry.type
+class PageInfo:
+    """Where a page stands in its listing."""
+
+    has_next_page: bool
+    end_cursor: str | None
+
+
+@strawberry.type(description="One user's conversation with an agent.")
+class AgentSession:
+    """A session, as the caller sees it."""
+
+    view: strawberry.Private[SessionView]
+    id: strawberry.ID
+    user_id: str
+    status: SessionStatus
+    version: int
+    message_count: int
+    created_at: datetime
+    last_active_at: datetime
+    expires_at: datetime = strawberry.field(
+        description="lastActiveAt + the session's ttlSeconds: past it the session is EXPIRED."
+    )
+    metadata: JSON | None
+    ttl_seconds: int
+
+    @classmethod
+    def of(cls, view: SessionView) -> AgentSession:
+        """The GraphQL object for a session view."""
+        return cls(
+            view=view,
+            id=strawberry.ID(view.id),
+            user_id=view.user_id,
+            status=view.status,
+            version=view.version,
+            message_count=view.message_count,
+            created_at=view.created_at,
+            last_active_at=view.last_active_at,
+            expires_at=view.expires_at,
+            metadata=view.metadata,
+            ttl_seconds=view.ttl_seconds,
+        )
+
+    @strawberry.field(description="The session's tasks, newest first.")
+    async def tasks(
+        self,
+        info: Info,
+        status: TaskStatus | None = None,
+        first: int | None = 50,
+        after: str | None = None,
+    ) -> TaskConnection:
+        page = await queries.list_tasks(
+            info.context.user_id,
+            session_pk=self.view.pk,
+            status=status,
+            first=50 if first is None else first,
+            after=after,
+        )
+        return TaskConnection.of(page)
+
+
+@strawberry.type
+class Step:
+    """One step of a task."""
+
+    index: int
+    action: str
+    input: JSON | None
+    output: JSON | None
+    status: StepStatus
+    idempotent: bool = strawberry.field(
+        description=(
+            "Safe to run again after a crash. A RUNNING step that is not idempotent needs a "
+            "decision (RETRY or SKIP) before the task resumes."
+        )
+    )
+    attempts: int
+    error: str | None
+    started_at: datetime | None
+    completed_at: datetime | None
+
+    @classmethod
+    def of(cls, view: StepView) -> Step:
+        """The GraphQL object for a step view."""
+        return cls(
+            index=view.index,
+            action=view.action,
+            input=view.input,
+            output=view.output,
+            status=view.status,
+            idempotent=view.idempotent,
+            attempts=view.attempts,
+            error=view.error,
+            started_at=view.started_at,
+            completed_at=view.completed_at,
+        )
+
+
+@strawberry.type
+class ToolState:
+    """Per task and tool: retries used, last result or error, rate limit."""
+
+    task_id: strawberry.ID
+    tool_name: str
+    status: ToolStatus
+    version: int
+    retry_count: int
+    max_retries: int
+    last_result: JSON | None
+    last_error: str | None
+    rate_limit_reset_at: datetime | None
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, view: ToolStateView) -> ToolState:
+        """The GraphQL object for a tool-state view."""
+        return cls(
+            task_id=strawberry.ID(view.task_id),
+            tool_name=view.tool_name,
+            status=view.status,
+            version=view.version,
+            retry_count=view.retry_count,
+            max_retries=view.max_retries,
+            last_result=view.last_result,
+            last_error=view.last_error,
+            rate_limit_reset_at=view.rate_limit_reset_at,
+            updated_at=view.updated_at,
+        )
+
+
+@strawberry.type(
+    description="A lease on a task: only its holder may change the task's steps while it lasts."
+)
+class TaskLock:
+    """A live lease."""
+
+    task_id: strawberry.ID
+    holder_id: str
+    fencing_token: int = strawberry.field(
+        description="Grows by 1 on every acquisition; writes that carry an older token are refused."
+    )
+    expires_at: datetime
+
+    @classmethod
+    def of(cls, view: LockView) -> TaskLock:
+        """The GraphQL object for a lease view."""
+        return cls(
+            task_id=strawberry.ID(view.task_id),
+            holder_id=view.holder_id,
+            fencing_token=view.fencing_token,
+            expires_at=view.expires_at,
+        )
+
+
+@strawberry.type(description="One multi-step job inside a session.")
+class Task:
+    """A task with its steps, tool states and lease."""
+
+    view: strawberry.Private[TaskView]
+    id: strawberry.ID
+    session_id: strawberry.ID
+    goal: str
+    status: TaskStatus
+    version: int
+    current_step: int = strawberry.field(
+        description=(
+            "Index of the first step that is not finished (SUCCESS or SKIPPED); "
+            "equals totalSteps when all are."
+        )
+    )
+    total_steps: int
+    steps: list[Step]
+    tool_states: list[ToolState]
+    lock: TaskLock | None
+    created_at: datetime
+    updated_at: datetime
+    event_seq: int = strawberry.field(
+        description="Sequence number of the task's latest event (see TaskEvent.seq)."
+    )
+
+    @classmethod
+    def of(cls, view: TaskView) -> Task:
+        """The GraphQL object for a task view."""
+        return cls(
+            view=view,
+            id=strawberry.ID(view.id),
+            session_id=strawberry.ID(view.session_id),
+            goal=view.goal,
+            status=view.status,
+            version=view.version,
+            current_step=view.current_step,
+            total_steps=view.total_steps,
+            steps=[Step.of(s) for s in view.steps],
+            tool_states=[ToolState.of(t) for t in view.tool_states],
+            lock=None if view.lock is None else TaskLock.of(view.lock),
+            created_at=view.created_at,
+            updated_at=view.updated_at,
+            event_seq=view.event_seq,
+        )
+
+    @strawberry.field
+    async def session(self) -> AgentSession:
+        return AgentSession.of(await queries.session_of(self.view))
+
+    @strawberry.field(
+        description=(
+            "The task's ordered change log: one event per committed change to the task, "
+            "its steps, its tool states or its lock."
+        )
+    )
+    async def events(self, after_seq: int | None = 0, first: int | None = 100) -> list[TaskEvent]:
+        views = await queries.list_events(
+            self.view, after_seq=after_seq or 0, first=100 if first is None else first
+        )
+        return [TaskEvent.of(v) for v in views]
+
+
+@strawberry.type
+class TaskEvent:
+    """One entry of a task's change log."""
+
+    task_id: strawberry.ID
+    seq: int = strawberry.field(
+        description="Position in the task's change log: 1, 2, 3, ... with no gaps and no repeats."
+    )
+    task_version: int = strawberry.field(
+        description=(
+            "The task's version after this event (tool-state and lock events leave it unchanged)."
+        )
+    )
+    kind: TaskEventKind
+    step_index: int | None
+    tool_name: str | None
+    at: datetime
+    task: Task = strawberry.field(description="The task as it stood at this version.")
+
+    @classmethod
+    def of(cls, view: EventView) -> TaskEvent:
+        """The GraphQL object for an event view."""
+        return cls(
+            task_id=strawberry.ID(view.task_id),
+            seq=view.seq,
+            task_version=view.task_version,
+            kind=view.kind,
+            step_index=view.step_index,
+            tool_name=view.tool_name,
+            at=view.at,
+            task=Task.of(view.task),
+        )
+
+
+@strawberry.type
+class TaskEdge:
+    """A task in a listing."""
+
+    cursor: str
+    node: Task
+
+
+@strawberry.type
+class TaskConnection:
+    """A page of tasks, newest first."""
+
+    edges: list[TaskEdge]
+    page_info: PageInfo
+
+    @classmethod
+    def of(cls, page: Page[TaskView]) -> TaskConnection:
+        """The connection for one page of task views."""
+        return cls(
+            edges=[
+                TaskEdge(cursor=c, node=Task.of(v))
+                for v, c in zip(page.items, page.cursors, strict=True)
+            ],
+            page_info=_page_info(page),
+        )
+
+
+@strawberry.type
+class SessionEdge:
+    """A session in a listing."""
+
+    cursor: str
+    node: AgentSession
+
+
+@strawberry.type
+class SessionConnection:
+    """A page of sessions, newest first."""
+
+    edges: list[SessionEdge]
+    page_info: PageInfo
+
+    @classmethod
+    def of(cls, page: Page[SessionView]) -> SessionConnection:
+        """The connection for one page of session views."""
+        return cls(
+            edges=[
+                SessionEdge(cursor=c, node=AgentSession.of(v))
+                for v, c in zip(page.items, page.cursors, strict=True)
+            ],
+            page_info=_page_info(page),
+        )
+
+
+def _page_info(page: Page[TaskView] | Page[SessionView]) -> PageInfo:
+    return PageInfo(
+        has_next_page=page.has_next_page,
+        end_cursor=page.cursors[-1] if page.cursors else None,
+    )
+
+
+@strawberry.type
+class Deleted:
+    """What a delete removed."""
+
+    id: strawberry.ID

@@ -1,0 +1,104 @@
+"""Typed refusals raised by the services; each maps to one ``Problem`` of the API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+
+class DomainError(Exception):
+    """An expected refusal: the request was understood and answered with a reason."""
+
+    code = "DOMAIN_ERROR"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFoundError(DomainError):
+    """No such object for this caller (someone else's object answers the same)."""
+
+    code = "NOT_FOUND"
+
+    def __init__(self, kind: str, object_id: str) -> None:
+        super().__init__(f"{kind} {object_id!r} not found")
+        self.id = object_id
+
+
+class VersionConflictError(DomainError):
+    """The stored version is not the one the caller expected."""
+
+    code = "VERSION_CONFLICT"
+
+    def __init__(self, expected: int, current: int) -> None:
+        super().__init__(f"expected version {expected}, but the current version is {current}")
+        self.expected_version = expected
+        self.current_version = current
+
+
+class InvalidTransitionError(DomainError):
+    """A status change that the state machine does not allow."""
+
+    code = "INVALID_TRANSITION"
+
+    def __init__(self, what: str, from_status: str, to_status: str) -> None:
+        super().__init__(f"{what} cannot go from {from_status} to {to_status}")
+        self.from_status = from_status
+        self.to_status = to_status
+
+
+class InvalidInputError(DomainError):
+    """A value that can never be accepted, named by the input field that carried it."""
+
+    code = "INVALID_INPUT"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class SessionExpiredError(DomainError):
+    """The session was inactive past its expiry; it stays EXPIRED."""
+
+    code = "SESSION_EXPIRED"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} has expired")
+        self.session_id = session_id
+
+
+class LockHeldError(DomainError):
+    """Another holder has a live lease on the task."""
+
+    code = "LOCK_HELD"
+
+    def __init__(self, holder_id: str, expires_at: datetime) -> None:
+        super().__init__(f"task is leased by {holder_id!r} until {expires_at.isoformat()}")
+        self.holder_id = holder_id
+        self.expires_at = expires_at
+
+
+class LockNotHeldError(DomainError):
+    """The caller does not hold a live lease on the task."""
+
+    code = "LOCK_NOT_HELD"
+
+    def __init__(self) -> None:
+        super().__init__("no live lease on this task is held by this holder")
+
+
+class StaleFencingTokenError(DomainError):
+    """The fencing token is not the latest one granted for the task."""
+
+    code = "STALE_FENCING_TOKEN"
+
+    def __init__(self, given: int, current: int) -> None:
+        super().__init__(f"fencing token {given} is stale; the current token is {current}")
+        self.current_token = current
+
+
+class UnmatchedWriteError(Exception):
+    """A conditional write matched no row; the caller looks up why after the rollback.
+
+    Internal to the services: never reaches a transport.
+    """

@@ -1,0 +1,134 @@
+"""Reads: one session or task, newest-first pages of them, and a task's events."""
+
+from __future__ import annotations
+
+import base64
+from typing import TypeVar
+
+from tortoise.expressions import Q
+from tortoise.queryset import QuerySet
+
+from runstate.enums import SessionStatus, TaskStatus
+from runstate.models import Session, Task, TaskEvent
+from runstate.services import validation
+from runstate.services.clock import utcnow
+from runstate.services.errors import InvalidInputError, NotFoundError, SessionExpiredError
+from runstate.services.loading import is_expired, session_view, task_views
+from runstate.services.sessions import mark_expired
+from runstate.services.views import EventView, Page, SessionView, TaskView
+
+MAX_EVENTS = 1000
+
+M = TypeVar("M", Session, Task)
+
+
+def encode_cursor(pk: int) -> str:
+    """An opaque cursor that resumes a newest-first listing after row ``pk``."""
+    return base64.urlsafe_b64encode(f"after:{pk}".encode()).decode()
+
+
+def decode_cursor(cursor: str | None) -> int | None:
+    """The row id a cursor stands for; InvalidInput for anything not made by us."""
+    if cursor is None:
+        return None
+    try:
+        prefix, _, pk = base64.urlsafe_b64decode(cursor.encode()).decode().partition(":")
+        if prefix == "after":
+            return int(pk)
+    except ValueError:
+        pass
+    raise InvalidInputError("after", "not a cursor from this listing")
+
+
+async def get_task(user_id: str, task_id: str) -> TaskView:
+    """The caller's task; a task in an expired session answers SessionExpired."""
+    row = await Task.get_or_none(user_id=user_id, public_id=task_id).select_related("session")
+    if row is None:
+        raise NotFoundError("task", task_id)
+    now = utcnow()
+    if is_expired(row.session, now):
+        await mark_expired(row.session_id)
+        raise SessionExpiredError(row.session.public_id)
+    (view,) = await task_views([row], now)
+    return view
+
+
+async def session_of(task: TaskView) -> SessionView:
+    """The session a task belongs to, as it stands (EXPIRED included)."""
+    return session_view(await Session.get(id=task.session_pk), utcnow())
+
+
+async def list_sessions(
+    user_id: str, *, status: SessionStatus | None, first: int, after: str | None
+) -> Page[SessionView]:
+    """The caller's sessions, newest first, by effective status (expiry counted)."""
+    now = utcnow()
+    query = Session.filter(user_id=user_id)
+    if status is SessionStatus.EXPIRED:
+        query = query.filter(Q(status=SessionStatus.EXPIRED) | Q(expires_at__lte=now))
+    elif status is not None:
+        query = query.filter(status=status, expires_at__gt=now)
+    rows, has_next = await _page(query, first, after)
+    return Page(
+        items=tuple(session_view(r, now) for r in rows),
+        cursors=tuple(encode_cursor(r.id) for r in rows),
+        has_next_page=has_next,
+    )
+
+
+async def list_tasks(
+    user_id: str,
+    *,
+    session_pk: int | None = None,
+    session_id: str | None = None,
+    status: TaskStatus | None,
+    first: int,
+    after: str | None,
+) -> Page[TaskView]:
+    """The caller's tasks, newest first, optionally of one session and one status.
+
+    An unknown session id gives an empty page, exactly like a session with no tasks.
+    """
+    query = Task.filter(user_id=user_id)
+    if session_pk is not None:
+        query = query.filter(session_id=session_pk)
+    if session_id is not None:
+        query = query.filter(session__public_id=session_id, session__user_id=user_id)
+    if status is not None:
+        query = query.filter(status=status)
+    rows, has_next = await _page(query, first, after)
+    views = await task_views(rows, utcnow())
+    return Page(
+        items=tuple(views),
+        cursors=tuple(encode_cursor(r.id) for r in rows),
+        has_next_page=has_next,
+    )
+
+
+async def list_events(task: TaskView, *, after_seq: int, first: int) -> list[EventView]:
+    """The task's events after ``after_seq``, oldest first."""
+    if not 0 <= first <= MAX_EVENTS:
+        raise InvalidInputError("first", f"must be between 0 and {MAX_EVENTS}")
+    rows = await TaskEvent.filter(task_id=task.pk, seq__gt=after_seq).order_by("seq").limit(first)
+    return [
+        EventView(
+            task_id=task.id,
+            seq=r.seq,
+            task_version=r.task_version,
+            kind=r.kind,
+            step_index=r.step_index,
+            tool_name=r.tool_name,
+            at=r.at,
+            task=TaskView.from_json(r.snapshot),
+        )
+        for r in rows
+    ]
+
+
+async def _page(query: QuerySet[M], first: int, after: str | None) -> tuple[list[M], bool]:
+    validation.page_size(first)
+    after_pk = decode_cursor(after)
+    if after_pk is not None:
+        query = query.filter(id__lt=after_pk)
+    rows = list(await query.order_by("-id").limit(first + 1))
+    return rows[:first], len(rows) > first

@@ -1,0 +1,260 @@
+"""Task writes. Each is one transaction whose first statement is a conditional UPDATE
+of the task row (version, owner and lease checked in its WHERE clause), followed by
+the changes and exactly one event row with the next ``seq``.
+
+Starting with the UPDATE matters on SQLite shared by several processes: a
+transaction that reads first and writes later fails with "database is locked" when
+another process wrote in between, while one that writes first waits its turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from tortoise.backends.base.client import BaseDBAsyncClient
+from tortoise.expressions import F, Q
+from tortoise.transactions import in_transaction
+
+from runstate.enums import StepStatus, TaskEventKind, TaskStatus
+from runstate.models import Session, Step, Task, TaskEvent
+from runstate.services import validation
+from runstate.services.clock import utcnow
+from runstate.services.errors import (
+    InvalidTransitionError,
+    LockHeldError,
+    NotFoundError,
+    SessionExpiredError,
+    StaleFencingTokenError,
+    UnmatchedWriteError,
+    VersionConflictError,
+)
+from runstate.services.loading import is_expired, lock_view, task_views
+from runstate.services.rules import (
+    FINAL_TASKS,
+    FINISHED_STEPS,
+    check_step_move,
+    check_task_move,
+)
+from runstate.services.sessions import mark_expired
+from runstate.services.views import TaskView, current_step
+
+_ENTERS_RUNNING = frozenset({StepStatus.RUNNING, StepStatus.SUCCESS, StepStatus.FAILED})
+
+
+@dataclass(frozen=True)
+class StepPatch:
+    """One step change inside a checkpoint."""
+
+    index: int
+    status: StepStatus
+    output: Any = None
+    set_output: bool = False
+    error: str | None = None
+
+
+@dataclass
+class Draft:
+    """The task being changed inside a write transaction, before it is saved."""
+
+    task: Task
+    steps: list[Step]
+    now: datetime
+    status: TaskStatus
+    changed: set[int] = field(default_factory=set)
+    added: list[Step] = field(default_factory=list)
+
+    def step(self, index: int, field: str = "stepIndex") -> Step:
+        """The step at ``index``, or InvalidInput naming ``field``."""
+        return self.steps[validation.step_index(index, len(self.steps), field)]
+
+    def move_step(self, step: Step, new: StepStatus, *, jump: bool = False) -> None:
+        """Move a step, keeping attempts and timestamps true to the path it took."""
+        old = step.status
+        check_step_move(old, new, jump=jump)
+        if new in _ENTERS_RUNNING and old is not StepStatus.RUNNING:
+            step.attempts += 1
+            step.started_at = self.now
+        if new is StepStatus.SUCCESS:
+            step.error = None
+        step.completed_at = None if new in (StepStatus.PENDING, StepStatus.RUNNING) else self.now
+        step.status = new
+        self.changed.add(step.position)
+
+    def move_task(self, new: TaskStatus, *, jump: bool = False) -> None:
+        """Move the task, unless it is there already."""
+        if new is not self.status:
+            check_task_move(self.status, new, all_steps_finished=self.all_finished(), jump=jump)
+            self.status = new
+
+    def all_finished(self) -> bool:
+        """Every step is SUCCESS or SKIPPED (true of an empty plan)."""
+        return all(s.status in FINISHED_STEPS for s in self.steps)
+
+    def complete_if_done(self) -> None:
+        """A task whose last unfinished step finished completes in the same write."""
+        if self.steps and self.all_finished() and self.status not in FINAL_TASKS:
+            self.move_task(TaskStatus.COMPLETED, jump=True)
+
+    def refuse_if_final(self) -> None:
+        """A COMPLETED or CANCELLED task takes no more step changes."""
+        if self.status in FINAL_TASKS:
+            raise InvalidTransitionError("task", self.status, TaskStatus.RUNNING)
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a write did, for its event row."""
+
+    kind: TaskEventKind
+    step_index: int | None = None
+
+
+Apply = Callable[[Draft], Change]
+
+
+class _ExpiredSessionError(Exception):
+    """The task's session expired; marked after the rollback."""
+
+    def __init__(self, session_pk: int) -> None:
+        super().__init__(session_pk)
+        self.session_pk = session_pk
+
+
+def lease_allows(fencing_token: int | None, now: datetime) -> Q:
+    """The WHERE condition under which the task's lease lets a write through."""
+    if fencing_token is None:
+        return Q(lock_expires_at__isnull=True) | Q(lock_expires_at__lte=now)
+    return Q(lock_token=fencing_token)
+
+
+async def write_task(
+    user_id: str,
+    task_id: str,
+    apply: Apply,
+    *,
+    expected_version: int | None,
+    fencing_token: int | None,
+) -> TaskView:
+    """Run ``apply`` on the task in one compare-and-swap transaction and log its event.
+
+    When the UPDATE matches nothing and no reason shows afterwards (a lease expired
+    in between), the write is tried again; a real conflict never is.
+    """
+    while True:
+        now = utcnow()
+        try:
+            async with in_transaction() as conn:
+                guarded = Task.filter(
+                    Q(user_id=user_id, public_id=task_id), lease_allows(fencing_token, now)
+                )
+                if expected_version is not None:
+                    guarded = guarded.filter(version=expected_version)
+                matched = await guarded.using_db(conn).update(
+                    version=F("version") + 1, event_seq=F("event_seq") + 1, updated_at=now
+                )
+                if not matched:
+                    raise UnmatchedWriteError
+                return await _apply(conn, user_id, task_id, apply, now)
+        except UnmatchedWriteError:
+            refusal = await _why_missed(user_id, task_id, expected_version, fencing_token)
+            if refusal is not None:
+                raise refusal from None
+        except _ExpiredSessionError as expired:
+            await mark_expired(expired.session_pk)
+            raise SessionExpiredError(await _session_public_id(expired.session_pk)) from None
+
+
+async def _apply(
+    conn: BaseDBAsyncClient, user_id: str, task_id: str, apply: Apply, now: datetime
+) -> TaskView:
+    task = await Task.filter(user_id=user_id, public_id=task_id).using_db(conn).get()
+    await _touch_session(conn, task.session_id, now)
+    steps = list(await Step.filter(task_id=task.id).using_db(conn).order_by("position"))
+    draft = Draft(task=task, steps=steps, now=now, status=task.status)
+    change = apply(draft)
+    await _save(conn, draft)
+    return await _log(conn, task, change, now)
+
+
+async def _touch_session(conn: BaseDBAsyncClient, session_pk: int, now: datetime) -> None:
+    """Move the session's ``lastActiveAt`` to now, or refuse if it has expired."""
+    session = await Session.filter(id=session_pk).using_db(conn).get()
+    if is_expired(session, now):
+        raise _ExpiredSessionError(session_pk)
+    await (
+        Session.filter(id=session_pk)
+        .using_db(conn)
+        .update(last_active_at=now, expires_at=now + timedelta(seconds=session.ttl_seconds))
+    )
+
+
+async def _save(conn: BaseDBAsyncClient, draft: Draft) -> None:
+    for position in sorted(draft.changed):
+        step = draft.steps[position]
+        await (
+            Step.filter(id=step.id)
+            .using_db(conn)
+            .update(
+                status=step.status,
+                output=step.output,
+                error=step.error,
+                attempts=step.attempts,
+                started_at=step.started_at,
+                completed_at=step.completed_at,
+            )
+        )
+    if draft.added:
+        await Step.bulk_create(draft.added, using_db=conn)
+    task = draft.task
+    task.status = draft.status
+    task.total_steps = len(draft.steps)
+    task.current_step = current_step(s.status for s in draft.steps)
+    await (
+        Task.filter(id=task.id)
+        .using_db(conn)
+        .update(status=task.status, total_steps=task.total_steps, current_step=task.current_step)
+    )
+
+
+async def _log(conn: BaseDBAsyncClient, task: Task, change: Change, now: datetime) -> TaskView:
+    """Append the event row for this write, carrying the task as it now stands."""
+    (view,) = await task_views([task], now, conn)
+    await TaskEvent.create(
+        task_id=task.id,
+        seq=task.event_seq,
+        task_version=task.version,
+        kind=change.kind,
+        step_index=change.step_index,
+        at=now,
+        snapshot=view.to_json(),
+        using_db=conn,
+    )
+    return view
+
+
+async def _why_missed(
+    user_id: str, task_id: str, expected_version: int | None, fencing_token: int | None
+) -> Exception | None:
+    """The refusal to answer when the conditional UPDATE matched nothing, if any."""
+    now = utcnow()
+    task = await Task.get_or_none(user_id=user_id, public_id=task_id).select_related("session")
+    if task is None:
+        return NotFoundError("task", task_id)
+    if is_expired(task.session, now):
+        await mark_expired(task.session_id)
+        return SessionExpiredError(task.session.public_id)
+    if fencing_token is not None and fencing_token != task.lock_token:
+        return StaleFencingTokenError(fencing_token, task.lock_token)
+    lock = lock_view(task, now)
+    if fencing_token is None and lock is not None:
+        return LockHeldError(lock.holder_id, lock.expires_at)
+    if expected_version is not None and expected_version != task.version:
+        return VersionConflictError(expected_version, task.version)
+    return None
+
+
+async def _session_public_id(session_pk: int) -> str:
+    return str(await Session.get(id=session_pk).values_list("public_id", flat=True))

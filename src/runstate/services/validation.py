@@ -1,0 +1,104 @@
+"""Checks of client-supplied values, raising ``InvalidInputError`` with the input field."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runstate.models import ID_LENGTH
+from runstate.services.errors import InvalidInputError
+
+MAX_TTL_SECONDS = 366 * 24 * 3600
+MAX_GOAL_LENGTH = 10_000
+MAX_ACTION_LENGTH = 200
+MAX_STEPS = 1000
+MAX_PAGE = 200
+MAX_ERROR_LENGTH = 10_000
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]*")
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """A step to add to a task's plan."""
+
+    action: str
+    input: Any = None
+    idempotent: bool = True
+
+
+def object_id(value: str | None, field: str = "id") -> str:
+    """A client-chosen id, checked; a fresh UUID when the client chose none."""
+    if value is None:
+        return str(uuid.uuid4())
+    if len(value) > ID_LENGTH or not _ID.fullmatch(value):
+        raise InvalidInputError(
+            field,
+            f"an id is 1 to {ID_LENGTH} letters, digits or _.:@- and starts with a letter or digit",
+        )
+    return value
+
+
+def ttl_seconds(value: int | None, default: int) -> int:
+    """The session inactivity timeout to use."""
+    if value is None:
+        return default
+    if not 1 <= value <= MAX_TTL_SECONDS:
+        raise InvalidInputError("ttlSeconds", f"must be between 1 and {MAX_TTL_SECONDS}")
+    return value
+
+
+def goal(value: str) -> str:
+    """A task goal: some text, not too long."""
+    if not value.strip():
+        raise InvalidInputError("goal", "must not be empty")
+    if len(value) > MAX_GOAL_LENGTH:
+        raise InvalidInputError("goal", f"must be at most {MAX_GOAL_LENGTH} characters")
+    return value
+
+
+def step_plans(plans: Sequence[StepPlan], existing: int = 0) -> Sequence[StepPlan]:
+    """Steps to add to a plan that already has ``existing`` steps."""
+    if existing + len(plans) > MAX_STEPS:
+        raise InvalidInputError("steps", f"a task has at most {MAX_STEPS} steps")
+    for i, plan in enumerate(plans):
+        if not plan.action.strip():
+            raise InvalidInputError(f"steps[{i}].action", "must not be empty")
+        if len(plan.action) > MAX_ACTION_LENGTH:
+            raise InvalidInputError(
+                f"steps[{i}].action", f"must be at most {MAX_ACTION_LENGTH} characters"
+            )
+    return plans
+
+
+def step_index(value: int, total: int, field: str = "stepIndex") -> int:
+    """An index into a plan of ``total`` steps."""
+    if not 0 <= value < total:
+        raise InvalidInputError(field, f"must be between 0 and {total - 1}, not {value}")
+    return value
+
+
+def error_text(value: str, field: str = "error") -> str:
+    """A step's error message."""
+    if not value.strip():
+        raise InvalidInputError(field, "must not be empty")
+    if len(value) > MAX_ERROR_LENGTH:
+        raise InvalidInputError(field, f"must be at most {MAX_ERROR_LENGTH} characters")
+    return value
+
+
+def page_size(value: int) -> int:
+    """How many items one page may hold."""
+    if not 0 <= value <= MAX_PAGE:
+        raise InvalidInputError("first", f"must be between 0 and {MAX_PAGE}")
+    return value
+
+
+def non_negative(value: int, field: str) -> int:
+    """A count that cannot go below zero."""
+    if value < 0:
+        raise InvalidInputError(field, "must not be negative")
+    return value

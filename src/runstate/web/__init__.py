@@ -1,0 +1,1 @@
+"""The web pages served next to the API."""
