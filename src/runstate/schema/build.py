@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 import strawberry
 from graphql import GraphQLError
@@ -32,16 +32,19 @@ def _should_mask(error: GraphQLError) -> bool:
 
 def build_schema() -> strawberry.Schema:
     """The runstate GraphQL schema."""
-    # Caches are passed as classes (one instance per schema); limiters as instances.
-    extensions: list[Any] = [
-        ParserCache,
-        ValidationCache,
-        QueryDepthLimiter(max_depth=MAX_DEPTH),
-        MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
-        MaxTokensLimiter(max_token_count=MAX_TOKENS),
-        MaskErrors(should_mask_error=_should_mask),
-    ]
-    return strawberry.Schema(query=Query, mutation=Mutation, extensions=extensions)
+    # Classes or factories, never instances: Strawberry builds a fresh one per request.
+    return strawberry.Schema(
+        query=Query,
+        mutation=Mutation,
+        extensions=[
+            ParserCache,
+            ValidationCache,
+            partial(QueryDepthLimiter, max_depth=MAX_DEPTH),
+            partial(MaxAliasesLimiter, max_alias_count=MAX_ALIASES),
+            partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
+            partial(MaskErrors, should_mask_error=_should_mask),
+        ],
+    )
 
 
 schema = build_schema()

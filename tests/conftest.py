@@ -1,0 +1,37 @@
+"""Fixtures: servers on SQLite and PostgreSQL, and callers with their own tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support import Api, Server, create_token, database
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """A running server on a fresh database of each backend."""
+    tmp = tmp_path_factory.mktemp(f"server-{request.param}")
+    with database(request.param, tmp) as url:
+        srv = Server(url, tmp / "server.log").start()
+        try:
+            yield srv
+        finally:
+            srv.stop()
+
+
+@pytest.fixture(scope="module")
+def alice(server: Server) -> Iterator[Api]:
+    api = Api(server.url, create_token(server.database_url, "alice"))
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="module")
+def bob(server: Server) -> Iterator[Api]:
+    api = Api(server.url, create_token(server.database_url, "bob"))
+    yield api
+    api.close()

@@ -1,0 +1,168 @@
+"""Bad input gets a typed answer (a Problem, 400 or 413), never a 500, and writes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.test_api import create_task, events, new_task, start_session, step
+from tests.support import TASK, Api, Server, mutate
+
+
+def stored(api: Api, task_id: str) -> dict[str, Any]:
+    task: dict[str, Any] = api("query($id: ID!) { task(id: $id) { " + TASK + " } }", id=task_id)[
+        "task"
+    ]
+    return task
+
+
+@pytest.mark.parametrize(
+    ("name", "input_type", "extra", "problem", "field"),
+    [
+        ("startStep", "StepRefInput", {"stepIndex": -1}, "InvalidInput", "stepIndex"),
+        ("startStep", "StepRefInput", {"stepIndex": 3}, "InvalidInput", "stepIndex"),
+        ("startStep", "StepRefInput", {"stepIndex": 2**31 - 1}, "InvalidInput", "stepIndex"),
+        ("completeStep", "CompleteStepInput", {"stepIndex": -5}, "InvalidInput", "stepIndex"),
+        (
+            "failStep",
+            "FailStepInput",
+            {"stepIndex": 0, "error": "  "},
+            "InvalidInput",
+            "error",
+        ),
+        (
+            "checkpointTask",
+            "CheckpointTaskInput",
+            {"steps": [{"index": 7, "status": "SUCCESS"}]},
+            "InvalidInput",
+            "steps[0].index",
+        ),
+        (
+            "checkpointTask",
+            "CheckpointTaskInput",
+            {"steps": [{"index": 0, "status": "SUCCESS"}, {"index": 0, "status": "FAILED"}]},
+            "InvalidInput",
+            "steps[1].index",
+        ),
+        (
+            "addSteps",
+            "AddStepsInput",
+            {"steps": [{"action": ""}]},
+            "InvalidInput",
+            "steps[0].action",
+        ),
+        ("addSteps", "AddStepsInput", {"steps": []}, "InvalidInput", "steps"),
+    ],
+)
+def test_bad_step_input_is_typed_and_writes_nothing(
+    alice: Api, name: str, input_type: str, extra: dict[str, Any], problem: str, field: str
+) -> None:
+    t = new_task(alice, steps=3)
+    r = step(alice, name, input_type, taskId=t["id"], expectedVersion=1, **extra)
+    assert (r["__typename"], r["code"], r["field"]) == (problem, "INVALID_INPUT", field)
+    assert stored(alice, t["id"]) == t
+    assert len(events(alice, t["id"])) == 1
+
+
+@pytest.mark.parametrize(
+    ("input", "field"),
+    [
+        ({"goal": ""}, "goal"),
+        ({"goal": "   "}, "goal"),
+        ({"goal": "x" * 10_001}, "goal"),
+        ({"id": "has space"}, "id"),
+        ({"id": "x" * 65}, "id"),
+        ({"steps": [{"action": "ok"}, {"action": " "}]}, "steps[1].action"),
+        ({"steps": [{"action": "a"}] * 1001}, "steps"),
+    ],
+)
+def test_bad_create_task_input_is_typed_and_writes_nothing(
+    alice: Api, input: dict[str, Any], field: str
+) -> None:
+    s = start_session(alice)
+    r = create_task(alice, s["id"], **input)
+    assert (r["__typename"], r["field"]) == ("InvalidInput", field)
+    listed = alice("query($s: ID) { tasks(sessionId: $s) { edges { node { id } } } }", s=s["id"])
+    assert listed["tasks"]["edges"] == []
+
+
+@pytest.mark.parametrize(
+    "input",
+    [{"ttlSeconds": 0}, {"ttlSeconds": -1}, {"ttlSeconds": 10**9}, {"id": "bad/id"}],
+)
+def test_bad_start_session_input_is_typed(alice: Api, input: dict[str, Any]) -> None:
+    r = start_session(alice, **input)
+    assert r["__typename"] == "InvalidInput"
+
+
+def test_unknown_ids_answer_not_found(alice: Api) -> None:
+    r = step(alice, "startStep", "StepRefInput", taskId="nope", stepIndex=0, expectedVersion=1)
+    assert (r["__typename"], r["code"], r["id"]) == ("NotFound", "NOT_FOUND", "nope")
+    c = create_task(alice, "no-session")
+    assert (c["__typename"], c["id"]) == ("NotFound", "no-session")
+    u = mutate(
+        alice, "updateSession", "UpdateSessionInput", "__typename", id="x", expectedVersion=1
+    )
+    assert u["__typename"] == "NotFound"
+
+
+def test_bad_cursor_and_page_size_are_request_errors_not_500(alice: Api) -> None:
+    for query in (
+        '{ sessions(after: "garbage") { edges { cursor } } }',
+        "{ tasks(first: -1) { edges { cursor } } }",
+        "{ tasks(first: 100000) { edges { cursor } } }",
+    ):
+        response = alice.post({"query": query})
+        assert response.status_code == 200
+        body = response.json()
+        assert body["data"] is None
+        assert body["errors"][0]["message"].startswith(("after:", "first:"))
+
+
+@pytest.mark.parametrize(
+    ("content", "status"),
+    [
+        (b"{not json", 400),
+        (b"\xff\xfe\x00garbage", 400),
+        (b"[" * 200_000 + b"]" * 200_000, 400),
+        (b'{"query": "{ sessions { edges { cursor } } "}', 200),
+    ],
+)
+def test_malformed_bodies_answer_400(
+    server: Server, alice: Api, content: bytes, status: int
+) -> None:
+    response = alice.http.post(
+        "/graphql", content=content, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == status
+
+
+def test_oversized_body_answers_413(alice: Api) -> None:
+    big = {"query": "{ sessions { edges { cursor } } }", "variables": {"pad": "x" * 2_000_000}}
+    assert alice.post(big).status_code == 413
+
+
+def test_syntax_and_validation_errors_are_shown_not_masked(alice: Api) -> None:
+    body = alice.post({"query": "{ sessions { nope } }"}).json()
+    assert "nope" in body["errors"][0]["message"]
+    body = alice.post({"query": "{ sessions { "}).json()
+    assert "Syntax Error" in body["errors"][0]["message"]
+
+
+def test_requests_without_a_valid_token_answer_401(server: Server) -> None:
+    query = {"query": "{ sessions { edges { cursor } } }"}
+    for headers in ({}, {"Authorization": "Bearer rs_wrong"}, {"Authorization": "Basic abc"}):
+        response = httpx.post(f"{server.url}/graphql", json=query, headers=headers)
+        assert response.status_code == 401
+        assert response.json() == {"errors": [{"message": "missing or invalid bearer token"}]}
+
+
+def test_graphiql_page_opens_in_a_browser_without_a_token(server: Server) -> None:
+    response = httpx.get(f"{server.url}/graphql", headers={"Accept": "text/html"})
+    assert response.status_code == 200
+    assert "graphiql" in response.text.lower()
+    home = httpx.get(server.url)
+    assert home.status_code == 200
+    assert 'href="/graphql"' in home.text

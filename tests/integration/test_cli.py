@@ -1,0 +1,52 @@
+"""The command line: tokens (printed alone on the last line, stored hashed), migrations, SDL."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import httpx
+
+from tests.support import Server, create_token, runstate
+
+
+def test_token_create_prints_the_token_last_and_stores_only_its_hash(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'cli.db'}"
+    result = runstate("token", "create", "carol", database_url=url)
+    token = result.stdout.splitlines()[-1]
+    assert token.startswith("rs_")
+    assert len(token) > 40
+    assert token not in result.stderr
+    with sqlite3.connect(tmp_path / "cli.db") as db:
+        rows = db.execute("SELECT user_id, token_hash FROM api_tokens").fetchall()
+    assert len(rows) == 1
+    assert rows[0][0] == "carol"
+    assert token not in rows[0][1]
+
+
+def test_token_create_refuses_a_bad_user_name(tmp_path: Path) -> None:
+    result = runstate(
+        "token", "create", "a b", database_url=f"sqlite://{tmp_path / 'x.db'}", check=False
+    )
+    assert result.returncode != 0
+    assert "user" in result.stderr
+
+
+def test_revoked_token_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'rev.db'}"
+    token = create_token(url, "dave")
+    server = Server(url, tmp_path / "server.log").start()
+    try:
+        query = {"query": "{ sessions { edges { cursor } } }"}
+        headers = {"Authorization": f"Bearer {token}"}
+        assert httpx.post(f"{server.url}/graphql", json=query, headers=headers).status_code == 200
+        assert runstate("token", "revoke", token, database_url=url).stdout.strip() == "revoked"
+        assert httpx.post(f"{server.url}/graphql", json=query, headers=headers).status_code == 401
+    finally:
+        server.stop()
+
+
+def test_migrate_is_repeatable(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'm.db'}"
+    assert runstate("migrate", database_url=url).stdout.strip() == "migrations applied"
+    assert runstate("migrate", database_url=url).stdout.strip() == "migrations applied"

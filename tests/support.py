@@ -1,0 +1,234 @@
+"""Helpers shared by the tests: real servers in subprocesses, real databases, a client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+POSTGRES_URL = os.environ.get(
+    "RUNSTATE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"
+)
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def require_service(name: str, host: str, port: int) -> None:
+    """Skip loudly when a service is missing on a laptop; fail under CI=true."""
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return
+    except OSError as e:
+        reason = f"{name} is not reachable at {host}:{port} ({e}); this test needs a real {name}"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(f"SKIPPED LOUDLY: {reason}")
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> None:
+    """Poll ``predicate`` until it is true, failing after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test module, dropped afterwards."""
+    require_service("PostgreSQL", "127.0.0.1", 5432)
+    import asyncpg  # type: ignore[import-untyped]
+
+    name = f"runstate_test_{uuid.uuid4().hex[:12]}"
+    admin_url = POSTGRES_URL.replace("postgres://", "postgresql://", 1)
+
+    async def run(sql: str) -> None:
+        conn = await asyncpg.connect(admin_url)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(run(f'CREATE DATABASE "{name}"'))
+    try:
+        yield POSTGRES_URL.rsplit("/", 1)[0] + "/" + name
+    finally:
+        asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@contextmanager
+def database(kind: str, tmp_path: Path) -> Iterator[str]:
+    """A fresh database URL of ``kind`` ("sqlite" or "postgres")."""
+    if kind == "sqlite":
+        yield f"sqlite://{tmp_path / 'runstate.db'}"
+    else:
+        with postgres_database() as url:
+            yield url
+
+
+def query_value(database_url: str, sql: str) -> Any:
+    """The first column of the first row of ``sql``, read straight from the database."""
+    if database_url.startswith("sqlite://"):
+        with sqlite3.connect(database_url.removeprefix("sqlite://")) as db:
+            return db.execute(sql).fetchone()[0]
+    import asyncpg
+
+    async def fetch() -> Any:
+        conn = await asyncpg.connect(database_url.replace("postgres://", "postgresql://", 1))
+        try:
+            return await conn.fetchval(sql)
+        finally:
+            await conn.close()
+
+    return asyncio.run(fetch())
+
+
+def runstate(*args: str, database_url: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the ``runstate`` command line against ``database_url``."""
+    env = {**os.environ, "RUNSTATE_DATABASE_URL": database_url}
+    return subprocess.run(
+        [sys.executable, "-m", "runstate", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=check,
+    )
+
+
+def create_token(database_url: str, user: str) -> str:
+    """A new API token for ``user``, made by the CLI (its last stdout line)."""
+    return runstate("token", "create", user, database_url=database_url).stdout.splitlines()[-1]
+
+
+class Server:
+    """One ``runstate serve`` process on a free port."""
+
+    def __init__(self, database_url: str, log_path: Path, **env: str) -> None:
+        self.database_url = database_url
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.env = {**os.environ, "RUNSTATE_DATABASE_URL": database_url, **env}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Server:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "runstate", "serve", "--port", str(self.port)],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        wait_until(self._healthy, 60, f"the server on port {self.port} to answer")
+        return self
+
+    def _healthy(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"server exited early:\n{self.log_path.read_text()}")
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+class GraphQLError(AssertionError):
+    """The response carried GraphQL ``errors``."""
+
+
+class Api:
+    """A synchronous GraphQL client for one caller."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=url, headers=headers, timeout=30)
+
+    def post(self, body: Any) -> httpx.Response:
+        return self.http.post("/graphql", json=body)
+
+    def __call__(self, query: str, **variables: Any) -> dict[str, Any]:
+        response = self.post({"query": query, "variables": variables})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        if "errors" in body:
+            raise GraphQLError(body["errors"])
+        data: dict[str, Any] = body["data"]
+        return data
+
+    def close(self) -> None:
+        self.http.close()
+
+
+PROBLEM = """
+  __typename
+  ... on Problem { code message }
+  ... on NotFound { id }
+  ... on VersionConflict { expectedVersion currentVersion }
+  ... on InvalidTransition { from to }
+  ... on InvalidInput { field }
+  ... on SessionExpired { sessionId }
+"""
+
+LEASE_PROBLEM = """
+  ... on LockHeld { holderId expiresAt }
+  ... on StaleFencingToken { currentToken }
+"""
+
+SESSION = (
+    "... on AgentSession { id userId status version messageCount createdAt lastActiveAt"
+    " expiresAt metadata ttlSeconds }" + PROBLEM
+)
+
+TASK = (
+    """... on Task {
+  id sessionId goal status version currentStep totalSteps eventSeq createdAt updatedAt
+  steps { index action input output status idempotent attempts error startedAt completedAt }
+  toolStates { toolName }
+  lock { holderId }
+}"""
+    + PROBLEM
+    + LEASE_PROBLEM
+)
+
+
+def mutate(api: Api, name: str, input_type: str, fields: str, **input: Any) -> dict[str, Any]:
+    """Call mutation ``name`` with ``input`` and return its result object."""
+    data = api(
+        f"mutation($input: {input_type}!) {{ {name}(input: $input) {{ {fields} }} }}",
+        input=input,
+    )
+    result: dict[str, Any] = data[name]
+    return result

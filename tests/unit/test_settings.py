@@ -1,0 +1,48 @@
+"""Configuration from RUNSTATE_* variables."""
+
+from __future__ import annotations
+
+import pytest
+
+from runstate.db import tortoise_config
+from runstate.settings import Settings, SettingsError
+
+
+def test_defaults() -> None:
+    s = Settings.from_env({})
+    assert (s.database_url, s.redis_url, s.session_ttl, s.retention) == (
+        "sqlite://runstate.db",
+        None,
+        3600,
+        86400,
+    )
+
+
+def test_variables_and_overrides() -> None:
+    s = Settings.from_env(
+        {
+            "RUNSTATE_DATABASE_URL": "postgres://u@h/db",
+            "RUNSTATE_REDIS_URL": "redis://127.0.0.1:6379/0",
+            "RUNSTATE_SESSION_TTL": "60",
+            "RUNSTATE_RETENTION": "120",
+        }
+    )
+    assert (s.database_url, s.redis_url, s.session_ttl, s.retention) == (
+        "postgres://u@h/db",
+        "redis://127.0.0.1:6379/0",
+        60,
+        120,
+    )
+    assert s.with_overrides(session_ttl=5, redis_url=None).session_ttl == 5
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-3"])
+def test_bad_numbers_are_refused(value: str) -> None:
+    with pytest.raises(SettingsError, match="RUNSTATE_SESSION_TTL"):
+        Settings.from_env({"RUNSTATE_SESSION_TTL": value})
+
+
+def test_sqlite_waits_for_other_writers() -> None:
+    url = tortoise_config("sqlite://x.db")["connections"]["default"]
+    assert url == "sqlite://x.db?busy_timeout=30000"
+    assert tortoise_config("postgres://h/db")["connections"]["default"] == "postgres://h/db"
