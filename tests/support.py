@@ -133,6 +133,13 @@ class Server:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Server:
+        """Launch the process and wait until it answers."""
+        self.launch()
+        self.wait_healthy()
+        return self
+
+    def launch(self) -> None:
+        """Start the process without waiting for it."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "runstate", "serve", "--port", str(self.port)],
@@ -140,8 +147,10 @@ class Server:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
+
+    def wait_healthy(self) -> None:
+        """Poll /healthz until the server answers."""
         wait_until(self._healthy, 60, f"the server on port {self.port} to answer")
-        return self
 
     def _healthy(self) -> bool:
         assert self.process is not None

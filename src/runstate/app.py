@@ -10,7 +10,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from runstate.db import close_database, open_database
 from runstate.http import BearerAuth, BodyLimit, GraphQLView
-from runstate.schema.build import schema
+from runstate.schema.build import build_schema
 from runstate.settings import Settings
 from runstate.web import routes as web_routes
 
@@ -26,6 +26,7 @@ def create_app(settings: Settings) -> Starlette:
         finally:
             await close_database()
 
+    schema = build_schema(introspection=settings.graphiql)
     graphql = BodyLimit(BearerAuth(GraphQLView(schema, settings)), settings.max_body_bytes)
     return Starlette(
         routes=[

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg  # type: ignore[import-untyped]
 from tortoise import Tortoise
 from tortoise.migrations.api.migrate import migrate
 
 APP = "runstate"
+_MIGRATION_LOCK_KEY = 0x72756E7374617465  # "runstate"
 
 
 def tortoise_config(database_url: str) -> dict[str, Any]:
@@ -35,13 +43,44 @@ def _with_sqlite_pragmas(url: str) -> str:
     return f"{url}{sep}busy_timeout=30000"
 
 
+@asynccontextmanager
+async def _migration_lock(database_url: str) -> AsyncIterator[None]:
+    """Hold a lock across processes while migrating, so servers may start together.
+
+    SQLite: an exclusive ``flock`` on a file beside the database. PostgreSQL: a
+    session-level advisory lock on a connection of its own.
+    """
+    url = urlsplit(database_url)
+    if url.scheme == "sqlite":
+        path = database_url.removeprefix("sqlite://").split("?", 1)[0]
+        if path in ("", ":memory:"):
+            yield
+            return
+        lock_file = await asyncio.to_thread(Path(f"{path}.migrate-lock").open, "a")
+        try:
+            await asyncio.to_thread(fcntl.flock, lock_file, fcntl.LOCK_EX)
+            yield
+        finally:
+            lock_file.close()  # closing the file releases the lock
+    elif url.scheme in ("postgres", "postgresql", "asyncpg"):
+        conn = await asyncpg.connect(urlunsplit(("postgresql", url.netloc, url.path, "", "")))
+        try:
+            await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK_KEY)
+            yield
+        finally:
+            await conn.close()
+    else:
+        yield
+
+
 async def open_database(database_url: str) -> None:
-    """Apply pending migrations, then open the connections for queries."""
+    """Apply pending migrations (one process at a time), then open the connections."""
     config = tortoise_config(database_url)
-    try:
-        await migrate(config=config)
-    finally:
-        await Tortoise.close_connections()
+    async with _migration_lock(database_url):
+        try:
+            await migrate(config=config)
+        finally:
+            await Tortoise.close_connections()
     # The ASGI lifespan runs in its own task, so request tasks cannot see a context set
     # there through contextvars; the global fallback makes it visible to all of them.
     await Tortoise.init(config=config, _enable_global_fallback=True)

@@ -50,3 +50,21 @@ def test_migrate_is_repeatable(tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path / 'm.db'}"
     assert runstate("migrate", database_url=url).stdout.strip() == "migrations applied"
     assert runstate("migrate", database_url=url).stdout.strip() == "migrations applied"
+
+
+def test_graphiql_and_introspection_can_be_turned_off(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'prod.db'}"
+    token = create_token(url, "erin")
+    server = Server(url, tmp_path / "server.log", RUNSTATE_GRAPHIQL="false").start()
+    try:
+        page = httpx.get(f"{server.url}/graphql", headers={"Accept": "text/html"})
+        assert page.status_code == 404
+        headers = {"Authorization": f"Bearer {token}"}
+        schema_query = {"query": "{ __schema { queryType { name } } }"}
+        body = httpx.post(f"{server.url}/graphql", json=schema_query, headers=headers).json()
+        assert "introspection" in body["errors"][0]["message"].lower()
+        normal = {"query": "{ sessions { edges { cursor } } }"}
+        body = httpx.post(f"{server.url}/graphql", json=normal, headers=headers).json()
+        assert body == {"data": {"sessions": {"edges": []}}}
+    finally:
+        server.stop()

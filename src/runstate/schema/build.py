@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import strawberry
 from graphql import GraphQLError
 from strawberry.extensions import (
+    DisableIntrospection,
     MaskErrors,
     MaxAliasesLimiter,
     MaxTokensLimiter,
     ParserCache,
     QueryDepthLimiter,
+    SchemaExtension,
     ValidationCache,
 )
 
@@ -30,21 +33,20 @@ def _should_mask(error: GraphQLError) -> bool:
     return original is not None and not isinstance(original, DomainError | GraphQLError)
 
 
-def build_schema() -> strawberry.Schema:
-    """The runstate GraphQL schema."""
+def build_schema(*, introspection: bool = True) -> strawberry.Schema:
+    """The runstate GraphQL schema; ``introspection=False`` refuses schema queries."""
     # Classes or factories, never instances: Strawberry builds a fresh one per request.
-    return strawberry.Schema(
-        query=Query,
-        mutation=Mutation,
-        extensions=[
-            ParserCache,
-            ValidationCache,
-            partial(QueryDepthLimiter, max_depth=MAX_DEPTH),
-            partial(MaxAliasesLimiter, max_alias_count=MAX_ALIASES),
-            partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
-            partial(MaskErrors, should_mask_error=_should_mask),
-        ],
-    )
+    extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
+        ParserCache,
+        ValidationCache,
+        partial(QueryDepthLimiter, max_depth=MAX_DEPTH),
+        partial(MaxAliasesLimiter, max_alias_count=MAX_ALIASES),
+        partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
+        partial(MaskErrors, should_mask_error=_should_mask),
+    ]
+    if not introspection:
+        extensions.append(DisableIntrospection)
+    return strawberry.Schema(query=Query, mutation=Mutation, extensions=extensions)
 
 
 schema = build_schema()
