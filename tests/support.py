@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import sqlite3
@@ -17,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.typing import Subprotocol
 
 POSTGRES_URL = os.environ.get(
     "RUNSTATE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"
@@ -241,3 +243,76 @@ def mutate(api: Api, name: str, input_type: str, fields: str, **input: Any) -> d
     )
     result: dict[str, Any] = data[name]
     return result
+
+
+class SubscriptionError(AssertionError):
+    """The server answered a subscription with errors, or closed the socket."""
+
+
+GRAPHQL_WS = [Subprotocol("graphql-transport-ws")]
+
+
+class Subscriber:
+    """A graphql-transport-ws client following one subscription."""
+
+    def __init__(
+        self, url: str, token: str | None, query: str, variables: dict[str, Any] | None = None
+    ) -> None:
+        self.ws_url = url.replace("http://", "ws://") + "/graphql"
+        self.token = token
+        self.query = query
+        self.variables = variables or {}
+        self.events: list[dict[str, Any]] = []
+        self._socket: Any = None
+
+    async def __aenter__(self) -> Subscriber:
+        from websockets.asyncio.client import connect
+
+        self._socket = await connect(self.ws_url, subprotocols=GRAPHQL_WS, max_size=None)
+        payload = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        await self._socket.send(json.dumps({"type": "connection_init", "payload": payload}))
+        ack = json.loads(await asyncio.wait_for(self._socket.recv(), 10))
+        if ack["type"] != "connection_ack":
+            raise SubscriptionError(ack)
+        await self._socket.send(
+            json.dumps(
+                {
+                    "id": "1",
+                    "type": "subscribe",
+                    "payload": {"query": self.query, "variables": self.variables},
+                }
+            )
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._socket.close()
+
+    async def next(self, wait: float = 30) -> dict[str, Any]:
+        """The next event's data; SubscriptionError on errors or a closed socket."""
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            message = json.loads(await asyncio.wait_for(self._socket.recv(), wait))
+        except ConnectionClosed as closed:
+            raise SubscriptionError(f"closed {closed.rcvd}") from closed
+        if message["type"] == "next":
+            if message["payload"].get("errors"):
+                raise SubscriptionError(message["payload"]["errors"])
+            data: dict[str, Any] = message["payload"]["data"]
+            self.events.append(data)
+            return data
+        if message["type"] == "ping":
+            await self._socket.send(json.dumps({"type": "pong"}))
+            return await self.next(wait)
+        raise SubscriptionError(message)
+
+    async def until(self, done: Any, within: float = 60) -> list[dict[str, Any]]:
+        """Collect events until ``done(event)`` is true; fail after ``within`` seconds."""
+        deadline = time.monotonic() + within
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"timed out after {within}s; got {len(self.events)} events")
+            if done(await self.next(remaining)):
+                return self.events

@@ -27,8 +27,6 @@ from runstate.schema.build import schema as runstate_schema
 CONTRACT = Path(__file__).with_name("contract.graphql")
 
 NOT_YET = {
-    # issue 3: live progress
-    "Subscription": 3,
     # issue 4: lifecycle (resume, decisions, leases, tool states)
     "Mutation.resumeTask": 4,
     "Mutation.decideStep": 4,

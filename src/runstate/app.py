@@ -8,22 +8,43 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.routing import Route, WebSocketRoute
 
+from runstate import pubsub
 from runstate.db import close_database, open_database
 from runstate.http import BearerAuth, BodyLimit, GraphQLView
+from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
+from runstate.pubsub.redis import RedisBroker
 from runstate.schema.build import build_schema
 from runstate.settings import Settings
 from runstate.web import routes as web_routes
 
 
 def create_app(settings: Settings) -> Starlette:
-    """The ASGI app: GraphQL at /graphql, the web page at /, the database opened on start."""
+    """The ASGI app: GraphQL at /graphql (HTTP and WebSocket), the web page at /.
+
+    On start it migrates and opens the database, then the broker (Redis when
+    ``redis_url`` is set, in-process otherwise) and the publisher in front of it.
+    """
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        await open_database(settings.database_url)
+        installation = await open_database(settings.database_url)
+        broker: Broker
+        if settings.redis_url:
+            broker = RedisBroker(
+                settings.redis_url, f"runstate:{installation}:", settings.subscriber_queue
+            )
+        else:
+            broker = MemoryBroker(settings.subscriber_queue)
+        publisher = Publisher(broker)
+        await broker.start()
+        await publisher.start()
+        pubsub.install(Hub(broker, publisher))
         try:
             yield
         finally:
+            pubsub.uninstall()
+            await publisher.close()
+            await broker.close()
             await close_database()
 
     schema = build_schema(introspection=settings.graphiql)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,6 +15,9 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg  # type: ignore[import-untyped]
 from tortoise import Tortoise
 from tortoise.migrations.api.migrate import migrate
+
+from runstate.models import Installation
+from runstate.services.clock import utcnow
 
 APP = "runstate"
 _MIGRATION_LOCK_KEY = 0x72756E7374617465  # "runstate"
@@ -73,17 +77,22 @@ async def _migration_lock(database_url: str) -> AsyncIterator[None]:
         yield
 
 
-async def open_database(database_url: str) -> None:
-    """Apply pending migrations (one process at a time), then open the connections."""
+async def open_database(database_url: str) -> str:
+    """Apply pending migrations (one process at a time), open the connections, and
+    return the database's installation id."""
     config = tortoise_config(database_url)
     async with _migration_lock(database_url):
         try:
             await migrate(config=config)
         finally:
             await Tortoise.close_connections()
-    # The ASGI lifespan runs in its own task, so request tasks cannot see a context set
-    # there through contextvars; the global fallback makes it visible to all of them.
-    await Tortoise.init(config=config, _enable_global_fallback=True)
+        # The ASGI lifespan runs in its own task, so request tasks cannot see a context
+        # set there through contextvars; the global fallback makes it visible to them.
+        await Tortoise.init(config=config, _enable_global_fallback=True)
+        row = await Installation.first()
+        if row is None:
+            row = await Installation.create(id=str(uuid.uuid4()), created_at=utcnow())
+        return row.id
 
 
 TORTOISE_ORM = tortoise_config(os.environ.get("RUNSTATE_DATABASE_URL", "sqlite://runstate.db"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from cross_web import HTTPException
 from starlette.requests import Request
@@ -11,6 +11,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
+from strawberry.exceptions import ConnectionRejectionError
+from strawberry.types.unset import UNSET, UnsetType
 
 from runstate.auth import Principal, principal_from_header
 from runstate.schema.context import Context
@@ -32,6 +34,17 @@ class GraphQLView(GraphQL[Context, None]):
             principal=principal if isinstance(principal, Principal) else None,
             settings=self.settings,
         )
+
+    async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
+        """Authenticate a WebSocket from ``{"authorization": "Bearer <token>"}`` in
+        connection_init; anything else closes it with 4403."""
+        params = context.connection_params or {}
+        header = params.get("authorization", params.get("Authorization"))
+        principal = await principal_from_header(header if isinstance(header, str) else None)
+        if principal is None:
+            raise ConnectionRejectionError()
+        context.principal = principal
+        return cast(UnsetType, UNSET)
 
     def parse_json(self, data: str | bytes) -> Any:
         """Any undecodable body (bad UTF-8, bad JSON, absurd nesting) is a 400."""

@@ -24,6 +24,9 @@ class Settings:
     retention: int = 86400
     max_body_bytes: int = 1_048_576
     graphiql: bool = True
+    catch_up_seconds: float = 3.0
+    subscriber_queue: int = 1000
+    gap_fill: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -36,6 +39,9 @@ class Settings:
             retention=_positive_int(env, "RUNSTATE_RETENTION", 86400),
             max_body_bytes=_positive_int(env, "RUNSTATE_MAX_BODY_BYTES", 1_048_576),
             graphiql=_flag(env, "RUNSTATE_GRAPHIQL", True),
+            catch_up_seconds=_positive_float(env, "RUNSTATE_CATCH_UP_SECONDS", 3.0),
+            subscriber_queue=_positive_int(env, "RUNSTATE_SUBSCRIBER_QUEUE", 1000),
+            gap_fill=_flag(env, "RUNSTATE_GAP_FILL", True),
         )
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -50,9 +56,22 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise SettingsError(f"{name} must be a whole number of seconds, not {raw!r}") from None
+        raise SettingsError(f"{name} must be a whole number, not {raw!r}") from None
     if value <= 0:
         raise SettingsError(f"{name} must be positive, not {value}")
+    return value
+
+
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number of seconds, not {raw!r}") from None
+    if not value > 0:
+        raise SettingsError(f"{name} must be positive, not {raw}")
     return value
 
 

@@ -160,3 +160,17 @@ class TaskEvent(Model):
     class Meta:
         table = "task_events"
         unique_together = (("task_id", "seq"),)
+
+
+class Installation(Model):
+    """One row naming this database, so that processes sharing it share broker channels.
+
+    Channels are prefixed with the id, so two databases behind one Redis never
+    see each other's events even though their row ids overlap.
+    """
+
+    id = fields.CharField(max_length=36, primary_key=True)
+    created_at = fields.DatetimeField()
+
+    class Meta:
+        table = "installation"

@@ -20,6 +20,7 @@ from strawberry.extensions import (
 
 from runstate.resolvers.mutations import Mutation
 from runstate.resolvers.queries import Query
+from runstate.resolvers.subscriptions import Subscription
 from runstate.services.errors import DomainError
 
 MAX_DEPTH = 12
@@ -46,7 +47,9 @@ def build_schema(*, introspection: bool = True) -> strawberry.Schema:
     ]
     if not introspection:
         extensions.append(DisableIntrospection)
-    return strawberry.Schema(query=Query, mutation=Mutation, extensions=extensions)
+    return strawberry.Schema(
+        query=Query, mutation=Mutation, subscription=Subscription, extensions=extensions
+    )
 
 
 schema = build_schema()

@@ -16,6 +16,8 @@ class Context:
 
     principal: Principal | None
     settings: Settings
+    connection_params: dict[str, object] | None = None
+    """The graphql-transport-ws ``connection_init`` payload, set by Strawberry."""
 
     @property
     def user_id(self) -> str:

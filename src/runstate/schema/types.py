@@ -242,6 +242,7 @@ class Task:
 class TaskEvent:
     """One entry of a task's change log."""
 
+    view: strawberry.Private[EventView]
     task_id: strawberry.ID
     seq: int = strawberry.field(
         description="Position in the task's change log: 1, 2, 3, ... with no gaps and no repeats."
@@ -255,12 +256,12 @@ class TaskEvent:
     step_index: int | None
     tool_name: str | None
     at: datetime
-    task: Task = strawberry.field(description="The task as it stood at this version.")
 
     @classmethod
     def of(cls, view: EventView) -> TaskEvent:
         """The GraphQL object for an event view."""
         return cls(
+            view=view,
             task_id=strawberry.ID(view.task_id),
             seq=view.seq,
             task_version=view.task_version,
@@ -268,8 +269,11 @@ class TaskEvent:
             step_index=view.step_index,
             tool_name=view.tool_name,
             at=view.at,
-            task=Task.of(view.task),
         )
+
+    @strawberry.field(description="The task as it stood at this version.")
+    def task(self) -> Task:
+        return Task.of(self.view.task)
 
 
 @strawberry.type

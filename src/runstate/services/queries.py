@@ -110,19 +110,21 @@ async def list_events(task: TaskView, *, after_seq: int, first: int) -> list[Eve
     if not 0 <= first <= MAX_EVENTS:
         raise InvalidInputError("first", f"must be between 0 and {MAX_EVENTS}")
     rows = await TaskEvent.filter(task_id=task.pk, seq__gt=after_seq).order_by("seq").limit(first)
-    return [
-        EventView(
-            task_id=task.id,
-            seq=r.seq,
-            task_version=r.task_version,
-            kind=r.kind,
-            step_index=r.step_index,
-            tool_name=r.tool_name,
-            at=r.at,
-            task=TaskView.from_json(r.snapshot),
-        )
-        for r in rows
-    ]
+    return [event_view(r, task.id) for r in rows]
+
+
+def event_view(row: TaskEvent, task_id: str) -> EventView:
+    """One event row as a view."""
+    return EventView(
+        task_id=task_id,
+        seq=row.seq,
+        task_version=row.task_version,
+        kind=row.kind,
+        step_index=row.step_index,
+        tool_name=row.tool_name,
+        at=row.at,
+        snapshot=row.snapshot,
+    )
 
 
 async def _page(query: QuerySet[M], first: int, after: str | None) -> tuple[list[M], bool]:

@@ -10,14 +10,14 @@ from tortoise.exceptions import IntegrityError
 from tortoise.transactions import in_transaction
 
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus
-from runstate.models import Session, Step, Task, TaskEvent
-from runstate.services import validation
+from runstate.models import Session, Step, Task
+from runstate.services import progress, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, InvalidTransitionError, UnmatchedWriteError
 from runstate.services.loading import task_views
 from runstate.services.queries import get_task
 from runstate.services.sessions import get_session
-from runstate.services.taskwrite import Change, Draft, StepPatch, write_task
+from runstate.services.taskwrite import Change, Draft, StepPatch, log_event, write_task
 from runstate.services.validation import StepPlan
 from runstate.services.views import TaskView
 
@@ -79,16 +79,7 @@ async def create_task(
                 [_new_step(task.id, i, plan) for i, plan in enumerate(steps)], using_db=conn
             )
             (view,) = await task_views([task], now, conn)
-            await TaskEvent.create(
-                task_id=task.id,
-                seq=1,
-                task_version=1,
-                kind=TaskEventKind.TASK_CREATED,
-                at=now,
-                snapshot=view.to_json(),
-                using_db=conn,
-            )
-            return view
+            event = await log_event(conn, view, TaskEventKind.TASK_CREATED, now)
     except IntegrityError:
         return await get_task(user_id, public_id)
     except UnmatchedWriteError:
@@ -98,6 +89,8 @@ async def create_task(
         raise InvalidInputError(
             "sessionId", f"session is {session_view.status}; it takes no new tasks"
         ) from None
+    progress.announce(event)
+    return view
 
 
 def _new_step(task_pk: int, position: int, plan: StepPlan) -> Step:

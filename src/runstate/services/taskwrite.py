@@ -20,7 +20,7 @@ from tortoise.transactions import in_transaction
 
 from runstate.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, Task, TaskEvent
-from runstate.services import validation
+from runstate.services import progress, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import (
     InvalidTransitionError,
@@ -39,7 +39,7 @@ from runstate.services.rules import (
     check_task_move,
 )
 from runstate.services.sessions import mark_expired
-from runstate.services.views import TaskView, current_step
+from runstate.services.views import EventView, TaskView, current_step
 
 _ENTERS_RUNNING = frozenset({StepStatus.RUNNING, StepStatus.SUCCESS, StepStatus.FAILED})
 
@@ -157,7 +157,9 @@ async def write_task(
                 )
                 if not matched:
                     raise UnmatchedWriteError
-                return await _apply(conn, user_id, task_id, apply, now)
+                view, event = await _apply(conn, user_id, task_id, apply, now)
+            progress.announce(event)
+            return view
         except UnmatchedWriteError:
             refusal = await _why_missed(user_id, task_id, expected_version, fencing_token)
             if refusal is not None:
@@ -169,14 +171,15 @@ async def write_task(
 
 async def _apply(
     conn: BaseDBAsyncClient, user_id: str, task_id: str, apply: Apply, now: datetime
-) -> TaskView:
+) -> tuple[TaskView, EventView]:
     task = await Task.filter(user_id=user_id, public_id=task_id).using_db(conn).get()
     await _touch_session(conn, task.session_id, now)
     steps = list(await Step.filter(task_id=task.id).using_db(conn).order_by("position"))
     draft = Draft(task=task, steps=steps, now=now, status=task.status)
     change = apply(draft)
     await _save(conn, draft)
-    return await _log(conn, task, change, now)
+    view = (await task_views([task], now, conn))[0]
+    return view, await log_event(conn, view, change.kind, now, change.step_index)
 
 
 async def _touch_session(conn: BaseDBAsyncClient, session_pk: int, now: datetime) -> None:
@@ -219,20 +222,37 @@ async def _save(conn: BaseDBAsyncClient, draft: Draft) -> None:
     )
 
 
-async def _log(conn: BaseDBAsyncClient, task: Task, change: Change, now: datetime) -> TaskView:
-    """Append the event row for this write, carrying the task as it now stands."""
-    (view,) = await task_views([task], now, conn)
-    await TaskEvent.create(
-        task_id=task.id,
-        seq=task.event_seq,
-        task_version=task.version,
-        kind=change.kind,
-        step_index=change.step_index,
+async def log_event(
+    conn: BaseDBAsyncClient,
+    view: TaskView,
+    kind: TaskEventKind,
+    now: datetime,
+    step_index: int | None = None,
+    tool_name: str | None = None,
+) -> EventView:
+    """Append the event row for a write, carrying the task as it now stands."""
+    event = EventView(
+        task_id=view.id,
+        seq=view.event_seq,
+        task_version=view.version,
+        kind=kind,
+        step_index=step_index,
+        tool_name=tool_name,
         at=now,
         snapshot=view.to_json(),
+    )
+    await TaskEvent.create(
+        task_id=view.pk,
+        seq=event.seq,
+        task_version=event.task_version,
+        kind=kind,
+        step_index=step_index,
+        tool_name=tool_name,
+        at=now,
+        snapshot=event.snapshot,
         using_db=conn,
     )
-    return view
+    return event
 
 
 async def _why_missed(

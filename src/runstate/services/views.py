@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Generic, TypeVar
 
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
@@ -214,7 +215,11 @@ class TaskView:
 
 @dataclass(frozen=True)
 class EventView:
-    """One entry of a task's change log, with the task as it stood after it."""
+    """One entry of a task's change log, with the task as it stood after it.
+
+    The snapshot stays JSON until ``task`` is read: a subscriber that selects only
+    ``seq`` and ``kind`` never pays for decoding a long plan.
+    """
 
     task_id: str
     seq: int
@@ -223,7 +228,49 @@ class EventView:
     step_index: int | None
     tool_name: str | None
     at: datetime
-    task: TaskView
+    snapshot: dict[str, Any]
+
+    @cached_property
+    def task(self) -> TaskView:
+        """The task as it stood at this event."""
+        return TaskView.from_json(self.snapshot)
+
+    @property
+    def task_pk(self) -> int:
+        """The task's row id."""
+        return int(self.snapshot["pk"])
+
+    @property
+    def session_pk(self) -> int:
+        """The row id of the task's session."""
+        return int(self.snapshot["session_pk"])
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of this event, for the broker."""
+        return {
+            "task_id": self.task_id,
+            "seq": self.seq,
+            "task_version": self.task_version,
+            "kind": self.kind.value,
+            "step_index": self.step_index,
+            "tool_name": self.tool_name,
+            "at": self.at.isoformat(),
+            "snapshot": self.snapshot,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EventView:
+        """The event stored by ``to_json``."""
+        return cls(
+            task_id=data["task_id"],
+            seq=data["seq"],
+            task_version=data["task_version"],
+            kind=TaskEventKind(data["kind"]),
+            step_index=data["step_index"],
+            tool_name=data["tool_name"],
+            at=_dt(data["at"]),
+            snapshot=data["snapshot"],
+        )
 
 
 T = TypeVar("T")

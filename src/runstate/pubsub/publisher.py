@@ -1,0 +1,73 @@
+"""Publishing after commit without ever holding up the writer.
+
+Mutations hand messages to ``Publisher.publish``, which only appends to a
+bounded queue; one task sends them in order. When the broker fails, messages
+are dropped for a short pause instead of piling up: the database is the source
+of truth, and subscribers catch up from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from runstate.pubsub.broker import Broker
+
+log = logging.getLogger(__name__)
+
+QUEUE_SIZE = 10_000
+SEND_TIMEOUT = 1.0
+PAUSE_AFTER_FAILURE = 0.5
+
+
+class Publisher:
+    """An ordered, bounded, fire-and-forget outbox in front of a broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.sent = 0
+        self.dropped = 0
+        self._queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(QUEUE_SIZE)
+        self._paused_until = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def publish(self, channel: str, data: bytes) -> None:
+        """Queue ``data`` for ``channel``; never waits."""
+        try:
+            self._queue.put_nowait((channel, data))
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="runstate-publisher")
+
+    async def close(self) -> None:
+        """Send what is queued (briefly), then stop."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), SEND_TIMEOUT)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            channel, data = await self._queue.get()
+            try:
+                await self._send(channel, data)
+            finally:
+                self._queue.task_done()
+
+    async def _send(self, channel: str, data: bytes) -> None:
+        if time.monotonic() < self._paused_until:
+            self.dropped += 1
+            return
+        try:
+            await asyncio.wait_for(self.broker.publish(channel, data), SEND_TIMEOUT)
+            self.sent += 1
+        except Exception as error:  # any broker failure: drop, pause, carry on
+            self.dropped += 1
+            self._paused_until = time.monotonic() + PAUSE_AFTER_FAILURE
+            log.warning("publish to the broker failed (%s); subscribers will catch up", error)

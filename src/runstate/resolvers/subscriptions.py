@@ -1,0 +1,54 @@
+"""Subscription resolvers: the gap-free event streams of ``services.progress``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+
+import strawberry
+
+from runstate.schema.context import Info
+from runstate.schema.types import TaskEvent
+from runstate.services import progress
+
+
+@strawberry.type
+class Subscription:
+    """Live progress for web pages and watchers."""
+
+    @strawberry.subscription(
+        description=(
+            "The task's progress. First a SNAPSHOT event of the task as it stands now "
+            "(its seq is the task's eventSeq), or, with afterSeq, every stored event after "
+            "that seq, in order, then each new event as it commits. Every subscriber of one "
+            "task, on any server process, sees the same events in the same order with no "
+            "gaps; a subscriber that falls behind or misses a broker message is caught up "
+            "from the database, never left with a hole."
+        )
+    )
+    async def task_progress(
+        self, info: Info, task_id: strawberry.ID, after_seq: int | None = None
+    ) -> AsyncGenerator[TaskEvent, None]:
+        settings = info.context.settings
+        async for event in progress.task_progress(
+            info.context.user_id,
+            task_id,
+            after_seq,
+            interval=settings.catch_up_seconds,
+            gap_fill=settings.gap_fill,
+        ):
+            yield TaskEvent.of(event)
+
+    @strawberry.subscription(
+        description="Events of every task in the session (tasks created, status changes, steps)."
+    )
+    async def session_activity(
+        self, info: Info, session_id: strawberry.ID
+    ) -> AsyncGenerator[TaskEvent, None]:
+        settings = info.context.settings
+        async for event in progress.session_activity(
+            info.context.user_id,
+            session_id,
+            interval=settings.catch_up_seconds,
+            gap_fill=settings.gap_fill,
+        ):
+            yield TaskEvent.of(event)

@@ -1,0 +1,181 @@
+"""Live progress: events announced after commit, and gap-free streams for subscribers.
+
+A stream subscribes to its broker channel first, then reads the database (the
+snapshot, or the stored events after ``after_seq``), then relays live events.
+It drops what it has already sent and, whenever a live event skips ahead, the
+broker asks for a resync, or ``interval`` seconds pass quietly, it compares the
+stored ``event_seq`` with the last seq it sent and sends what is missing from
+the database. So every subscriber sees seq 1, 2, 3, ... whatever the broker lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+
+from runstate import pubsub
+from runstate.enums import TaskEventKind
+from runstate.models import Session, Task, TaskEvent
+from runstate.services.clock import utcnow
+from runstate.services.queries import event_view, get_task
+from runstate.services.sessions import get_session
+from runstate.services.views import EventView, TaskView
+
+log = logging.getLogger(__name__)
+
+CATCH_UP_PAGE = 200
+
+
+def task_channel(task_pk: int) -> str:
+    """The broker channel of one task's events."""
+    return f"task:{task_pk}"
+
+
+def session_channel(session_pk: int) -> str:
+    """The broker channel of the events of every task in one session."""
+    return f"session:{session_pk}"
+
+
+def encode(event: EventView) -> bytes:
+    """An event as a broker message."""
+    return json.dumps(event.to_json(), separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> EventView | None:
+    """A broker message as an event; None (and a log line) for anything else."""
+    try:
+        return EventView.from_json(json.loads(data))
+    except (ValueError, KeyError, TypeError) as error:
+        log.warning("ignored a malformed broker message: %s", error)
+        return None
+
+
+def announce(event: EventView) -> None:
+    """Queue a committed event for its task's and its session's channels."""
+    hub = pubsub.current()
+    if hub is None:
+        return
+    data = encode(event)
+    hub.publisher.publish(task_channel(event.task_pk), data)
+    hub.publisher.publish(session_channel(event.session_pk), data)
+
+
+def snapshot(view: TaskView) -> EventView:
+    """A SNAPSHOT event: the task as it stands, at its latest seq."""
+    return EventView(
+        task_id=view.id,
+        seq=view.event_seq,
+        task_version=view.version,
+        kind=TaskEventKind.SNAPSHOT,
+        step_index=None,
+        tool_name=None,
+        at=utcnow(),
+        snapshot=view.to_json(),
+    )
+
+
+async def stored_events(task_pk: int, task_id: str, after_seq: int) -> AsyncIterator[EventView]:
+    """Every stored event of a task after ``after_seq``, oldest first, page by page."""
+    while True:
+        rows = (
+            await TaskEvent.filter(task_id=task_pk, seq__gt=after_seq)
+            .order_by("seq")
+            .limit(CATCH_UP_PAGE)
+        )
+        for row in rows:
+            yield event_view(row, task_id)
+        if len(rows) < CATCH_UP_PAGE:
+            return
+        after_seq = rows[-1].seq
+
+
+def _hub() -> pubsub.Hub:
+    hub = pubsub.current()
+    if hub is None:
+        raise RuntimeError("no broker installed: live progress needs the server's broker")
+    return hub
+
+
+async def task_progress(
+    user_id: str,
+    task_id: str,
+    after_seq: int | None,
+    *,
+    interval: float,
+    gap_fill: bool = True,
+) -> AsyncIterator[EventView]:
+    """The task's events, gap-free: a SNAPSHOT (or the stored events after
+    ``after_seq``), then each new event as it commits.
+
+    Someone else's task answers NotFound before anything is sent. ``gap_fill=False``
+    relays live events only, never reading the database again (a test switch that
+    shows what the broker alone loses).
+    """
+    view = await get_task(user_id, task_id)
+    async with _hub().broker.subscription([task_channel(view.pk)]) as inbox:
+        if after_seq is None:
+            view = await get_task(user_id, task_id)
+            yield snapshot(view)
+            last = view.event_seq
+        else:
+            last = after_seq
+            async for event in stored_events(view.pk, view.id, last):
+                yield event
+                last = event.seq
+        while True:
+            message = await inbox.next(interval)
+            if isinstance(message, bytes):
+                live = decode(message)
+                if live is None or live.task_pk != view.pk or live.seq <= last:
+                    continue
+                if live.seq == last + 1 or not gap_fill:
+                    yield live
+                    last = live.seq
+                    continue
+            if not gap_fill:
+                continue
+            stored = await Task.filter(id=view.pk).only("id", "event_seq").first()
+            if stored is None:
+                return  # the task was deleted with its session
+            if stored.event_seq > last:
+                async for event in stored_events(view.pk, view.id, last):
+                    yield event
+                    last = event.seq
+
+
+async def session_activity(
+    user_id: str, session_id: str, *, interval: float, gap_fill: bool = True
+) -> AsyncIterator[EventView]:
+    """Events of every task in the session from now on, tasks created later included,
+    each task's events gap-free and in order."""
+    session = await get_session(user_id, session_id)
+    async with _hub().broker.subscription([session_channel(session.pk)]) as inbox:
+        last: dict[int, int] = dict(
+            await Task.filter(session_id=session.pk).values_list("id", "event_seq")
+        )
+        while True:
+            message = await inbox.next(interval)
+            if isinstance(message, bytes):
+                live = decode(message)
+                if live is None or live.session_pk != session.pk:
+                    continue
+                seen = last.get(live.task_pk, 0)
+                if live.seq <= seen:
+                    continue
+                if live.seq == seen + 1 or not gap_fill:
+                    yield live
+                    last[live.task_pk] = live.seq
+                    continue
+            if not gap_fill:
+                continue
+            if not await Session.exists(id=session.pk):
+                return
+            stored = await Task.filter(session_id=session.pk).values_list(
+                "id", "public_id", "event_seq"
+            )
+            for task_pk, public_id, latest in stored:
+                if latest > last.get(task_pk, 0):
+                    async for event in stored_events(task_pk, public_id, last.get(task_pk, 0)):
+                        yield event
+                        last[task_pk] = event.seq

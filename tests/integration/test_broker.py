@@ -1,0 +1,94 @@
+"""One contract suite for every broker backend: in-process and Redis."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from runstate.pubsub import RESYNC, Broker, MemoryBroker
+from runstate.pubsub.redis import RedisBroker
+from tests.support import require_service
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+MakeBroker = Callable[[], Awaitable[Broker]]
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def make_broker(request: pytest.FixtureRequest) -> AsyncIterator[MakeBroker]:
+    """Brokers of one backend that share channels, as server processes would."""
+    if request.param == "redis":
+        require_service("Redis", "127.0.0.1", 6379)
+    prefix = f"test:{uuid.uuid4().hex}:"
+    made: list[Broker] = []
+    shared = MemoryBroker()
+
+    async def make() -> Broker:
+        broker = shared if request.param == "memory" else RedisBroker(REDIS_URL, prefix)
+        await broker.start()
+        made.append(broker)
+        return broker
+
+    yield make
+    for broker in made:
+        await broker.close()
+
+
+async def test_messages_arrive_in_order(make_broker: MakeBroker) -> None:
+    sender, receiver = await make_broker(), await make_broker()
+    async with receiver.subscription(["a"]) as inbox:
+        for i in range(200):
+            await sender.publish("a", str(i).encode())
+        got = [await inbox.next(5) for _ in range(200)]
+    assert got == [str(i).encode() for i in range(200)]
+
+
+async def test_channels_are_separate_and_unsubscribe_stops_delivery(
+    make_broker: MakeBroker,
+) -> None:
+    sender, receiver = await make_broker(), await make_broker()
+    first = await receiver.subscribe(["a"])
+    second = await receiver.subscribe(["b"])
+    await sender.publish("b", b"for b")
+    assert await second.next(5) == b"for b"
+    await receiver.unsubscribe(second)
+    await sender.publish("b", b"lost")
+    await sender.publish("a", b"for a")
+    assert await first.next(5) == b"for a"
+    assert len(second) == 0
+    assert await first.next(0.2) is None
+    await receiver.unsubscribe(first)
+    assert receiver.channels == frozenset()
+
+
+async def test_every_subscriber_of_a_channel_gets_each_message(make_broker: MakeBroker) -> None:
+    sender, receiver = await make_broker(), await make_broker()
+    async with receiver.subscription(["a"]) as x, receiver.subscription(["a"]) as y:
+        await sender.publish("a", b"m")
+        assert (await x.next(5), await y.next(5)) == (b"m", b"m")
+
+
+async def test_a_full_inbox_drops_the_newest_and_asks_for_a_resync(make_broker: MakeBroker) -> None:
+    sender, receiver = await make_broker(), await make_broker()
+    async with (
+        receiver.subscription(["a"], inbox_size=10) as slow,
+        receiver.subscription(["a"]) as other,
+    ):
+        for i in range(25):
+            await sender.publish("a", str(i).encode())
+        # Once the subscriber with room has all 25, the full one has seen them too.
+        received = [await other.next(5) for _ in range(25)]
+        assert received == [str(i).encode() for i in range(25)]
+        assert len(slow) == 10
+        assert slow.dropped == 15
+        assert await slow.next(5) is RESYNC
+        assert [await slow.next(5) for _ in range(10)] == [str(i).encode() for i in range(10)]
+        assert await slow.next(0.1) is None
+
+
+async def test_quiet_inbox_times_out_with_none(make_broker: MakeBroker) -> None:
+    broker = await make_broker()
+    async with broker.subscription(["quiet"]) as inbox:
+        assert await inbox.next(0.05) is None

@@ -1,0 +1,168 @@
+"""Live progress over WebSocket: snapshots, replay, gap-free order, isolation, auth."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import connect
+
+from tests.integration.test_api import create_task, new_task, start_session, step
+from tests.support import GRAPHQL_WS, Api, Server, Subscriber, SubscriptionError
+
+PROGRESS = """
+subscription($id: ID!, $after: Int) {
+  taskProgress(taskId: $id, afterSeq: $after) {
+    seq kind taskVersion stepIndex task { status currentStep }
+  }
+}"""
+
+ACTIVITY = """
+subscription($id: ID!) { sessionActivity(sessionId: $id) { taskId seq kind } }"""
+
+
+def token_of(api: Api) -> str:
+    return str(api.http.headers["Authorization"]).removeprefix("Bearer ")
+
+
+def seqs(events: list[dict[str, Any]], field: str = "taskProgress") -> list[int]:
+    return [e[field]["seq"] for e in events]
+
+
+def completed(event: dict[str, Any]) -> bool:
+    return bool(event["taskProgress"]["task"]["status"] == "COMPLETED")
+
+
+def drive(api: Api, task_id: str, steps: int, version: int = 1) -> int:
+    """Start and complete each step in turn; return the final version."""
+    for index in range(steps):
+        for name, input_type in (
+            ("startStep", "StepRefInput"),
+            ("completeStep", "CompleteStepInput"),
+        ):
+            result = step(
+                api, name, input_type, taskId=task_id, stepIndex=index, expectedVersion=version
+            )
+            assert result["__typename"] == "Task", result
+            version = result["version"]
+    return version
+
+
+async def test_two_watchers_see_the_same_gap_free_steps(server: Server, alice: Api) -> None:
+    task = new_task(alice, steps=10)
+    variables = {"id": task["id"]}
+    async with (
+        Subscriber(server.url, token_of(alice), PROGRESS, variables) as one,
+        Subscriber(server.url, token_of(alice), PROGRESS, variables) as two,
+    ):
+        first = [await one.next(), await two.next()]
+        assert [e["taskProgress"]["kind"] for e in first] == ["SNAPSHOT", "SNAPSHOT"]
+        await asyncio.to_thread(drive, alice, task["id"], 10)
+        a = await one.until(completed)
+        b = await two.until(completed)
+    assert seqs(a) == seqs(b) == list(range(1, 22))
+    assert a == b
+    assert a[-1]["taskProgress"] == {
+        "seq": 21,
+        "kind": "STEP_SUCCEEDED",
+        "taskVersion": 21,
+        "stepIndex": 9,
+        "task": {"status": "COMPLETED", "currentStep": 10},
+    }
+
+
+async def test_resubscribing_after_a_seq_replays_exactly_the_missed_events(
+    server: Server, alice: Api
+) -> None:
+    task = new_task(alice, steps=3)
+    drive(alice, task["id"], 2)
+    async with Subscriber(
+        server.url, token_of(alice), PROGRESS, {"id": task["id"], "after": 2}
+    ) as late:
+        replayed = [await late.next() for _ in range(3)]
+        assert seqs(replayed) == [3, 4, 5]
+        assert [e["taskProgress"]["kind"] for e in replayed] == [
+            "STEP_SUCCEEDED",
+            "STEP_STARTED",
+            "STEP_SUCCEEDED",
+        ]
+        await asyncio.to_thread(drive, alice, task["id"], 0)
+        step(alice, "startStep", "StepRefInput", taskId=task["id"], stepIndex=2, expectedVersion=5)
+        live = await late.next()
+    assert live["taskProgress"]["seq"] == 6
+
+
+async def test_session_activity_includes_tasks_created_later(server: Server, alice: Api) -> None:
+    session = start_session(alice)
+    before = create_task(alice, session["id"], steps=1)
+    async with Subscriber(server.url, token_of(alice), ACTIVITY, {"id": session["id"]}) as watch:
+        step(
+            alice, "startStep", "StepRefInput", taskId=before["id"], stepIndex=0, expectedVersion=1
+        )
+        later = create_task(alice, session["id"], steps=1)
+        step(alice, "startStep", "StepRefInput", taskId=later["id"], stepIndex=0, expectedVersion=1)
+        got = [(await watch.next())["sessionActivity"] for _ in range(3)]
+    assert got == [
+        {"taskId": before["id"], "seq": 2, "kind": "STEP_STARTED"},
+        {"taskId": later["id"], "seq": 1, "kind": "TASK_CREATED"},
+        {"taskId": later["id"], "seq": 2, "kind": "STEP_STARTED"},
+    ]
+
+
+async def test_someone_elses_task_fails_like_an_unknown_id(
+    server: Server, alice: Api, bob: Api
+) -> None:
+    task = new_task(alice)
+    answers = []
+    for task_id in (task["id"], "never-made"):
+        async with Subscriber(server.url, token_of(bob), PROGRESS, {"id": task_id}) as spy:
+            with pytest.raises(SubscriptionError) as refused:
+                await spy.next()
+        answers.append(str(refused.value).replace(task_id, "<id>"))
+    assert answers[0] == answers[1]
+    assert "not found" in answers[0]
+
+
+async def test_another_users_watch_of_a_session_receives_nothing(
+    server: Server, alice: Api, bob: Api
+) -> None:
+    session = start_session(alice)
+    async with Subscriber(server.url, token_of(bob), ACTIVITY, {"id": session["id"]}) as spy:
+        with pytest.raises(SubscriptionError, match="not found"):
+            await spy.next()
+
+
+@pytest.mark.parametrize("payload", [{}, {"authorization": "Bearer rs_nope"}, {"authorization": 7}])
+async def test_websocket_without_a_valid_token_is_closed_4403(
+    server: Server, payload: dict[str, Any]
+) -> None:
+    async with connect(
+        server.url.replace("http://", "ws://") + "/graphql",
+        subprotocols=GRAPHQL_WS,
+    ) as socket:
+        await socket.send(json.dumps({"type": "connection_init", "payload": payload}))
+        await socket.wait_closed()
+        assert socket.close_code == 4403
+
+
+async def test_a_stalled_watcher_does_not_hold_up_the_others(server: Server, alice: Api) -> None:
+    """One client that stops reading; the other still gets every event, and the stalled
+    one, once it reads again, is caught up from the database with no hole."""
+    task = new_task(alice, steps=40)
+    variables = {"id": task["id"]}
+    big = PROGRESS.replace(
+        "task { status currentStep }", "task { status steps { action input output } }"
+    )
+    async with (
+        Subscriber(server.url, token_of(alice), big, variables) as stalled,
+        Subscriber(server.url, token_of(alice), PROGRESS, variables) as reader,
+    ):
+        await stalled.next()
+        await reader.next()
+        await asyncio.to_thread(drive, alice, task["id"], 40)
+        fast = await reader.until(completed)
+        assert seqs(fast) == list(range(1, 82))
+        slow = await stalled.until(lambda e: e["taskProgress"]["task"]["status"] == "COMPLETED")
+    assert seqs(slow) == list(range(1, 82))
