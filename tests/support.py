@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -316,3 +317,64 @@ class Subscriber:
                 raise AssertionError(f"timed out after {within}s; got {len(self.events)} events")
             if done(await self.next(remaining)):
                 return self.events
+
+
+class RedisServer:
+    """A private redis-server on a free port, so a test may stop and restart it."""
+
+    def __init__(self, log_path: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            message = "redis-server is not installed; this test restarts a real Redis"
+            if IN_CI:
+                pytest.fail(message)
+            pytest.skip(f"SKIPPED LOUDLY: {message}")
+        self.binary = binary
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RedisServer:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    self.binary,
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        wait_until(self._answers, 10, f"redis on port {self.port}")
+        return self
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+    def command(self, line: str) -> str:
+        """The raw reply to one inline command."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+            s.sendall(line.encode() + b"\r\n")
+            return s.recv(4096).decode()
+
+    def subscribers(self, channel: str) -> int:
+        """How many connections are subscribed to ``channel`` (PUBSUB NUMSUB)."""
+        reply = self.command(f"PUBSUB NUMSUB {channel}")  # *2 $len channel :count
+        return int(reply.rsplit(":", 1)[1].split()[0])

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
 from runstate.pubsub import RESYNC, Broker, MemoryBroker
 from runstate.pubsub.redis import RedisBroker
-from tests.support import require_service
+from tests.support import RedisServer, require_service, wait_until
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -92,3 +94,47 @@ async def test_quiet_inbox_times_out_with_none(make_broker: MakeBroker) -> None:
     broker = await make_broker()
     async with broker.subscription(["quiet"]) as inbox:
         assert await inbox.next(0.05) is None
+
+
+async def test_redis_connection_killed_asks_every_subscriber_to_resync(tmp_path: Path) -> None:
+    """redis-py reconnects by itself after CLIENT KILL; the broker still notices, because
+    messages published in between are lost for good."""
+    redis = RedisServer(tmp_path / "redis.log").start()
+    broker = RedisBroker(redis.url, "kill:")
+    await broker.start()
+    try:
+        async with broker.subscription(["a"]) as inbox:
+            assert redis.command("CLIENT KILL TYPE pubsub").startswith(":1")
+            assert await inbox.next(10) is RESYNC
+            await asyncio.to_thread(
+                wait_until, lambda: redis.subscribers("kill:a") == 1, 10, "resubscription"
+            )
+            await broker.publish("a", b"after")
+            message = await inbox.next(5)
+            while message is RESYNC:  # one per reconnect
+                message = await inbox.next(5)
+            assert message == b"after"
+        assert broker.reconnects >= 1
+    finally:
+        await broker.close()
+        redis.stop()
+
+
+async def test_subscribing_while_redis_is_down_recovers_when_it_returns(tmp_path: Path) -> None:
+    redis = RedisServer(tmp_path / "redis.log").start()
+    redis.stop()
+    broker = RedisBroker(redis.url, "down:")
+    await broker.start()
+    try:
+        async with broker.subscription(["a"]) as inbox:
+            assert await inbox.next(0.1) is None
+            redis.start()
+            await asyncio.to_thread(
+                wait_until, lambda: redis.subscribers("down:a") == 1, 15, "the subscription"
+            )
+            assert await inbox.next(5) is RESYNC
+            await broker.publish("a", b"back")
+            assert await inbox.next(5) == b"back"
+    finally:
+        await broker.close()
+        redis.stop()

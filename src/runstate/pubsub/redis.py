@@ -1,9 +1,11 @@
 """The Redis broker: one pub/sub connection per process, read by one task.
 
 Redis pub/sub drops messages silently while a connection is down, and redis-py
-reconnects and resubscribes on its own. Both ways back (our own reconnect after
-an error, and redis-py's silent one, seen through ``on_connect``) flag every
-local subscription for a resync, so readers catch up from the database.
+reconnects and resubscribes on its own (on the next read after a failure). Its
+``on_connect`` hook is where the broker learns of every such reconnect, and it
+flags every local subscription for a resync, so readers catch up from the
+database. Channels whose SUBSCRIBE failed (Redis was down) are subscribed again
+by the reader as soon as Redis answers, followed by a resync as well.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ log = logging.getLogger(__name__)
 
 _FAILURES = (RedisError, OSError, TimeoutError)
 SUBSCRIBE_TIMEOUT = 2.0
+FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
 
 
 class _PubSub(PubSub):
-    """redis-py's PubSub, telling us when it has reconnected by itself."""
+    """redis-py's PubSub, telling the broker each time it has reconnected."""
 
     def __init__(self, on_reconnect: Callable[[], None], **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -48,14 +51,10 @@ class RedisBroker(Broker):
         self.prefix = prefix
         self.reconnects = 0
         self._client: Redis = Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=2.0)
-        self._pubsub = self._new_pubsub()
-        self._broken = False
+        self._pubsub = _PubSub(self._reconnected, connection_pool=self._client.connection_pool)
         self._wake = asyncio.Event()
         self._confirmations: dict[str, asyncio.Future[None]] = {}
         self._reader: asyncio.Task[None] | None = None
-
-    def _new_pubsub(self) -> _PubSub:
-        return _PubSub(self._reconnected, connection_pool=self._client.connection_pool)
 
     def _reconnected(self) -> None:
         self.reconnects += 1
@@ -70,7 +69,8 @@ class RedisBroker(Broker):
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
-        await _close_quietly(self._pubsub)
+        with contextlib.suppress(*_FAILURES):
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
         with contextlib.suppress(*_FAILURES):
             await self._client.aclose()
 
@@ -79,7 +79,7 @@ class RedisBroker(Broker):
 
     async def _listen(self, channel: str) -> None:
         """Subscribe, and wait until Redis confirms, so nothing published after
-        ``subscribe`` returns is missed."""
+        ``subscribe`` returns is missed. While Redis is down the reader retries."""
         name = self.prefix + channel
         confirmed = self._confirmations.setdefault(name, asyncio.get_running_loop().create_future())
         try:
@@ -87,70 +87,51 @@ class RedisBroker(Broker):
             self._wake.set()
             await asyncio.wait_for(asyncio.shield(confirmed), SUBSCRIBE_TIMEOUT)
         except _FAILURES as error:
-            log.warning("redis subscribe failed (%s); will resubscribe on reconnect", error)
-            self._break()
+            log.warning("redis subscribe failed (%s); retrying when redis answers", error)
+            self._wake.set()
         finally:
             self._confirmations.pop(name, None)
 
     async def _unlisten(self, channel: str) -> None:
-        if self._broken:
-            return
-        try:
+        with contextlib.suppress(*_FAILURES):
             await asyncio.wait_for(
                 self._pubsub.unsubscribe(self.prefix + channel), SUBSCRIBE_TIMEOUT
             )
-        except _FAILURES:
-            self._break()
 
-    def _break(self) -> None:
-        """Have the reader replace the pub/sub connection."""
-        self._broken = True
-        self._wake.set()
+    def _missing(self) -> list[str]:
+        """Wanted channels that the pub/sub connection is not subscribed to, leaving
+        out those a ``_listen`` is subscribing right now."""
+        have = {c.decode() if isinstance(c, bytes) else c for c in self._pubsub.channels}
+        have |= self._confirmations.keys()
+        return [name for c in self.channels if (name := self.prefix + c) not in have]
 
     async def _read(self) -> None:
+        backoff = FIRST_BACKOFF
         while True:
-            if self._broken:
-                await self._reconnect()
-                continue
-            if not self._pubsub.subscribed:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
             try:
+                missing = self._missing()
+                if missing:
+                    await asyncio.wait_for(self._pubsub.subscribe(*missing), SUBSCRIBE_TIMEOUT)
+                    self._resync_all()
+                if not self._pubsub.subscribed:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
                 message = await self._pubsub.get_message(timeout=1.0)
             except _FAILURES as error:
-                log.warning("redis pub/sub connection lost (%s)", error)
-                self._broken = True
+                log.warning("redis pub/sub unavailable (%s); retrying in %.2fs", error, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
                 continue
-            if message is None:
-                continue
-            channel = message["channel"].decode()
-            if message["type"] == "subscribe":
-                confirmed = self._confirmations.get(channel)
-                if confirmed is not None and not confirmed.done():
-                    confirmed.set_result(None)
-            elif message["type"] == "message" and channel.startswith(self.prefix):
-                self._dispatch(channel[len(self.prefix) :], message["data"])
+            backoff = FIRST_BACKOFF
+            if message is not None:
+                self._handle(message)
 
-    async def _reconnect(self) -> None:
-        """A fresh pub/sub connection subscribed to every wanted channel, then a resync."""
-        await _close_quietly(self._pubsub)
-        delay = 0.05
-        while True:
-            await asyncio.sleep(delay)
-            self._pubsub = self._new_pubsub()
-            channels = [self.prefix + c for c in self.channels]
-            try:
-                if channels:
-                    await asyncio.wait_for(self._pubsub.subscribe(*channels), SUBSCRIBE_TIMEOUT)
-                break
-            except _FAILURES:
-                await _close_quietly(self._pubsub)
-                delay = min(delay * 2, MAX_BACKOFF)
-        self._broken = False
-        self._reconnected()
-
-
-async def _close_quietly(pubsub: PubSub) -> None:
-    with contextlib.suppress(*_FAILURES):
-        await pubsub.aclose()  # type: ignore[no-untyped-call]
+    def _handle(self, message: dict[str, Any]) -> None:
+        channel = message["channel"].decode()
+        if message["type"] == "subscribe":
+            confirmed = self._confirmations.get(channel)
+            if confirmed is not None and not confirmed.done():
+                confirmed.set_result(None)
+        elif message["type"] == "message" and channel.startswith(self.prefix):
+            self._dispatch(channel[len(self.prefix) :], message["data"])

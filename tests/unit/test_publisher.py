@@ -1,0 +1,63 @@
+"""The publisher never holds up a writer, whatever the broker does."""
+
+from __future__ import annotations
+
+from runstate.pubsub import Broker, Publisher
+
+
+class DownBroker(Broker):
+    """A broker whose every publish fails, like Redis when it is down."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts = 0
+
+    async def publish(self, channel: str, data: bytes) -> None:
+        self.attempts += 1
+        raise ConnectionError("redis is down")
+
+    async def _listen(self, channel: str) -> None:
+        return None
+
+    async def _unlisten(self, channel: str) -> None:
+        return None
+
+
+class RecordingBroker(DownBroker):
+    """A broker that keeps what it was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[tuple[str, bytes]] = []
+
+    async def publish(self, channel: str, data: bytes) -> None:
+        self.sent.append((channel, data))
+
+
+async def test_messages_go_out_in_order() -> None:
+    broker = RecordingBroker()
+    publisher = Publisher(broker)
+    await publisher.start()
+    for i in range(100):
+        publisher.publish("c", str(i).encode())
+    await publisher.close()
+    assert broker.sent == [("c", str(i).encode()) for i in range(100)]
+    assert (publisher.sent, publisher.dropped) == (100, 0)
+
+
+async def test_a_failing_broker_costs_one_attempt_then_a_pause() -> None:
+    broker = DownBroker()
+    publisher = Publisher(broker)
+    await publisher.start()
+    for i in range(50):
+        publisher.publish("c", str(i).encode())  # returns at once: nothing to await
+    await publisher.close()
+    assert broker.attempts == 1
+    assert (publisher.sent, publisher.dropped) == (0, 50)
+
+
+def test_publish_never_waits_even_when_the_queue_is_full() -> None:
+    publisher = Publisher(RecordingBroker())  # not started: nothing drains the queue
+    for _ in range(10_001):
+        publisher.publish("c", b"x")
+    assert publisher.dropped == 1
