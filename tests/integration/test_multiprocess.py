@@ -12,10 +12,14 @@ from typing import Any
 import httpx
 import pytest
 
+import runstate
 from tests.integration.test_api import create_task, start_session
 from tests.integration.test_concurrency import cas_increments
 from tests.support import Api, Server, create_token, database, query_value
 
+MIGRATIONS = sorted(
+    p.name for p in (Path(runstate.__file__).parent / "models" / "migrations").glob("[0-9]*.py")
+)
 WRITERS_PER_SERVER = 10
 STEPS = 10
 SHARED_INCREMENTS = 5
@@ -171,7 +175,8 @@ def test_servers_started_together_migrate_once(kind: str, tmp_path: Path) -> Non
             for server in servers:
                 server.wait_healthy()
             applied = query_value(url, "SELECT COUNT(*) FROM tortoise_migrations")
-            assert applied == 1
+            assert applied == len(MIGRATIONS)
+            assert query_value(url, "SELECT COUNT(*) FROM installation") == 1
         finally:
             for server in servers:
                 server.stop()
