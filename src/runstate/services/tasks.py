@@ -17,7 +17,14 @@ from runstate.services.errors import InvalidInputError, InvalidTransitionError, 
 from runstate.services.loading import task_views
 from runstate.services.queries import get_task
 from runstate.services.sessions import get_session
-from runstate.services.taskwrite import Change, Draft, StepPatch, log_event, write_task
+from runstate.services.taskwrite import (
+    Change,
+    Draft,
+    StepPatch,
+    log_event,
+    versioned,
+    write_task,
+)
 from runstate.services.validation import StepPlan
 from runstate.services.views import TaskView
 
@@ -117,7 +124,7 @@ async def add_steps(
     if not steps:
         raise InvalidInputError("steps", "must hold at least one step")
 
-    def apply(draft: Draft) -> Change:
+    async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
         first = len(draft.steps)
         validation.step_plans(steps, existing=first)
@@ -127,9 +134,7 @@ async def add_steps(
             draft.added.append(step)
         return Change(TaskEventKind.STEPS_ADDED, first)
 
-    return await write_task(
-        user_id, task_id, apply, expected_version=expected_version, fencing_token=fencing_token
-    )
+    return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
 
 
 async def start_step(
@@ -143,7 +148,7 @@ async def start_step(
     """PENDING -> RUNNING; the task becomes RUNNING too (STEP_STARTED)."""
     validation.non_negative(step_index, "stepIndex")
 
-    def apply(draft: Draft) -> Change:
+    async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
         if draft.status is TaskStatus.AWAITING_DECISION:
             raise InvalidTransitionError("task", draft.status, TaskStatus.RUNNING)
@@ -151,9 +156,7 @@ async def start_step(
         draft.move_task(TaskStatus.RUNNING)
         return Change(TaskEventKind.STEP_STARTED, step_index)
 
-    return await write_task(
-        user_id, task_id, apply, expected_version=expected_version, fencing_token=fencing_token
-    )
+    return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
 
 
 async def complete_step(
@@ -168,7 +171,7 @@ async def complete_step(
     """RUNNING -> SUCCESS with its output; the last one completes the task (STEP_SUCCEEDED)."""
     validation.non_negative(step_index, "stepIndex")
 
-    def apply(draft: Draft) -> Change:
+    async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
         step = draft.step(step_index)
         draft.move_step(step, StepStatus.SUCCESS)
@@ -176,9 +179,7 @@ async def complete_step(
         draft.complete_if_done()
         return Change(TaskEventKind.STEP_SUCCEEDED, step_index)
 
-    return await write_task(
-        user_id, task_id, apply, expected_version=expected_version, fencing_token=fencing_token
-    )
+    return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
 
 
 async def fail_step(
@@ -194,7 +195,7 @@ async def fail_step(
     validation.non_negative(step_index, "stepIndex")
     validation.error_text(error)
 
-    def apply(draft: Draft) -> Change:
+    async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
         step = draft.step(step_index)
         draft.move_step(step, StepStatus.FAILED)
@@ -202,9 +203,7 @@ async def fail_step(
         draft.move_task(TaskStatus.FAILED)
         return Change(TaskEventKind.STEP_FAILED, step_index)
 
-    return await write_task(
-        user_id, task_id, apply, expected_version=expected_version, fencing_token=fencing_token
-    )
+    return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
 
 
 async def checkpoint_task(
@@ -233,7 +232,7 @@ async def checkpoint_task(
     if not patches and status is None:
         raise InvalidInputError("steps", "a checkpoint changes at least one step or the status")
 
-    def apply(draft: Draft) -> Change:
+    async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
         for i, patch in enumerate(patches):
             step = draft.step(patch.index, f"steps[{i}].index")
@@ -256,9 +255,7 @@ async def checkpoint_task(
             draft.complete_if_done()
         return Change(TaskEventKind.CHECKPOINT)
 
-    return await write_task(
-        user_id, task_id, apply, expected_version=expected_version, fencing_token=fencing_token
-    )
+    return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
 
 
 async def set_task_status(
@@ -271,12 +268,10 @@ async def set_task_status(
 ) -> TaskView:
     """Move the task along one allowed edge of its state machine (TASK_STATUS_CHANGED)."""
 
-    def apply(draft: Draft) -> Change:
+    async def apply(draft: Draft) -> Change:
         if status is draft.status:
             raise InvalidTransitionError("task", draft.status, status)
         draft.move_task(status)
         return Change(TaskEventKind.TASK_STATUS_CHANGED)
 
-    return await write_task(
-        user_id, task_id, apply, expected_version=expected_version, fencing_token=fencing_token
-    )
+    return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))

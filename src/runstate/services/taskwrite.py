@@ -9,7 +9,7 @@ another process wrote in between, while one that writes first waits its turn.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,6 +23,7 @@ from runstate.models import Session, Step, Task, TaskEvent
 from runstate.services import progress, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import (
+    DomainError,
     InvalidTransitionError,
     LockHeldError,
     NotFoundError,
@@ -32,6 +33,7 @@ from runstate.services.errors import (
     VersionConflictError,
 )
 from runstate.services.loading import is_expired, lock_view, task_views
+from runstate.services.queries import get_task
 from runstate.services.rules import (
     FINAL_TASKS,
     FINISHED_STEPS,
@@ -63,6 +65,7 @@ class Draft:
     steps: list[Step]
     now: datetime
     status: TaskStatus
+    conn: BaseDBAsyncClient
     changed: set[int] = field(default_factory=set)
     added: list[Step] = field(default_factory=list)
 
@@ -110,9 +113,16 @@ class Change:
 
     kind: TaskEventKind
     step_index: int | None = None
+    tool_name: str | None = None
 
 
-Apply = Callable[[Draft], Change]
+Apply = Callable[[Draft], Awaitable[Change | None]]
+"""Changes the draft (and, for tool states, their rows); returns the event to log,
+None for a heartbeat that logs nothing, or raises ``Unchanged`` to write nothing."""
+
+
+class Unchanged(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by an ``Apply`` with nothing to change: the write rolls back quietly."""
 
 
 class _ExpiredSessionError(Exception):
@@ -123,6 +133,19 @@ class _ExpiredSessionError(Exception):
         self.session_pk = session_pk
 
 
+@dataclass(frozen=True)
+class Guard:
+    """The conditional UPDATE that opens a task write, and the refusal for a miss.
+
+    ``where`` is ANDed with the owner check; ``sets`` are the columns it writes;
+    ``refusal`` explains a miss from the row as it now stands (None: try again).
+    """
+
+    where: Callable[[datetime], Q]
+    sets: Callable[[datetime], dict[str, Any]]
+    refusal: Callable[[Task, datetime], DomainError | None]
+
+
 def lease_allows(fencing_token: int | None, now: datetime) -> Q:
     """The WHERE condition under which the task's lease lets a write through."""
     if fencing_token is None:
@@ -130,15 +153,43 @@ def lease_allows(fencing_token: int | None, now: datetime) -> Q:
     return Q(lock_token=fencing_token)
 
 
-async def write_task(
-    user_id: str,
-    task_id: str,
-    apply: Apply,
-    *,
-    expected_version: int | None,
-    fencing_token: int | None,
-) -> TaskView:
-    """Run ``apply`` on the task in one compare-and-swap transaction and log its event.
+def lease_refusal(task: Task, fencing_token: int | None, now: datetime) -> DomainError | None:
+    """StaleFencingToken or LockHeld when the lease is why a write was refused."""
+    if fencing_token is not None and fencing_token != task.lock_token:
+        return StaleFencingTokenError(fencing_token, task.lock_token)
+    lock = lock_view(task, now)
+    if fencing_token is None and lock is not None:
+        return LockHeldError(lock.holder_id, lock.expires_at)
+    return None
+
+
+def versioned(
+    expected_version: int | None, fencing_token: int | None, *, bump_version: bool = True
+) -> Guard:
+    """The usual guard: lease and (optionally) version checked; version and seq bumped."""
+
+    def where(now: datetime) -> Q:
+        condition = lease_allows(fencing_token, now)
+        return condition if expected_version is None else condition & Q(version=expected_version)
+
+    def sets(now: datetime) -> dict[str, Any]:
+        columns: dict[str, Any] = {"event_seq": F("event_seq") + 1, "updated_at": now}
+        if bump_version:
+            columns["version"] = F("version") + 1
+        return columns
+
+    def refusal(task: Task, now: datetime) -> DomainError | None:
+        refused = lease_refusal(task, fencing_token, now)
+        if refused is None and expected_version is not None and expected_version != task.version:
+            refused = VersionConflictError(expected_version, task.version)
+        return refused
+
+    return Guard(where, sets, refusal)
+
+
+async def write_task(user_id: str, task_id: str, apply: Apply, guard: Guard) -> TaskView:
+    """Open with ``guard``'s conditional UPDATE, run ``apply``, log its event, commit,
+    then announce the event. One transaction.
 
     When the UPDATE matches nothing and no reason shows afterwards (a lease expired
     in between), the write is tried again; a real conflict never is.
@@ -147,23 +198,23 @@ async def write_task(
         now = utcnow()
         try:
             async with in_transaction() as conn:
-                guarded = Task.filter(
-                    Q(user_id=user_id, public_id=task_id), lease_allows(fencing_token, now)
-                )
-                if expected_version is not None:
-                    guarded = guarded.filter(version=expected_version)
-                matched = await guarded.using_db(conn).update(
-                    version=F("version") + 1, event_seq=F("event_seq") + 1, updated_at=now
+                matched = await (
+                    Task.filter(Q(user_id=user_id, public_id=task_id), guard.where(now))
+                    .using_db(conn)
+                    .update(**guard.sets(now))
                 )
                 if not matched:
                     raise UnmatchedWriteError
                 view, event = await _apply(conn, user_id, task_id, apply, now)
-            progress.announce(event)
+            if event is not None:
+                progress.announce(event)
             return view
         except UnmatchedWriteError:
-            refusal = await _why_missed(user_id, task_id, expected_version, fencing_token)
+            refusal = await _why_missed(user_id, task_id, guard)
             if refusal is not None:
                 raise refusal from None
+        except Unchanged:
+            return await get_task(user_id, task_id)
         except _ExpiredSessionError as expired:
             await mark_expired(expired.session_pk)
             raise SessionExpiredError(await _session_public_id(expired.session_pk)) from None
@@ -171,15 +222,18 @@ async def write_task(
 
 async def _apply(
     conn: BaseDBAsyncClient, user_id: str, task_id: str, apply: Apply, now: datetime
-) -> tuple[TaskView, EventView]:
+) -> tuple[TaskView, EventView | None]:
     task = await Task.filter(user_id=user_id, public_id=task_id).using_db(conn).get()
     await _touch_session(conn, task.session_id, now)
     steps = list(await Step.filter(task_id=task.id).using_db(conn).order_by("position"))
-    draft = Draft(task=task, steps=steps, now=now, status=task.status)
-    change = apply(draft)
+    draft = Draft(task=task, steps=steps, now=now, status=task.status, conn=conn)
+    change = await apply(draft)
+    if change is None:
+        return (await task_views([task], now, conn))[0], None
     await _save(conn, draft)
     view = (await task_views([task], now, conn))[0]
-    return view, await log_event(conn, view, change.kind, now, change.step_index)
+    event = await log_event(conn, view, change.kind, now, change.step_index, change.tool_name)
+    return view, event
 
 
 async def _touch_session(conn: BaseDBAsyncClient, session_pk: int, now: datetime) -> None:
@@ -255,9 +309,7 @@ async def log_event(
     return event
 
 
-async def _why_missed(
-    user_id: str, task_id: str, expected_version: int | None, fencing_token: int | None
-) -> Exception | None:
+async def _why_missed(user_id: str, task_id: str, guard: Guard) -> DomainError | None:
     """The refusal to answer when the conditional UPDATE matched nothing, if any."""
     now = utcnow()
     task = await Task.get_or_none(user_id=user_id, public_id=task_id).select_related("session")
@@ -266,14 +318,7 @@ async def _why_missed(
     if is_expired(task.session, now):
         await mark_expired(task.session_id)
         return SessionExpiredError(task.session.public_id)
-    if fencing_token is not None and fencing_token != task.lock_token:
-        return StaleFencingTokenError(fencing_token, task.lock_token)
-    lock = lock_view(task, now)
-    if fencing_token is None and lock is not None:
-        return LockHeldError(lock.holder_id, lock.expires_at)
-    if expected_version is not None and expected_version != task.version:
-        return VersionConflictError(expected_version, task.version)
-    return None
+    return guard.refusal(task, now)
 
 
 async def _session_public_id(session_pk: int) -> str:
