@@ -2,8 +2,7 @@
 
 Every type, field, argument (with its type and default), enum value, union member
 and input field of the contract must be in the SDL that `runstate export-schema`
-prints. Names the server does not offer yet are listed in NOT_YET with the issue
-that adds them; the test fails as soon as one of them appears, so the list shrinks.
+prints.
 """
 
 from __future__ import annotations
@@ -25,30 +24,6 @@ from graphql.pyutils import Undefined
 from runstate.schema.build import schema as runstate_schema
 
 CONTRACT = Path(__file__).with_name("contract.graphql")
-
-NOT_YET = {
-    # issue 4: lifecycle (resume, decisions, leases, tool states)
-    "Mutation.resumeTask": 4,
-    "Mutation.decideStep": 4,
-    "Mutation.acquireTaskLock": 4,
-    "Mutation.renewTaskLock": 4,
-    "Mutation.releaseTaskLock": 4,
-    "Mutation.recordToolCall": 4,
-    "ResumePlan": 4,
-    "ResumeResult": 4,
-    "LockResult": 4,
-    "ReleaseResult": 4,
-    "ToolStateResult": 4,
-    "LockNotHeld": 4,
-    "StepDecision": 4,
-    "ToolOutcome": 4,
-    "ResumeTaskInput": 4,
-    "DecideStepInput": 4,
-    "AcquireTaskLockInput": 4,
-    "RenewTaskLockInput": 4,
-    "ReleaseTaskLockInput": 4,
-    "RecordToolCallInput": 4,
-}
 
 
 def contract_gaps(contract: GraphQLSchema, ours: GraphQLSchema) -> list[str]:
@@ -117,8 +92,7 @@ def exported() -> GraphQLSchema:
 
 
 def test_exported_schema_contains_the_contract() -> None:
-    gaps = contract_gaps(build_schema(CONTRACT.read_text()), exported())
-    assert sorted(gaps) == sorted(NOT_YET)
+    assert contract_gaps(build_schema(CONTRACT.read_text()), exported()) == []
 
 
 def test_the_check_finds_a_renamed_field() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,6 +16,7 @@ from runstate.http import BearerAuth, BodyLimit, GraphQLView
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
 from runstate.pubsub.redis import RedisBroker
 from runstate.schema.build import build_schema
+from runstate.services.sweep import sweep_forever
 from runstate.settings import Settings
 from runstate.web import routes as web_routes
 
@@ -22,7 +25,8 @@ def create_app(settings: Settings) -> Starlette:
     """The ASGI app: GraphQL at /graphql (HTTP and WebSocket), the web page at /.
 
     On start it migrates and opens the database, then the broker (Redis when
-    ``redis_url`` is set, in-process otherwise) and the publisher in front of it.
+    ``redis_url`` is set, in-process otherwise) and the publisher in front of it,
+    and starts the expiry sweep.
     """
 
     @asynccontextmanager
@@ -39,9 +43,15 @@ def create_app(settings: Settings) -> Starlette:
         await broker.start()
         await publisher.start()
         pubsub.install(Hub(broker, publisher))
+        sweeper = asyncio.create_task(
+            sweep_forever(settings.retention, settings.sweep_seconds), name="runstate-sweeper"
+        )
         try:
             yield
         finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
             pubsub.uninstall()
             await publisher.close()
             await broker.close()

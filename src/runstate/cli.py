@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from runstate.db import close_database, open_database
 from runstate.services import tokens
 from runstate.services.errors import DomainError
+from runstate.services.sweep import sweep
 from runstate.settings import Settings, SettingsError
 
 
@@ -33,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     revoke.add_argument("token")
 
     commands.add_parser("migrate", help="apply pending database migrations")
+    sweep = commands.add_parser("sweep", help="expire idle sessions, delete old expired ones")
+    sweep.add_argument("--retention", type=int, help="overrides RUNSTATE_RETENTION")
     commands.add_parser("export-schema", help="print the GraphQL schema (SDL)")
     return parser
 
@@ -58,6 +61,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.command == "migrate":
         _with_database(settings, _noop)
         print("migrations applied")
+    elif args.command == "sweep":
+
+        async def run_sweep() -> None:
+            result = await sweep(settings.retention)
+            print(f"{result.expired} sessions expired, {result.deleted} deleted")
+
+        _with_database(settings, run_sweep)
     elif args.token_command == "create":
         user = args.user
 

@@ -62,3 +62,19 @@ class TaskEventKind(StrEnum):
     TOOL_STATE_CHANGED = "TOOL_STATE_CHANGED"
     LOCK_ACQUIRED = "LOCK_ACQUIRED"
     LOCK_RELEASED = "LOCK_RELEASED"
+
+
+class ToolOutcome(StrEnum):
+    """What an agent reports about one tool call."""
+
+    CALLING = "CALLING"
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+    RATE_LIMITED = "RATE_LIMITED"
+
+
+class StepDecision(StrEnum):
+    """A person's answer for a step that may or may not have had its effect."""
+
+    RETRY = "RETRY"
+    SKIP = "SKIP"

@@ -27,6 +27,7 @@ class Settings:
     catch_up_seconds: float = 3.0
     subscriber_queue: int = 1000
     gap_fill: bool = True
+    sweep_seconds: float = 60.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -42,6 +43,7 @@ class Settings:
             catch_up_seconds=_positive_float(env, "RUNSTATE_CATCH_UP_SECONDS", 3.0),
             subscriber_queue=_positive_int(env, "RUNSTATE_SUBSCRIBER_QUEUE", 1000),
             gap_fill=_flag(env, "RUNSTATE_GAP_FILL", True),
+            sweep_seconds=_positive_float(env, "RUNSTATE_SWEEP_SECONDS", 60.0),
         )
 
     def with_overrides(self, **changes: Any) -> Settings:

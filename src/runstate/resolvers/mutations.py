@@ -4,22 +4,38 @@ from __future__ import annotations
 
 import strawberry
 
-from runstate.resolvers.results import DeleteResult, SessionResult, TaskResult, answer
+from runstate.enums import StepDecision
+from runstate.resolvers.results import (
+    DeleteResult,
+    LockResult,
+    ReleaseResult,
+    ResumeResult,
+    SessionResult,
+    TaskResult,
+    ToolStateResult,
+    answer,
+)
 from runstate.schema.context import Info
 from runstate.schema.inputs import (
+    AcquireTaskLockInput,
     AddStepsInput,
     CheckpointTaskInput,
     CompleteStepInput,
     CreateTaskInput,
+    DecideStepInput,
     DeleteSessionInput,
     FailStepInput,
+    RecordToolCallInput,
+    ReleaseTaskLockInput,
+    RenewTaskLockInput,
+    ResumeTaskInput,
     SetTaskStatusInput,
     StartSessionInput,
     StepRefInput,
     UpdateSessionInput,
 )
-from runstate.schema.types import AgentSession, Deleted, Task
-from runstate.services import sessions, tasks
+from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
+from runstate.services import leases, lifecycle, sessions, tasks, tools
 
 
 def _deleted(session_id: str) -> Deleted:
@@ -161,4 +177,73 @@ class Mutation:
                 fencing_token=input.fencing_token,
             ),
             Task.of,
+        )
+
+    @strawberry.mutation
+    async def resume_task(self, info: Info, input: ResumeTaskInput) -> ResumeResult:
+        return await answer(
+            lifecycle.resume_task(
+                info.context.user_id,
+                input.task_id,
+                expected_version=input.expected_version,
+                fencing_token=input.fencing_token,
+            ),
+            ResumePlan.of,
+        )
+
+    @strawberry.mutation
+    async def decide_step(self, info: Info, input: DecideStepInput) -> TaskResult:
+        return await answer(
+            lifecycle.decide_step(
+                info.context.user_id,
+                input.task_id,
+                input.step_index,
+                input.decision is StepDecision.RETRY,
+                expected_version=input.expected_version,
+                fencing_token=input.fencing_token,
+            ),
+            Task.of,
+        )
+
+    @strawberry.mutation
+    async def acquire_task_lock(self, info: Info, input: AcquireTaskLockInput) -> LockResult:
+        return await answer(
+            leases.acquire_task_lock(
+                info.context.user_id, input.task_id, input.holder_id, input.ttl_seconds
+            ),
+            TaskLock.of,
+        )
+
+    @strawberry.mutation
+    async def renew_task_lock(self, info: Info, input: RenewTaskLockInput) -> LockResult:
+        return await answer(
+            leases.renew_task_lock(
+                info.context.user_id, input.task_id, input.holder_id, input.ttl_seconds
+            ),
+            TaskLock.of,
+        )
+
+    @strawberry.mutation
+    async def release_task_lock(self, info: Info, input: ReleaseTaskLockInput) -> ReleaseResult:
+        return await answer(
+            leases.release_task_lock(info.context.user_id, input.task_id, input.holder_id),
+            Task.of,
+        )
+
+    @strawberry.mutation
+    async def record_tool_call(self, info: Info, input: RecordToolCallInput) -> ToolStateResult:
+        return await answer(
+            tools.record_tool_call(
+                info.context.user_id,
+                input.task_id,
+                input.tool_name,
+                input.outcome,
+                expected_version=input.expected_version,
+                fencing_token=input.fencing_token,
+                result=input.result,
+                error=input.error,
+                retry_after_seconds=input.retry_after_seconds,
+                max_retries=input.max_retries,
+            ),
+            ToolState.of,
         )

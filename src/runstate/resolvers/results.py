@@ -11,13 +11,14 @@ from runstate.schema.problems import (
     InvalidInput,
     InvalidTransition,
     LockHeld,
+    LockNotHeld,
     NotFound,
     SessionExpired,
     StaleFencingToken,
     VersionConflict,
     to_problem,
 )
-from runstate.schema.types import AgentSession, Deleted, Task
+from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
 from runstate.services.errors import DomainError
 
 SessionResult = Annotated[
@@ -36,6 +37,32 @@ TaskResult = Annotated[
     strawberry.union("TaskResult"),
 ]
 DeleteResult = Annotated[Deleted | NotFound, strawberry.union("DeleteResult")]
+ResumeResult = Annotated[
+    ResumePlan
+    | NotFound
+    | VersionConflict
+    | InvalidTransition
+    | SessionExpired
+    | LockHeld
+    | StaleFencingToken,
+    strawberry.union("ResumeResult"),
+]
+LockResult = Annotated[
+    TaskLock | NotFound | LockHeld | LockNotHeld | InvalidInput | SessionExpired,
+    strawberry.union("LockResult"),
+]
+ReleaseResult = Annotated[Task | NotFound | LockNotHeld, strawberry.union("ReleaseResult")]
+ToolStateResult = Annotated[
+    ToolState
+    | NotFound
+    | VersionConflict
+    | InvalidTransition
+    | InvalidInput
+    | SessionExpired
+    | StaleFencingToken
+    | LockHeld,
+    strawberry.union("ToolStateResult"),
+]
 
 V = TypeVar("V")
 G = TypeVar("G")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import strawberry
 from strawberry.scalars import JSON
 
-from runstate.enums import SessionStatus, StepStatus, TaskStatus
+from runstate.enums import SessionStatus, StepDecision, StepStatus, TaskStatus, ToolOutcome
 from runstate.services.taskwrite import StepPatch
 from runstate.services.validation import StepPlan
 
@@ -166,3 +166,73 @@ class SetTaskStatusInput:
     expected_version: int
     status: TaskStatus
     fencing_token: int | None = None
+
+
+@strawberry.input
+class ResumeTaskInput:
+    """Resume a task after a crash."""
+
+    task_id: strawberry.ID
+    expected_version: int | None = None
+    fencing_token: int | None = None
+
+
+@strawberry.input
+class DecideStepInput:
+    """A person's decision on a step in doubt."""
+
+    task_id: strawberry.ID
+    step_index: int
+    expected_version: int
+    fencing_token: int | None = None
+    decision: StepDecision
+
+
+@strawberry.input
+class AcquireTaskLockInput:
+    """Ask for a lease on a task."""
+
+    task_id: strawberry.ID
+    holder_id: str
+    ttl_seconds: int
+
+
+@strawberry.input
+class RenewTaskLockInput:
+    """Extend a lease (a heartbeat)."""
+
+    task_id: strawberry.ID
+    holder_id: str
+    ttl_seconds: int
+
+
+@strawberry.input
+class ReleaseTaskLockInput:
+    """Give a lease up."""
+
+    task_id: strawberry.ID
+    holder_id: str
+
+
+@strawberry.input
+class RecordToolCallInput:
+    """One report about a tool call."""
+
+    task_id: strawberry.ID
+    tool_name: str
+    expected_version: int | None = strawberry.field(
+        default=None,
+        description=(
+            "Omit to apply unconditionally (tool counters are often written by several workers)."
+        ),
+    )
+    fencing_token: int | None = None
+    outcome: ToolOutcome
+    result: JSON | None = None
+    error: str | None = None
+    retry_after_seconds: int | None = strawberry.field(
+        default=None, description="With RATE_LIMITED: when the tool may be called again."
+    )
+    max_retries: int | None = strawberry.field(
+        default=None, description="Sets the tool's retry budget (default 3)."
+    )

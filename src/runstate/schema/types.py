@@ -10,6 +10,7 @@ from strawberry.scalars import JSON
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
 from runstate.schema.context import Info
 from runstate.services import queries
+from runstate.services.lifecycle import ResumePlanView
 from runstate.services.views import (
     EventView,
     LockView,
@@ -335,6 +336,31 @@ def _page_info(page: Page[TaskView] | Page[SessionView]) -> PageInfo:
         has_next_page=page.has_next_page,
         end_cursor=page.cursors[-1] if page.cursors else None,
     )
+
+
+@strawberry.type
+class ResumePlan:
+    """Where to go on after a crash."""
+
+    task: Task
+    resume_from: int | None = strawberry.field(
+        description="The step to run next, or null when nothing is left to run."
+    )
+    needs_decision: bool = strawberry.field(
+        description=(
+            "True when resumeFrom is a non-idempotent step that was RUNNING at the crash: "
+            "call decideStep first."
+        )
+    )
+
+    @classmethod
+    def of(cls, plan: ResumePlanView) -> ResumePlan:
+        """The GraphQL object for a resume plan."""
+        return cls(
+            task=Task.of(plan.task),
+            resume_from=plan.resume_from,
+            needs_decision=plan.needs_decision,
+        )
 
 
 @strawberry.type

@@ -139,11 +139,14 @@ class Guard:
 
     ``where`` is ANDed with the owner check; ``sets`` are the columns it writes;
     ``refusal`` explains a miss from the row as it now stands (None: try again).
+    ``touch_session`` checks the session's expiry and marks it active (every write
+    but a lease release does).
     """
 
     where: Callable[[datetime], Q]
     sets: Callable[[datetime], dict[str, Any]]
     refusal: Callable[[Task, datetime], DomainError | None]
+    touch_session: bool = True
 
 
 def lease_allows(fencing_token: int | None, now: datetime) -> Q:
@@ -205,7 +208,7 @@ async def write_task(user_id: str, task_id: str, apply: Apply, guard: Guard) -> 
                 )
                 if not matched:
                     raise UnmatchedWriteError
-                view, event = await _apply(conn, user_id, task_id, apply, now)
+                view, event = await _apply(conn, user_id, task_id, apply, guard, now)
             if event is not None:
                 progress.announce(event)
             return view
@@ -221,10 +224,16 @@ async def write_task(user_id: str, task_id: str, apply: Apply, guard: Guard) -> 
 
 
 async def _apply(
-    conn: BaseDBAsyncClient, user_id: str, task_id: str, apply: Apply, now: datetime
+    conn: BaseDBAsyncClient,
+    user_id: str,
+    task_id: str,
+    apply: Apply,
+    guard: Guard,
+    now: datetime,
 ) -> tuple[TaskView, EventView | None]:
     task = await Task.filter(user_id=user_id, public_id=task_id).using_db(conn).get()
-    await _touch_session(conn, task.session_id, now)
+    if guard.touch_session:
+        await _touch_session(conn, task.session_id, now)
     steps = list(await Step.filter(task_id=task.id).using_db(conn).order_by("position"))
     draft = Draft(task=task, steps=steps, now=now, status=task.status, conn=conn)
     change = await apply(draft)
@@ -315,7 +324,7 @@ async def _why_missed(user_id: str, task_id: str, guard: Guard) -> DomainError |
     task = await Task.get_or_none(user_id=user_id, public_id=task_id).select_related("session")
     if task is None:
         return NotFoundError("task", task_id)
-    if is_expired(task.session, now):
+    if guard.touch_session and is_expired(task.session, now):
         await mark_expired(task.session_id)
         return SessionExpiredError(task.session.public_id)
     return guard.refusal(task, now)
