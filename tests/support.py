@@ -224,16 +224,14 @@ SESSION = (
     " expiresAt metadata ttlSeconds }" + PROBLEM
 )
 
-TASK = (
-    """... on Task {
+TASK_FIELDS = """
   id sessionId goal status version currentStep totalSteps eventSeq createdAt updatedAt
   steps { index action input output status idempotent attempts error startedAt completedAt }
   toolStates { toolName }
   lock { holderId }
-}"""
-    + PROBLEM
-    + LEASE_PROBLEM
-)
+"""
+
+TASK = "... on Task {" + TASK_FIELDS + "}" + PROBLEM + LEASE_PROBLEM
 
 
 def mutate(api: Api, name: str, input_type: str, fields: str, **input: Any) -> dict[str, Any]:

@@ -1,0 +1,352 @@
+"""Resume after a crash, decisions, leases with fencing tokens, tool states: over HTTP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.test_api import events, new_task, step
+from tests.support import LEASE_PROBLEM, PROBLEM, TASK, TASK_FIELDS, Api, mutate, wait_until
+
+PLAN = (
+    "__typename ... on ResumePlan { resumeFrom needsDecision task {"
+    + TASK_FIELDS
+    + """} }
+  ... on Problem { code message }
+  ... on NotFound { id }
+  ... on VersionConflict { expectedVersion currentVersion }
+  ... on InvalidTransition { from to }
+  ... on SessionExpired { sessionId }
+"""
+    + LEASE_PROBLEM
+)
+LOCK = """
+  __typename
+  ... on TaskLock { taskId holderId fencingToken expiresAt }
+  ... on Problem { code message }
+  ... on NotFound { id }
+  ... on InvalidInput { field }
+  ... on SessionExpired { sessionId }
+  ... on LockHeld { holderId expiresAt }
+"""
+TOOL = (
+    "... on ToolState { taskId toolName status version retryCount maxRetries lastResult"
+    " lastError rateLimitResetAt }" + PROBLEM + LEASE_PROBLEM
+)
+
+
+def resume(api: Api, task_id: str, **input: Any) -> dict[str, Any]:
+    return mutate(api, "resumeTask", "ResumeTaskInput", PLAN, taskId=task_id, **input)
+
+
+def acquire(api: Api, task_id: str, holder: str, ttl: int = 60) -> dict[str, Any]:
+    return mutate(
+        api,
+        "acquireTaskLock",
+        "AcquireTaskLockInput",
+        LOCK,
+        taskId=task_id,
+        holderId=holder,
+        ttlSeconds=ttl,
+    )
+
+
+def tool(
+    api: Api, task_id: str, outcome: str, name: str = "flights", **input: Any
+) -> dict[str, Any]:
+    return mutate(
+        api,
+        "recordToolCall",
+        "RecordToolCallInput",
+        TOOL,
+        taskId=task_id,
+        toolName=name,
+        outcome=outcome,
+        **input,
+    )
+
+
+def task_now(api: Api, task_id: str) -> dict[str, Any]:
+    task: dict[str, Any] = api("query($id: ID!) { task(id: $id) { " + TASK + " } }", id=task_id)[
+        "task"
+    ]
+    return task
+
+
+def at_second_step(api: Api, status: str, idempotent: bool) -> dict[str, Any]:
+    """A task whose step 0 succeeded and whose step 1 is ``status``."""
+    created = mutate(
+        api,
+        "createTask",
+        "CreateTaskInput",
+        TASK,
+        sessionId=new_task(api, steps=1)["sessionId"],
+        goal="resume me",
+        steps=[{"action": "search"}, {"action": "book", "idempotent": idempotent}],
+    )
+    patches = [{"index": 0, "status": "SUCCESS"}]
+    if status != "PENDING":
+        patches.append({"index": 1, "status": status})
+    result = step(
+        api,
+        "checkpointTask",
+        "CheckpointTaskInput",
+        taskId=created["id"],
+        expectedVersion=1,
+        steps=patches,
+    )
+    assert result["__typename"] == "Task", result
+    return result
+
+
+# status of step 1, idempotent -> resumeFrom, needsDecision, step 1 after, task after, event
+RESUME_TABLE = [
+    ("PENDING", True, 1, False, "PENDING", "RUNNING", None),
+    ("PENDING", False, 1, False, "PENDING", "RUNNING", None),
+    ("RUNNING", True, 1, False, "PENDING", "RUNNING", "STEP_RESET"),
+    ("RUNNING", False, 1, True, "RUNNING", "AWAITING_DECISION", "TASK_STATUS_CHANGED"),
+    ("FAILED", True, 1, False, "PENDING", "RUNNING", "STEP_RESET"),
+    ("FAILED", False, 1, False, "PENDING", "RUNNING", "STEP_RESET"),
+    ("SUCCESS", True, None, False, "SUCCESS", "COMPLETED", None),
+    ("SUCCESS", False, None, False, "SUCCESS", "COMPLETED", None),
+    ("SKIPPED", True, None, False, "SKIPPED", "COMPLETED", None),
+    ("SKIPPED", False, None, False, "SKIPPED", "COMPLETED", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("status", "idempotent", "resume_from", "needs_decision", "step_after", "task_after", "event"),
+    RESUME_TABLE,
+)
+def test_resume_plan(
+    alice: Api,
+    status: str,
+    idempotent: bool,
+    resume_from: int | None,
+    needs_decision: bool,
+    step_after: str,
+    task_after: str,
+    event: str | None,
+) -> None:
+    before = at_second_step(alice, status, idempotent)
+    plan = resume(alice, before["id"])
+    assert (plan["resumeFrom"], plan["needsDecision"]) == (resume_from, needs_decision)
+    after = plan["task"]
+    assert (after["steps"][1]["status"], after["status"]) == (step_after, task_after)
+    assert after["steps"][1]["attempts"] == before["steps"][1]["attempts"]
+    log = events(alice, before["id"])
+    if event is None:
+        assert (after["version"], len(log)) == (before["version"], before["eventSeq"])
+    else:
+        assert after["version"] == before["version"] + 1
+        assert log[-1]["kind"] == event
+    again = resume(alice, before["id"])
+    assert again["task"]["version"] == after["version"], "a second resume changes nothing"
+    assert (again["resumeFrom"], again["needsDecision"]) == (resume_from, needs_decision)
+
+
+def test_resume_refuses_a_cancelled_task_and_a_stale_version(alice: Api) -> None:
+    task = new_task(alice)
+    stale = resume(alice, task["id"], expectedVersion=7)
+    assert (stale["__typename"], stale["currentVersion"]) == ("VersionConflict", 1)
+    step(
+        alice,
+        "setTaskStatus",
+        "SetTaskStatusInput",
+        taskId=task["id"],
+        expectedVersion=1,
+        status="CANCELLED",
+    )
+    refused = resume(alice, task["id"])
+    assert (refused["__typename"], refused["from"], refused["to"]) == (
+        "InvalidTransition",
+        "CANCELLED",
+        "RUNNING",
+    )
+
+
+@pytest.mark.parametrize(("decision", "step_after"), [("RETRY", "PENDING"), ("SKIP", "SKIPPED")])
+def test_decide_step_resolves_a_step_in_doubt(alice: Api, decision: str, step_after: str) -> None:
+    task = at_second_step(alice, "RUNNING", idempotent=False)
+    plan = resume(alice, task["id"])
+    version = plan["task"]["version"]
+    decided = step(
+        alice,
+        "decideStep",
+        "DecideStepInput",
+        taskId=task["id"],
+        stepIndex=1,
+        expectedVersion=version,
+        decision=decision,
+    )
+    assert decided["steps"][1]["status"] == step_after
+    assert decided["status"] == ("RUNNING" if decision == "RETRY" else "COMPLETED")
+    assert events(alice, task["id"])[-1]["kind"] == (
+        "STEP_RESET" if decision == "RETRY" else "STEP_SKIPPED"
+    )
+    second_device = step(
+        alice,
+        "decideStep",
+        "DecideStepInput",
+        taskId=task["id"],
+        stepIndex=1,
+        expectedVersion=version,
+        decision="SKIP",
+    )
+    assert (second_device["__typename"], second_device["currentVersion"]) == (
+        "VersionConflict",
+        version + 1,
+    )
+
+
+# ---------------------------------------------------------------- leases
+
+
+def test_lease_lifecycle_and_fencing(alice: Api) -> None:
+    task = new_task(alice, steps=2)
+    tid = task["id"]
+    first = acquire(alice, tid, "worker-a")
+    assert (first["__typename"], first["holderId"], first["fencingToken"]) == (
+        "TaskLock",
+        "worker-a",
+        1,
+    )
+    seq = task_now(alice, tid)["eventSeq"]
+    assert events(alice, tid)[-1]["kind"] == "LOCK_ACQUIRED"
+    again = acquire(alice, tid, "worker-a", ttl=120)
+    assert again["fencingToken"] == 1
+    assert again["expiresAt"] > first["expiresAt"]
+    assert task_now(alice, tid)["eventSeq"] == seq, "extending one's own lease logs nothing"
+    held = acquire(alice, tid, "worker-b")
+    assert (held["__typename"], held["holderId"]) == ("LockHeld", "worker-a")
+    blind = step(alice, "startStep", "StepRefInput", taskId=tid, stepIndex=0, expectedVersion=1)
+    assert (blind["__typename"], blind["holderId"]) == ("LockHeld", "worker-a")
+    fenced = step(
+        alice,
+        "startStep",
+        "StepRefInput",
+        taskId=tid,
+        stepIndex=0,
+        expectedVersion=1,
+        fencingToken=1,
+    )
+    assert (fenced["__typename"], fenced["lock"]) == ("Task", {"holderId": "worker-a"})
+    renewed = mutate(
+        alice,
+        "renewTaskLock",
+        "RenewTaskLockInput",
+        LOCK,
+        taskId=tid,
+        holderId="worker-a",
+        ttlSeconds=300,
+    )
+    assert renewed["expiresAt"] > again["expiresAt"]
+    not_mine = mutate(
+        alice,
+        "renewTaskLock",
+        "RenewTaskLockInput",
+        LOCK,
+        taskId=tid,
+        holderId="worker-b",
+        ttlSeconds=5,
+    )
+    assert not_mine["__typename"] == "LockNotHeld"
+    released = alice(
+        "mutation($i: ReleaseTaskLockInput!) { releaseTaskLock(input: $i) { __typename"
+        " ... on Task { lock { holderId } } } }",
+        i={"taskId": tid, "holderId": "worker-a"},
+    )["releaseTaskLock"]
+    assert released == {"__typename": "Task", "lock": None}
+    assert events(alice, tid)[-1]["kind"] == "LOCK_RELEASED"
+    second = acquire(alice, tid, "worker-b")
+    assert second["fencingToken"] == 2
+    stale = step(
+        alice,
+        "completeStep",
+        "CompleteStepInput",
+        taskId=tid,
+        stepIndex=0,
+        expectedVersion=2,
+        fencingToken=1,
+    )
+    assert (stale["__typename"], stale["currentToken"]) == ("StaleFencingToken", 2)
+    tool_write = tool(alice, tid, "CALLING", fencingToken=1)
+    assert tool_write["__typename"] == "StaleFencingToken"
+    unleased_tool = tool(alice, tid, "CALLING")
+    assert unleased_tool["__typename"] == "LockHeld"
+
+
+def test_an_expired_lease_is_as_good_as_released(alice: Api) -> None:
+    task = new_task(alice)
+    assert acquire(alice, task["id"], "short", ttl=1)["fencingToken"] == 1
+    wait_until(lambda: task_now(alice, task["id"])["lock"] is None, 10, "the lease to lapse")
+    free = step(
+        alice, "startStep", "StepRefInput", taskId=task["id"], stepIndex=0, expectedVersion=1
+    )
+    assert free["__typename"] == "Task"
+    assert acquire(alice, task["id"], "next")["fencingToken"] == 2
+    lapsed = mutate(
+        alice,
+        "renewTaskLock",
+        "RenewTaskLockInput",
+        LOCK,
+        taskId=task["id"],
+        holderId="short",
+        ttlSeconds=5,
+    )
+    assert lapsed["__typename"] == "LockNotHeld"
+
+
+@pytest.mark.parametrize(("ttl", "holder", "field"), [(0, "w", "ttlSeconds"), (10, "", "holderId")])
+def test_bad_lease_input(alice: Api, ttl: int, holder: str, field: str) -> None:
+    task = new_task(alice)
+    bad = acquire(alice, task["id"], holder, ttl=ttl)
+    assert (bad["__typename"], bad["field"]) == ("InvalidInput", field)
+
+
+# ---------------------------------------------------------------- tool states
+
+
+def test_tool_state_machine(alice: Api) -> None:
+    task = new_task(alice)
+    tid = task["id"]
+    calling = tool(alice, tid, "CALLING", maxRetries=2)
+    assert (calling["status"], calling["version"], calling["maxRetries"]) == ("CALLING", 1, 2)
+    first = tool(alice, tid, "FAILURE", error="502")
+    assert (first["status"], first["retryCount"], first["lastError"]) == ("RETRYING", 1, "502")
+    second = tool(alice, tid, "FAILURE", error="503")
+    assert (second["status"], second["retryCount"]) == ("FAILED", 2)
+    ok = tool(alice, tid, "SUCCESS", result={"flights": 4})
+    assert (ok["status"], ok["retryCount"], ok["lastResult"], ok["version"]) == (
+        "SUCCESS",
+        0,
+        {"flights": 4},
+        4,
+    )
+    limited = tool(alice, tid, "RATE_LIMITED", retryAfterSeconds=120)
+    assert (limited["status"], limited["rateLimitResetAt"] is not None) == ("RETRYING", True)
+    blocked = tool(alice, tid, "CALLING")
+    assert (blocked["__typename"], blocked["to"]) == ("InvalidTransition", "CALLING")
+    stale = tool(alice, tid, "SUCCESS", expectedVersion=1)
+    assert (stale["__typename"], stale["currentVersion"]) == ("VersionConflict", 5)
+    now = task_now(alice, tid)
+    assert now["version"] == 1, "tool states leave the task's version alone"
+    assert now["toolStates"] == [{"toolName": "flights"}]
+    log = events(alice, tid)
+    assert [e["kind"] for e in log[1:]] == ["TOOL_STATE_CHANGED"] * 5
+    assert {e["taskVersion"] for e in log} == {1}
+
+
+@pytest.mark.parametrize(
+    ("input", "field"),
+    [
+        ({"outcome": "RATE_LIMITED"}, "retryAfterSeconds"),
+        ({"outcome": "CALLING", "maxRetries": -1}, "maxRetries"),
+        ({"outcome": "CALLING", "name": ""}, "toolName"),
+    ],
+)
+def test_bad_tool_input(alice: Api, input: dict[str, Any], field: str) -> None:
+    task = new_task(alice)
+    bad = tool(alice, task["id"], **input)
+    assert (bad["__typename"], bad["field"]) == ("InvalidInput", field)
