@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from runstate.db import close_database, open_database
-from runstate.models import Session
+from runstate.models import Session, Task, ToolState
 from runstate.services import sessions
-from tests.integration.test_api import start_session
+from tests.integration.test_api import events, new_task, start_session
 from tests.support import Api, Server
 
 WRITERS = 20
@@ -110,3 +110,98 @@ async def test_same_harness_with_cas_loses_nothing(local_db: None) -> None:
                     version = conflict.current_version
 
     assert await _race(cas) == WRITERS * INCREMENTS
+
+
+# ---------------------------------------------------------------- leases and tool counters
+
+ACQUIRERS = 50
+REPORTERS = 20
+
+ACQUIRE = """
+mutation($input: AcquireTaskLockInput!) {
+  acquireTaskLock(input: $input) { __typename ... on TaskLock { holderId fencingToken } }
+}"""
+
+FAILURE = """
+mutation($input: RecordToolCallInput!) {
+  recordToolCall(input: $input) { __typename ... on ToolState { retryCount } }
+}"""
+
+
+async def _race_requests(server: Server, alice: Api, query: str, inputs: list[Any]) -> list[Any]:
+    headers = dict(alice.http.headers)
+    async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as client:
+        responses = await asyncio.gather(
+            *(
+                client.post("/graphql", json={"query": query, "variables": {"input": i}})
+                for i in inputs
+            )
+        )
+    return [next(iter(r.json()["data"].values())) for r in responses]
+
+
+async def test_fifty_concurrent_acquirers_get_exactly_one_lease(server: Server, alice: Api) -> None:
+    task = new_task(alice)
+    inputs = [
+        {"taskId": task["id"], "holderId": f"w{i}", "ttlSeconds": 60} for i in range(ACQUIRERS)
+    ]
+    results = await _race_requests(server, alice, ACQUIRE, inputs)
+    granted = [r for r in results if r["__typename"] == "TaskLock"]
+    assert len(granted) == 1
+    assert granted[0]["fencingToken"] == 1
+    assert sorted(r["__typename"] for r in results) == ["LockHeld"] * (ACQUIRERS - 1) + ["TaskLock"]
+    assert [e["kind"] for e in events(alice, task["id"])] == ["TASK_CREATED", "LOCK_ACQUIRED"]
+
+
+async def test_concurrent_failure_reports_lose_no_count(server: Server, alice: Api) -> None:
+    task = new_task(alice)
+    inputs = [
+        {"taskId": task["id"], "toolName": "search", "outcome": "FAILURE", "error": f"e{i}"}
+        for i in range(REPORTERS)
+    ]
+    results = await _race_requests(server, alice, FAILURE, inputs)
+    assert {r["__typename"] for r in results} == {"ToolState"}
+    final = alice(
+        "query($id: ID!) { task(id: $id) { ... on Task {"
+        " toolStates { retryCount version status } } } }",
+        id=task["id"],
+    )["task"]["toolStates"]
+    assert final == [{"retryCount": REPORTERS, "version": REPORTERS, "status": "FAILED"}]
+
+
+async def test_control_check_then_set_grants_many_leases(local_db: None) -> None:
+    """Control: reading the lease and then writing it lets several acquirers win."""
+    from runstate.services import tasks
+
+    await sessions.start_session("u", default_ttl=3600, session_id="s")
+    await tasks.create_task("u", "s", goal="g", steps=[], task_id="t")
+    winners: list[str] = []
+
+    async def naive(holder: str) -> None:
+        row = await Task.get(user_id="u", public_id="t")
+        if row.lock_holder is None:
+            row.lock_holder = holder
+            row.lock_token += 1
+            await row.save(update_fields=["lock_holder", "lock_token"])
+            winners.append(holder)
+
+    await asyncio.gather(*(naive(f"w{i}") for i in range(ACQUIRERS)))
+    assert len(winners) > 1
+
+
+async def test_control_read_then_write_loses_failure_counts(local_db: None) -> None:
+    """Control: counting retries in Python after a read loses reports."""
+    from runstate.enums import ToolOutcome
+    from runstate.services import tasks, tools
+
+    await sessions.start_session("u", default_ttl=3600, session_id="s")
+    await tasks.create_task("u", "s", goal="g", steps=[], task_id="t")
+    await tools.record_tool_call("u", "t", "search", ToolOutcome.CALLING)
+
+    async def naive() -> None:
+        row = await ToolState.get(tool_name="search")
+        row.retry_count += 1
+        await row.save(update_fields=["retry_count"])
+
+    await asyncio.gather(*(naive() for _ in range(REPORTERS)))
+    assert (await ToolState.get(tool_name="search")).retry_count < REPORTERS
