@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import queue
 import shutil
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -376,3 +379,57 @@ class RedisServer:
         """How many connections are subscribed to ``channel`` (PUBSUB NUMSUB)."""
         reply = self.command(f"PUBSUB NUMSUB {channel}")  # *2 $len channel :count
         return int(reply.rsplit(":", 1)[1].split()[0])
+
+
+class AgentProcess:
+    """``tests.agents.worker`` in a subprocess, its JSON lines read with deadlines."""
+
+    def __init__(self, url: str, token: str, task_id: str, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.agents.worker", url, token, task_id, *args],
+            cwd=Path(__file__).parent.parent,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        with contextlib.suppress(ValueError, OSError):  # the pipe closed under us: done
+            for line in self.process.stdout:
+                self.lines.put(json.loads(line))
+        self.lines.put(None)
+
+    def until(self, done: Any, within: float = 30) -> dict[str, Any]:
+        """The first line for which ``done(line)`` holds; fail on exit or timeout."""
+        deadline = time.monotonic() + within
+        while True:
+            line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            if line is None:
+                raise AssertionError(f"the agent exited ({self.process.wait()}) first")
+            if done(line):
+                return line
+
+    def rest(self, within: float = 30) -> list[dict[str, Any]]:
+        """Every line until the agent exits."""
+        lines = []
+        while (line := self.lines.get(timeout=within)) is not None:
+            lines.append(line)
+        self.process.wait(timeout=within)
+        return lines
+
+    def send(self, text: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(text)
+        self.process.stdin.flush()
+
+    def kill(self) -> None:
+        """SIGKILL the agent if it still runs, and close its pipes."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
