@@ -19,6 +19,18 @@ def start_session(api: Api, **input: Any) -> dict[str, Any]:
     return mutate(api, "startSession", "StartSessionInput", SESSION, **input)
 
 
+def update_session(api: Api, session_id: str, version: int, **input: Any) -> dict[str, Any]:
+    return mutate(
+        api,
+        "updateSession",
+        "UpdateSessionInput",
+        SESSION,
+        id=session_id,
+        expectedVersion=version,
+        **input,
+    )
+
+
 def create_task(
     api: Api, session_id: str, steps: int | list[dict[str, Any]] = 3, **input: Any
 ) -> dict[str, Any]:
@@ -83,13 +95,10 @@ def test_two_users_may_choose_the_same_session_id(alice: Api, bob: Api) -> None:
 
 def test_update_session_bumps_version_and_counts_messages(alice: Api) -> None:
     s = start_session(alice)
-    u = mutate(
+    u = update_session(
         alice,
-        "updateSession",
-        "UpdateSessionInput",
-        SESSION,
-        id=s["id"],
-        expectedVersion=1,
+        s["id"],
+        1,
         messageCountDelta=3,
         metadata={"topic": "trip"},
         status="PAUSED",
@@ -105,10 +114,8 @@ def test_update_session_bumps_version_and_counts_messages(alice: Api) -> None:
 
 def test_update_session_with_stale_version_answers_conflict(alice: Api) -> None:
     s = start_session(alice)
-    mutate(alice, "updateSession", "UpdateSessionInput", SESSION, id=s["id"], expectedVersion=1)
-    stale = mutate(
-        alice, "updateSession", "UpdateSessionInput", SESSION, id=s["id"], expectedVersion=1
-    )
+    update_session(alice, s["id"], 1)
+    stale = update_session(alice, s["id"], 1)
     assert stale["__typename"] == "VersionConflict"
     assert (stale["code"], stale["expectedVersion"], stale["currentVersion"]) == (
         "VERSION_CONFLICT",
@@ -119,23 +126,17 @@ def test_update_session_with_stale_version_answers_conflict(alice: Api) -> None:
 
 def test_update_session_refuses_a_completed_session_coming_back(alice: Api) -> None:
     s = start_session(alice)
-    done = mutate(
+    done = update_session(
         alice,
-        "updateSession",
-        "UpdateSessionInput",
-        SESSION,
-        id=s["id"],
-        expectedVersion=1,
+        s["id"],
+        1,
         status="COMPLETED",
     )
     assert done["status"] == "COMPLETED"
-    back = mutate(
+    back = update_session(
         alice,
-        "updateSession",
-        "UpdateSessionInput",
-        SESSION,
-        id=s["id"],
-        expectedVersion=2,
+        s["id"],
+        2,
         status="ACTIVE",
     )
     assert (back["__typename"], back["from"], back["to"]) == (
@@ -150,13 +151,10 @@ def test_update_session_refuses_a_completed_session_coming_back(alice: Api) -> N
 
 def test_update_session_refuses_negative_message_delta(alice: Api) -> None:
     s = start_session(alice)
-    bad = mutate(
+    bad = update_session(
         alice,
-        "updateSession",
-        "UpdateSessionInput",
-        SESSION,
-        id=s["id"],
-        expectedVersion=1,
+        s["id"],
+        1,
         messageCountDelta=-1,
     )
     assert (bad["__typename"], bad["field"]) == ("InvalidInput", "messageCountDelta")
@@ -224,13 +222,10 @@ def test_sessions_are_listed_newest_first_with_cursors(bob: Api) -> None:
 
 def test_sessions_filter_by_status(alice: Api) -> None:
     s = start_session(alice)
-    mutate(
+    update_session(
         alice,
-        "updateSession",
-        "UpdateSessionInput",
-        SESSION,
-        id=s["id"],
-        expectedVersion=1,
+        s["id"],
+        1,
         status="PAUSED",
     )
     paused = alice("{ sessions(status: PAUSED, first: 200) { edges { node { id status } } } }")
@@ -556,9 +551,7 @@ def test_someone_else_cannot_write_or_delete(alice: Api, bob: Api) -> None:
     t = new_task(alice)
     r = step(bob, "startStep", "StepRefInput", taskId=t["id"], stepIndex=0, expectedVersion=1)
     assert (r["__typename"], r["id"]) == ("NotFound", t["id"])
-    u = mutate(
-        bob, "updateSession", "UpdateSessionInput", SESSION, id=t["sessionId"], expectedVersion=1
-    )
+    u = update_session(bob, t["sessionId"], 1)
     assert u["__typename"] == "NotFound"
     c = create_task(bob, t["sessionId"])
     assert c["__typename"] == "NotFound"

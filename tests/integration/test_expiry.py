@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.integration.test_api import create_task, start_session, step
-from tests.support import SESSION, Api, mutate, wait_until
+from tests.integration.test_api import create_task, start_session, step, update_session
+from tests.support import SESSION, Api, wait_until
 
 
 def session(api: Api, session_id: str) -> dict[str, object]:
@@ -27,13 +27,10 @@ def test_an_inactive_session_expires_and_stays_expired(alice: Api) -> None:
     assert (refused["__typename"], refused["sessionId"]) == ("SessionExpired", s["id"])
     write = step(alice, "startStep", "StepRefInput", taskId=t["id"], stepIndex=0, expectedVersion=1)
     assert write["__typename"] == "SessionExpired"
-    update = mutate(
+    update = update_session(
         alice,
-        "updateSession",
-        "UpdateSessionInput",
-        SESSION,
-        id=s["id"],
-        expectedVersion=1,
+        s["id"],
+        1,
         status="ACTIVE",
     )
     assert update["__typename"] == "SessionExpired"
