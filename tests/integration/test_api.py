@@ -563,3 +563,30 @@ def test_someone_else_cannot_write_or_delete(alice: Api, bob: Api) -> None:
     assert t["id"] not in [e["node"]["id"] for e in bobs]
     mine = alice("query($id: ID!) { task(id: $id) { " + TASK + " } }", id=t["id"])["task"]
     assert mine == t
+
+
+@pytest.mark.parametrize("value", ["done", "42", "", 7, 2.5, True, [1, "a", None], {"k": "v"}])
+def test_json_values_of_every_kind_round_trip(alice: Api, value: Any) -> None:
+    s = start_session(alice, metadata=value)
+    assert s["metadata"] == value
+    assert update_session(alice, s["id"], 1, metadata=value)["metadata"] == value
+    t = create_task(alice, s["id"], steps=[{"action": "a", "input": value}])
+    assert t["steps"][0]["input"] == value
+    step(alice, "startStep", "StepRefInput", taskId=t["id"], stepIndex=0, expectedVersion=1)
+    done = step(
+        alice,
+        "completeStep",
+        "CompleteStepInput",
+        taskId=t["id"],
+        stepIndex=0,
+        expectedVersion=2,
+        output=value,
+    )
+    assert done["steps"][0]["output"] == value
+    assert events(alice, t["id"])[-1]["kind"] == "STEP_SUCCEEDED"
+    result = alice(
+        "mutation($i: RecordToolCallInput!) { recordToolCall(input: $i) {"
+        " ... on ToolState { lastResult } } }",
+        i={"taskId": t["id"], "toolName": "x", "outcome": "SUCCESS", "result": value},
+    )
+    assert result["recordToolCall"]["lastResult"] == value

@@ -350,3 +350,19 @@ def test_bad_tool_input(alice: Api, input: dict[str, Any], field: str) -> None:
     task = new_task(alice)
     bad = tool(alice, task["id"], **input)
     assert (bad["__typename"], bad["field"]) == ("InvalidInput", field)
+
+
+def test_a_reset_keeps_the_output_a_step_had(alice: Api) -> None:
+    task = new_task(alice, steps=2)
+    partial = step(
+        alice,
+        "checkpointTask",
+        "CheckpointTaskInput",
+        taskId=task["id"],
+        expectedVersion=1,
+        steps=[{"index": 0, "status": "RUNNING", "output": {"partial": 1}}],
+    )
+    assert partial["steps"][0]["output"] == {"partial": 1}
+    plan = resume(alice, task["id"])
+    assert plan["task"]["steps"][0]["status"] == "PENDING"
+    assert plan["task"]["steps"][0]["output"] == {"partial": 1}

@@ -8,6 +8,7 @@ integer primary keys.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from tortoise import fields
 from tortoise.indexes import Index
@@ -17,6 +18,23 @@ from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus,
 
 ID_LENGTH = 64
 USER_LENGTH = 128
+
+
+def box(value: Any) -> dict[str, Any] | None:
+    """A client's JSON value as stored in a JSON column: ``{"v": value}``.
+
+    Tortoise's JSONField reads any Python ``str`` as JSON text, both when a model
+    is built and when it is saved: the output ``"done"`` would be refused and
+    ``"42"`` stored as the number 42. A dict is never mistaken, so client values
+    (metadata, step input and output, tool results) are stored boxed in one.
+    None stays SQL NULL.
+    """
+    return None if value is None else {"v": value}
+
+
+def unbox(stored: Any) -> Any:
+    """The client's JSON value of a column written with ``box``."""
+    return None if stored is None else stored["v"]
 
 
 class ApiToken(Model):

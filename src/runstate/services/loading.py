@@ -9,7 +9,7 @@ from datetime import datetime
 from tortoise.backends.base.client import BaseDBAsyncClient
 
 from runstate.enums import SessionStatus
-from runstate.models import Session, Step, Task, ToolState
+from runstate.models import Session, Step, Task, ToolState, unbox
 from runstate.services.views import LockView, SessionView, StepView, TaskView, ToolStateView
 
 
@@ -31,7 +31,7 @@ def session_view(row: Session, now: datetime) -> SessionView:
         created_at=row.created_at,
         last_active_at=row.last_active_at,
         expires_at=row.expires_at,
-        metadata=row.metadata,
+        metadata=unbox(row.metadata),
     )
 
 
@@ -40,8 +40,8 @@ def step_view(row: Step) -> StepView:
     return StepView(
         index=row.position,
         action=row.action,
-        input=row.input,
-        output=row.output,
+        input=unbox(row.input),
+        output=unbox(row.output),
         status=row.status,
         idempotent=row.idempotent,
         attempts=row.attempts,
@@ -60,7 +60,7 @@ def tool_state_view(row: ToolState, task_id: str) -> ToolStateView:
         version=row.version,
         retry_count=row.retry_count,
         max_retries=row.max_retries,
-        last_result=row.last_result,
+        last_result=unbox(row.last_result),
         last_error=row.last_error,
         rate_limit_reset_at=row.rate_limit_reset_at,
         updated_at=row.updated_at,

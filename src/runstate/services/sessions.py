@@ -10,7 +10,7 @@ from tortoise.expressions import F
 from tortoise.transactions import in_transaction
 
 from runstate.enums import SessionStatus
-from runstate.models import Session
+from runstate.models import Session, box
 from runstate.services import validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import (
@@ -44,7 +44,7 @@ async def start_session(
             version=1,
             message_count=0,
             ttl_seconds=ttl,
-            metadata=metadata,
+            metadata=box(metadata),
             created_at=now,
             last_active_at=now,
             expires_at=now + timedelta(seconds=ttl),
@@ -94,7 +94,7 @@ async def update_session(
         "message_count": F("message_count") + delta,
     }
     if set_metadata:
-        changes["metadata"] = metadata
+        changes["metadata"] = box(metadata)
     try:
         async with in_transaction() as conn:
             matched = (

@@ -10,7 +10,7 @@ from tortoise.exceptions import IntegrityError
 from tortoise.transactions import in_transaction
 
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus
-from runstate.models import Session, Step, Task
+from runstate.models import Session, Step, Task, box
 from runstate.services import progress, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, InvalidTransitionError, UnmatchedWriteError
@@ -105,7 +105,7 @@ def _new_step(task_pk: int, position: int, plan: StepPlan) -> Step:
         task_id=task_pk,
         position=position,
         action=plan.action,
-        input=plan.input,
+        input=box(plan.input),
         status=StepStatus.PENDING,
         idempotent=plan.idempotent,
         attempts=0,

@@ -19,7 +19,7 @@ from tortoise.expressions import F, Q
 from tortoise.transactions import in_transaction
 
 from runstate.enums import StepStatus, TaskEventKind, TaskStatus
-from runstate.models import Session, Step, Task, TaskEvent
+from runstate.models import Session, Step, Task, TaskEvent, box, unbox
 from runstate.services import progress, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import (
@@ -235,6 +235,8 @@ async def _apply(
     if guard.touch_session:
         await _touch_session(conn, task.session_id, now)
     steps = list(await Step.filter(task_id=task.id).using_db(conn).order_by("position"))
+    for step in steps:  # the draft works on client values; ``_save`` boxes them again
+        step.output = unbox(step.output)
     draft = Draft(task=task, steps=steps, now=now, status=task.status, conn=conn)
     change = await apply(draft)
     if change is None:
@@ -265,7 +267,7 @@ async def _save(conn: BaseDBAsyncClient, draft: Draft) -> None:
             .using_db(conn)
             .update(
                 status=step.status,
-                output=step.output,
+                output=box(step.output),
                 error=step.error,
                 attempts=step.attempts,
                 started_at=step.started_at,

@@ -14,7 +14,7 @@ from typing import Any
 from tortoise.expressions import F
 
 from runstate.enums import TaskEventKind, ToolOutcome, ToolStatus
-from runstate.models import ToolState
+from runstate.models import ToolState, box
 from runstate.services.errors import (
     InvalidInputError,
     InvalidTransitionError,
@@ -99,7 +99,7 @@ async def record_tool_call(
         if outcome is ToolOutcome.CALLING:
             changes["status"] = ToolStatus.CALLING
         elif outcome is ToolOutcome.SUCCESS:
-            changes.update(status=ToolStatus.SUCCESS, last_result=result, retry_count=0)
+            changes.update(status=ToolStatus.SUCCESS, last_result=box(result), retry_count=0)
         elif outcome is ToolOutcome.FAILURE:
             changes.update(retry_count=F("retry_count") + 1, last_error=error)
         else:
