@@ -382,11 +382,14 @@ class RedisServer:
 
 
 class AgentProcess:
-    """``tests.agents.worker`` in a subprocess, its JSON lines read with deadlines."""
+    """An agent script (``tests.agents.*``) in a subprocess, its JSON lines read with
+    deadlines."""
 
-    def __init__(self, url: str, token: str, task_id: str, *args: str) -> None:
+    def __init__(
+        self, url: str, token: str, task_id: str, *args: str, module: str = "tests.agents.worker"
+    ) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.agents.worker", url, token, task_id, *args],
+            [sys.executable, "-m", module, url, token, task_id, *args],
             cwd=Path(__file__).parent.parent,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -433,3 +436,9 @@ class AgentProcess:
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 stream.close()
+
+
+def restart(server: Server) -> None:
+    """Stop the server and start it again on the same port and database."""
+    server.stop()
+    server.start()

@@ -1,0 +1,54 @@
+"""The runstate SDK for agents: ``Runstate`` (client), ``TaskRunner`` (leases,
+versions, checkpoint policies, resume) and ``watch`` (live progress).
+
+See docs/sdk.md for a complete agent loop.
+"""
+
+from runstate.client.api import Runstate
+from runstate.client.errors import (
+    InvalidInput,
+    InvalidTransition,
+    LeaseLost,
+    LockHeld,
+    LockNotHeld,
+    NeedsDecision,
+    NotFound,
+    ProblemError,
+    RunstateError,
+    SessionExpired,
+    StaleFencingToken,
+    VersionConflict,
+)
+from runstate.client.models import Event, Lock, ResumePlan, Session, Step, Task, ToolState
+from runstate.client.policies import AtEnd, CheckpointPolicy, EveryNSteps, EveryStep, KeyPoints
+from runstate.client.runner import WAIT, TaskRunner
+
+__all__ = [
+    "WAIT",
+    "AtEnd",
+    "CheckpointPolicy",
+    "Event",
+    "EveryNSteps",
+    "EveryStep",
+    "InvalidInput",
+    "InvalidTransition",
+    "KeyPoints",
+    "LeaseLost",
+    "Lock",
+    "LockHeld",
+    "LockNotHeld",
+    "NeedsDecision",
+    "NotFound",
+    "ProblemError",
+    "ResumePlan",
+    "Runstate",
+    "RunstateError",
+    "Session",
+    "SessionExpired",
+    "StaleFencingToken",
+    "Step",
+    "Task",
+    "TaskRunner",
+    "ToolState",
+    "VersionConflict",
+]

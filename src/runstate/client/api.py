@@ -1,0 +1,354 @@
+"""``Runstate``: the async SDK client, on the gql GraphQL client library.
+
+Queries and mutations go over HTTP (httpx); ``watch`` follows a task over
+graphql-transport-ws and reconnects by itself, resuming after the last seq it saw.
+A ``Problem`` answer becomes the matching exception of ``runstate.client.errors``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from functools import cache
+from typing import Any
+
+from gql import Client, GraphQLRequest
+from gql.client import AsyncClientSession
+from gql.transport.exceptions import TransportError, TransportQueryError
+from gql.transport.httpx import HTTPXAsyncTransport
+from gql.transport.websockets import WebsocketsTransport
+from graphql import DocumentNode, parse
+from websockets.exceptions import WebSocketException
+
+from runstate.client import documents as doc
+from runstate.client.errors import PROBLEMS, NotFound, RunstateError
+from runstate.client.models import Event, Lock, ResumePlan, Session, Task, ToolState
+from runstate.client.policies import CheckpointPolicy
+from runstate.client.runner import TaskRunner
+
+log = logging.getLogger(__name__)
+
+StepPlan = str | Mapping[str, Any]
+"""A step to plan: its action, or ``{"action", "input", "idempotent"}``."""
+
+
+@cache
+def _parsed(document: str) -> DocumentNode:
+    return parse(document)
+
+
+def _plan(step: StepPlan) -> dict[str, Any]:
+    return {"action": step} if isinstance(step, str) else dict(step)
+
+
+def _some(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+class Runstate:
+    """A connection to a runstate server for one caller (its token).
+
+    Use it as ``async with Runstate(url, token) as rs: ...``.
+    """
+
+    def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self._client = Client(
+            transport=HTTPXAsyncTransport(
+                url=f"{self.url}/graphql",
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=timeout,
+            )
+        )
+        self._session: AsyncClientSession | None = None
+
+    async def __aenter__(self) -> Runstate:
+        self._session = await self._client.connect_async()  # type: ignore[no-untyped-call]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.close_async()  # type: ignore[no-untyped-call]
+        self._session = None
+
+    async def _call(self, document: str, name: str, **variables: Any) -> dict[str, Any]:
+        if self._session is None:
+            raise RunstateError("use Runstate as `async with Runstate(url, token) as rs:`")
+        request = GraphQLRequest(_parsed(document), variable_values=variables)
+        data: dict[str, Any] = (await self._session.execute(request))[name]
+        problem = PROBLEMS.get(data["__typename"])
+        if problem is not None:
+            raise problem(data)
+        return data
+
+    async def _mutate(self, document: str, name: str, **input: Any) -> dict[str, Any]:
+        return await self._call(document, name, input=_some(**input))
+
+    # -- sessions and tasks
+
+    async def start_session(
+        self, id: str | None = None, *, ttl_seconds: int | None = None, metadata: Any = None
+    ) -> Session:
+        """Start a session (or get the one with this client-chosen id)."""
+        data = await self._mutate(
+            doc.START_SESSION, "startSession", id=id, ttlSeconds=ttl_seconds, metadata=metadata
+        )
+        return Session.of(data)
+
+    async def create_task(
+        self, session_id: str, goal: str, steps: Sequence[StepPlan], *, id: str | None = None
+    ) -> Task:
+        """Create a task with its plan (or get the one with this client-chosen id)."""
+        data = await self._mutate(
+            doc.CREATE_TASK,
+            "createTask",
+            sessionId=session_id,
+            goal=goal,
+            steps=[_plan(s) for s in steps],
+            id=id,
+        )
+        return Task.of(data)
+
+    async def task(self, task_id: str) -> Task:
+        """The task as it stands."""
+        return Task.of(await self._call(doc.TASK_QUERY, "task", id=task_id))
+
+    async def start_step(
+        self, task_id: str, index: int, version: int, *, fencing_token: int | None = None
+    ) -> Task:
+        """PENDING -> RUNNING."""
+        data = await self._mutate(
+            doc.START_STEP,
+            "startStep",
+            taskId=task_id,
+            stepIndex=index,
+            expectedVersion=version,
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    async def complete_step(
+        self,
+        task_id: str,
+        index: int,
+        version: int,
+        output: Any = None,
+        *,
+        fencing_token: int | None = None,
+    ) -> Task:
+        """RUNNING -> SUCCESS with its output."""
+        data = await self._mutate(
+            doc.COMPLETE_STEP,
+            "completeStep",
+            taskId=task_id,
+            stepIndex=index,
+            expectedVersion=version,
+            output=output,
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    async def fail_step(
+        self,
+        task_id: str,
+        index: int,
+        version: int,
+        error: str,
+        *,
+        fencing_token: int | None = None,
+    ) -> Task:
+        """RUNNING -> FAILED with its error; the task fails too."""
+        data = await self._mutate(
+            doc.FAIL_STEP,
+            "failStep",
+            taskId=task_id,
+            stepIndex=index,
+            expectedVersion=version,
+            error=error,
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    async def checkpoint(
+        self,
+        task_id: str,
+        version: int,
+        steps: Sequence[Mapping[str, Any]],
+        *,
+        status: str | None = None,
+        fencing_token: int | None = None,
+    ) -> Task:
+        """Several step changes (``{"index", "status", "output"?, "error"?}``) as one write."""
+        data = await self._mutate(
+            doc.CHECKPOINT,
+            "checkpointTask",
+            taskId=task_id,
+            expectedVersion=version,
+            steps=[dict(s) for s in steps],
+            status=status,
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    async def set_status(
+        self, task_id: str, version: int, status: str, *, fencing_token: int | None = None
+    ) -> Task:
+        """Move the task along its state machine."""
+        data = await self._mutate(
+            doc.SET_STATUS,
+            "setTaskStatus",
+            taskId=task_id,
+            expectedVersion=version,
+            status=status,
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    # -- recovery, leases, tools
+
+    async def resume(
+        self, task_id: str, *, version: int | None = None, fencing_token: int | None = None
+    ) -> ResumePlan:
+        """Make a crashed task ready to go on; see ``ResumePlan``."""
+        data = await self._mutate(
+            doc.RESUME,
+            "resumeTask",
+            taskId=task_id,
+            expectedVersion=version,
+            fencingToken=fencing_token,
+        )
+        return ResumePlan.of(data)
+
+    async def decide(
+        self,
+        task_id: str,
+        index: int,
+        decision: str,
+        version: int,
+        *,
+        fencing_token: int | None = None,
+    ) -> Task:
+        """RETRY or SKIP a step that was in flight at a crash."""
+        data = await self._mutate(
+            doc.DECIDE,
+            "decideStep",
+            taskId=task_id,
+            stepIndex=index,
+            decision=decision,
+            expectedVersion=version,
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    async def acquire_lock(self, task_id: str, holder_id: str, ttl_seconds: int) -> Lock:
+        """A lease on the task, or LockHeld."""
+        data = await self._mutate(
+            doc.ACQUIRE,
+            "acquireTaskLock",
+            taskId=task_id,
+            holderId=holder_id,
+            ttlSeconds=ttl_seconds,
+        )
+        return Lock.of(data)
+
+    async def renew_lock(self, task_id: str, holder_id: str, ttl_seconds: int) -> Lock:
+        """Extend this holder's live lease, or LockNotHeld."""
+        data = await self._mutate(
+            doc.RENEW,
+            "renewTaskLock",
+            taskId=task_id,
+            holderId=holder_id,
+            ttlSeconds=ttl_seconds,
+        )
+        return Lock.of(data)
+
+    async def release_lock(self, task_id: str, holder_id: str) -> Task:
+        """Give the lease up, or LockNotHeld."""
+        data = await self._mutate(
+            doc.RELEASE, "releaseTaskLock", taskId=task_id, holderId=holder_id
+        )
+        return Task.of(data)
+
+    async def record_tool_call(
+        self,
+        task_id: str,
+        tool_name: str,
+        outcome: str,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        retry_after_seconds: int | None = None,
+        max_retries: int | None = None,
+        version: int | None = None,
+        fencing_token: int | None = None,
+    ) -> ToolState:
+        """Report a tool call: CALLING, SUCCESS, FAILURE or RATE_LIMITED."""
+        data = await self._mutate(
+            doc.TOOL,
+            "recordToolCall",
+            taskId=task_id,
+            toolName=tool_name,
+            outcome=outcome,
+            result=result,
+            error=error,
+            retryAfterSeconds=retry_after_seconds,
+            maxRetries=max_retries,
+            expectedVersion=version,
+            fencingToken=fencing_token,
+        )
+        return ToolState.of(data)
+
+    # -- live progress
+
+    async def watch(
+        self, task_id: str, after_seq: int | None = None, *, retry_seconds: float = 1.0
+    ) -> AsyncIterator[Event]:
+        """The task's events as they commit, forever; reconnects by itself.
+
+        Without ``after_seq`` the first event is a SNAPSHOT. After a dropped
+        connection or a server restart it subscribes again with the last seq it
+        yielded, so no event is missed or repeated.
+        """
+        last = after_seq
+        ws_url = self.url.replace("http", "ws", 1) + "/graphql"
+        while True:
+            transport = WebsocketsTransport(
+                url=ws_url,
+                init_payload={"authorization": f"Bearer {self.token}"},
+                subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL],
+            )
+            request = GraphQLRequest(
+                _parsed(doc.WATCH), variable_values={"taskId": task_id, "afterSeq": last}
+            )
+            try:
+                async with Client(transport=transport) as session:
+                    async for result in session.subscribe(request):
+                        event = Event.of(result["taskProgress"])
+                        if last is not None and event.seq <= last:
+                            continue
+                        last = event.seq
+                        yield event
+            except TransportQueryError as error:
+                raise NotFound({"message": str(error)}) from error
+            except (TransportError, OSError, WebSocketException) as error:
+                log.info("watch of %s interrupted (%s); reconnecting", task_id, error)
+            await asyncio.sleep(retry_seconds)
+
+    def run(
+        self,
+        task_id: str,
+        *,
+        holder: str,
+        policy: CheckpointPolicy | None = None,
+        lease_ttl: int = 30,
+        decision: str | None = None,
+    ) -> TaskRunner:
+        """A ``TaskRunner`` for this task: ``async with rs.run(task_id, holder=...) as run``.
+
+        ``decision`` answers a step left in doubt by a crash: "RETRY", "SKIP", ``WAIT``
+        (until a person decides elsewhere), or None to raise ``NeedsDecision``.
+        """
+        return TaskRunner(
+            self, task_id, holder=holder, policy=policy, lease_ttl=lease_ttl, decision=decision
+        )

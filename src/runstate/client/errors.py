@@ -1,0 +1,104 @@
+"""Typed errors of the SDK: one per ``Problem`` member, plus the runner's own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RunstateError(Exception):
+    """Anything the SDK raises on purpose."""
+
+
+class ProblemError(RunstateError):
+    """The server refused an operation with a ``Problem`` (its ``code`` and ``message``)."""
+
+    code = "PROBLEM"
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__(data.get("message", self.code))
+        self.data = data
+        self.message: str = data.get("message", "")
+
+
+class NotFound(ProblemError):  # noqa: N818 - named after the Problem member
+    """No such object for this caller."""
+
+    code = "NOT_FOUND"
+
+
+class VersionConflict(ProblemError):  # noqa: N818
+    """The object changed; ``current_version`` is what it is now."""
+
+    code = "VERSION_CONFLICT"
+
+    @property
+    def current_version(self) -> int:
+        return int(self.data["currentVersion"])
+
+
+class InvalidTransition(ProblemError):  # noqa: N818
+    """A status change the state machine does not allow."""
+
+    code = "INVALID_TRANSITION"
+
+
+class InvalidInput(ProblemError):  # noqa: N818
+    """A value the server can never accept."""
+
+    code = "INVALID_INPUT"
+
+
+class SessionExpired(ProblemError):  # noqa: N818
+    """The session expired; start a new one."""
+
+    code = "SESSION_EXPIRED"
+
+
+class LockHeld(ProblemError):  # noqa: N818
+    """Another worker holds the task's lease."""
+
+    code = "LOCK_HELD"
+
+    @property
+    def holder_id(self) -> str:
+        return str(self.data["holderId"])
+
+
+class LockNotHeld(ProblemError):  # noqa: N818
+    """This worker holds no live lease on the task."""
+
+    code = "LOCK_NOT_HELD"
+
+
+class StaleFencingToken(ProblemError):  # noqa: N818
+    """Another worker took the task over; this one must stop."""
+
+    code = "STALE_FENCING_TOKEN"
+
+
+PROBLEMS: dict[str, type[ProblemError]] = {
+    cls.__name__: cls
+    for cls in (
+        NotFound,
+        VersionConflict,
+        InvalidTransition,
+        InvalidInput,
+        SessionExpired,
+        LockHeld,
+        LockNotHeld,
+        StaleFencingToken,
+    )
+}
+
+
+class LeaseLost(RunstateError):  # noqa: N818
+    """The runner's lease lapsed or was taken over: it stops writing."""
+
+
+class NeedsDecision(RunstateError):  # noqa: N818
+    """A non-idempotent step was running at a crash: a person must RETRY or SKIP it."""
+
+    def __init__(self, task_id: str, step_index: int) -> None:
+        super().__init__(f"task {task_id!r}: step {step_index} needs a decision (RETRY or SKIP)")
+        self.task_id = task_id
+        self.step_index = step_index

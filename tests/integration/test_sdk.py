@@ -1,0 +1,276 @@
+"""The Python SDK against a real server: typed problems, checkpoint policies, leases,
+watch with reconnection, and a crashed SDK agent resumed by a second process."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from runstate.client import (
+    AtEnd,
+    CheckpointPolicy,
+    Event,
+    EveryNSteps,
+    EveryStep,
+    KeyPoints,
+    LeaseLost,
+    LockHeld,
+    NeedsDecision,
+    NotFound,
+    Runstate,
+    VersionConflict,
+)
+from tests.support import Server, create_token, restart
+
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def sdk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+    tmp = tmp_path_factory.mktemp("sdk")
+    url = f"sqlite://{tmp / 'sdk.db'}"
+    token = create_token(url, "sdk-user")
+    server = Server(url, tmp / "server.log").start()
+    yield server, token
+    server.stop()
+
+
+@pytest.fixture
+async def rs(sdk_server: tuple[Server, str]) -> AsyncIterator[Runstate]:
+    server, token = sdk_server
+    async with Runstate(server.url, token) as client:
+        yield client
+
+
+async def new_task(rs: Runstate, steps: int = STEPS, **plan: bool) -> str:
+    session = await rs.start_session()
+    task = await rs.create_task(
+        session.id,
+        "sdk test",
+        [{"action": f"step-{i}", "idempotent": plan.get(f"step-{i}", True)} for i in range(steps)],
+    )
+    return task.id
+
+
+async def kinds(rs: Runstate, task_id: str) -> Counter[str]:
+    task = await rs.task(task_id)
+    events: list[Event] = []
+    async for event in rs.watch(task_id, after_seq=0):
+        events.append(event)
+        if event.seq == task.event_seq:
+            break
+    return Counter(e.kind for e in events)
+
+
+async def test_problems_become_typed_exceptions(rs: Runstate) -> None:
+    task_id = await new_task(rs)
+    with pytest.raises(VersionConflict) as stale:
+        await rs.start_step(task_id, 0, version=9)
+    assert stale.value.current_version == 1
+    with pytest.raises(NotFound):
+        await rs.task("no-such-task")
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (EveryStep(), {"STEP_STARTED": STEPS, "STEP_SUCCEEDED": STEPS}),
+        (EveryNSteps(4), {"CHECKPOINT": 2}),
+        (EveryNSteps(1), {"CHECKPOINT": STEPS}),
+        (KeyPoints(), {"CHECKPOINT": 1}),
+        (AtEnd(), {"CHECKPOINT": 1}),
+    ],
+)
+async def test_each_policy_writes_exactly_its_checkpoints(
+    rs: Runstate, policy: CheckpointPolicy, expected: dict[str, int]
+) -> None:
+    task_id = await new_task(rs)
+    async with rs.run(task_id, holder="w", policy=policy) as run:
+        for step in run.remaining:
+            await run.begin(step.index)
+            await run.succeed(step.index, {"n": step.index})
+    counted = await kinds(rs, task_id)
+    common = {"TASK_CREATED": 1, "LOCK_ACQUIRED": 1, "TASK_STATUS_CHANGED": 1, "LOCK_RELEASED": 1}
+    assert counted == Counter({**common, **expected})
+    final = await rs.task(task_id)
+    assert final.status == "COMPLETED"
+    assert [s.output for s in final.steps] == [{"n": i} for i in range(STEPS)]
+
+
+async def test_every_n_steps_writes_during_the_run(rs: Runstate) -> None:
+    task_id = await new_task(rs)
+    async with rs.run(task_id, holder="w", policy=EveryNSteps(4)) as run:
+        for index in range(4):
+            await run.succeed(index)
+        assert (await rs.task(task_id)).current_step == 4
+        await run.succeed(4)
+        assert (await rs.task(task_id)).current_step == 4, "the fifth waits for the next flush"
+
+
+async def test_a_failure_is_written_at_once_whatever_the_policy(rs: Runstate) -> None:
+    task_id = await new_task(rs)
+    async with rs.run(task_id, holder="w", policy=AtEnd()) as run:
+        for index in range(3):
+            await run.succeed(index)
+        assert (await rs.task(task_id)).current_step == 0
+        await run.fail(3, "card declined")
+        now = await rs.task(task_id)
+        assert now.status == "FAILED"
+        assert [s.status for s in now.steps[:4]] == ["SUCCESS"] * 3 + ["FAILED"]
+        assert now.steps[3].error == "card declined"
+
+
+async def test_a_step_that_is_not_idempotent_is_marked_running_before_it_runs(
+    rs: Runstate,
+) -> None:
+    task_id = await new_task(rs, **{"step-1": False})
+    async with rs.run(task_id, holder="w", policy=AtEnd()) as run:
+        await run.succeed(0)
+        await run.begin(1)
+        assert [s.status for s in (await rs.task(task_id)).steps[:2]] == ["SUCCESS", "RUNNING"]
+
+
+@pytest.mark.parametrize(("policy", "flushed"), [(KeyPoints(), True), (AtEnd(), False)])
+async def test_a_tool_limit_is_a_key_point(
+    rs: Runstate, policy: CheckpointPolicy, flushed: bool
+) -> None:
+    task_id = await new_task(rs)
+    async with rs.run(task_id, holder="w", policy=policy) as run:
+        await run.succeed(0)
+        state = await run.tool("search", "RATE_LIMITED", retry_after_seconds=30)
+        assert state.status == "RETRYING"
+        assert ((await rs.task(task_id)).current_step == 1) is flushed
+
+
+async def test_renewal_keeps_a_long_step_leased(rs: Runstate) -> None:
+    task_id = await new_task(rs, steps=1)
+    async with rs.run(task_id, holder="slow", policy=EveryStep(), lease_ttl=1) as run:
+        await run.begin(0)
+        for _ in range(3):  # three lease lifetimes of work
+            await asyncio.sleep(1)
+            with pytest.raises(LockHeld):
+                await rs.acquire_lock(task_id, "other", 60)
+        await run.succeed(0, "done")
+    assert (await rs.task(task_id)).status == "COMPLETED"
+
+
+async def test_a_lost_lease_stops_the_runner(rs: Runstate) -> None:
+    task_id = await new_task(rs)
+    async with rs.run(task_id, holder="victim", policy=EveryStep()) as run:
+        await run.begin(0)
+        await rs.release_lock(task_id, "victim")
+        await rs.acquire_lock(task_id, "thief", 60)
+        with pytest.raises(LeaseLost):
+            await run.succeed(0)
+        assert run.lost.is_set()
+        with pytest.raises(LeaseLost):
+            await run.begin(1)
+    assert (await rs.task(task_id)).lock.holder_id == "thief"  # type: ignore[union-attr]
+
+
+async def test_without_a_decision_the_runner_says_one_is_needed(rs: Runstate) -> None:
+    task_id = await new_task(rs, **{"step-0": False})
+    async with rs.run(task_id, holder="first", policy=EveryStep(), lease_ttl=1) as run:
+        await run.begin(0)
+        await rs.release_lock(task_id, "first")  # as if the process had died
+        run.lost.set()
+    with pytest.raises(NeedsDecision) as asked:
+        async with rs.run(task_id, holder="second"):
+            pass
+    assert asked.value.step_index == 0
+    assert (await rs.task(task_id)).lock is None, "the lease is given back for the person"
+
+
+async def test_watch_reconnects_after_a_server_restart(
+    rs: Runstate, sdk_server: tuple[Server, str]
+) -> None:
+    server, _ = sdk_server
+    task_id = await new_task(rs, steps=4)
+    seen: list[Event] = []
+    snapshot = asyncio.Event()
+
+    async def follow() -> None:
+        async for event in rs.watch(task_id, after_seq=None, retry_seconds=0.2):
+            seen.append(event)
+            snapshot.set()
+            if event.task.status == "COMPLETED":
+                return
+
+    watcher = asyncio.create_task(follow())
+    await asyncio.wait_for(snapshot.wait(), 30)
+    version = 1
+    for index in range(2):
+        version = (await rs.start_step(task_id, index, version)).version
+        version = (await rs.complete_step(task_id, index, version)).version
+    await asyncio.to_thread(restart, server)
+    async with Runstate(server.url, rs.token) as fresh:
+        for index in range(2, 4):
+            version = (await fresh.start_step(task_id, index, version)).version
+            version = (await fresh.complete_step(task_id, index, version)).version
+    await asyncio.wait_for(watcher, 60)
+    assert seen[0].kind == "SNAPSHOT"
+    assert [e.seq for e in seen] == list(range(1, 10))
+
+
+async def test_a_killed_sdk_agent_is_resumed_without_repeating_finished_steps(
+    rs: Runstate, sdk_server: tuple[Server, str], tmp_path: Path
+) -> None:
+    from tests.support import AgentProcess  # the same pipes and deadlines as the raw agent
+
+    server, token = sdk_server
+    session = await rs.start_session()
+    task = await rs.create_task(
+        session.id,
+        "book a trip",
+        [
+            "search flights",
+            "compare prices",
+            {"action": "book flight", "idempotent": False},
+            "send confirmation",
+        ],
+        id=f"trip-{uuid.uuid4().hex[:8]}",
+    )
+    effects = tmp_path / "effects.txt"
+    first = AgentProcess(
+        server.url,
+        token,
+        task.id,
+        str(effects),
+        "--pause-at",
+        "book flight",
+        module="tests.agents.sdk_agent",
+    )
+    try:
+        first.until(lambda line: line == {"event": "began", "action": "book flight"})
+    finally:
+        first.kill()
+    second = AgentProcess(
+        server.url,
+        token,
+        task.id,
+        str(effects),
+        "--decision",
+        "RETRY",
+        module="tests.agents.sdk_agent",
+    )
+    try:
+        assert second.rest(within=60)[-1] == {"event": "finished"}
+    finally:
+        second.kill()
+    assert effects.read_text().splitlines() == [
+        "search flights",
+        "compare prices",
+        "book flight",
+        "send confirmation",
+    ]
+    final = await rs.task(task.id)
+    assert (final.status, final.event_seq) == ("COMPLETED", (await kinds_total(rs, task.id)))
+
+
+async def kinds_total(rs: Runstate, task_id: str) -> int:
+    return sum((await kinds(rs, task_id)).values())
