@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/runstate serve
+	$(BIN)/runstate demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
 
 from runstate import pubsub
 from runstate.db import close_database, open_database
@@ -63,6 +64,7 @@ def create_app(settings: Settings) -> Starlette:
         routes=[
             Route("/", web_routes.index),
             Route("/healthz", web_routes.health),
+            Mount("/static", StaticFiles(packages=[("runstate.web", "static")]), name="static"),
             Route("/graphql", graphql),
             WebSocketRoute("/graphql", graphql),
         ],

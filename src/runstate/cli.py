@@ -1,9 +1,10 @@
-"""The ``runstate`` command: serve, token create/revoke, migrate, export-schema."""
+"""The ``runstate`` command: serve, demo, token create/revoke, migrate, sweep, export-schema."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -33,6 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     revoke = token_commands.add_parser("revoke", help="stop accepting a token")
     revoke.add_argument("token")
 
+    demo = commands.add_parser("demo", help="serve, and run a simulated agent to watch")
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=8000)
+
     commands.add_parser("migrate", help="apply pending database migrations")
     sweep = commands.add_parser("sweep", help="expire idle sessions, delete old expired ones")
     sweep.add_argument("--retention", type=int, help="overrides RUNSTATE_RETENTION")
@@ -54,6 +59,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(f"runstate: {e}")
     if args.command == "serve":
         _serve(settings, args.host, args.port)
+    elif args.command == "demo":
+        from runstate.demo import serve_with_demo
+
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve_with_demo(args.host, args.port, settings.database_url))
     elif args.command == "export-schema":
         from runstate.schema.build import schema
 

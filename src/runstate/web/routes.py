@@ -11,7 +11,8 @@ _INDEX = files("runstate.web").joinpath("index.html").read_text(encoding="utf-8"
 
 
 async def index(_: Request) -> Response:
-    """The start page: what runstate is and where to go next."""
+    """The dashboard: the caller's tasks, one followed live (HTML, CSS and JS in
+    ``runstate/web``, no build step)."""
     return HTMLResponse(_INDEX)
 
 

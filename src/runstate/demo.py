@@ -1,0 +1,179 @@
+"""``runstate demo``: the server, a signed-in dashboard link, and a simulated agent.
+
+The agent books a trip, step by step at a pace a person can follow, through the
+SDK: a flaky hotel API rate-limits it once, and the first agent process is
+killed while "book flight" is running. A second process resumes the task; since
+booking a flight is not safe to repeat, it waits for a person to click RETRY or
+SKIP in the dashboard, then finishes. Then the next trip starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from runstate.client import WAIT, EveryStep, Runstate, TaskRunner
+
+PLAN: list[str | dict[str, Any]] = [
+    "search flights",
+    "search hotels",
+    "compare options",
+    {"action": "book flight", "idempotent": False},
+    {"action": "book hotel", "idempotent": False},
+    {"action": "send confirmation", "idempotent": False},
+]
+CITIES = ["Lisbon", "Kyoto", "Valparaíso", "Tallinn", "Oaxaca"]
+CRASH_AT = "book flight"
+PAUSE = 1.5
+"""Seconds a simulated step or tool call takes: slow enough to watch."""
+
+
+async def _tool(run: TaskRunner, name: str, result: Any) -> Any:
+    await run.tool(name, "CALLING")
+    await asyncio.sleep(PAUSE)
+    await run.tool(name, "SUCCESS", result=result)
+    return result
+
+
+async def search_flights(run: TaskRunner) -> Any:
+    return await _tool(run, "flight-search", {"options": 3, "cheapest": "TP 1351, 214 EUR"})
+
+
+async def search_hotels(run: TaskRunner) -> Any:
+    await run.tool("hotel-api", "CALLING")
+    await asyncio.sleep(PAUSE)
+    state = await run.tool("hotel-api", "RATE_LIMITED", retry_after_seconds=4)
+    if state.rate_limit_reset_at is not None:
+        await asyncio.sleep(4)  # the tool said when it may be called again
+    return await _tool(run, "hotel-api", {"options": 5, "best": "Casa Amora, 96 EUR/night"})
+
+
+async def compare_options(run: TaskRunner) -> Any:
+    await asyncio.sleep(2 * PAUSE)
+    return {"flight": "TP 1351", "hotel": "Casa Amora", "total": "598 EUR"}
+
+
+async def book_flight(run: TaskRunner) -> Any:
+    return await _tool(run, "payments", {"charged": "214 EUR", "pnr": "X7K2QM"})
+
+
+async def book_hotel(run: TaskRunner) -> Any:
+    return await _tool(run, "payments", {"charged": "384 EUR", "booking": "CA-88213"})
+
+
+async def send_confirmation(run: TaskRunner) -> Any:
+    return await _tool(run, "mailer", {"to": "traveller@example.com", "sent": True})
+
+
+ACTIONS: dict[str, Callable[[TaskRunner], Awaitable[Any]]] = {
+    "search flights": search_flights,
+    "search hotels": search_hotels,
+    "compare options": compare_options,
+    "book flight": book_flight,
+    "book hotel": book_hotel,
+    "send confirmation": send_confirmation,
+}
+
+
+async def agent(url: str, token: str, task_id: str, crash_at: str | None) -> None:
+    """One agent process: run the task's remaining steps; at ``crash_at`` say so and
+    wait to be killed. A step left in doubt by a crash waits for a person."""
+    async with (
+        Runstate(url, token) as rs,
+        rs.run(
+            task_id,
+            holder=f"agent-{os.getpid()}",
+            policy=EveryStep(),
+            lease_ttl=5,
+            decision=WAIT,
+        ) as run,
+    ):
+        for step in run.remaining:
+            await run.begin(step.index)
+            if step.action == crash_at:
+                print("crash-point", flush=True)
+                await asyncio.Event().wait()  # killed here by the demo
+            await run.succeed(step.index, await ACTIONS[step.action](run))
+
+
+async def _spawn(url: str, token: str, task_id: str, *args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "runstate.demo",
+        url,
+        task_id,
+        *args,
+        env={**os.environ, "RUNSTATE_DEMO_TOKEN": token},
+        stdout=asyncio.subprocess.PIPE,
+    )
+
+
+async def trips(url: str, token: str) -> None:
+    """Book trip after trip, each with one crash and one decision for a person."""
+    async with Runstate(url, token) as rs:
+        session = await rs.start_session("demo", ttl_seconds=7 * 24 * 3600)
+        for number in range(1, 10_000):
+            city = CITIES[(number - 1) % len(CITIES)]
+            task = await rs.create_task(session.id, f"Book a trip to {city}", PLAN)
+            first = await _spawn(url, token, task.id, "--crash-at", CRASH_AT)
+            assert first.stdout is not None
+            await first.stdout.readline()  # "crash-point": the flight booking is running
+            first.kill()
+            await first.wait()
+            second = await _spawn(url, token, task.id)
+            await second.wait()
+            await asyncio.sleep(15)
+
+
+async def serve_with_demo(host: str, port: int, database_url: str) -> None:
+    """Serve (SQLite and the in-process broker by default), print a signed-in link,
+    and book trips."""
+    import uvicorn
+
+    from runstate.app import create_app
+    from runstate.services.tokens import create_token
+    from runstate.settings import Settings
+
+    settings = Settings.from_env().with_overrides(database_url=database_url)
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host, port, log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            return await serving
+        await asyncio.sleep(0.05)  # uvicorn has no started event to await
+    token = await create_token("demo")
+    base = f"http://{host}:{port}"
+    print(
+        "\nrunstate is running. Open the dashboard (you are signed in as 'demo'):\n\n"
+        f"    {base}/#token={token}\n\n"
+        "An agent is booking a trip. Watch it work, crash at 'book flight', and wait\n"
+        "for you to click RETRY or SKIP. Ctrl-C stops everything.\n",
+        flush=True,
+    )
+    demo = asyncio.create_task(trips(base, token))
+    try:
+        await serving
+    finally:
+        demo.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await demo
+
+
+def main() -> None:
+    """The agent process the demo spawns: ``python -m runstate.demo URL TASK_ID``."""
+    parser = argparse.ArgumentParser(prog="runstate.demo")
+    parser.add_argument("url")
+    parser.add_argument("task_id")
+    parser.add_argument("--crash-at")
+    args = parser.parse_args()
+    asyncio.run(agent(args.url, os.environ["RUNSTATE_DEMO_TOKEN"], args.task_id, args.crash_at))
+
+
+if __name__ == "__main__":
+    main()
