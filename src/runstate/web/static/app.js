@@ -165,6 +165,8 @@ function render(task) {
     ? `leased by ${task.lock.holderId} (token ${task.lock.fencingToken}) until ${new Date(task.lock.expiresAt).toLocaleTimeString()}`
     : "no lease";
   $("steps").replaceChildren(...task.steps.map(stepRow));
+  const listed = document.querySelector(`#task-list a[data-task="${CSS.escape(task.id)}"] small`);
+  if (listed) listed.textContent = `${task.status.toLowerCase()} · ${pct}%`;
   $("tools").replaceChildren(...task.toolStates.map((t) => el("tr", {},
     el("td", {}, t.toolName),
     el("td", {}, el("span", { class: "badge s-" + t.status }, t.status)),

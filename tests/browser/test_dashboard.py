@@ -1,0 +1,173 @@
+"""The dashboard in a real headless Chromium: two pages follow one task while an agent
+works it, a decision clicked on one page shows on the other, and both pages ride
+out a server restart without a reload. Screenshots land in test-artifacts/browser/."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+from tests.integration.test_api import step
+from tests.support import IN_CI, TASK, Api, Server, create_token, mutate, restart
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).parent.parent.parent / "test-artifacts" / "browser"
+STEPS = [
+    {"action": "search flights"},
+    {"action": "search hotels"},
+    {"action": "book flight", "idempotent": False},
+    {"action": "book hotel"},
+    {"action": "send confirmation"},
+]
+
+
+@pytest.fixture
+def dashboard(tmp_path: Path) -> Iterator[tuple[Server, str]]:
+    url = f"sqlite://{tmp_path / 'browser.db'}"
+    token = create_token(url, "watcher")
+    server = Server(url, tmp_path / "server.log", RUNSTATE_CATCH_UP_SECONDS="1").start()
+    try:
+        yield server, token
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def chromium_path() -> Path:
+    if not CHROMIUM.exists():
+        message = f"{CHROMIUM} is missing (apt-get install chromium); browser tests need it"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(f"SKIPPED LOUDLY: {message}")
+    return CHROMIUM
+
+
+@pytest.fixture
+async def browser(chromium_path: Path) -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        chromium = await playwright.chromium.launch(
+            executable_path=str(chromium_path),
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield chromium
+        await chromium.close()
+
+
+async def open_task(browser: Browser, base: str, token: str, task_id: str) -> Page:
+    page = await browser.new_page(viewport={"width": 1280, "height": 900})
+    await page.goto(f"{base}/#token={token}&task={task_id}")
+    await expect(page.get_by_test_id("conn")).to_have_attribute("data-state", "live")
+    await page.evaluate("window.loadedOnce = true")  # gone if the page ever reloads
+    return page
+
+
+async def statuses(page: Page) -> list[str | None]:
+    rows = page.locator("tr[data-testid^='step-']")
+    return [await rows.nth(i).get_attribute("data-status") for i in range(await rows.count())]
+
+
+async def seqs(page: Page) -> list[int]:
+    items = page.locator("[data-testid=events] li")
+    values = [await items.nth(i).get_attribute("data-seq") for i in range(await items.count())]
+    return sorted(int(v) for v in values if v is not None)
+
+
+async def both(pages: list[Page], check: Any) -> None:
+    await asyncio.gather(*(check(page) for page in pages))
+
+
+async def test_two_pages_follow_a_task_through_a_decision_and_a_restart(
+    dashboard: tuple[Server, str], browser: Browser
+) -> None:
+    server, token = dashboard
+    api = Api(server.url, token)
+    session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
+    task = mutate(
+        api,
+        "createTask",
+        "CreateTaskInput",
+        TASK,
+        sessionId=session["id"],
+        goal="Trip",
+        steps=STEPS,
+    )
+    tid = task["id"]
+    pages = [await open_task(browser, server.url, token, tid) for _ in range(2)]
+    await both(pages, lambda p: expect(p.get_by_test_id("progress")).to_have_text("0%"))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+    version = 1
+
+    def drive(index: int) -> None:
+        nonlocal version
+        for name, kind in (("startStep", "StepRefInput"), ("completeStep", "CompleteStepInput")):
+            result = step(api, name, kind, taskId=tid, stepIndex=index, expectedVersion=version)
+            version = result["version"]
+
+    for index in (0, 1):
+        await asyncio.to_thread(drive, index)
+    await both(
+        pages,
+        lambda p: expect(p.get_by_test_id("step-1")).to_have_attribute("data-status", "SUCCESS"),
+    )
+    await both(pages, lambda p: expect(p.get_by_test_id("progress")).to_have_text("40%"))
+
+    await asyncio.to_thread(restart, server)  # the pages see the socket drop, then recover
+    started = await asyncio.to_thread(
+        step, api, "startStep", "StepRefInput", taskId=tid, stepIndex=2, expectedVersion=version
+    )
+    plan = mutate(
+        api, "resumeTask", "ResumeTaskInput", "... on ResumePlan { needsDecision }", taskId=tid
+    )
+    assert (started["status"], plan["needsDecision"]) == ("RUNNING", True)
+    await both(pages, lambda p: expect(p.get_by_test_id("decision")).to_be_visible(timeout=20_000))
+    await both(
+        pages, lambda p: expect(p.get_by_test_id("conn")).to_have_attribute("data-state", "live")
+    )
+    await pages[0].screenshot(path=ARTIFACTS / "awaiting-decision.png", full_page=True)
+
+    await pages[0].get_by_test_id("skip").click()
+    await both(
+        pages,
+        lambda p: expect(p.get_by_test_id("step-2")).to_have_attribute("data-status", "SKIPPED"),
+    )
+    await both(pages, lambda p: expect(p.get_by_test_id("decision")).to_be_hidden())
+
+    version = api("query($id: ID!) { task(id: $id) { ... on Task { version } } }", id=tid)["task"][
+        "version"
+    ]
+    for index in (3, 4):
+        await asyncio.to_thread(drive, index)
+    await both(pages, lambda p: expect(p.get_by_test_id("progress")).to_have_text("100%"))
+    await both(pages, lambda p: expect(p.get_by_test_id("status")).to_have_text("COMPLETED"))
+
+    final = api(
+        "query($id: ID!) { task(id: $id) { ... on Task { eventSeq steps { status } } } }", id=tid
+    )["task"]
+    expected = [s["status"] for s in final["steps"]]
+    assert expected == ["SUCCESS", "SUCCESS", "SKIPPED", "SUCCESS", "SUCCESS"]
+    for index, page in enumerate(pages):
+        assert await statuses(page) == expected
+        assert await seqs(page) == list(range(1, final["eventSeq"] + 1))
+        assert await page.evaluate("window.loadedOnce") is True, "the page never reloaded"
+        await page.screenshot(path=ARTIFACTS / f"completed-page-{index + 1}.png", full_page=True)
+    api.close()
+
+
+async def test_without_a_token_the_page_asks_for_one(
+    dashboard: tuple[Server, str], browser: Browser
+) -> None:
+    server, token = dashboard
+    page = await browser.new_page()
+    await page.goto(server.url)
+    await expect(page.locator("#signin")).to_be_visible()
+    await page.fill("#token", token)
+    await page.click("#signin button")
+    await expect(page.get_by_role("heading", name="Tasks")).to_be_visible()
+    await expect(page.locator("#signin")).to_be_hidden()
+    assert token not in page.url, "the token never goes into the address bar"
