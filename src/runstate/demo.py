@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -110,25 +111,36 @@ async def _spawn(url: str, token: str, task_id: str, *args: str) -> asyncio.subp
         task_id,
         *args,
         env={**os.environ, "RUNSTATE_DEMO_TOKEN": token},
+        stdin=asyncio.subprocess.PIPE,  # closed when the demo ends, however it ends
         stdout=asyncio.subprocess.PIPE,
     )
 
 
 async def trips(url: str, token: str) -> None:
     """Book trip after trip, each with one crash and one decision for a person."""
-    async with Runstate(url, token) as rs:
-        session = await rs.start_session("demo", ttl_seconds=7 * 24 * 3600)
-        for number in range(1, 10_000):
-            city = CITIES[(number - 1) % len(CITIES)]
-            task = await rs.create_task(session.id, f"Book a trip to {city}", PLAN)
-            first = await _spawn(url, token, task.id, "--crash-at", CRASH_AT)
-            assert first.stdout is not None
-            await first.stdout.readline()  # "crash-point": the flight booking is running
-            first.kill()
-            await first.wait()
-            second = await _spawn(url, token, task.id)
-            await second.wait()
-            await asyncio.sleep(15)
+    agents: list[asyncio.subprocess.Process] = []
+    try:
+        async with Runstate(url, token) as rs:
+            session = await rs.start_session("demo", ttl_seconds=7 * 24 * 3600)
+            for number in range(1, 10_000):
+                city = CITIES[(number - 1) % len(CITIES)]
+                task = await rs.create_task(session.id, f"Book a trip to {city}", PLAN)
+                first = await _spawn(url, token, task.id, "--crash-at", CRASH_AT)
+                agents.append(first)
+                assert first.stdout is not None
+                await first.stdout.readline()  # "crash-point": the flight booking is running
+                first.kill()
+                await first.wait()
+                second = await _spawn(url, token, task.id)
+                agents.append(second)
+                await second.wait()
+                agents.clear()
+                await asyncio.sleep(15)
+    finally:
+        for process in agents:  # the demo is stopping: so are its agents
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
 
 
 async def serve_with_demo(host: str, port: int, database_url: str) -> None:
@@ -165,8 +177,16 @@ async def serve_with_demo(host: str, port: int, database_url: str) -> None:
             await demo
 
 
+def _exit_with_parent() -> None:
+    """End this agent when the demo that spawned it ends (its stdin pipe closes),
+    even if the demo was killed and could not stop it."""
+    sys.stdin.read()
+    os._exit(0)
+
+
 def main() -> None:
     """The agent process the demo spawns: ``python -m runstate.demo URL TASK_ID``."""
+    threading.Thread(target=_exit_with_parent, daemon=True).start()
     parser = argparse.ArgumentParser(prog="runstate.demo")
     parser.add_argument("url")
     parser.add_argument("task_id")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 
-from tests.support import Server, create_token, runstate
+from tests.support import Api, Server, create_token, free_port, runstate, wait_until
 
 
 def test_token_create_prints_the_token_last_and_stores_only_its_hash(tmp_path: Path) -> None:
@@ -68,3 +71,40 @@ def test_graphiql_and_introspection_can_be_turned_off(tmp_path: Path) -> None:
         assert body == {"data": {"sessions": {"edges": []}}}
     finally:
         server.stop()
+
+
+def test_demo_prints_a_signed_in_link_and_an_agent_starts_working(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "RUNSTATE_DATABASE_URL": f"sqlite://{tmp_path / 'demo.db'}"}
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "runstate", "demo", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert demo.stdout is not None
+        link = ""
+        while not link:
+            line = demo.stdout.readline()
+            assert line, "the demo exited before printing its link"
+            link = line.strip() if "#token=" in line else ""
+        base, _, token = link.partition("/#token=")
+        assert base == f"http://127.0.0.1:{port}"
+        assert httpx.get(base).status_code == 200
+        api = Api(base, token)
+        query = "{ tasks { edges { node { goal eventSeq } } } }"
+        wait_until(
+            lambda: any(e["node"]["eventSeq"] >= 4 for e in api(query)["tasks"]["edges"]),
+            30,
+            "the demo agent to work",
+        )
+        assert api(query)["tasks"]["edges"][0]["node"]["goal"].startswith("Book a trip to")
+        api.close()
+    finally:
+        demo.terminate()
+        demo.communicate(timeout=30)
+    children = subprocess.run(
+        ["pgrep", "-f", f"runstate.demo http://127.0.0.1:{port}"], check=False
+    )
+    assert children.returncode == 1, "the demo's agent processes stop with it"
