@@ -151,6 +151,8 @@ async def test_two_pages_follow_a_task_through_a_decision_and_a_restart(
     )["task"]
     expected = [s["status"] for s in final["steps"]]
     assert expected == ["SUCCESS", "SUCCESS", "SKIPPED", "SUCCESS", "SUCCESS"]
+    listed = pages[0].locator(f"[data-session='{session['id']}'] a[data-task='{tid}'] small")
+    await expect(listed).to_have_text("completed · 100%")
     for index, page in enumerate(pages):
         assert await statuses(page) == expected
         assert await seqs(page) == list(range(1, final["eventSeq"] + 1))
@@ -168,6 +170,6 @@ async def test_without_a_token_the_page_asks_for_one(
     await expect(page.locator("#signin")).to_be_visible()
     await page.fill("#token", token)
     await page.click("#signin button")
-    await expect(page.get_by_role("heading", name="Tasks")).to_be_visible()
+    await expect(page.get_by_role("heading", name="Sessions")).to_be_visible()
     await expect(page.locator("#signin")).to_be_hidden()
     assert token not in page.url, "the token never goes into the address bar"

@@ -72,20 +72,26 @@ function setConnection(state, text) {
 async function loadTasks() {
   if (!token) return;
   try {
-    const data = await graphql(`{ tasks(first: 50) { edges { node {
-      id goal status currentStep totalSteps } } } }`);
-    const list = $("task-list");
-    list.replaceChildren(...data.tasks.edges.map(({ node }) => {
-      const pct = percent(node.currentStep, node.totalSteps);
-      const link = el("a", { href: "#task=" + encodeURIComponent(node.id), "data-task": node.id },
-        node.goal, el("small", {}, `${node.status.toLowerCase()} · ${pct}%`));
-      if (current && current.id === node.id) link.classList.add("current");
-      return el("li", {}, link);
-    }));
+    const data = await graphql(`{ sessions(first: 20) { edges { node {
+      id status messageCount lastActiveAt
+      tasks(first: 20) { edges { node { id goal status currentStep totalSteps } } } } } } }`);
+    $("task-list").replaceChildren(...data.sessions.edges.map(({ node: session }) => el("li",
+      { class: "session", "data-session": session.id },
+      el("div", { class: "session-head" }, el("span", {}, session.id),
+        el("span", { class: "badge s-" + session.status }, session.status)),
+      el("ul", {}, ...session.tasks.edges.map(({ node }) => taskLink(node))))));
   } catch (error) {
     console.warn("task list:", error.message);
   }
   setTimeout(loadTasks, 3000);
+}
+
+function taskLink(task) {
+  const pct = percent(task.currentStep, task.totalSteps);
+  const link = el("a", { href: "#task=" + encodeURIComponent(task.id), "data-task": task.id },
+    task.goal, el("small", {}, `${task.status.toLowerCase()} · ${pct}%`));
+  if (current && current.id === task.id) link.classList.add("current");
+  return el("li", {}, link);
 }
 
 function percent(done, total) {
