@@ -102,7 +102,13 @@ def _serve(settings: Settings, host: str, port: int) -> None:
 
     from runstate.app import create_app
 
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="info",
+        ws_max_size=settings.max_body_bytes,  # uvicorn's own default is 16 MiB per frame
+    )
 
 
 async def _noop() -> None:

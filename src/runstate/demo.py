@@ -153,7 +153,14 @@ async def serve_with_demo(host: str, port: int, database_url: str) -> None:
     from runstate.settings import Settings
 
     settings = Settings.from_env().with_overrides(database_url=database_url)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host, port, log_level="warning"))
+    config = uvicorn.Config(
+        create_app(settings),
+        host,
+        port,
+        log_level="warning",
+        ws_max_size=settings.max_body_bytes,
+    )
+    server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
     while not server.started:
         if serving.done():

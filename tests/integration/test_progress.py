@@ -166,3 +166,13 @@ async def test_a_stalled_watcher_does_not_hold_up_the_others(server: Server, ali
         assert seqs(fast) == list(range(1, 82))
         slow = await stalled.until(lambda e: e["taskProgress"]["task"]["status"] == "COMPLETED")
     assert seqs(slow) == list(range(1, 82))
+
+
+async def test_an_oversized_websocket_frame_closes_the_socket(server: Server) -> None:
+    async with connect(
+        server.url.replace("http://", "ws://") + "/graphql", subprotocols=GRAPHQL_WS
+    ) as socket:
+        huge = {"authorization": "x" * 2_000_000}
+        await socket.send(json.dumps({"type": "connection_init", "payload": huge}))
+        await socket.wait_closed()
+        assert socket.close_code == 1009  # message too big
