@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 DEFAULT_DATABASE_URL = "sqlite://runstate.db"
 
@@ -52,26 +52,24 @@ class Settings:
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be a whole number, not {raw!r}") from None
-    if value <= 0:
-        raise SettingsError(f"{name} must be positive, not {value}")
-    return value
+    return _positive(env, name, default, int, "a whole number")
 
 
 def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    return _positive(env, name, default, float, "a number of seconds")
+
+
+N = TypeVar("N", int, float)
+
+
+def _positive(env: Mapping[str, str], name: str, default: N, parse: type[N], what: str) -> N:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError:
-        raise SettingsError(f"{name} must be a number of seconds, not {raw!r}") from None
+        raise SettingsError(f"{name} must be {what}, not {raw!r}") from None
     if not value > 0:
         raise SettingsError(f"{name} must be positive, not {raw}")
     return value

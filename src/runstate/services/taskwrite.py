@@ -43,6 +43,8 @@ from runstate.services.rules import (
 from runstate.services.sessions import mark_expired
 from runstate.services.views import EventView, TaskView, current_step
 
+MAX_ATTEMPTS = 5
+
 _ENTERS_RUNNING = frozenset({StepStatus.RUNNING, StepStatus.SUCCESS, StepStatus.FAILED})
 
 
@@ -195,9 +197,10 @@ async def write_task(user_id: str, task_id: str, apply: Apply, guard: Guard) -> 
     then announce the event. One transaction.
 
     When the UPDATE matches nothing and no reason shows afterwards (a lease expired
-    in between), the write is tried again; a real conflict never is.
+    in between), the write is tried again, a few times at most; a real conflict
+    never is.
     """
-    while True:
+    for _ in range(MAX_ATTEMPTS):
         now = utcnow()
         try:
             async with in_transaction() as conn:
@@ -221,6 +224,7 @@ async def write_task(user_id: str, task_id: str, apply: Apply, guard: Guard) -> 
         except _ExpiredSessionError as expired:
             await mark_expired(expired.session_pk)
             raise SessionExpiredError(await _session_public_id(expired.session_pk)) from None
+    raise RuntimeError(f"the write to task {task_id!r} kept missing with no reason to refuse")
 
 
 async def _apply(
