@@ -176,3 +176,20 @@ async def test_an_oversized_websocket_frame_closes_the_socket(server: Server) ->
         await socket.send(json.dumps({"type": "connection_init", "payload": huge}))
         await socket.wait_closed()
         assert socket.close_code == 1009  # message too big
+
+
+async def test_graphiql_style_headers_in_connection_init_are_accepted(
+    server: Server, alice: Api
+) -> None:
+    """GraphiQL sends its Headers pane as the connection_init payload."""
+    task = new_task(alice)
+    async with connect(
+        server.url.replace("http://", "ws://") + "/graphql", subprotocols=GRAPHQL_WS
+    ) as socket:
+        headers = {"Authorization": f"Bearer {token_of(alice)}"}
+        await socket.send(json.dumps({"type": "connection_init", "payload": headers}))
+        assert json.loads(await socket.recv())["type"] == "connection_ack"
+        subscribe = {"query": PROGRESS, "variables": {"id": task["id"]}}
+        await socket.send(json.dumps({"id": "1", "type": "subscribe", "payload": subscribe}))
+        first = json.loads(await socket.recv())
+    assert first["payload"]["data"]["taskProgress"]["kind"] == "SNAPSHOT"
