@@ -17,6 +17,7 @@ from runstate.client import (
     Event,
     EveryNSteps,
     EveryStep,
+    InvalidTransition,
     KeyPoints,
     LeaseLost,
     LockHeld,
@@ -74,6 +75,11 @@ async def test_problems_become_typed_exceptions(rs: Runstate) -> None:
     assert stale.value.current_version == 1
     with pytest.raises(NotFound):
         await rs.task("no-such-task")
+    cancelled = await rs.set_status(task_id, 1, "CANCELLED")
+    assert (cancelled.status, cancelled.version) == ("CANCELLED", 2)
+    with pytest.raises(InvalidTransition) as refused:
+        await rs.set_status(task_id, 2, "RUNNING")
+    assert refused.value.data["__typename"] == "InvalidTransition"
 
 
 @pytest.mark.parametrize(
