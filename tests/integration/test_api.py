@@ -51,6 +51,17 @@ def step(api: Api, name: str, input_type: str, **input: Any) -> dict[str, Any]:
     return mutate(api, name, input_type, TASK, **input)
 
 
+def checkpoint(api: Api, task_id: str, version: int, **input: Any) -> dict[str, Any]:
+    return step(
+        api,
+        "checkpointTask",
+        "CheckpointTaskInput",
+        taskId=task_id,
+        expectedVersion=version,
+        **input,
+    )
+
+
 def new_task(api: Api, steps: int = 3, **input: Any) -> dict[str, Any]:
     session = start_session(api)
     return create_task(api, session["id"], steps=steps, **input)
@@ -356,12 +367,10 @@ def test_complete_a_pending_step_is_an_invalid_transition(alice: Api) -> None:
 
 def test_checkpoint_applies_a_batch_as_one_version(alice: Api) -> None:
     t = new_task(alice, steps=3)
-    r = step(
+    r = checkpoint(
         alice,
-        "checkpointTask",
-        "CheckpointTaskInput",
-        taskId=t["id"],
-        expectedVersion=1,
+        t["id"],
+        1,
         steps=[
             {"index": 0, "status": "SUCCESS", "output": {"n": 1}},
             {"index": 1, "status": "RUNNING"},
@@ -375,20 +384,16 @@ def test_checkpoint_applies_a_batch_as_one_version(alice: Api) -> None:
 
 def test_checkpoint_with_one_refused_patch_changes_nothing(alice: Api) -> None:
     t = new_task(alice, steps=2)
-    ok = step(
+    ok = checkpoint(
         alice,
-        "checkpointTask",
-        "CheckpointTaskInput",
-        taskId=t["id"],
-        expectedVersion=1,
+        t["id"],
+        1,
         steps=[{"index": 0, "status": "SUCCESS"}],
     )
-    refused = step(
+    refused = checkpoint(
         alice,
-        "checkpointTask",
-        "CheckpointTaskInput",
-        taskId=t["id"],
-        expectedVersion=2,
+        t["id"],
+        2,
         steps=[{"index": 1, "status": "SUCCESS"}, {"index": 0, "status": "PENDING"}],
     )
     assert (refused["__typename"], refused["from"], refused["to"]) == (
@@ -402,12 +407,10 @@ def test_checkpoint_with_one_refused_patch_changes_nothing(alice: Api) -> None:
 
 def test_checkpoint_finishing_every_step_completes_the_task(alice: Api) -> None:
     t = new_task(alice, steps=2)
-    r = step(
+    r = checkpoint(
         alice,
-        "checkpointTask",
-        "CheckpointTaskInput",
-        taskId=t["id"],
-        expectedVersion=1,
+        t["id"],
+        1,
         steps=[{"index": 0, "status": "SUCCESS"}, {"index": 1, "status": "SKIPPED"}],
     )
     assert (r["status"], r["currentStep"], r["version"]) == ("COMPLETED", 2, 2)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_api import events, new_task, step
+from tests.integration.test_api import checkpoint, events, new_task, step
 from tests.support import LEASE_PROBLEM, PROBLEM, TASK, TASK_FIELDS, Api, mutate, wait_until
 
 PLAN = (
@@ -88,12 +88,10 @@ def at_second_step(api: Api, status: str, idempotent: bool) -> dict[str, Any]:
     patches = [{"index": 0, "status": "SUCCESS"}]
     if status != "PENDING":
         patches.append({"index": 1, "status": status})
-    result = step(
+    result = checkpoint(
         api,
-        "checkpointTask",
-        "CheckpointTaskInput",
-        taskId=created["id"],
-        expectedVersion=1,
+        created["id"],
+        1,
         steps=patches,
     )
     assert result["__typename"] == "Task", result
@@ -354,12 +352,10 @@ def test_bad_tool_input(alice: Api, input: dict[str, Any], field: str) -> None:
 
 def test_a_reset_keeps_the_output_a_step_had(alice: Api) -> None:
     task = new_task(alice, steps=2)
-    partial = step(
+    partial = checkpoint(
         alice,
-        "checkpointTask",
-        "CheckpointTaskInput",
-        taskId=task["id"],
-        expectedVersion=1,
+        task["id"],
+        1,
         steps=[{"index": 0, "status": "RUNNING", "output": {"partial": 1}}],
     )
     assert partial["steps"][0]["output"] == {"partial": 1}
