@@ -12,6 +12,7 @@ const PROGRESS = `subscription($taskId: ID!, $afterSeq: Int) {
   taskProgress(taskId: $taskId, afterSeq: $afterSeq) { seq kind stepIndex toolName at task { ${TASK_FIELDS} } }
 }`;
 const FINISHED = new Set(["SUCCESS", "SKIPPED"]);
+const LOG_LINES = 500; // the event log keeps the newest lines; the server keeps them all
 
 const $ = (id) => document.getElementById(id);
 let token = null;
@@ -154,6 +155,7 @@ function onEvent(watching, event) {
   $("events").prepend(el("li", { value: event.seq, "data-seq": event.seq },
     `${event.kind}${event.stepIndex === null ? "" : " step " + event.stepIndex}` +
     `${event.toolName ? " " + event.toolName : ""} · ${new Date(event.at).toLocaleTimeString()}`));
+  while ($("events").childElementCount > LOG_LINES) $("events").lastElementChild.remove();
   render(event.task);
 }
 
