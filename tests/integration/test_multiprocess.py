@@ -111,10 +111,12 @@ async def test_two_processes_share_one_sqlite_file(two_servers: tuple[Server, Se
 ROUNDS = 300
 
 
-def _writer(path: str, read_first: bool, errors: Any) -> None:
+def _writer(path: str, read_first: bool, errors: Any, ready: Any, go: Any) -> None:
     db = sqlite3.connect(path, timeout=30, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     locked = 0
+    ready.release()
+    go.wait(timeout=60)  # both writers start together, or they might never overlap
     for _ in range(ROUNDS):
         try:
             db.execute("BEGIN")
@@ -142,9 +144,16 @@ def locked_errors(tmp_path: Path, read_first: bool) -> int:
         db.execute("INSERT INTO counter VALUES (1, 0)")
     context = multiprocessing.get_context("spawn")
     errors = context.Queue()
-    workers = [context.Process(target=_writer, args=(path, read_first, errors)) for _ in range(2)]
+    ready, go = context.Semaphore(0), context.Event()
+    workers = [
+        context.Process(target=_writer, args=(path, read_first, errors, ready, go))
+        for _ in range(2)
+    ]
     for w in workers:
         w.start()
+    for _ in workers:
+        assert ready.acquire(timeout=60)
+    go.set()
     counts = [errors.get(timeout=120) for _ in workers]
     for w in workers:
         w.join(timeout=30)
