@@ -175,7 +175,7 @@ async def complete_step(
         draft.refuse_if_final()
         step = draft.step(step_index)
         draft.move_step(step, StepStatus.SUCCESS)
-        step.output = output
+        step.output = box(output)
         draft.complete_if_done()
         return Change(TaskEventKind.STEP_SUCCEEDED, step_index)
 
@@ -238,7 +238,7 @@ async def checkpoint_task(
             step = draft.step(patch.index, f"steps[{i}].index")
             draft.move_step(step, patch.status, jump=True)
             if patch.set_output:
-                step.output = patch.output
+                step.output = box(patch.output)
             if patch.error is not None:
                 step.error = patch.error
         target = status

@@ -19,7 +19,7 @@ from tortoise.expressions import F, Q
 from tortoise.transactions import in_transaction
 
 from runstate.enums import StepStatus, TaskEventKind, TaskStatus
-from runstate.models import Session, Step, Task, TaskEvent, box, unbox
+from runstate.models import Session, Step, Task, TaskEvent, ToolState
 from runstate.services import progress, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import (
@@ -32,7 +32,7 @@ from runstate.services.errors import (
     UnmatchedWriteError,
     VersionConflictError,
 )
-from runstate.services.loading import is_expired, lock_view, task_views
+from runstate.services.loading import is_expired, lock_view, task_view
 from runstate.services.queries import get_task
 from runstate.services.rules import (
     FINAL_TASKS,
@@ -61,7 +61,10 @@ class StepPatch:
 
 @dataclass
 class Draft:
-    """The task being changed inside a write transaction, before it is saved."""
+    """The task being changed inside a write transaction, before it is saved.
+
+    Its steps are the rows as stored: a client output goes in through ``box``.
+    """
 
     task: Task
     steps: list[Step]
@@ -236,28 +239,29 @@ async def _apply(
     now: datetime,
 ) -> tuple[TaskView, EventView | None]:
     task = await Task.filter(user_id=user_id, public_id=task_id).using_db(conn).get()
+    session = await Session.filter(id=task.session_id).using_db(conn).get()
     if guard.touch_session:
-        await _touch_session(conn, task.session_id, now)
+        await _touch_session(conn, session, now)
     steps = list(await Step.filter(task_id=task.id).using_db(conn).order_by("position"))
-    for step in steps:  # the draft works on client values; ``_save`` boxes them again
-        step.output = unbox(step.output)
     draft = Draft(task=task, steps=steps, now=now, status=task.status, conn=conn)
     change = await apply(draft)
+    if change is not None:
+        await _save(conn, draft)
+    # The view comes from the rows in hand (tool states may have changed: read them).
+    tools = await ToolState.filter(task_id=task.id).using_db(conn)
+    view = task_view(task, session.public_id, draft.steps, tools, now)
     if change is None:
-        return (await task_views([task], now, conn))[0], None
-    await _save(conn, draft)
-    view = (await task_views([task], now, conn))[0]
+        return view, None
     event = await log_event(conn, view, change.kind, now, change.step_index, change.tool_name)
     return view, event
 
 
-async def _touch_session(conn: BaseDBAsyncClient, session_pk: int, now: datetime) -> None:
+async def _touch_session(conn: BaseDBAsyncClient, session: Session, now: datetime) -> None:
     """Move the session's ``lastActiveAt`` to now, or refuse if it has expired."""
-    session = await Session.filter(id=session_pk).using_db(conn).get()
     if is_expired(session, now):
-        raise _ExpiredSessionError(session_pk)
+        raise _ExpiredSessionError(session.id)
     await (
-        Session.filter(id=session_pk)
+        Session.filter(id=session.id)
         .using_db(conn)
         .update(last_active_at=now, expires_at=now + timedelta(seconds=session.ttl_seconds))
     )
@@ -271,7 +275,7 @@ async def _save(conn: BaseDBAsyncClient, draft: Draft) -> None:
             .using_db(conn)
             .update(
                 status=step.status,
-                output=box(step.output),
+                output=step.output,
                 error=step.error,
                 attempts=step.attempts,
                 started_at=step.started_at,
