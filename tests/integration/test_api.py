@@ -62,6 +62,17 @@ def checkpoint(api: Api, task_id: str, version: int, **input: Any) -> dict[str, 
     )
 
 
+def set_status(api: Api, task_id: str, version: int, status: str) -> dict[str, Any]:
+    return step(
+        api,
+        "setTaskStatus",
+        "SetTaskStatusInput",
+        taskId=task_id,
+        expectedVersion=version,
+        status=status,
+    )
+
+
 def new_task(api: Api, steps: int = 3, **input: Any) -> dict[str, Any]:
     session = start_session(api)
     return create_task(api, session["id"], steps=steps, **input)
@@ -443,23 +454,9 @@ def test_add_steps_appends_to_the_plan(alice: Api) -> None:
 
 def test_set_task_status_follows_the_machine(alice: Api) -> None:
     t = new_task(alice)
-    r = step(
-        alice,
-        "setTaskStatus",
-        "SetTaskStatusInput",
-        taskId=t["id"],
-        expectedVersion=1,
-        status="CANCELLED",
-    )
+    r = set_status(alice, t["id"], 1, "CANCELLED")
     assert (r["status"], r["version"]) == ("CANCELLED", 2)
-    again = step(
-        alice,
-        "setTaskStatus",
-        "SetTaskStatusInput",
-        taskId=t["id"],
-        expectedVersion=2,
-        status="RUNNING",
-    )
+    again = set_status(alice, t["id"], 2, "RUNNING")
     assert (again["__typename"], again["from"], again["to"]) == (
         "InvalidTransition",
         "CANCELLED",
@@ -474,14 +471,7 @@ def test_set_task_status_follows_the_machine(alice: Api) -> None:
 
 def test_task_cannot_be_set_completed_with_work_left(alice: Api) -> None:
     t = new_task(alice)
-    r = step(
-        alice,
-        "setTaskStatus",
-        "SetTaskStatusInput",
-        taskId=t["id"],
-        expectedVersion=1,
-        status="COMPLETED",
-    )
+    r = set_status(alice, t["id"], 1, "COMPLETED")
     assert (r["__typename"], r["from"], r["to"]) == ("InvalidTransition", "PLANNED", "COMPLETED")
 
 

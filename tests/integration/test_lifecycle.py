@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_api import checkpoint, events, new_task, step
+from tests.integration.test_api import checkpoint, events, new_task, set_status, step
 from tests.support import LEASE_PROBLEM, PROBLEM, TASK, TASK_FIELDS, Api, mutate, wait_until
 
 PLAN = (
@@ -148,14 +148,7 @@ def test_resume_refuses_a_cancelled_task_and_a_stale_version(alice: Api) -> None
     task = new_task(alice)
     stale = resume(alice, task["id"], expectedVersion=7)
     assert (stale["__typename"], stale["currentVersion"]) == ("VersionConflict", 1)
-    step(
-        alice,
-        "setTaskStatus",
-        "SetTaskStatusInput",
-        taskId=task["id"],
-        expectedVersion=1,
-        status="CANCELLED",
-    )
+    set_status(alice, task["id"], 1, "CANCELLED")
     refused = resume(alice, task["id"])
     assert (refused["__typename"], refused["from"], refused["to"]) == (
         "InvalidTransition",
