@@ -113,4 +113,4 @@ def test_an_agent_killed_mid_task_is_resumed_by_a_new_process(
         ("STEP_SUCCEEDED", 3),
         ("LOCK_RELEASED", None),
     ]
-    assert log[-1]["task"]["status"] == "COMPLETED"
+    assert log[-1]["status"] == "COMPLETED"

@@ -114,6 +114,19 @@ class Runstate:
         """The task as it stands."""
         return Task.of(await self._call(doc.TASK_QUERY, "task", id=task_id))
 
+    async def task_at(self, task_id: str, seq: int) -> Task:
+        """The task exactly as it stood just after event ``seq``."""
+        return Task.of(await self._call(doc.TASK_AT_QUERY, "taskAt", id=task_id, seq=seq))
+
+    async def fork(
+        self, task_id: str, at_seq: int, *, id: str | None = None, goal: str | None = None
+    ) -> Task:
+        """A new task from the source's state at ``at_seq`` (RUNNING steps PENDING)."""
+        data = await self._mutate(
+            doc.FORK, "forkTask", taskId=task_id, atSeq=at_seq, id=id, goal=goal
+        )
+        return Task.of(data)
+
     async def start_step(
         self, task_id: str, index: int, version: int, *, fencing_token: int | None = None
     ) -> Task:
@@ -301,39 +314,17 @@ class Runstate:
 
     # -- live progress
 
-    async def watch(
+    def watch(
         self, task_id: str, after_seq: int | None = None, *, retry_seconds: float = 1.0
-    ) -> AsyncIterator[Event]:
-        """The task's events as they commit, forever; reconnects by itself.
+    ) -> Watch:
+        """Follow a task live: ``async for event in rs.watch(task_id)``; the returned
+        ``Watch`` also keeps ``.task``, the task as of the last event yielded.
 
         Without ``after_seq`` the first event is a SNAPSHOT. After a dropped
         connection or a server restart it subscribes again with the last seq it
         yielded, so no event is missed or repeated.
         """
-        last = after_seq
-        ws_url = self.url.replace("http", "ws", 1) + "/graphql"
-        while True:
-            transport = WebsocketsTransport(
-                url=ws_url,
-                init_payload={"authorization": f"Bearer {self.token}"},
-                subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL],
-            )
-            request = GraphQLRequest(
-                _parsed(doc.WATCH), variable_values={"taskId": task_id, "afterSeq": last}
-            )
-            try:
-                async with Client(transport=transport) as session:
-                    async for result in session.subscribe(request):
-                        event = Event.of(result["taskProgress"])
-                        if last is not None and event.seq <= last:
-                            continue
-                        last = event.seq
-                        yield event
-            except TransportQueryError as error:
-                raise NotFound({"message": str(error)}) from error
-            except (TransportError, OSError, WebSocketException) as error:
-                log.info("watch of %s interrupted (%s); reconnecting", task_id, error)
-            await asyncio.sleep(retry_seconds)
+        return Watch(self, task_id, after_seq, retry_seconds)
 
     def run(
         self,
@@ -352,3 +343,60 @@ class Runstate:
         return TaskRunner(
             self, task_id, holder=holder, policy=policy, lease_ttl=lease_ttl, decision=decision
         )
+
+
+class Watch:
+    """A live view of one task: an async iterator of its events that also keeps the
+    task itself current (``task``) from the snapshot and the deltas.
+
+    Started with ``after_seq``, the first task it holds is read with ``taskAt``.
+    """
+
+    def __init__(
+        self, api: Runstate, task_id: str, after_seq: int | None, retry_seconds: float
+    ) -> None:
+        self.api = api
+        self.task_id = task_id
+        self.after_seq = after_seq
+        self.retry_seconds = retry_seconds
+        self.task: Task | None = None
+        """The task as of the last event yielded (None before the first)."""
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
+        last = self.after_seq
+        api = self.api
+        ws_url = api.url.replace("http", "ws", 1) + "/graphql"
+        while True:
+            transport = WebsocketsTransport(
+                url=ws_url,
+                init_payload={"authorization": f"Bearer {api.token}"},
+                subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL],
+            )
+            request = GraphQLRequest(
+                _parsed(doc.WATCH), variable_values={"taskId": self.task_id, "afterSeq": last}
+            )
+            try:
+                async with Client(transport=transport) as session:
+                    async for result in session.subscribe(request):
+                        event = Event.of(result["taskProgress"])
+                        if last is not None and event.seq <= last:
+                            continue
+                        await self._follow(event)
+                        last = event.seq
+                        yield event
+            except TransportQueryError as error:
+                raise NotFound({"message": str(error)}) from error
+            except (TransportError, OSError, WebSocketException) as error:
+                log.info("watch of %s interrupted (%s); reconnecting", self.task_id, error)
+            await asyncio.sleep(self.retry_seconds)
+
+    async def _follow(self, event: Event) -> None:
+        if self.task is None and event.task is None:
+            self.task = await self.api.task_at(self.task_id, event.seq)
+        elif self.task is None:
+            self.task = event.task
+        else:
+            self.task = self.task.apply(event)

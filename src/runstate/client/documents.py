@@ -9,14 +9,15 @@ PROBLEM = """
 
 SESSION = "... on AgentSession { id status version messageCount expiresAt }"
 
-TASK_FIELDS = """
-  id sessionId goal status version currentStep eventSeq
-  steps { index action input output status idempotent attempts error }
-  toolStates { toolName status version retryCount maxRetries rateLimitResetAt }
-  lock { holderId fencingToken expiresAt }
-"""
+STEP_FIELDS = "index action input output status idempotent attempts error"
+TOOL_FIELDS = "toolName status version retryCount maxRetries rateLimitResetAt"
+LOCK_FIELDS = "holderId fencingToken expiresAt"
+HEAD_FIELDS = f"id sessionId goal status version currentStep eventSeq lock {{ {LOCK_FIELDS} }}"
+TASK_FIELDS = f"{HEAD_FIELDS} steps {{ {STEP_FIELDS} }} toolStates {{ {TOOL_FIELDS} }}"
 
 TASK = "... on Task {" + TASK_FIELDS + "}"
+HEAD = "... on Task {" + HEAD_FIELDS + "}"
+"""A write's answer without steps or tool states: the runner knows what it changed."""
 PROBLEM_DETAILS = """
   ... on VersionConflict { currentVersion }
   ... on LockHeld { holderId expiresAt }
@@ -34,12 +35,12 @@ def mutation(name: str, input_type: str, selection: str) -> str:
 
 START_SESSION = mutation("startSession", "StartSessionInput", SESSION)
 CREATE_TASK = mutation("createTask", "CreateTaskInput", TASK)
-START_STEP = mutation("startStep", "StepRefInput", TASK + PROBLEM_DETAILS)
-COMPLETE_STEP = mutation("completeStep", "CompleteStepInput", TASK + PROBLEM_DETAILS)
-FAIL_STEP = mutation("failStep", "FailStepInput", TASK + PROBLEM_DETAILS)
-CHECKPOINT = mutation("checkpointTask", "CheckpointTaskInput", TASK + PROBLEM_DETAILS)
-SET_STATUS = mutation("setTaskStatus", "SetTaskStatusInput", TASK + PROBLEM_DETAILS)
-DECIDE = mutation("decideStep", "DecideStepInput", TASK + PROBLEM_DETAILS)
+START_STEP = mutation("startStep", "StepRefInput", HEAD + PROBLEM_DETAILS)
+COMPLETE_STEP = mutation("completeStep", "CompleteStepInput", HEAD + PROBLEM_DETAILS)
+FAIL_STEP = mutation("failStep", "FailStepInput", HEAD + PROBLEM_DETAILS)
+CHECKPOINT = mutation("checkpointTask", "CheckpointTaskInput", HEAD + PROBLEM_DETAILS)
+SET_STATUS = mutation("setTaskStatus", "SetTaskStatusInput", HEAD + PROBLEM_DETAILS)
+DECIDE = mutation("decideStep", "DecideStepInput", HEAD + PROBLEM_DETAILS)
 RESUME = mutation(
     "resumeTask",
     "ResumeTaskInput",
@@ -62,16 +63,22 @@ RENEW = mutation(
     "RenewTaskLockInput",
     "... on TaskLock { holderId fencingToken expiresAt } ... on LockHeld { holderId expiresAt }",
 )
-RELEASE = mutation("releaseTaskLock", "ReleaseTaskLockInput", TASK)
+RELEASE = mutation("releaseTaskLock", "ReleaseTaskLockInput", HEAD)
 TOOL = mutation(
     "recordToolCall",
     "RecordToolCallInput",
     "... on ToolState { toolName status version retryCount maxRetries rateLimitResetAt }"
     + PROBLEM_DETAILS,
 )
+FORK = mutation("forkTask", "ForkTaskInput", TASK)
 TASK_QUERY = "query task($id: ID!) { task(id: $id) { " + PROBLEM + TASK + " } }"
+TASK_AT_QUERY = (
+    "query taskAt($id: ID!, $seq: Int!) { taskAt(id: $id, seq: $seq) { " + PROBLEM + TASK + " } }"
+)
 WATCH = (
     "subscription watch($taskId: ID!, $afterSeq: Int) {"
     " taskProgress(taskId: $taskId, afterSeq: $afterSeq) {"
-    " seq kind taskVersion stepIndex toolName at task {" + TASK_FIELDS + "} } }"
+    " seq kind taskVersion stepIndex toolName at status"
+    f" steps {{ {STEP_FIELDS} }} toolState {{ {TOOL_FIELDS} }} lock {{ {LOCK_FIELDS} }}"
+    " task {" + TASK_FIELDS + "} } }"
 )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -101,7 +102,8 @@ class ToolState:
 
 @dataclass(frozen=True)
 class Task:
-    """A task with its steps."""
+    """A task. ``steps`` and ``tool_states`` are None in a write's answer, which
+    carries the task's head only (the runner knows what it changed)."""
 
     id: str
     session_id: str
@@ -110,12 +112,13 @@ class Task:
     version: int
     current_step: int
     event_seq: int
-    steps: tuple[Step, ...]
-    tool_states: tuple[ToolState, ...]
     lock: Lock | None
+    steps: tuple[Step, ...] | None = None
+    tool_states: tuple[ToolState, ...] | None = None
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Task:
+        steps, tools = data.get("steps"), data.get("toolStates")
         return cls(
             id=data["id"],
             session_id=data["sessionId"],
@@ -124,10 +127,48 @@ class Task:
             version=data["version"],
             current_step=data["currentStep"],
             event_seq=data["eventSeq"],
-            steps=tuple(Step.of(s) for s in data["steps"]),
-            tool_states=tuple(ToolState.of(t) for t in data["toolStates"]),
             lock=None if data["lock"] is None else Lock.of(data["lock"]),
+            steps=None if steps is None else tuple(Step.of(s) for s in steps),
+            tool_states=None if tools is None else tuple(ToolState.of(t) for t in tools),
         )
+
+    def apply(self, event: Event) -> Task:
+        """The task as of ``event``, from this task as of the event before it: steps
+        replaced by index (or added), status, version and seq set, the tool state
+        replaced by name, the lease set by lease events. A SNAPSHOT replaces it all."""
+        if event.task is not None:
+            return event.task
+        steps = list(self.steps or ())
+        for step in event.steps:
+            if step.index < len(steps):
+                steps[step.index] = step
+            else:
+                steps.append(step)
+        tools = {t.tool_name: t for t in self.tool_states or ()}
+        if event.tool_state is not None:
+            tools[event.tool_state.tool_name] = event.tool_state
+        return replace(
+            self,
+            status=event.status,
+            version=event.task_version,
+            event_seq=event.seq,
+            current_step=next((s.index for s in steps if s.status not in FINISHED), len(steps)),
+            steps=tuple(steps),
+            tool_states=tuple(tools[name] for name in sorted(tools)),
+            lock=event.lock if event.kind in LEASE_EVENTS else self.lock,
+        )
+
+    def updated(self, head: Task, changed: Mapping[int, Mapping[str, Any]]) -> Task:
+        """This task's steps, with ``changed`` fields of some of them, under ``head``
+        (a write's answer): what a writer knows after its own write."""
+        steps = list(self.steps or ())
+        for index, fields in changed.items():
+            steps[index] = replace(steps[index], **fields)
+        return replace(head, steps=tuple(steps), tool_states=self.tool_states)
+
+
+FINISHED = frozenset({"SUCCESS", "SKIPPED"})
+LEASE_EVENTS = frozenset({"LOCK_ACQUIRED", "LOCK_RELEASED"})
 
 
 @dataclass(frozen=True)
@@ -149,7 +190,9 @@ class ResumePlan:
 
 @dataclass(frozen=True)
 class Event:
-    """One entry of a task's change log, with the task as it stood after it."""
+    """One entry of a task's change log: what changed (apply it with ``Task.apply``).
+
+    ``task`` is set on SNAPSHOT events only."""
 
     seq: int
     kind: str
@@ -157,7 +200,11 @@ class Event:
     step_index: int | None
     tool_name: str | None
     at: datetime
-    task: Task
+    status: str
+    steps: tuple[Step, ...]
+    tool_state: ToolState | None
+    lock: Lock | None
+    task: Task | None
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Event:
@@ -168,5 +215,9 @@ class Event:
             step_index=data["stepIndex"],
             tool_name=data["toolName"],
             at=datetime.fromisoformat(data["at"]),
-            task=Task.of(data["task"]),
+            status=data["status"],
+            steps=tuple(Step.of(s) for s in data["steps"]),
+            tool_state=None if data["toolState"] is None else ToolState.of(data["toolState"]),
+            lock=None if data["lock"] is None else Lock.of(data["lock"]),
+            task=None if data["task"] is None else Task.of(data["task"]),
         )

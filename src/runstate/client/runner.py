@@ -87,7 +87,7 @@ class TaskRunner:
                 await self._release()
                 await self._await_decision()
                 continue
-            self.task = await self._guard(
+            head = await self._guard(
                 self.api.decide(
                     self.task_id,
                     plan.resume_from,
@@ -96,6 +96,8 @@ class TaskRunner:
                     fencing_token=self.fencing_token,
                 )
             )
+            status = "PENDING" if self.decision == "RETRY" else "SKIPPED"
+            self._wrote(head, {plan.resume_from: {"status": status}})
             break
         self._renewer = asyncio.create_task(self._renew(), name=f"renew-{self.task_id}")
         return self
@@ -133,7 +135,7 @@ class TaskRunner:
     async def _await_decision(self) -> None:
         """Follow the task until nobody needs to decide any more."""
         async for event in self.api.watch(self.task_id):
-            if event.task.status != "AWAITING_DECISION":
+            if event.status != "AWAITING_DECISION":
                 return
 
     async def _renew(self) -> None:
@@ -166,10 +168,14 @@ class TaskRunner:
             raise RuntimeError("use the runner as `async with rs.run(...) as run:`")
         return self.task
 
+    def _wrote(self, head: Task, changed: dict[int, dict[str, Any]]) -> None:
+        """Take a write's answer (the task's head) with the step changes it made."""
+        self.task = self._task.updated(head, changed)
+
     @property
     def remaining(self) -> list[Step]:
         """Steps not yet finished (SUCCESS or SKIPPED), in order, as of the last write."""
-        return [s for s in self._task.steps if s.status not in ("SUCCESS", "SKIPPED")]
+        return [s for s in self._task.steps or () if s.status not in ("SUCCESS", "SKIPPED")]
 
     def _check(self) -> None:
         if self.lost.is_set():
@@ -179,13 +185,14 @@ class TaskRunner:
         """Mark a step RUNNING. Written at once for EveryStep and for any step that is
         not idempotent (with whatever is pending), so a crash inside it is noticed."""
         self._check()
-        step = self._task.steps[index]
+        step = (self._task.steps or ())[index]
         if self.policy.every_step:
-            self.task = await self._guard(
+            head = await self._guard(
                 self.api.start_step(
                     self.task_id, index, self.version, fencing_token=self.fencing_token
                 )
             )
+            self._wrote(head, {index: {"status": "RUNNING"}})
         elif not step.idempotent:
             self._pending.append({"index": index, "status": "RUNNING"})
             await self.flush()
@@ -194,11 +201,12 @@ class TaskRunner:
         """Record a step's success; written now or later, as the policy says."""
         self._check()
         if self.policy.every_step:
-            self.task = await self._guard(
+            head = await self._guard(
                 self.api.complete_step(
                     self.task_id, index, self.version, output, fencing_token=self.fencing_token
                 )
             )
+            self._wrote(head, {index: {"status": "SUCCESS", "output": output}})
             return
         self._pending.append({"index": index, "status": "SUCCESS", "output": output})
         self._completed_since_flush += 1
@@ -209,11 +217,12 @@ class TaskRunner:
         """Record a step's failure and write it, with anything pending, at once."""
         self._check()
         if self.policy.every_step:
-            self.task = await self._guard(
+            head = await self._guard(
                 self.api.fail_step(
                     self.task_id, index, self.version, error, fencing_token=self.fencing_token
                 )
             )
+            self._wrote(head, {index: {"status": "FAILED", "error": error}})
             return
         self._pending.append({"index": index, "status": "FAILED", "error": error})
         await self.flush()
@@ -235,10 +244,12 @@ class TaskRunner:
         self._check()
         if not self._pending:
             return
-        self.task = await self._guard(
+        head = await self._guard(
             self.api.checkpoint(
                 self.task_id, self.version, self._pending, fencing_token=self.fencing_token
             )
         )
+        changed = {p["index"]: {k: v for k, v in p.items() if k != "index"} for p in self._pending}
+        self._wrote(head, changed)
         self._pending = []
         self._completed_since_flush = 0

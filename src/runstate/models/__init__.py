@@ -130,10 +130,43 @@ class Step(Model):
     error: str | None = fields.TextField(null=True)
     started_at: datetime | None = fields.DatetimeField(null=True)
     completed_at: datetime | None = fields.DatetimeField(null=True)
+    created_seq = fields.IntField(default=1, db_default=1)
+    """The event that added the step: ``taskAt`` before it does not show it."""
+    changed_seq = fields.IntField(default=0, db_default=0)
+    """The last event that changed the step (0: none since it was added). At any seq
+    from this one on, the row is the step as it stood; before it, ``StepVersion``."""
 
     class Meta:
         table = "steps"
         unique_together = (("task_id", "position"),)
+
+
+class StepVersion(Model):
+    """A step's changing fields as they stood just after event ``seq``: the history.
+
+    One row per step an event changed, so an event's stored size follows its change.
+    A step with no version at or before a seq stood as it was added then (PENDING,
+    no attempts). ``action``, ``input`` and ``idempotent`` never change and live on
+    the step row alone.
+    """
+
+    id = fields.IntField(primary_key=True)
+    task: fields.ForeignKeyRelation[Task] = fields.ForeignKeyField(
+        "runstate.Task", related_name="step_versions", on_delete=fields.CASCADE
+    )
+    task_id: int
+    position = fields.IntField()
+    seq = fields.IntField()
+    output = fields.JSONField[object](null=True)
+    status = fields.CharEnumField(StepStatus, max_length=16)
+    attempts = fields.IntField(default=0)
+    error: str | None = fields.TextField(null=True)
+    started_at: datetime | None = fields.DatetimeField(null=True)
+    completed_at: datetime | None = fields.DatetimeField(null=True)
+
+    class Meta:
+        table = "step_versions"
+        unique_together = (("task_id", "position", "seq"),)
 
 
 class ToolState(Model):
@@ -153,6 +186,10 @@ class ToolState(Model):
     last_error = fields.TextField(null=True)
     rate_limit_reset_at = fields.DatetimeField(null=True)
     updated_at = fields.DatetimeField()
+    created_seq = fields.IntField(default=1, db_default=1)
+    """The event that first reported the tool: ``taskAt`` before it does not show it."""
+    changed_seq = fields.IntField(default=0, db_default=0)
+    """The last event that changed the tool state; before it, the events tell."""
 
     class Meta:
         table = "tool_states"
@@ -160,7 +197,12 @@ class ToolState(Model):
 
 
 class TaskEvent(Model):
-    """One entry of a task's change log. ``seq`` is consecutive per task and unique."""
+    """One entry of a task's change log. ``seq`` is consecutive per task and unique.
+
+    The row holds what changed and no more: the task's status and version after it,
+    and in ``delta`` the tool state (TOOL_STATE_CHANGED), the lease (LOCK_*) or the
+    origin of a fork. The steps it changed are its ``StepVersion`` rows.
+    """
 
     id = fields.IntField(primary_key=True)
     task: fields.ForeignKeyRelation[Task] = fields.ForeignKeyField(
@@ -173,11 +215,17 @@ class TaskEvent(Model):
     step_index = fields.IntField(null=True)
     tool_name = fields.CharField(max_length=128, null=True)
     at = fields.DatetimeField()
-    snapshot = fields.JSONField[dict[str, object]]()
+    # The default only fills rows of release 1 while migration 0003 converts them.
+    status = fields.CharEnumField(TaskStatus, max_length=24, db_default=TaskStatus.PLANNED)
+    delta = fields.JSONField[dict[str, object]](null=True)
 
     class Meta:
         table = "task_events"
         unique_together = (("task_id", "seq"),)
+        indexes = (
+            # The latest tool-state or lease event at or before a seq (taskAt).
+            Index(fields=("task_id", "kind", "tool_name", "seq"), name="task_events_part"),
+        )
 
 
 class Installation(Model):

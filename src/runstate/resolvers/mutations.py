@@ -25,6 +25,7 @@ from runstate.schema.inputs import (
     DecideStepInput,
     DeleteSessionInput,
     FailStepInput,
+    ForkTaskInput,
     RecordToolCallInput,
     ReleaseTaskLockInput,
     RenewTaskLockInput,
@@ -246,4 +247,22 @@ class Mutation:
                 max_retries=input.max_retries,
             ),
             ToolState.of,
+        )
+
+    @strawberry.mutation(
+        description=(
+            "A new task in the same session from a past state of another: its steps as "
+            "they stood at atSeq (RUNNING ones PENDING); its first event names the source."
+        )
+    )
+    async def fork_task(self, info: Info, input: ForkTaskInput) -> TaskResult:
+        return await answer(
+            tasks.fork_task(
+                info.context.user_id,
+                input.task_id,
+                input.at_seq,
+                new_id=input.id,
+                goal=input.goal,
+            ),
+            Task.of,
         )

@@ -39,6 +39,12 @@ class Query:
         return await answer(queries.get_task(info.context.user_id, id), Task.of)
 
     @strawberry.field(
+        description="The task exactly as it stood just after event `seq` (history, time travel)."
+    )
+    async def task_at(self, info: Info, id: strawberry.ID, seq: int) -> TaskResult:
+        return await answer(queries.get_task_at(info.context.user_id, id, seq), Task.of)
+
+    @strawberry.field(
         description="The caller's tasks, newest first; e.g. tasks(sessionId: $s, status: FAILED)."
     )
     async def tasks(

@@ -151,6 +151,23 @@ class AddStepsInput:
     steps: list[StepPlanInput]
 
 
+@strawberry.input(
+    description=(
+        "A new task in the same session, its steps as they stood at `atSeq` of the source "
+        "task (RUNNING and IN_DOUBT steps become PENDING)."
+    )
+)
+class ForkTaskInput:
+    """Fork a task from a past state."""
+
+    task_id: strawberry.ID
+    at_seq: int
+    id: strawberry.ID | None = strawberry.field(
+        default=None, description="Optional client-chosen id for the new task."
+    )
+    goal: str | None = None
+
+
 @strawberry.input
 class DeleteSessionInput:
     """The session to delete."""

@@ -9,7 +9,7 @@ from strawberry.scalars import JSON
 
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
 from runstate.schema.context import Info
-from runstate.services import queries
+from runstate.services import history, queries
 from runstate.services.lifecycle import ResumePlanView
 from runstate.services.views import (
     EventView,
@@ -178,7 +178,12 @@ class TaskLock:
 
 @strawberry.type(description="One multi-step job inside a session.")
 class Task:
-    """A task with its steps, tool states and lease."""
+    """A task with its steps, tool states and lease.
+
+    Steps and tool states are read only when selected, as they stood at the
+    task's ``eventSeq``: a write's answer that selects neither reads neither, and
+    one that does sees them exactly as that write left them.
+    """
 
     view: strawberry.Private[TaskView]
     id: strawberry.ID
@@ -193,8 +198,6 @@ class Task:
         )
     )
     total_steps: int
-    steps: list[Step]
-    tool_states: list[ToolState]
     lock: TaskLock | None
     created_at: datetime
     updated_at: datetime
@@ -214,13 +217,25 @@ class Task:
             version=view.version,
             current_step=view.current_step,
             total_steps=view.total_steps,
-            steps=[Step.of(s) for s in view.steps],
-            tool_states=[ToolState.of(t) for t in view.tool_states],
             lock=None if view.lock is None else TaskLock.of(view.lock),
             created_at=view.created_at,
             updated_at=view.updated_at,
             event_seq=view.event_seq,
         )
+
+    @strawberry.field
+    async def steps(self) -> list[Step]:
+        views = self.view.steps
+        if views is None:
+            views = await history.steps_at(self.view.pk, self.view.event_seq)
+        return [Step.of(s) for s in views]
+
+    @strawberry.field
+    async def tool_states(self) -> list[ToolState]:
+        views = self.view.tool_states
+        if views is None:
+            views = await history.tool_states_at(self.view.pk, self.view.id, self.view.event_seq)
+        return [ToolState.of(t) for t in views]
 
     @strawberry.field
     async def session(self) -> AgentSession:
@@ -239,9 +254,24 @@ class Task:
         return [TaskEvent.of(v) for v in views]
 
 
-@strawberry.type
+@strawberry.type(description="Where a forked task came from.")
+class TaskOrigin:
+    """The source of a fork."""
+
+    task_id: strawberry.ID
+    seq: int = strawberry.field(description="The source task's seq the fork started from.")
+
+
+@strawberry.type(
+    description=(
+        "One committed change. An event carries what changed (a delta), never the whole\n"
+        "task: its size grows with the change, not with the task. A client that holds\n"
+        "the task as of seq n-1 and applies event n (replace `steps` by index, set\n"
+        "`status`, replace `toolState` by name, set `lock`) holds the task as of seq n."
+    )
+)
 class TaskEvent:
-    """One entry of a task's change log."""
+    """One entry of a task's change log, as a delta."""
 
     view: strawberry.Private[EventView]
     task_id: strawberry.ID
@@ -257,6 +287,30 @@ class TaskEvent:
     step_index: int | None
     tool_name: str | None
     at: datetime
+    status: TaskStatus = strawberry.field(description="The task's status after this event.")
+    steps: list[Step] = strawberry.field(
+        description=(
+            "The steps this event added or changed, as they stood just after it "
+            "(empty when it touched none)."
+        )
+    )
+    tool_state: ToolState | None = strawberry.field(
+        description="TOOL_STATE_CHANGED: the tool state after the event."
+    )
+    lock: TaskLock | None = strawberry.field(
+        description=(
+            "LOCK_ACQUIRED and LOCK_RELEASED: the lease after the event (null once released)."
+        )
+    )
+    origin: TaskOrigin | None = strawberry.field(
+        description="The first event of a forked task: the task and seq it was forked from."
+    )
+    task: Task | None = strawberry.field(
+        description=(
+            "The whole task: present on SNAPSHOT events only (the first message of a "
+            "subscription without afterSeq, or a resync). For any other seq use Query.taskAt."
+        )
+    )
 
     @classmethod
     def of(cls, view: EventView) -> TaskEvent:
@@ -270,11 +324,15 @@ class TaskEvent:
             step_index=view.step_index,
             tool_name=view.tool_name,
             at=view.at,
+            status=view.status,
+            steps=[Step.of(s) for s in view.steps],
+            tool_state=None if view.tool_state is None else ToolState.of(view.tool_state),
+            lock=None if view.lock is None else TaskLock.of(view.lock),
+            origin=None
+            if view.origin is None
+            else TaskOrigin(task_id=strawberry.ID(view.origin.task_id), seq=view.origin.seq),
+            task=None if view.task is None else Task.of(view.task),
         )
-
-    @strawberry.field(description="The task as it stood at this version.")
-    def task(self) -> Task:
-        return Task.of(self.view.task)
 
 
 @strawberry.type

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runstate.enums import StepStatus, TaskEventKind, TaskStatus
+from runstate.models import Step
 from runstate.services import validation
 from runstate.services.errors import InvalidTransitionError
+from runstate.services.loading import step_view
 from runstate.services.taskwrite import Change, Draft, Unchanged, versioned, write_task
-from runstate.services.views import TaskView
+from runstate.services.views import StepView, TaskView
 
 
 @dataclass(frozen=True)
@@ -20,13 +22,15 @@ class ResumePlanView:
     needs_decision: bool
 
 
-def plan_of(task: TaskView) -> ResumePlanView:
-    """The plan a task's state implies: its first unfinished step, and whether that
-    step waits for a person's decision."""
+def plan_of(task: TaskView, step: StepView | None = None) -> ResumePlanView:
+    """The plan a task's state implies: its first unfinished step (``step``, when the
+    view's steps are not loaded), and whether that step waits for a person's decision."""
     index = task.current_step
     if index >= task.total_steps:
         return ResumePlanView(task, None, False)
-    step = task.steps[index]
+    if task.steps is not None:
+        step = task.steps[index]
+    assert step is not None, "the step at current_step comes with the view or beside it"
     in_doubt = task.status is TaskStatus.AWAITING_DECISION and (
         step.status is StepStatus.RUNNING and not step.idempotent
     )
@@ -49,12 +53,17 @@ async def resume_task(
     it is COMPLETED. A task already in that state is left as it is (no event).
     """
 
+    current: list[Step] = []  # the first unfinished step, as the write left it
+
     async def apply(draft: Draft) -> Change:
         if draft.status is TaskStatus.CANCELLED:
             raise InvalidTransitionError("task", draft.status, TaskStatus.RUNNING)
-        unfinished = next((s for s in draft.steps if s.status not in _DONE), None)
+        index = draft.task.current_step
+        unfinished = await draft.step(index) if index < draft.total else None
+        if unfinished is not None:
+            current.append(unfinished)
         if unfinished is None:
-            if not draft.steps or draft.status is TaskStatus.COMPLETED:
+            if draft.total == 0 or draft.status is TaskStatus.COMPLETED:
                 raise Unchanged
             draft.move_task(TaskStatus.COMPLETED, jump=True)
             return Change(TaskEventKind.TASK_STATUS_CHANGED)
@@ -74,10 +83,7 @@ async def resume_task(
         return Change(kind, unfinished.position if reset else None)
 
     view = await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
-    return plan_of(view)
-
-
-_DONE = (StepStatus.SUCCESS, StepStatus.SKIPPED)
+    return plan_of(view, step_view(current[0]) if current and view.steps is None else None)
 
 
 async def decide_step(
@@ -99,12 +105,12 @@ async def decide_step(
 
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
-        step = draft.step(step_index)
+        step = await draft.step(step_index)
         draft.move_step(step, StepStatus.PENDING if retry else StepStatus.SKIPPED)
         if draft.status in (TaskStatus.AWAITING_DECISION, TaskStatus.FAILED):
             draft.move_task(TaskStatus.RUNNING)
-        draft.complete_if_done()
         kind = TaskEventKind.STEP_RESET if retry else TaskEventKind.STEP_SKIPPED
         return Change(kind, step_index)
 
-    return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
+    guard = versioned(expected_version, fencing_token, step=step_index)
+    return await write_task(user_id, task_id, apply, guard)

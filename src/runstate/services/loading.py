@@ -82,11 +82,12 @@ def lock_view(row: Task, now: datetime) -> LockView | None:
 def task_view(
     row: Task,
     session_id: str,
-    steps: Sequence[Step],
-    tool_states: Sequence[ToolState],
     now: datetime,
+    *,
+    steps: Sequence[Step] | None = None,
+    tool_states: Sequence[ToolState] | None = None,
 ) -> TaskView:
-    """One task row with its children as a view."""
+    """One task row as a view, with its steps and tool states when they are given."""
     return TaskView(
         pk=row.id,
         id=row.public_id,
@@ -97,14 +98,20 @@ def task_view(
         status=row.status,
         version=row.version,
         event_seq=row.event_seq,
+        current_step=row.current_step,
+        total_steps=row.total_steps,
         created_at=row.created_at,
         updated_at=row.updated_at,
-        steps=tuple(step_view(s) for s in sorted(steps, key=lambda s: s.position)),
-        tool_states=tuple(
+        lock=lock_view(row, now),
+        steps=None
+        if steps is None
+        else tuple(step_view(s) for s in sorted(steps, key=lambda s: s.position)),
+        tool_states=None
+        if tool_states is None
+        else tuple(
             tool_state_view(t, row.public_id)
             for t in sorted(tool_states, key=lambda t: t.tool_name)
         ),
-        lock=lock_view(row, now),
     )
 
 
@@ -126,4 +133,19 @@ async def task_views(
         .using_db(conn)
         .values_list("id", "public_id")
     )
-    return [task_view(r, session_ids[r.session_id], steps[r.id], tools[r.id], now) for r in rows]
+    return [
+        task_view(r, session_ids[r.session_id], now, steps=steps[r.id], tool_states=tools[r.id])
+        for r in rows
+    ]
+
+
+async def steps_of(task_pk: int) -> tuple[StepView, ...]:
+    """A task's steps as they stand, in order."""
+    rows = await Step.filter(task_id=task_pk).order_by("position")
+    return tuple(step_view(r) for r in rows)
+
+
+async def tool_states_of(task_pk: int, task_id: str) -> tuple[ToolStateView, ...]:
+    """A task's tool states as they stand, by name."""
+    rows = await ToolState.filter(task_id=task_pk).order_by("tool_name")
+    return tuple(tool_state_view(r, task_id) for r in rows)

@@ -16,11 +16,13 @@ from collections.abc import AsyncIterator
 
 from runstate import pubsub
 from runstate.enums import TaskEventKind
-from runstate.models import Session, Task, TaskEvent
+from runstate.models import Session, Task
+from runstate.services import history
 from runstate.services.clock import utcnow
-from runstate.services.queries import event_view, get_task
+from runstate.services.history import TaskRef
+from runstate.services.queries import get_task
 from runstate.services.sessions import get_session
-from runstate.services.views import EventView, TaskView
+from runstate.services.views import EventView, TaskView, from_json, to_json
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +41,13 @@ def session_channel(session_pk: int) -> str:
 
 def encode(event: EventView) -> bytes:
     """An event as a broker message."""
-    return json.dumps(event.to_json(), separators=(",", ":")).encode()
+    return json.dumps(to_json(event), separators=(",", ":")).encode()
 
 
 def decode(data: bytes) -> EventView | None:
     """A broker message as an event; None (and a log line) for anything else."""
     try:
-        return EventView.from_json(json.loads(data))
+        return from_json(EventView, json.loads(data))
     except (ValueError, KeyError, TypeError) as error:
         log.warning("ignored a malformed broker message: %s", error)
         return None
@@ -62,8 +64,10 @@ def announce(event: EventView) -> None:
 
 
 def snapshot(view: TaskView) -> EventView:
-    """A SNAPSHOT event: the task as it stands, at its latest seq."""
+    """A SNAPSHOT event: the whole task as it stands, at its latest seq."""
     return EventView(
+        task_pk=view.pk,
+        session_pk=view.session_pk,
         task_id=view.id,
         seq=view.event_seq,
         task_version=view.version,
@@ -71,23 +75,20 @@ def snapshot(view: TaskView) -> EventView:
         step_index=None,
         tool_name=None,
         at=utcnow(),
-        snapshot=view.to_json(),
+        status=view.status,
+        task=view,
     )
 
 
-async def stored_events(task_pk: int, task_id: str, after_seq: int) -> AsyncIterator[EventView]:
+async def stored_events(task: TaskRef, after_seq: int) -> AsyncIterator[EventView]:
     """Every stored event of a task after ``after_seq``, oldest first, page by page."""
     while True:
-        rows = (
-            await TaskEvent.filter(task_id=task_pk, seq__gt=after_seq)
-            .order_by("seq")
-            .limit(CATCH_UP_PAGE)
-        )
-        for row in rows:
-            yield event_view(row, task_id)
-        if len(rows) < CATCH_UP_PAGE:
+        page = await history.events(task, after_seq, CATCH_UP_PAGE)
+        for event in page:
+            yield event
+        if len(page) < CATCH_UP_PAGE:
             return
-        after_seq = rows[-1].seq
+        after_seq = page[-1].seq
 
 
 def _hub() -> pubsub.Hub:
@@ -113,6 +114,7 @@ async def task_progress(
     shows what the broker alone loses).
     """
     view = await get_task(user_id, task_id)
+    ref = TaskRef(view.pk, view.id, view.session_pk)
     async with _hub().broker.subscription([task_channel(view.pk)]) as inbox:
         if after_seq is None:
             view = await get_task(user_id, task_id)
@@ -120,7 +122,7 @@ async def task_progress(
             last = view.event_seq
         else:
             last = after_seq
-            async for event in stored_events(view.pk, view.id, last):
+            async for event in stored_events(ref, last):
                 yield event
                 last = event.seq
         while True:
@@ -139,7 +141,7 @@ async def task_progress(
             if stored is None:
                 return  # the task was deleted with its session
             if stored.event_seq > last:
-                async for event in stored_events(view.pk, view.id, last):
+                async for event in stored_events(ref, last):
                     yield event
                     last = event.seq
 
@@ -176,6 +178,7 @@ async def session_activity(
             )
             for task_pk, public_id, latest in stored:
                 if latest > last.get(task_pk, 0):
-                    async for event in stored_events(task_pk, public_id, last.get(task_pk, 0)):
+                    ref = TaskRef(task_pk, public_id, session.pk)
+                    async for event in stored_events(ref, last.get(task_pk, 0)):
                         yield event
                         last[task_pk] = event.seq

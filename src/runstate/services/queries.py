@@ -9,11 +9,11 @@ from tortoise.expressions import Q
 from tortoise.queryset import QuerySet
 
 from runstate.enums import SessionStatus, TaskStatus
-from runstate.models import Session, Task, TaskEvent
-from runstate.services import validation
+from runstate.models import Session, Task
+from runstate.services import history, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, NotFoundError, SessionExpiredError
-from runstate.services.loading import is_expired, session_view, task_views
+from runstate.services.loading import is_expired, session_view, task_view
 from runstate.services.sessions import mark_expired
 from runstate.services.views import EventView, Page, SessionView, TaskView
 
@@ -49,8 +49,7 @@ async def get_task(user_id: str, task_id: str) -> TaskView:
     if is_expired(row.session, now):
         await mark_expired(row.session_id)
         raise SessionExpiredError(row.session.public_id)
-    (view,) = await task_views([row], now)
-    return view
+    return task_view(row, row.session.public_id, now)
 
 
 async def session_of(task: TaskView) -> SessionView:
@@ -96,10 +95,10 @@ async def list_tasks(
         query = query.filter(session__public_id=session_id, session__user_id=user_id)
     if status is not None:
         query = query.filter(status=status)
-    rows, has_next = await _page(query, first, after)
-    views = await task_views(rows, utcnow())
+    rows, has_next = await _page(query.select_related("session"), first, after)
+    now = utcnow()
     return Page(
-        items=tuple(views),
+        items=tuple(task_view(r, r.session.public_id, now) for r in rows),
         cursors=tuple(encode_cursor(r.id) for r in rows),
         has_next_page=has_next,
     )
@@ -109,22 +108,12 @@ async def list_events(task: TaskView, *, after_seq: int, first: int) -> list[Eve
     """The task's events after ``after_seq``, oldest first."""
     if not 0 <= first <= MAX_EVENTS:
         raise InvalidInputError("first", f"must be between 0 and {MAX_EVENTS}")
-    rows = await TaskEvent.filter(task_id=task.pk, seq__gt=after_seq).order_by("seq").limit(first)
-    return [event_view(r, task.id) for r in rows]
+    return await history.events(task, after_seq, first)
 
 
-def event_view(row: TaskEvent, task_id: str) -> EventView:
-    """One event row as a view."""
-    return EventView(
-        task_id=task_id,
-        seq=row.seq,
-        task_version=row.task_version,
-        kind=row.kind,
-        step_index=row.step_index,
-        tool_name=row.tool_name,
-        at=row.at,
-        snapshot=row.snapshot,
-    )
+async def get_task_at(user_id: str, task_id: str, seq: int) -> TaskView:
+    """The caller's task exactly as it stood just after event ``seq``."""
+    return await history.task_at(await get_task(user_id, task_id), seq)
 
 
 async def _page(query: QuerySet[M], first: int, after: str | None) -> tuple[list[M], bool]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from tortoise.exceptions import IntegrityError
@@ -11,22 +12,24 @@ from tortoise.transactions import in_transaction
 
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, Task, box
-from runstate.services import progress, validation
+from runstate.services import progress, queries, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, InvalidTransitionError, UnmatchedWriteError
-from runstate.services.loading import task_views
+from runstate.services.loading import step_view, task_view
 from runstate.services.queries import get_task
+from runstate.services.rules import FINISHED_STEPS
 from runstate.services.sessions import get_session
 from runstate.services.taskwrite import (
     Change,
     Draft,
     StepPatch,
     log_event,
+    record_versions,
     versioned,
     write_task,
 )
 from runstate.services.validation import StepPlan
-from runstate.services.views import TaskView
+from runstate.services.views import EventView, OriginView, StepView, TaskView, current_step
 
 _OPEN_SESSION = (SessionStatus.ACTIVE, SessionStatus.PAUSED)
 
@@ -39,14 +42,116 @@ async def create_task(
     steps: Sequence[StepPlan],
     task_id: str | None = None,
 ) -> TaskView:
-    """Create a PLANNED task with its plan; an existing client-chosen id returns that task.
-
-    The first statement marks the session active (a write, so SQLite takes the lock
-    at once); the task, its steps and its TASK_CREATED event (seq 1) follow.
-    """
+    """Create a PLANNED task with its plan; an existing client-chosen id returns that task."""
     public_id = validation.object_id(task_id)
     validation.goal(goal)
     validation.step_plans(steps)
+
+    plan = [_new_step(0, i, p) for i, p in enumerate(steps)]
+    return await _insert_task(
+        user_id, session_id, public_id, task_id, goal=goal, status=TaskStatus.PLANNED, steps=plan
+    )
+
+
+async def fork_task(
+    user_id: str,
+    task_id: str,
+    at_seq: int,
+    *,
+    new_id: str | None = None,
+    goal: str | None = None,
+) -> TaskView:
+    """A new task in the same session whose steps are the source's as they stood just
+    after ``at_seq``, RUNNING ones turned PENDING (nobody is running them in the fork).
+
+    Outputs, errors and attempts carry over; tool states and the lease do not. The
+    fork's status follows its steps: COMPLETED when all are finished, FAILED when one
+    failed, RUNNING when work has begun, else PLANNED. Its TASK_CREATED event names
+    the source and seq as its ``origin``.
+    """
+    public_id = validation.object_id(new_id)
+    if goal is not None:
+        validation.goal(goal)
+    source = await queries.get_task_at(user_id, task_id, at_seq)
+    assert source.steps is not None
+    picked = [
+        replace(s, status=StepStatus.PENDING, completed_at=None)
+        if s.status is StepStatus.RUNNING
+        else s
+        for s in source.steps
+    ]
+    return await _insert_task(
+        user_id,
+        source.session_id,
+        public_id,
+        new_id,
+        goal=source.goal if goal is None else goal,
+        status=_forked_status([s.status for s in picked]),
+        steps=[_copied_step(s) for s in picked],
+        origin=OriginView(source.id, at_seq),
+    )
+
+
+def _forked_status(statuses: Sequence[StepStatus]) -> TaskStatus:
+    if statuses and all(s in FINISHED_STEPS for s in statuses):
+        return TaskStatus.COMPLETED
+    if StepStatus.FAILED in statuses:
+        return TaskStatus.FAILED
+    if any(s is not StepStatus.PENDING for s in statuses):
+        return TaskStatus.RUNNING
+    return TaskStatus.PLANNED
+
+
+def _copied_step(view: StepView) -> Step:
+    step = Step(
+        task_id=0,
+        position=view.index,
+        action=view.action,
+        input=box(view.input),
+        output=box(view.output),
+        status=view.status,
+        idempotent=view.idempotent,
+        attempts=view.attempts,
+        error=view.error,
+        started_at=view.started_at,
+        completed_at=view.completed_at,
+    )
+    step.changed_seq = 0 if step_view(step) == _initial(view) else 1
+    return step
+
+
+def _initial(view: StepView) -> StepView:
+    """The step as it stands when added to a plan."""
+    return replace(
+        view,
+        output=None,
+        status=StepStatus.PENDING,
+        attempts=0,
+        error=None,
+        started_at=None,
+        completed_at=None,
+    )
+
+
+async def _insert_task(
+    user_id: str,
+    session_id: str,
+    public_id: str,
+    client_id: str | None,
+    *,
+    goal: str,
+    status: TaskStatus,
+    steps: list[Step],
+    origin: OriginView | None = None,
+) -> TaskView:
+    """Insert a task, its ``steps`` (their task filled in here) and its TASK_CREATED
+    event (seq 1) in one transaction; a client-chosen id that exists already returns
+    that task unchanged.
+
+    The first statement marks the session active (a write, so SQLite takes the lock
+    at once). Steps that do not stand as newly planned (a fork's) get their history
+    row at seq 1.
+    """
     now = utcnow()
     try:
         async with in_transaction() as conn:
@@ -72,9 +177,9 @@ async def create_task(
                 user_id=user_id,
                 session_id=session.id,
                 goal=goal,
-                status=TaskStatus.PLANNED,
+                status=status,
                 version=1,
-                current_step=0,
+                current_step=current_step(r.status for r in steps),
                 total_steps=len(steps),
                 event_seq=1,
                 lock_token=0,
@@ -82,22 +187,43 @@ async def create_task(
                 updated_at=now,
                 using_db=conn,
             )
-            await Step.bulk_create(
-                [_new_step(task.id, i, plan) for i, plan in enumerate(steps)], using_db=conn
-            )
-            (view,) = await task_views([task], now, conn)
-            event = await log_event(conn, view, TaskEventKind.TASK_CREATED, now)
+            for step in steps:
+                step.task_id = task.id
+            if steps:
+                await Step.bulk_create(steps, using_db=conn)
+            await record_versions(conn, task.id, 1, [r for r in steps if r.changed_seq])
+            view = task_view(task, session.public_id, now, steps=steps, tool_states=())
+            event = created_event(view, now, origin)
+            await log_event(conn, event)
     except IntegrityError:
         return await get_task(user_id, public_id)
     except UnmatchedWriteError:
-        if task_id is not None and await Task.exists(user_id=user_id, public_id=task_id):
-            return await get_task(user_id, task_id)
+        if client_id is not None and await Task.exists(user_id=user_id, public_id=client_id):
+            return await get_task(user_id, client_id)
         session_view = await get_session(user_id, session_id)  # NotFound, SessionExpired
         raise InvalidInputError(
             "sessionId", f"session is {session_view.status}; it takes no new tasks"
         ) from None
     progress.announce(event)
     return view
+
+
+def created_event(view: TaskView, now: datetime, origin: OriginView | None = None) -> EventView:
+    """The TASK_CREATED event (seq 1) of a new task: its whole plan is the change."""
+    return EventView(
+        task_pk=view.pk,
+        session_pk=view.session_pk,
+        task_id=view.id,
+        seq=1,
+        task_version=1,
+        kind=TaskEventKind.TASK_CREATED,
+        step_index=None,
+        tool_name=None,
+        at=now,
+        status=view.status,
+        steps=view.steps or (),
+        origin=origin,
+    )
 
 
 def _new_step(task_pk: int, position: int, plan: StepPlan) -> Step:
@@ -126,12 +252,9 @@ async def add_steps(
 
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
-        first = len(draft.steps)
+        first = draft.total
         validation.step_plans(steps, existing=first)
-        for offset, plan in enumerate(steps):
-            step = _new_step(draft.task.id, first + offset, plan)
-            draft.steps.append(step)
-            draft.added.append(step)
+        draft.added.extend(_new_step(draft.task.id, first + i, p) for i, p in enumerate(steps))
         return Change(TaskEventKind.STEPS_ADDED, first)
 
     return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
@@ -152,11 +275,12 @@ async def start_step(
         draft.refuse_if_final()
         if draft.status is TaskStatus.AWAITING_DECISION:
             raise InvalidTransitionError("task", draft.status, TaskStatus.RUNNING)
-        draft.move_step(draft.step(step_index), StepStatus.RUNNING)
+        draft.move_step(await draft.step(step_index), StepStatus.RUNNING)
         draft.move_task(TaskStatus.RUNNING)
         return Change(TaskEventKind.STEP_STARTED, step_index)
 
-    return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
+    guard = versioned(expected_version, fencing_token, step=step_index)
+    return await write_task(user_id, task_id, apply, guard)
 
 
 async def complete_step(
@@ -173,13 +297,13 @@ async def complete_step(
 
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
-        step = draft.step(step_index)
+        step = await draft.step(step_index)
         draft.move_step(step, StepStatus.SUCCESS)
         step.output = box(output)
-        draft.complete_if_done()
         return Change(TaskEventKind.STEP_SUCCEEDED, step_index)
 
-    return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
+    guard = versioned(expected_version, fencing_token, step=step_index)
+    return await write_task(user_id, task_id, apply, guard)
 
 
 async def fail_step(
@@ -197,13 +321,14 @@ async def fail_step(
 
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
-        step = draft.step(step_index)
+        step = await draft.step(step_index)
         draft.move_step(step, StepStatus.FAILED)
         step.error = error
         draft.move_task(TaskStatus.FAILED)
         return Change(TaskEventKind.STEP_FAILED, step_index)
 
-    return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
+    guard = versioned(expected_version, fencing_token, step=step_index)
+    return await write_task(user_id, task_id, apply, guard)
 
 
 async def checkpoint_task(
@@ -235,7 +360,10 @@ async def checkpoint_task(
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
         for i, patch in enumerate(patches):
-            step = draft.step(patch.index, f"steps[{i}].index")
+            validation.step_index(patch.index, draft.total, f"steps[{i}].index")
+        await draft.load(p.index for p in patches)
+        for i, patch in enumerate(patches):
+            step = await draft.step(patch.index, f"steps[{i}].index")
             draft.move_step(step, patch.status, jump=True)
             if patch.set_output:
                 step.output = box(patch.output)
@@ -251,8 +379,7 @@ async def checkpoint_task(
                 target = TaskStatus.RUNNING
         if target is not None:
             draft.move_task(target, jump=True)
-        if target not in (TaskStatus.FAILED, TaskStatus.CANCELLED):
-            draft.complete_if_done()
+        draft.complete_when_done = target not in (TaskStatus.FAILED, TaskStatus.CANCELLED)
         return Change(TaskEventKind.CHECKPOINT)
 
     return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
@@ -272,6 +399,7 @@ async def set_task_status(
         if status is draft.status:
             raise InvalidTransitionError("task", draft.status, status)
         draft.move_task(status)
+        draft.complete_when_done = False
         return Change(TaskEventKind.TASK_STATUS_CHANGED)
 
     return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))

@@ -5,11 +5,18 @@ the changes and exactly one event row with the next ``seq``.
 Starting with the UPDATE matters on SQLite shared by several processes: a
 transaction that reads first and writes later fails with "database is locked" when
 another process wrote in between, while one that writes first waits its turn.
+
+The cost of a write follows its change, not the task's size. The opening UPDATE
+returns the task row as it left it, the session's expiry and, for a write to one
+step, that step and the first unfinished step after it, so a single-step write
+reads nothing else. Then: the step's UPDATE, the task's own columns when they
+moved, the step's history row and the event row: at most seven statements with
+BEGIN and COMMIT. The session's ``lastActiveAt`` moves at most once a second.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,9 +25,9 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.expressions import F, Q
 from tortoise.transactions import in_transaction
 
-from runstate.enums import StepStatus, TaskEventKind, TaskStatus
-from runstate.models import Session, Step, Task, TaskEvent, ToolState
-from runstate.services import progress, validation
+from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus
+from runstate.models import Session, Step, StepVersion, Task, TaskEvent
+from runstate.services import progress, sql, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import (
     DomainError,
@@ -32,20 +39,58 @@ from runstate.services.errors import (
     UnmatchedWriteError,
     VersionConflictError,
 )
-from runstate.services.loading import is_expired, lock_view, task_view
+from runstate.services.loading import is_expired, lock_view, step_view
 from runstate.services.queries import get_task
-from runstate.services.rules import (
-    FINAL_TASKS,
-    FINISHED_STEPS,
-    check_step_move,
-    check_task_move,
-)
+from runstate.services.rules import FINAL_TASKS, FINISHED_STEPS, check_step_move, check_task_move
 from runstate.services.sessions import mark_expired
-from runstate.services.views import EventView, TaskView, current_step
+from runstate.services.views import (
+    EventView,
+    TaskView,
+    ToolStateView,
+    to_json,
+)
 
 MAX_ATTEMPTS = 5
+TOUCH_EVERY = timedelta(seconds=1)
+"""A write moves its session's ``lastActiveAt`` only when it is at least this old."""
 
+_LOCK_KINDS = frozenset({TaskEventKind.LOCK_ACQUIRED, TaskEventKind.LOCK_RELEASED})
 _ENTERS_RUNNING = frozenset({StepStatus.RUNNING, StepStatus.SUCCESS, StepStatus.FAILED})
+
+TASK_FIELDS = (
+    "id",
+    "public_id",
+    "user_id",
+    "session_id",
+    "goal",
+    "status",
+    "version",
+    "event_seq",
+    "current_step",
+    "total_steps",
+    "lock_holder",
+    "lock_token",
+    "lock_expires_at",
+    "created_at",
+    "updated_at",
+)
+SESSION_FIELDS = ("public_id", "status", "expires_at", "last_active_at", "ttl_seconds")
+STEP_FIELDS = (
+    "id",
+    "position",
+    "action",
+    "input",
+    "output",
+    "status",
+    "idempotent",
+    "attempts",
+    "error",
+    "started_at",
+    "completed_at",
+    "created_seq",
+    "changed_seq",
+)
+_UNFINISHED = tuple(s.value for s in StepStatus if s not in FINISHED_STEPS)
 
 
 @dataclass(frozen=True)
@@ -63,20 +108,55 @@ class StepPatch:
 class Draft:
     """The task being changed inside a write transaction, before it is saved.
 
-    Its steps are the rows as stored: a client output goes in through ``box``.
+    ``task`` is the row as the opening UPDATE left it. Steps are loaded only when
+    asked for (``step``, ``all_steps``); their rows are as stored: a client output
+    goes in through ``box``.
     """
 
     task: Task
-    steps: list[Step]
+    session_id: str
     now: datetime
-    status: TaskStatus
     conn: BaseDBAsyncClient
+    status: TaskStatus
+    steps: dict[int, Step] = field(default_factory=dict)
     changed: set[int] = field(default_factory=set)
     added: list[Step] = field(default_factory=list)
+    opened_step: int | None = None
+    """The step the opening statement read, with ``next_unfinished``: the first
+    unfinished position after it (None: none)."""
+    next_unfinished: int | None = None
+    complete_when_done: bool = True
+    wants_completed: bool = False
+    tool_state: ToolStateView | None = None
 
-    def step(self, index: int, field: str = "stepIndex") -> Step:
+    @property
+    def total(self) -> int:
+        """How many steps the plan has, those added by this write included."""
+        return self.task.total_steps + len(self.added)
+
+    async def step(self, index: int, field: str = "stepIndex") -> Step:
         """The step at ``index``, or InvalidInput naming ``field``."""
-        return self.steps[validation.step_index(index, len(self.steps), field)]
+        validation.step_index(index, self.total, field)
+        if index not in self.steps:
+            await self._load(Q(position=index))
+        return self.steps[index]
+
+    async def load(self, indexes: Iterable[int]) -> None:
+        """Load several steps with one query (a checkpoint's patched steps)."""
+        missing = sorted(set(indexes) - self.steps.keys())
+        if missing:
+            await self._load(Q(position__in=missing))
+
+    async def all_steps(self) -> list[Step]:
+        """Every step, in order (a whole-task write such as resume)."""
+        if len(self.steps) < self.total:
+            await self._load(Q())
+        return [self.steps[i] for i in range(self.total)]
+
+    async def _load(self, where: Q) -> None:
+        rows = await Step.filter(where, task_id=self.task.id).using_db(self.conn)
+        for row in rows:
+            self.steps.setdefault(row.position, row)
 
     def move_step(self, step: Step, new: StepStatus, *, jump: bool = False) -> None:
         """Move a step, keeping attempts and timestamps true to the path it took."""
@@ -92,19 +172,12 @@ class Draft:
         self.changed.add(step.position)
 
     def move_task(self, new: TaskStatus, *, jump: bool = False) -> None:
-        """Move the task, unless it is there already."""
+        """Move the task, unless it is there already. COMPLETED is checked against the
+        steps once the write's step changes are in (see ``_settle``)."""
         if new is not self.status:
-            check_task_move(self.status, new, all_steps_finished=self.all_finished(), jump=jump)
+            check_task_move(self.status, new, all_steps_finished=True, jump=jump)
+            self.wants_completed = new is TaskStatus.COMPLETED
             self.status = new
-
-    def all_finished(self) -> bool:
-        """Every step is SUCCESS or SKIPPED (true of an empty plan)."""
-        return all(s.status in FINISHED_STEPS for s in self.steps)
-
-    def complete_if_done(self) -> None:
-        """A task whose last unfinished step finished completes in the same write."""
-        if self.steps and self.all_finished() and self.status not in FINAL_TASKS:
-            self.move_task(TaskStatus.COMPLETED, jump=True)
 
     def refuse_if_final(self) -> None:
         """A COMPLETED or CANCELLED task takes no more step changes."""
@@ -133,9 +206,10 @@ class Unchanged(Exception):  # noqa: N818 - a signal, not an error
 class _ExpiredSessionError(Exception):
     """The task's session expired; marked after the rollback."""
 
-    def __init__(self, session_pk: int) -> None:
+    def __init__(self, session_pk: int, session_id: str) -> None:
         super().__init__(session_pk)
         self.session_pk = session_pk
+        self.session_id = session_id
 
 
 @dataclass(frozen=True)
@@ -145,13 +219,15 @@ class Guard:
     ``where`` is ANDed with the owner check; ``sets`` are the columns it writes;
     ``refusal`` explains a miss from the row as it now stands (None: try again).
     ``touch_session`` checks the session's expiry and marks it active (every write
-    but a lease release does).
+    but a lease release does). ``step`` names the one step the write changes, read
+    by the opening statement itself.
     """
 
     where: Callable[[datetime], Q]
     sets: Callable[[datetime], dict[str, Any]]
     refusal: Callable[[Task, datetime], DomainError | None]
     touch_session: bool = True
+    step: int | None = None
 
 
 def lease_allows(fencing_token: int | None, now: datetime) -> Q:
@@ -172,7 +248,11 @@ def lease_refusal(task: Task, fencing_token: int | None, now: datetime) -> Domai
 
 
 def versioned(
-    expected_version: int | None, fencing_token: int | None, *, bump_version: bool = True
+    expected_version: int | None,
+    fencing_token: int | None,
+    *,
+    bump_version: bool = True,
+    step: int | None = None,
 ) -> Guard:
     """The usual guard: lease and (optionally) version checked; version and seq bumped."""
 
@@ -192,7 +272,7 @@ def versioned(
             refused = VersionConflictError(expected_version, task.version)
         return refused
 
-    return Guard(where, sets, refusal)
+    return Guard(where, sets, refusal, step=step)
 
 
 async def write_task(user_id: str, task_id: str, apply: Apply, guard: Guard) -> TaskView:
@@ -207,14 +287,9 @@ async def write_task(user_id: str, task_id: str, apply: Apply, guard: Guard) -> 
         now = utcnow()
         try:
             async with in_transaction() as conn:
-                matched = await (
-                    Task.filter(Q(user_id=user_id, public_id=task_id), guard.where(now))
-                    .using_db(conn)
-                    .update(**guard.sets(now))
-                )
-                if not matched:
-                    raise UnmatchedWriteError
-                view, event = await _apply(conn, user_id, task_id, apply, guard, now)
+                draft = await _open(conn, user_id, task_id, guard, now)
+                change = await apply(draft)
+                view, event = await _finish(draft, change)
             if event is not None:
                 progress.announce(event)
             return view
@@ -226,50 +301,107 @@ async def write_task(user_id: str, task_id: str, apply: Apply, guard: Guard) -> 
             return await get_task(user_id, task_id)
         except _ExpiredSessionError as expired:
             await mark_expired(expired.session_pk)
-            raise SessionExpiredError(await _session_public_id(expired.session_pk)) from None
+            raise SessionExpiredError(expired.session_id) from None
     raise RuntimeError(f"the write to task {task_id!r} kept missing with no reason to refuse")
 
 
-async def _apply(
-    conn: BaseDBAsyncClient,
-    user_id: str,
-    task_id: str,
-    apply: Apply,
-    guard: Guard,
-    now: datetime,
-) -> tuple[TaskView, EventView | None]:
-    task = await Task.filter(user_id=user_id, public_id=task_id).using_db(conn).get()
-    session = await Session.filter(id=task.session_id).using_db(conn).get()
+def _returning(step: int | None) -> str:
+    """The RETURNING list of the opening UPDATE: the task row, its session's expiry,
+    and the one step a single-step write changes with the first unfinished one after."""
+    columns = [f'"{name}"' for name in TASK_FIELDS]
+    session = 'FROM "sessions" s WHERE s."id" = "tasks"."session_id"'
+    columns += [f'(SELECT s."{name}" {session}) AS "session_{name}"' for name in SESSION_FIELDS]
+    if step is not None:
+        row = f'FROM "steps" p WHERE p."task_id" = "tasks"."id" AND p."position" = {int(step)}'
+        columns += [f'(SELECT p."{name}" {row}) AS "step_{name}"' for name in STEP_FIELDS]
+        unfinished = ", ".join(f"'{s}'" for s in _UNFINISHED)
+        columns.append(
+            '(SELECT n."position" FROM "steps" n WHERE n."task_id" = "tasks"."id"'
+            f' AND n."position" > {int(step)} AND n."status" IN ({unfinished})'
+            ' ORDER BY n."position" LIMIT 1) AS "next_unfinished"'
+        )
+    return ", ".join(columns)
+
+
+async def _open(
+    conn: BaseDBAsyncClient, user_id: str, task_id: str, guard: Guard, now: datetime
+) -> Draft:
+    """The opening compare-and-swap; its RETURNING row becomes the draft."""
+    query = (
+        Task.filter(Q(user_id=user_id, public_id=task_id), guard.where(now))
+        .using_db(conn)
+        .update(**guard.sets(now))
+    )
+    rows = await sql.update_returning(conn, query, _returning(guard.step))
+    if not rows:
+        raise UnmatchedWriteError
+    (row,) = rows
+    task = Task(**sql.decode(Task, row, TASK_FIELDS))
+    session = sql.decode(Session, row, SESSION_FIELDS, "session_")
     if guard.touch_session:
-        await _touch_session(conn, session, now)
-    steps = list(await Step.filter(task_id=task.id).using_db(conn).order_by("position"))
-    draft = Draft(task=task, steps=steps, now=now, status=task.status, conn=conn)
-    change = await apply(draft)
+        await _touch_session(conn, task.session_id, session, now)
+    draft = Draft(
+        task=task, session_id=session["public_id"], now=now, conn=conn, status=task.status
+    )
+    if guard.step is not None and row["step_id"] is not None:
+        step = Step(task_id=task.id, **sql.decode(Step, row, STEP_FIELDS, "step_"))
+        draft.steps[step.position] = step
+        draft.opened_step = step.position
+        draft.next_unfinished = row["next_unfinished"]
+    return draft
+
+
+async def _touch_session(
+    conn: BaseDBAsyncClient, session_pk: int, session: dict[str, Any], now: datetime
+) -> None:
+    """Refuse if the session has expired; else move its ``lastActiveAt`` to now, unless
+    it moved less than ``TOUCH_EVERY`` ago."""
+    if session["status"] is SessionStatus.EXPIRED or session["expires_at"] <= now:
+        raise _ExpiredSessionError(session_pk, session["public_id"])
+    if now - session["last_active_at"] >= TOUCH_EVERY:
+        await (
+            Session.filter(id=session_pk)
+            .using_db(conn)
+            .update(last_active_at=now, expires_at=now + timedelta(seconds=session["ttl_seconds"]))
+        )
+
+
+async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventView | None]:
+    """Save the draft's changes and its event; the task as it now stands."""
+    task = draft.task
     if change is not None:
-        await _save(conn, draft)
-    # The view comes from the rows in hand (tool states may have changed: read them).
-    tools = await ToolState.filter(task_id=task.id).using_db(conn)
-    view = task_view(task, session.public_id, draft.steps, tools, now)
+        await _settle(draft)
+    view = _task_view(draft)
     if change is None:
         return view, None
-    event = await log_event(conn, view, change.kind, now, change.step_index, change.tool_name)
+    steps = [draft.steps[p] for p in sorted(draft.changed)] + draft.added
+    event = EventView(
+        task_pk=task.id,
+        session_pk=task.session_id,
+        task_id=task.public_id,
+        seq=task.event_seq,
+        task_version=task.version,
+        kind=change.kind,
+        step_index=change.step_index,
+        tool_name=change.tool_name,
+        at=draft.now,
+        status=draft.status,
+        steps=tuple(step_view(s) for s in steps),
+        tool_state=draft.tool_state,
+        lock=view.lock if change.kind in _LOCK_KINDS else None,
+    )
+    await log_event(draft.conn, event)
     return view, event
 
 
-async def _touch_session(conn: BaseDBAsyncClient, session: Session, now: datetime) -> None:
-    """Move the session's ``lastActiveAt`` to now, or refuse if it has expired."""
-    if is_expired(session, now):
-        raise _ExpiredSessionError(session.id)
-    await (
-        Session.filter(id=session.id)
-        .using_db(conn)
-        .update(last_active_at=now, expires_at=now + timedelta(seconds=session.ttl_seconds))
-    )
-
-
-async def _save(conn: BaseDBAsyncClient, draft: Draft) -> None:
-    for position in sorted(draft.changed):
-        step = draft.steps[position]
+async def _settle(draft: Draft) -> None:
+    """Write the changed and added steps, their history rows, and the task's own
+    columns when they moved; complete the task when its last step finished."""
+    task, conn = draft.task, draft.conn
+    seq = task.event_seq
+    changed = [draft.steps[p] for p in sorted(draft.changed)]
+    for step in changed:
+        step.changed_seq = seq
         await (
             Step.filter(id=step.id)
             .using_db(conn)
@@ -280,52 +412,125 @@ async def _save(conn: BaseDBAsyncClient, draft: Draft) -> None:
                 attempts=step.attempts,
                 started_at=step.started_at,
                 completed_at=step.completed_at,
+                changed_seq=seq,
             )
         )
     if draft.added:
+        for step in draft.added:
+            step.created_seq = seq
         await Step.bulk_create(draft.added, using_db=conn)
+    await record_versions(conn, task.id, seq, changed)
+    current = await _current_step(draft)
+    if draft.wants_completed and current < draft.total:
+        raise InvalidTransitionError("task", task.status, TaskStatus.COMPLETED)
+    if 0 < draft.total == current and draft.complete_when_done and draft.status not in FINAL_TASKS:
+        draft.move_task(TaskStatus.COMPLETED, jump=True)
+    moved: dict[str, Any] = {}
+    if draft.status is not task.status:
+        moved["status"] = draft.status
+    if current != task.current_step:
+        moved["current_step"] = current
+    if draft.total != task.total_steps:
+        moved["total_steps"] = draft.total
+    if moved:
+        await Task.filter(id=task.id).using_db(conn).update(**moved)
+        task.update_from_dict(moved)
+
+
+async def record_versions(
+    conn: BaseDBAsyncClient, task_pk: int, seq: int, steps: Iterable[Step]
+) -> None:
+    """The history rows of steps as they stand after event ``seq``."""
+    versions = [
+        StepVersion(
+            task_id=task_pk,
+            position=s.position,
+            seq=seq,
+            status=s.status,
+            output=s.output,
+            attempts=s.attempts,
+            error=s.error,
+            started_at=s.started_at,
+            completed_at=s.completed_at,
+        )
+        for s in steps
+    ]
+    if len(versions) == 1:
+        await versions[0].save(using_db=conn)
+    elif versions:
+        await StepVersion.bulk_create(versions, using_db=conn)
+
+
+async def _current_step(draft: Draft) -> int:
+    """Index of the first unfinished step after this write's changes (already saved).
+
+    Steps before the stored ``current_step`` are finished, and finished steps never
+    change, so only a write that finished the current step moves it: to the first
+    unfinished step after it, known from the opening statement when that was the
+    one step written, else read with one indexed query.
+    """
+    current = draft.task.current_step
+    step = draft.steps.get(current)
+    if step is None or current not in draft.changed or step.status not in FINISHED_STEPS:
+        return current
+    if draft.opened_step == current and draft.changed == {current} and not draft.added:
+        return draft.total if draft.next_unfinished is None else draft.next_unfinished
+    following = await (
+        Step.filter(task_id=draft.task.id, position__gt=current, status__in=_UNFINISHED)
+        .using_db(draft.conn)
+        .order_by("position")
+        .only("id", "position")
+        .first()
+    )
+    return draft.total if following is None else following.position
+
+
+def _task_view(draft: Draft) -> TaskView:
     task = draft.task
-    task.status = draft.status
-    task.total_steps = len(draft.steps)
-    task.current_step = current_step(s.status for s in draft.steps)
-    await (
-        Task.filter(id=task.id)
-        .using_db(conn)
-        .update(status=task.status, total_steps=task.total_steps, current_step=task.current_step)
+    return TaskView(
+        pk=task.id,
+        id=task.public_id,
+        user_id=task.user_id,
+        session_pk=task.session_id,
+        session_id=draft.session_id,
+        goal=task.goal,
+        status=draft.status,
+        version=task.version,
+        event_seq=task.event_seq,
+        current_step=task.current_step,
+        total_steps=task.total_steps,
+        created_at=task.created_at,
+        updated_at=task.updated_at,
+        lock=lock_view(task, draft.now),
     )
 
 
-async def log_event(
-    conn: BaseDBAsyncClient,
-    view: TaskView,
-    kind: TaskEventKind,
-    now: datetime,
-    step_index: int | None = None,
-    tool_name: str | None = None,
-) -> EventView:
-    """Append the event row for a write, carrying the task as it now stands."""
-    event = EventView(
-        task_id=view.id,
-        seq=view.event_seq,
-        task_version=view.version,
-        kind=kind,
-        step_index=step_index,
-        tool_name=tool_name,
-        at=now,
-        snapshot=view.to_json(),
-    )
+def event_delta(event: EventView) -> dict[str, Any] | None:
+    """What an event row keeps beside its step versions: tool state, lease, origin."""
+    delta: dict[str, Any] = {}
+    if event.tool_state is not None:
+        delta["tool"] = to_json(event.tool_state)
+    if event.kind in _LOCK_KINDS:
+        delta["lock"] = to_json(event.lock)
+    if event.origin is not None:
+        delta["origin"] = to_json(event.origin)
+    return delta or None
+
+
+async def log_event(conn: BaseDBAsyncClient, event: EventView) -> None:
+    """Append the event row of a write (its steps are saved as versions beside it)."""
     await TaskEvent.create(
-        task_id=view.pk,
+        task_id=event.task_pk,
         seq=event.seq,
         task_version=event.task_version,
-        kind=kind,
-        step_index=step_index,
-        tool_name=tool_name,
-        at=now,
-        snapshot=event.snapshot,
+        kind=event.kind,
+        step_index=event.step_index,
+        tool_name=event.tool_name,
+        at=event.at,
+        status=event.status,
+        delta=event_delta(event),
         using_db=conn,
     )
-    return event
 
 
 async def _why_missed(user_id: str, task_id: str, guard: Guard) -> DomainError | None:
@@ -338,7 +543,3 @@ async def _why_missed(user_id: str, task_id: str, guard: Guard) -> DomainError |
         await mark_expired(task.session_id)
         return SessionExpiredError(task.session.public_id)
     return guard.refusal(task, now)
-
-
-async def _session_public_id(session_pk: int) -> str:
-    return str(await Session.get(id=session_pk).values_list("public_id", flat=True))

@@ -20,6 +20,7 @@ from runstate.services.errors import (
     InvalidTransitionError,
     VersionConflictError,
 )
+from runstate.services.loading import tool_state_view
 from runstate.services.taskwrite import Change, Draft, versioned, write_task
 from runstate.services.validation import error_text
 from runstate.services.views import ToolStateView
@@ -71,6 +72,7 @@ async def record_tool_call(
     after. A tool is created IDLE at version 0 by its first report.
     """
     _check(tool_name, outcome, error, retry_after_seconds, max_retries)
+    written: list[ToolStateView] = []
 
     async def apply(draft: Draft) -> Change:
         conn, now = draft.conn, draft.now
@@ -88,12 +90,17 @@ async def record_tool_call(
                 retry_count=0,
                 max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
                 updated_at=now,
+                created_seq=draft.task.event_seq,
                 using_db=conn,
             )
         limited = row.rate_limit_reset_at is not None and row.rate_limit_reset_at > now
         if outcome is ToolOutcome.CALLING and limited:
             raise InvalidTransitionError("tool", row.status, ToolStatus.CALLING)
-        changes: dict[str, Any] = {"version": F("version") + 1, "updated_at": now}
+        changes: dict[str, Any] = {
+            "version": F("version") + 1,
+            "updated_at": now,
+            "changed_seq": draft.task.event_seq,
+        }
         if max_retries is not None:
             changes["max_retries"] = max_retries
         if outcome is ToolOutcome.CALLING:
@@ -113,16 +120,15 @@ async def record_tool_call(
             cas = cas.filter(version=expected_version)
         if not await cas.using_db(conn).update(**changes):
             raise VersionConflictError(expected_version or row.version, row.version)
+        row = await ToolState.filter(id=row.id).using_db(conn).get()
         if outcome is ToolOutcome.FAILURE:
-            row = await ToolState.filter(id=row.id).using_db(conn).get()
-            failed = row.retry_count >= row.max_retries
-            await (
-                ToolState.filter(id=row.id)
-                .using_db(conn)
-                .update(status=ToolStatus.FAILED if failed else ToolStatus.RETRYING)
-            )
+            spent = row.retry_count >= row.max_retries
+            row.status = ToolStatus.FAILED if spent else ToolStatus.RETRYING
+            await ToolState.filter(id=row.id).using_db(conn).update(status=row.status)
+        draft.tool_state = tool_state_view(row, draft.task.public_id)
+        written.append(draft.tool_state)
         return Change(TaskEventKind.TOOL_STATE_CHANGED, tool_name=tool_name)
 
     guard = versioned(None, fencing_token, bump_version=False)
-    view = await write_task(user_id, task_id, apply, guard)
-    return next(t for t in view.tool_states if t.tool_name == tool_name)
+    await write_task(user_id, task_id, apply, guard)
+    return written[-1]

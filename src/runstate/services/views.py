@@ -1,16 +1,18 @@
 """Plain, immutable pictures of stored state that the services hand to transports.
 
-A ``TaskView`` is also what a task event stores as its snapshot (``to_json`` /
-``from_json``), so a past event shows the task exactly as it stood then.
+``to_json`` and ``from_json`` turn any of them into JSON-ready data and back,
+led by the dataclass fields: the broker carries events in that form.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime
-from functools import cached_property
-from typing import Any, Generic, TypeVar
+from enum import Enum
+from functools import cache
+from types import UnionType
+from typing import Any, Generic, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
 
@@ -75,8 +77,20 @@ class LockView:
 
 
 @dataclass(frozen=True)
+class OriginView:
+    """Where a forked task came from: the source task and the seq it was forked at."""
+
+    task_id: str
+    seq: int
+
+
+@dataclass(frozen=True)
 class TaskView:
-    """One task with its steps, tool states and live lease."""
+    """One task, its live lease and, when loaded, its steps and tool states.
+
+    A write answers with ``steps`` and ``tool_states`` left as None (not loaded):
+    the transport loads them only when a client selects them.
+    """
 
     pk: int
     id: str
@@ -87,140 +101,26 @@ class TaskView:
     status: TaskStatus
     version: int
     event_seq: int
+    current_step: int
+    total_steps: int
     created_at: datetime
     updated_at: datetime
-    steps: tuple[StepView, ...]
-    tool_states: tuple[ToolStateView, ...]
     lock: LockView | None
-
-    @property
-    def total_steps(self) -> int:
-        """How many steps the plan has."""
-        return len(self.steps)
-
-    @property
-    def current_step(self) -> int:
-        """Index of the first step that is neither SUCCESS nor SKIPPED."""
-        return current_step(s.status for s in self.steps)
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict of this view, for event snapshots."""
-        return {
-            "pk": self.pk,
-            "id": self.id,
-            "user_id": self.user_id,
-            "session_pk": self.session_pk,
-            "session_id": self.session_id,
-            "goal": self.goal,
-            "status": self.status.value,
-            "version": self.version,
-            "event_seq": self.event_seq,
-            "created_at": _iso(self.created_at),
-            "updated_at": _iso(self.updated_at),
-            "steps": [
-                {
-                    "index": s.index,
-                    "action": s.action,
-                    "input": s.input,
-                    "output": s.output,
-                    "status": s.status.value,
-                    "idempotent": s.idempotent,
-                    "attempts": s.attempts,
-                    "error": s.error,
-                    "started_at": _iso(s.started_at),
-                    "completed_at": _iso(s.completed_at),
-                }
-                for s in self.steps
-            ],
-            "tool_states": [
-                {
-                    "tool_name": t.tool_name,
-                    "status": t.status.value,
-                    "version": t.version,
-                    "retry_count": t.retry_count,
-                    "max_retries": t.max_retries,
-                    "last_result": t.last_result,
-                    "last_error": t.last_error,
-                    "rate_limit_reset_at": _iso(t.rate_limit_reset_at),
-                    "updated_at": _iso(t.updated_at),
-                }
-                for t in self.tool_states
-            ],
-            "lock": None
-            if self.lock is None
-            else {
-                "holder_id": self.lock.holder_id,
-                "fencing_token": self.lock.fencing_token,
-                "expires_at": _iso(self.lock.expires_at),
-            },
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TaskView:
-        """The view stored by ``to_json``."""
-        task_id = data["id"]
-        lock = data["lock"]
-        return cls(
-            pk=data["pk"],
-            id=task_id,
-            user_id=data["user_id"],
-            session_pk=data["session_pk"],
-            session_id=data["session_id"],
-            goal=data["goal"],
-            status=TaskStatus(data["status"]),
-            version=data["version"],
-            event_seq=data["event_seq"],
-            created_at=_dt(data["created_at"]),
-            updated_at=_dt(data["updated_at"]),
-            steps=tuple(
-                StepView(
-                    index=s["index"],
-                    action=s["action"],
-                    input=s["input"],
-                    output=s["output"],
-                    status=StepStatus(s["status"]),
-                    idempotent=s["idempotent"],
-                    attempts=s["attempts"],
-                    error=s["error"],
-                    started_at=_opt_dt(s["started_at"]),
-                    completed_at=_opt_dt(s["completed_at"]),
-                )
-                for s in data["steps"]
-            ),
-            tool_states=tuple(
-                ToolStateView(
-                    task_id=task_id,
-                    tool_name=t["tool_name"],
-                    status=ToolStatus(t["status"]),
-                    version=t["version"],
-                    retry_count=t["retry_count"],
-                    max_retries=t["max_retries"],
-                    last_result=t["last_result"],
-                    last_error=t["last_error"],
-                    rate_limit_reset_at=_opt_dt(t["rate_limit_reset_at"]),
-                    updated_at=_dt(t["updated_at"]),
-                )
-                for t in data["tool_states"]
-            ),
-            lock=None
-            if lock is None
-            else LockView(
-                task_id=task_id,
-                holder_id=lock["holder_id"],
-                fencing_token=lock["fencing_token"],
-                expires_at=_dt(lock["expires_at"]),
-            ),
-        )
+    steps: tuple[StepView, ...] | None = None
+    tool_states: tuple[ToolStateView, ...] | None = None
 
 
 @dataclass(frozen=True)
 class EventView:
-    """One entry of a task's change log, with the task as it stood after it.
+    """One entry of a task's change log: what changed (a delta), never the whole task.
 
-    The snapshot stays JSON until ``task`` is read: a subscriber that selects only
-    ``seq`` and ``kind`` never pays for decoding a long plan.
+    ``steps`` are the steps it added or changed as they stood after it; ``tool_state``
+    is set on TOOL_STATE_CHANGED, ``lock`` on LOCK_ACQUIRED (None once released),
+    ``origin`` on the first event of a fork, and ``task`` on SNAPSHOT only.
     """
 
+    task_pk: int
+    session_pk: int
     task_id: str
     seq: int
     task_version: int
@@ -228,49 +128,12 @@ class EventView:
     step_index: int | None
     tool_name: str | None
     at: datetime
-    snapshot: dict[str, Any]
-
-    @cached_property
-    def task(self) -> TaskView:
-        """The task as it stood at this event."""
-        return TaskView.from_json(self.snapshot)
-
-    @property
-    def task_pk(self) -> int:
-        """The task's row id."""
-        return int(self.snapshot["pk"])
-
-    @property
-    def session_pk(self) -> int:
-        """The row id of the task's session."""
-        return int(self.snapshot["session_pk"])
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict of this event, for the broker."""
-        return {
-            "task_id": self.task_id,
-            "seq": self.seq,
-            "task_version": self.task_version,
-            "kind": self.kind.value,
-            "step_index": self.step_index,
-            "tool_name": self.tool_name,
-            "at": self.at.isoformat(),
-            "snapshot": self.snapshot,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> EventView:
-        """The event stored by ``to_json``."""
-        return cls(
-            task_id=data["task_id"],
-            seq=data["seq"],
-            task_version=data["task_version"],
-            kind=TaskEventKind(data["kind"]),
-            step_index=data["step_index"],
-            tool_name=data["tool_name"],
-            at=_dt(data["at"]),
-            snapshot=data["snapshot"],
-        )
+    status: TaskStatus
+    steps: tuple[StepView, ...] = ()
+    tool_state: ToolStateView | None = None
+    lock: LockView | None = None
+    origin: OriginView | None = None
+    task: TaskView | None = None
 
 
 T = TypeVar("T")
@@ -295,13 +158,48 @@ def current_step(statuses: Iterable[StepStatus]) -> int:
     return index
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
+def to_json(value: Any) -> Any:
+    """A view as JSON-ready data: dataclasses as dicts, times as ISO text, enums as
+    their values. Client values (dicts, lists, scalars) pass through as they are."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [to_json(v) for v in value]
+    return value
 
 
-def _dt(value: str) -> datetime:
-    return datetime.fromisoformat(value)
+def from_json(cls: type[V], data: dict[str, Any]) -> V:
+    """The view of type ``cls`` that ``to_json`` wrote, led by the dataclass's hints."""
+    hints = _hints(cast(type, cls))
+    return cls(**{name: _decode(hints[name], value) for name, value in data.items()})
 
 
-def _opt_dt(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
+V = TypeVar("V")
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _decode(hint: Any, value: Any) -> Any:
+    if value is None or hint is Any:
+        return value
+    origin = get_origin(hint)
+    if origin in (UnionType, Union):
+        (inner,) = (a for a in get_args(hint) if a is not type(None))
+        return _decode(inner, value)
+    if origin is tuple:
+        item = get_args(hint)[0]
+        return tuple(_decode(item, v) for v in value)
+    if hint is datetime:
+        return datetime.fromisoformat(value)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return hint(value)
+    if isinstance(hint, type) and is_dataclass(hint):
+        return from_json(hint, value)
+    return value

@@ -1,22 +1,30 @@
 "use strict";
 // The runstate dashboard: the caller's tasks, and one task followed live over
-// graphql-transport-ws. It resubscribes with afterSeq after a dropped socket or a
-// server restart, so the page never needs a reload and never shows a gap.
+// graphql-transport-ws. A task opens with its SNAPSHOT and the last page of its
+// log; each later event is a delta applied to the task held here. After a dropped
+// socket or a server restart it resubscribes with afterSeq, so the page never
+// needs a reload and never shows a gap.
 
 const TOKEN_KEY = "runstate-token";
+const STEP_FIELDS = "index action status idempotent attempts error output startedAt completedAt";
+const TOOL_FIELDS = "toolName status retryCount maxRetries lastError rateLimitResetAt";
+const LOCK_FIELDS = "holderId fencingToken expiresAt";
 const TASK_FIELDS = `id goal status version currentStep totalSteps eventSeq
-  steps { index action status idempotent attempts error output startedAt completedAt }
-  toolStates { toolName status retryCount maxRetries lastError rateLimitResetAt }
-  lock { holderId fencingToken expiresAt }`;
+  steps { ${STEP_FIELDS} } toolStates { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} }`;
 const PROGRESS = `subscription($taskId: ID!, $afterSeq: Int) {
-  taskProgress(taskId: $taskId, afterSeq: $afterSeq) { seq kind stepIndex toolName at task { ${TASK_FIELDS} } }
+  taskProgress(taskId: $taskId, afterSeq: $afterSeq) {
+    seq kind taskVersion stepIndex toolName at status steps { ${STEP_FIELDS} }
+    toolState { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} } task { ${TASK_FIELDS} } }
 }`;
+const LOG_PAGE = `query($id: ID!, $after: Int!, $first: Int!) { task(id: $id) {
+  ... on Task { events(afterSeq: $after, first: $first) { seq kind stepIndex toolName at } } } }`;
 const FINISHED = new Set(["SUCCESS", "SKIPPED"]);
+const LEASE_EVENTS = new Set(["LOCK_ACQUIRED", "LOCK_RELEASED"]);
 const LOG_LINES = 500; // the event log keeps the newest lines; the server keeps them all
 
 const $ = (id) => document.getElementById(id);
 let token = null;
-let current = null; // { id, task, lastSeq, events }
+let current = null; // { id, task, lastSeq }
 let socket = null;
 let retryDelay = 500;
 
@@ -103,7 +111,7 @@ function percent(done, total) {
 
 function select(taskId) {
   if (!taskId) { $("task").hidden = true; $("empty").hidden = false; return; }
-  current = { id: taskId, task: null, lastSeq: null, events: [] };
+  current = { id: taskId, task: null, lastSeq: null };
   $("empty").hidden = true;
   $("task").hidden = false;
   $("events").replaceChildren();
@@ -126,8 +134,8 @@ function connect() {
       retryDelay = 500;
       setConnection("live", "live");
       ws.send(JSON.stringify({ id: "1", type: "subscribe", payload: {
-        // afterSeq 0 on the first subscription: the whole log, then live events.
-        query: PROGRESS, variables: { taskId: watching.id, afterSeq: watching.lastSeq ?? 0 } } }));
+        // No afterSeq on the first subscription: a SNAPSHOT, then live deltas.
+        query: PROGRESS, variables: { taskId: watching.id, afterSeq: watching.lastSeq } } }));
     } else if (msg.type === "next") {
       if (msg.payload.errors) setConnection("error", msg.payload.errors[0].message);
       else onEvent(watching, msg.payload.data.taskProgress);
@@ -151,12 +159,49 @@ function onEvent(watching, event) {
   if (watching !== current) return;
   if (watching.lastSeq !== null && event.seq <= watching.lastSeq) return;
   watching.lastSeq = event.seq;
-  watching.task = event.task;
+  watching.task = applyEvent(watching.task, event);
+  if (event.kind === "SNAPSHOT") loadLog(watching, event.seq);
+  else logLine(event);
+  render(watching.task);
+}
+
+// The task as of `event`, from the task as of the event before it (see TaskEvent).
+function applyEvent(task, event) {
+  if (event.task) return event.task;
+  const steps = task.steps.slice();
+  for (const step of event.steps) steps[step.index] = step;
+  let toolStates = task.toolStates;
+  if (event.toolState) {
+    toolStates = toolStates.filter((t) => t.toolName !== event.toolState.toolName)
+      .concat([event.toolState]).sort((a, b) => (a.toolName < b.toolName ? -1 : 1));
+  }
+  const unfinished = steps.findIndex((s) => !FINISHED.has(s.status));
+  return { ...task, status: event.status, version: event.taskVersion, eventSeq: event.seq,
+    steps, toolStates, totalSteps: steps.length,
+    currentStep: unfinished === -1 ? steps.length : unfinished,
+    lock: LEASE_EVENTS.has(event.kind) ? event.lock : task.lock };
+}
+
+// The log shows the newest events: the last page up to the snapshot, then live ones.
+async function loadLog(watching, seq) {
+  const first = Math.min(LOG_LINES, seq);
+  try {
+    const data = await graphql(LOG_PAGE, { id: watching.id, after: seq - first, first });
+    if (watching !== current) return;
+    const live = [...$("events").children];
+    $("events").replaceChildren();
+    for (const event of data.task.events) logLine(event);
+    for (const line of live.reverse()) $("events").prepend(line);
+  } catch (error) {
+    console.warn("event log:", error.message);
+  }
+}
+
+function logLine(event) {
   $("events").prepend(el("li", { value: event.seq, "data-seq": event.seq },
     `${event.kind}${event.stepIndex === null ? "" : " step " + event.stepIndex}` +
     `${event.toolName ? " " + event.toolName : ""} · ${new Date(event.at).toLocaleTimeString()}`));
   while ($("events").childElementCount > LOG_LINES) $("events").lastElementChild.remove();
-  render(event.task);
 }
 
 function render(task) {

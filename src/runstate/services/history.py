@@ -1,0 +1,241 @@
+"""History: a task's events as deltas, and the task as it stood after any seq.
+
+Storage (see ``models``): an event row holds the task's status and version after
+it and, in ``delta``, a tool state, a lease or a fork's origin; the steps it
+changed are ``StepVersion`` rows keyed by (task, position, seq). The step and
+tool-state rows carry the seq of their last change, so at any seq from that one
+on the row itself is the answer and only rows changed later are looked up in the
+history, one indexed "latest at or before seq" per row. Reading the task at a seq
+costs what reading the task costs, however long its history.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runstate.enums import StepStatus, TaskEventKind
+from runstate.models import Step, StepVersion, Task, TaskEvent, ToolState, unbox
+from runstate.services import sql
+from runstate.services.errors import InvalidInputError
+from runstate.services.loading import step_view, tool_state_view
+from runstate.services.views import (
+    EventView,
+    LockView,
+    OriginView,
+    StepView,
+    TaskView,
+    ToolStateView,
+    current_step,
+    from_json,
+)
+
+_CHUNK = 500
+_VERSION_FIELDS = (
+    "position",
+    "status",
+    "output",
+    "attempts",
+    "error",
+    "started_at",
+    "completed_at",
+)
+
+
+def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
+
+
+def _versioned(step: Step, version: dict[str, Any] | None) -> StepView:
+    """A step's fixed fields with its changing ones as a version row left them
+    (None: as it was added, PENDING with no attempts)."""
+    if version is None:
+        return StepView(
+            index=step.position,
+            action=step.action,
+            input=unbox(step.input),
+            output=None,
+            status=StepStatus.PENDING,
+            idempotent=step.idempotent,
+            attempts=0,
+            error=None,
+            started_at=None,
+            completed_at=None,
+        )
+    return StepView(
+        index=step.position,
+        action=step.action,
+        input=unbox(step.input),
+        output=unbox(version["output"]),
+        status=version["status"],
+        idempotent=step.idempotent,
+        attempts=version["attempts"],
+        error=version["error"],
+        started_at=version["started_at"],
+        completed_at=version["completed_at"],
+    )
+
+
+async def _versions_at(task_pk: int, positions: Sequence[int], seq: int) -> dict[int, Any]:
+    """For each position, its latest version at or before ``seq`` (absent: none)."""
+    found: dict[int, Any] = {}
+    conn = Step._meta.db
+    columns = ", ".join(f'v."{name}"' for name in _VERSION_FIELDS)
+    for chunk in _chunks(positions):
+        marks = ", ".join("?" for _ in chunk)
+        rows = await sql.fetch(
+            conn,
+            f'SELECT {columns} FROM "step_versions" v WHERE v."task_id" = ?'
+            f' AND v."position" IN ({marks}) AND v."seq" = (SELECT MAX(w."seq")'
+            ' FROM "step_versions" w WHERE w."task_id" = v."task_id"'
+            ' AND w."position" = v."position" AND w."seq" <= ?)',
+            [task_pk, *chunk, seq],
+        )
+        for row in rows:
+            version = sql.decode(StepVersion, row, _VERSION_FIELDS)
+            found[version["position"]] = version
+    return found
+
+
+async def steps_at(task_pk: int, seq: int) -> tuple[StepView, ...]:
+    """The task's steps as they stood just after event ``seq``."""
+    rows = await Step.filter(task_id=task_pk, created_seq__lte=seq).order_by("position")
+    later = [r.position for r in rows if r.changed_seq > seq]
+    versions = await _versions_at(task_pk, later, seq) if later else {}
+    return tuple(
+        step_view(r) if r.changed_seq <= seq else _versioned(r, versions.get(r.position))
+        for r in rows
+    )
+
+
+async def tool_states_at(task_pk: int, task_id: str, seq: int) -> tuple[ToolStateView, ...]:
+    """The task's tool states as they stood just after event ``seq``."""
+    rows = await ToolState.filter(task_id=task_pk, created_seq__lte=seq).order_by("tool_name")
+    later = [r.tool_name for r in rows if r.changed_seq > seq]
+    earlier: dict[str, ToolStateView] = {}
+    for chunk in _chunks(later):
+        marks = ", ".join("?" for _ in chunk)
+        kind = TaskEventKind.TOOL_STATE_CHANGED.value
+        found = await sql.fetch(
+            Task._meta.db,
+            'SELECT e."delta" FROM "task_events" e WHERE e."task_id" = ? AND e."kind" = ?'
+            f' AND e."tool_name" IN ({marks}) AND e."seq" = (SELECT MAX(f."seq")'
+            ' FROM "task_events" f WHERE f."task_id" = e."task_id" AND f."kind" = e."kind"'
+            ' AND f."tool_name" = e."tool_name" AND f."seq" <= ?)',
+            [task_pk, kind, *chunk, seq],
+        )
+        for row in found:
+            delta = sql.decode(TaskEvent, row, ("delta",))["delta"]
+            tool = from_json(ToolStateView, delta["tool"])
+            earlier[tool.tool_name] = tool
+    return tuple(
+        tool_state_view(r, task_id) if r.changed_seq <= seq else earlier[r.tool_name] for r in rows
+    )
+
+
+async def lock_at(task_pk: int, seq: int) -> LockView | None:
+    """The lease as the latest LOCK_ACQUIRED or LOCK_RELEASED at or before ``seq`` left
+    it, if it was still live at that seq (renewals write no event)."""
+    latest = 'SELECT "seq", "delta" FROM "task_events" WHERE "task_id" = ? AND "kind" = ?'
+    latest += ' AND "seq" <= ? ORDER BY "seq" DESC LIMIT 1'
+    rows = await sql.fetch(
+        Task._meta.db,
+        f"SELECT * FROM ({latest}) a UNION ALL SELECT * FROM ({latest}) b",
+        [
+            *(task_pk, TaskEventKind.LOCK_ACQUIRED.value, seq),
+            *(task_pk, TaskEventKind.LOCK_RELEASED.value, seq),
+        ],
+    )
+    if not rows:
+        return None
+    row = max(rows, key=lambda r: int(r["seq"]))
+    delta = sql.decode(TaskEvent, row, ("delta",))["delta"]
+    lock = delta.get("lock") if delta else None
+    return None if lock is None else from_json(LockView, lock)
+
+
+async def task_at(head: TaskView, seq: int) -> TaskView:
+    """The task ``head`` (as it stands) exactly as it stood just after event ``seq``."""
+    if not 1 <= seq <= head.event_seq:
+        raise InvalidInputError("seq", f"must be between 1 and {head.event_seq}")
+    event = await TaskEvent.get(task_id=head.pk, seq=seq)
+    steps = await steps_at(head.pk, seq)
+    lock = await lock_at(head.pk, seq)
+    return TaskView(
+        pk=head.pk,
+        id=head.id,
+        user_id=head.user_id,
+        session_pk=head.session_pk,
+        session_id=head.session_id,
+        goal=head.goal,
+        status=event.status,
+        version=event.task_version,
+        event_seq=seq,
+        current_step=current_step(s.status for s in steps),
+        total_steps=len(steps),
+        created_at=head.created_at,
+        updated_at=event.at,
+        lock=lock if lock is not None and lock.expires_at > event.at else None,
+        steps=steps,
+        tool_states=await tool_states_at(head.pk, head.id, seq),
+    )
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """What an event names of its task: row ids and the public id."""
+
+    pk: int
+    id: str
+    session_pk: int
+
+
+async def events(task: TaskRef | TaskView, after_seq: int, first: int) -> list[EventView]:
+    """The task's events after ``after_seq``, oldest first, each with its delta."""
+    rows = await TaskEvent.filter(task_id=task.pk, seq__gt=after_seq).order_by("seq").limit(first)
+    if not rows:
+        return []
+    low, high = rows[0].seq, rows[-1].seq
+    versions = await StepVersion.filter(task_id=task.pk, seq__gte=low, seq__lte=high)
+    added = await Step.filter(task_id=task.pk, created_seq__gte=low, created_seq__lte=high)
+    positions = {v.position for v in versions} - {s.position for s in added}
+    fixed = {s.position: s for s in added}
+    if positions:
+        for chunk in _chunks(sorted(positions)):
+            for step in await Step.filter(task_id=task.pk, position__in=chunk):
+                fixed[step.position] = step
+    changed: dict[int, dict[int, StepView]] = defaultdict(dict)
+    for step in added:
+        changed[step.created_seq][step.position] = _versioned(step, None)
+    for version in versions:
+        step = fixed[version.position]
+        values = {name: getattr(version, name) for name in _VERSION_FIELDS}
+        changed[version.seq][step.position] = _versioned(step, values)
+    return [
+        event_view(row, task, tuple(v for _, v in sorted(changed[row.seq].items()))) for row in rows
+    ]
+
+
+def event_view(row: TaskEvent, task: TaskRef | TaskView, steps: tuple[StepView, ...]) -> EventView:
+    """One stored event with its steps, as the API shows it."""
+    delta: dict[str, Any] = row.delta or {}
+    lock = delta.get("lock")
+    return EventView(
+        task_pk=task.pk,
+        session_pk=task.session_pk,
+        task_id=task.id,
+        seq=row.seq,
+        task_version=row.task_version,
+        kind=row.kind,
+        step_index=row.step_index,
+        tool_name=row.tool_name,
+        at=row.at,
+        status=row.status,
+        steps=steps,
+        tool_state=from_json(ToolStateView, delta["tool"]) if "tool" in delta else None,
+        lock=None if lock is None else from_json(LockView, lock),
+        origin=from_json(OriginView, delta["origin"]) if "origin" in delta else None,
+    )

@@ -1,0 +1,59 @@
+"""Raw SQL through Tortoise's own connection, for statements the ORM cannot say in one.
+
+The write path opens with an UPDATE ... RETURNING (the row as the compare-and-swap
+left it, with the session and the step it touches, in one statement), and history
+reads need "the latest version at or before a seq" per step. Both are plain SQL
+that SQLite (3.35+) and PostgreSQL share; only the placeholders differ. Values go
+in as parameters, in the form Tortoise itself writes them, and come back through
+the model fields' own decoding.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tortoise.backends.base.client import BaseDBAsyncClient
+from tortoise.models import Model
+from tortoise.queryset import UpdateQuery
+
+_QMARK = re.compile(r"\?")
+
+
+def numbered(conn: BaseDBAsyncClient, sql: str) -> str:
+    """``sql`` written with ``?`` placeholders, in the connection's own style."""
+    if conn.capabilities.dialect == "sqlite":
+        return sql
+    counter = itertools.count(1)
+    return _QMARK.sub(lambda _: f"${next(counter)}", sql)
+
+
+async def fetch(conn: BaseDBAsyncClient, sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+    """The rows of ``sql`` (``?`` placeholders) as dicts of column to raw value."""
+    return [dict(r) for r in await conn.execute_query_dict(numbered(conn, sql), list(params))]
+
+
+def db_value(model: type[Model], field: str, value: Any) -> Any:
+    """A Python value as Tortoise writes it to ``model.field``'s column."""
+    return model._meta.fields_map[field].to_db_value(value, model)
+
+
+def decode(
+    model: type[Model], row: Mapping[str, Any], names: Sequence[str], prefix: str = ""
+) -> dict[str, Any]:
+    """The named fields of ``model`` from a raw row whose columns carry ``prefix``."""
+    fields_map = model._meta.fields_map
+    return {name: fields_map[name].to_python_value(row[prefix + name]) for name in names}
+
+
+async def update_returning(
+    conn: BaseDBAsyncClient, query: UpdateQuery, returning: str
+) -> list[dict[str, Any]]:
+    """Run a Tortoise ``.update()`` with a RETURNING clause: one statement that both
+    writes and reads back the rows it matched."""
+    query.sql()  # builds ``query.query`` for this connection's dialect
+    sql, params = query.query.get_parameterized_sql()
+    rows = await conn.execute_query_dict(f"{sql} RETURNING {returning}", list(params))
+    return [dict(r) for r in rows]
