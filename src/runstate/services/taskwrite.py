@@ -455,9 +455,8 @@ async def record_versions(
         )
         for s in steps
     ]
-    if len(versions) == 1:
-        await versions[0].save(using_db=conn)
-    elif versions:
+    if versions:
+        # bulk_create: one INSERT, without reading back ids nobody uses.
         await StepVersion.bulk_create(versions, using_db=conn)
 
 
@@ -519,7 +518,7 @@ def event_delta(event: EventView) -> dict[str, Any] | None:
 
 async def log_event(conn: BaseDBAsyncClient, event: EventView) -> None:
     """Append the event row of a write (its steps are saved as versions beside it)."""
-    await TaskEvent.create(
+    row = TaskEvent(
         task_id=event.task_pk,
         seq=event.seq,
         task_version=event.task_version,
@@ -529,8 +528,8 @@ async def log_event(conn: BaseDBAsyncClient, event: EventView) -> None:
         at=event.at,
         status=event.status,
         delta=event_delta(event),
-        using_db=conn,
     )
+    await TaskEvent.bulk_create([row], using_db=conn)  # no id read back
 
 
 async def _why_missed(user_id: str, task_id: str, guard: Guard) -> DomainError | None:

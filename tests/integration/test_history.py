@@ -1,0 +1,315 @@
+"""History: every past state of a task can be read back (taskAt) and rebuilt from the
+snapshot plus the deltas, on SQLite and PostgreSQL; forks start from a past state.
+
+These tests drive the services in-process against a real database (opened the way
+the server opens it), so hypothesis can run many random sequences of writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from tortoise.backends.base.executor import EXECUTOR_CACHE
+
+from runstate import pubsub
+from runstate.db import close_database, open_database
+from runstate.enums import StepStatus, TaskEventKind, TaskStatus, ToolOutcome
+from runstate.models import Task
+from runstate.pubsub import Hub, MemoryBroker, Publisher
+from runstate.services import history, leases, lifecycle, progress, sessions, tasks, tools
+from runstate.services.clock import utcnow
+from runstate.services.errors import DomainError
+from runstate.services.loading import task_views
+from runstate.services.taskwrite import StepPatch
+from runstate.services.validation import StepPlan
+from runstate.services.views import EventView, TaskView, current_step
+from tests.support import database
+
+USER = "historian"
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def database_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    with database(request.param, tmp_path_factory.mktemp(f"history-{request.param}")) as url:
+        yield url
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[str]:
+    """The module's database, opened in this test's event loop, with an in-process
+    broker installed so that the live events can be read too."""
+    # Tortoise caches each model's INSERT per connection name, not per dialect: a
+    # process that moves from SQLite to PostgreSQL must forget the SQLite ones.
+    EXECUTOR_CACHE.clear()
+    await open_database(database_url)
+    broker = MemoryBroker()
+    publisher = Publisher(broker)
+    await publisher.start()
+    pubsub.install(Hub(broker, publisher))
+    try:
+        yield database_url
+    finally:
+        pubsub.uninstall()
+        await publisher.close()
+        await close_database()
+
+
+async def recorded(task_id: str) -> TaskView:
+    """The task as its current rows hold it: steps and tool states read directly,
+    not through the history."""
+    row = await Task.get(user_id=USER, public_id=task_id)
+    (view,) = await task_views([row], utcnow())
+    return view
+
+
+def replay(task: TaskView, event: EventView) -> TaskView:
+    """A client's reading of the contract: the task as of ``event`` from the task as
+    of the event before it."""
+    steps = list(task.steps or ())
+    for step in event.steps:
+        if step.index < len(steps):
+            steps[step.index] = step
+        else:
+            steps.append(step)
+    tools_by_name = {t.tool_name: t for t in task.tool_states or ()}
+    if event.tool_state is not None:
+        tools_by_name[event.tool_state.tool_name] = event.tool_state
+    leased = event.kind in (TaskEventKind.LOCK_ACQUIRED, TaskEventKind.LOCK_RELEASED)
+    return replace(
+        task,
+        status=event.status,
+        version=event.task_version,
+        event_seq=event.seq,
+        updated_at=event.at,
+        current_step=current_step(s.status for s in steps),
+        total_steps=len(steps),
+        steps=tuple(steps),
+        tool_states=tuple(tools_by_name[name] for name in sorted(tools_by_name)),
+        lock=event.lock if leased else task.lock,
+    )
+
+
+def check_history(states: dict[int, TaskView], events: list[EventView]) -> None:
+    """``events`` (seq 2 on) replayed onto the state at seq 1 give every recorded state."""
+    assert [e.seq for e in events] == list(range(2, len(states) + 1))
+    state = states[1]
+    for event in events:
+        state = replay(state, event)
+        assert state == states[event.seq], f"replayed to seq {event.seq}"
+
+
+# ---------------------------------------------------------------- random writes
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**31), 2**31)
+    | st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+indexes = st.integers(0, 6)
+statuses = st.sampled_from(list(StepStatus))
+operations = st.one_of(
+    st.tuples(st.just("start"), indexes),
+    st.tuples(st.just("complete"), indexes, json_values),
+    st.tuples(st.just("fail"), indexes, st.text(min_size=1, max_size=8)),
+    st.tuples(
+        st.just("checkpoint"),
+        st.lists(st.tuples(indexes, statuses, json_values), max_size=3, unique_by=lambda p: p[0]),
+        st.none() | st.sampled_from(list(TaskStatus)),
+    ),
+    st.tuples(st.just("status"), st.sampled_from(list(TaskStatus))),
+    st.tuples(st.just("add"), st.lists(st.booleans(), min_size=1, max_size=2)),
+    st.tuples(st.just("resume")),
+    st.tuples(st.just("decide"), indexes, st.booleans()),
+    st.tuples(
+        st.just("tool"),
+        st.sampled_from(["search", "mail"]),
+        st.sampled_from(list(ToolOutcome)),
+        json_values,
+    ),
+    st.tuples(st.just("acquire"), st.sampled_from(["w1", "w2"])),
+    st.tuples(st.just("release"), st.sampled_from(["w1", "w2"])),
+)
+
+
+async def run(task_id: str, op: tuple[Any, ...], now: TaskView) -> None:
+    """Apply one random write; a refusal (a DomainError) is as good as any answer."""
+    kind, args = op[0], op[1:]
+    token = None if now.lock is None else now.lock.fencing_token
+    versioned: dict[str, Any] = {"expected_version": now.version, "fencing_token": token}
+    if kind == "start":
+        await tasks.start_step(USER, task_id, args[0], **versioned)
+    elif kind == "complete":
+        await tasks.complete_step(USER, task_id, args[0], output=args[1], **versioned)
+    elif kind == "fail":
+        await tasks.fail_step(USER, task_id, args[0], error=args[1], **versioned)
+    elif kind == "checkpoint":
+        patches = [StepPatch(i, s, out, set_output=out is not None) for i, s, out in args[0]]
+        await tasks.checkpoint_task(USER, task_id, patches, status=args[1], **versioned)
+    elif kind == "status":
+        await tasks.set_task_status(USER, task_id, args[0], **versioned)
+    elif kind == "add":
+        plans = [StepPlan(f"added-{i}", {"i": i}, idempotent=s) for i, s in enumerate(args[0])]
+        await tasks.add_steps(USER, task_id, plans, **versioned)
+    elif kind == "resume":
+        await lifecycle.resume_task(USER, task_id, fencing_token=token)
+    elif kind == "decide":
+        await lifecycle.decide_step(USER, task_id, args[0], args[1], **versioned)
+    elif kind == "tool":
+        name, outcome, result = args
+        await tools.record_tool_call(
+            USER,
+            task_id,
+            name,
+            outcome,
+            fencing_token=token,
+            result=result,
+            error="boom" if outcome is ToolOutcome.FAILURE else None,
+            retry_after_seconds=60 if outcome is ToolOutcome.RATE_LIMITED else None,
+        )
+    elif kind == "acquire" and now.lock is None:  # re-acquiring extends: no event, by design
+        await leases.acquire_task_lock(USER, task_id, args[0], 3600)
+    elif kind == "release":
+        await leases.release_task_lock(USER, task_id, args[0])
+
+
+async def live_events(subscription: pubsub.Subscription, task_pk: int, last: int) -> list[Any]:
+    """The broker messages of one task up to seq ``last``, read with a deadline."""
+    found: dict[int, EventView] = {}
+    deadline = asyncio.get_running_loop().time() + 10
+    while last not in found:
+        remaining = deadline - asyncio.get_running_loop().time()
+        assert remaining > 0, f"live events stopped at {sorted(found)}; expected up to {last}"
+        message = await subscription.next(remaining)
+        if isinstance(message, bytes):
+            event = progress.decode(message)
+            assert event is not None
+            if event.task_pk == task_pk:
+                found[event.seq] = event
+    return [found[seq] for seq in sorted(found)]
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    plan=st.lists(st.booleans(), min_size=1, max_size=4),
+    ops=st.lists(operations, max_size=20),
+)
+@example(  # every kind of history at least once, whatever the random draw
+    plan=[True, False],
+    ops=[
+        ("acquire", "w1"),
+        ("tool", "search", ToolOutcome.CALLING, None),
+        ("start", 0),
+        ("tool", "search", ToolOutcome.FAILURE, None),
+        ("tool", "search", ToolOutcome.SUCCESS, {"n": "42"}),
+        ("complete", 0, "42"),
+        ("start", 1),
+        ("release", "w1"),
+        ("resume",),
+        ("decide", 1, True),
+        ("add", [False]),
+        ("checkpoint", [(1, StepStatus.SUCCESS, [1]), (2, StepStatus.RUNNING, None)], None),
+        ("fail", 2, "declined"),
+        ("resume",),
+        ("checkpoint", [(2, StepStatus.SKIPPED, None)], None),
+    ],
+)
+async def test_every_state_is_read_back_and_replayed(
+    db: str, plan: list[bool], ops: list[tuple[Any, ...]]
+) -> None:
+    """Guards taskAt and the deltas: after any sequence of writes, taskAt(seq) equals
+    the task as its rows held it right after seq, and so do the state at seq 1 plus
+    the stored events, and plus the live (broker) events, replayed in order."""
+    session = await sessions.start_session(USER, default_ttl=3600, session_id=f"s{next(_ids)}")
+    hub = pubsub.current()
+    assert hub is not None
+    async with hub.broker.subscription([progress.session_channel(session.pk)]) as inbox:
+        task_id = f"t{next(_ids)}"
+        plans = [StepPlan(f"step-{i}", {"i": i}, idempotent=safe) for i, safe in enumerate(plan)]
+        await tasks.create_task(USER, session.id, goal="history", steps=plans, task_id=task_id)
+        states = {1: await recorded(task_id)}
+        for op in ops:
+            with contextlib.suppress(DomainError):
+                await run(task_id, op, states[max(states)])
+            now = await recorded(task_id)
+            assert now.event_seq in (max(states), max(states) + 1), "one write, one event"
+            states[now.event_seq] = now
+        head = states[max(states)]
+        for seq, state in states.items():
+            assert await history.task_at(head, seq) == state, f"taskAt seq {seq}"
+        check_history(states, await history.events(head, 1, 1000))
+        check_history(states, (await live_events(inbox, head.pk, head.event_seq))[1:])
+
+
+# ---------------------------------------------------------------- forks
+
+
+async def test_a_fork_starts_from_a_past_state_and_goes_its_own_way(db: str) -> None:
+    """Guards forkTask: the fork's steps are taskAt(seq)'s with RUNNING made PENDING,
+    its first event names its origin, and later writes to either task leave the other
+    as it was."""
+    session = await sessions.start_session(USER, default_ttl=3600, session_id=f"s{next(_ids)}")
+    plans = [StepPlan("search"), StepPlan("book", {"id": 7}, idempotent=False), StepPlan("mail")]
+    source = await tasks.create_task(USER, session.id, goal="trip", steps=plans)
+    v = (await tasks.start_step(USER, source.id, 0, expected_version=1)).version
+    v = (await tasks.complete_step(USER, source.id, 0, expected_version=v, output="found")).version
+    at = await tasks.start_step(USER, source.id, 1, expected_version=v)
+    past = await history.task_at(at, at.event_seq)
+    await tasks.complete_step(USER, source.id, 1, expected_version=at.version, output="booked")
+
+    fork = await tasks.fork_task(USER, source.id, at.event_seq, new_id=f"f{next(_ids)}")
+    forked = await recorded(fork.id)
+    assert past.steps is not None
+    expected = [past.steps[0], replace(past.steps[1], status=StepStatus.PENDING), past.steps[2]]
+    assert forked.steps == tuple(expected)
+    assert (forked.status, forked.version, forked.event_seq, forked.current_step) == (
+        TaskStatus.RUNNING,
+        1,
+        1,
+        1,
+    )
+    assert (forked.session_id, forked.goal, forked.lock) == (session.id, "trip", None)
+    (created,) = await history.events(forked, 0, 10)
+    assert created.kind is TaskEventKind.TASK_CREATED
+    assert created.origin is not None
+    assert (created.origin.task_id, created.origin.seq) == (source.id, at.event_seq)
+    assert await history.task_at(forked, 1) == forked
+
+    before = await recorded(source.id)
+    await tasks.start_step(USER, fork.id, 1, expected_version=1)
+    assert await recorded(source.id) == before, "a write to the fork leaves the source"
+    await tasks.start_step(USER, source.id, 2, expected_version=before.version)
+    after = await recorded(fork.id)
+    assert after.steps is not None
+    assert [s.status for s in after.steps] == [
+        StepStatus.SUCCESS,
+        StepStatus.RUNNING,
+        StepStatus.PENDING,
+    ], "a write to the source leaves the fork"
+
+
+async def test_a_fork_of_a_seq_that_never_was_is_refused(db: str) -> None:
+    session = await sessions.start_session(USER, default_ttl=3600, session_id=f"s{next(_ids)}")
+    source = await tasks.create_task(USER, session.id, goal="g", steps=[StepPlan("a")])
+    for seq in (0, 2):
+        with pytest.raises(DomainError, match="seq: must be between 1 and 1"):
+            await tasks.fork_task(USER, source.id, seq)

@@ -1,0 +1,187 @@
+"""What a write costs follows its change, not the task's size: the statements of a
+step write, and the bytes the history of a long task keeps (SQLite, in-process)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import aiosqlite
+import pytest
+from tortoise import connections
+from tortoise.backends.base.executor import EXECUTOR_CACHE
+
+from runstate.db import close_database, open_database
+from runstate.enums import StepStatus
+from runstate.services import sessions, tasks, taskwrite
+from runstate.services.clock import utcnow
+from runstate.services.taskwrite import StepPatch
+from runstate.services.validation import StepPlan
+from runstate.services.views import TaskView
+
+USER = "counter"
+STEPS = 1000
+KB = 1024
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[str]:
+    url = f"sqlite://{tmp_path / 'cost.db'}"
+    EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
+    await open_database(url)
+    try:
+        yield url
+    finally:
+        await close_database()
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], None]:
+    """The write path's clock, moving 1 ms per reading unless moved on by hand: so
+    "less than a second since the session was touched" does not depend on how fast
+    this machine is."""
+    now = [utcnow()]
+
+    def tick() -> datetime:
+        now[0] += timedelta(milliseconds=1)
+        return now[0]
+
+    def advance(seconds: float) -> None:
+        now[0] += timedelta(seconds=seconds)
+
+    monkeypatch.setattr(taskwrite, "utcnow", tick)
+    return advance
+
+
+def _sqlite() -> aiosqlite.Connection:
+    """The aiosqlite connection inside Tortoise's SQLite client (a private attribute)."""
+    connection: aiosqlite.Connection = connections.get("default")._connection
+    return connection
+
+
+class Statements:
+    """Every SQL statement the database connection runs, BEGIN and COMMIT included,
+    through SQLite's own trace hook on Tortoise's connection."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def __aenter__(self) -> Statements:
+        await _sqlite().set_trace_callback(self.seen.append)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await _sqlite().set_trace_callback(None)  # type: ignore[arg-type]  # None clears it
+
+    def kinds(self) -> list[str]:
+        return [" ".join(s.split()[:3]).replace('"', "") for s in self.seen]
+
+
+async def long_task(steps: int = STEPS) -> str:
+    session = await sessions.start_session(USER, default_ttl=3600)
+    plan = [StepPlan(f"step-{i}", {"i": i}) for i in range(steps)]
+    task = await tasks.create_task(USER, session.id, goal="long", steps=plan)
+    return task.id
+
+
+async def costs(task_id: str, first: int, version: int) -> tuple[list[list[str]], int]:
+    """The statements of a 10-patch checkpoint (steps first..first+9 to SUCCESS), then
+    of startStep and completeStep of the step after them."""
+    found = []
+    patches = [StepPatch(i, StepStatus.SUCCESS) for i in range(first, first + 10)]
+    calls: tuple[Callable[[int], Awaitable[TaskView]], ...] = (
+        lambda v: tasks.checkpoint_task(USER, task_id, patches, expected_version=v),
+        lambda v: tasks.start_step(USER, task_id, first + 10, expected_version=v),
+        lambda v: tasks.complete_step(USER, task_id, first + 10, expected_version=v, output="x"),
+    )
+    for call in calls:
+        async with Statements() as statements:
+            version = (await call(version)).version
+        found.append(statements.kinds())
+    return found, version
+
+
+async def test_a_write_costs_the_same_at_step_5_and_at_step_995(
+    db: str, clock: Callable[[float], None]
+) -> None:
+    """Guards the write path: no read of all steps, no re-read after the opening
+    compare-and-swap, and a session touched at most once a second. A single-step
+    write is at most 7 statements:
+
+    - BEGIN and COMMIT;
+    - UPDATE tasks ... RETURNING: the compare-and-swap (version, owner, lease), which
+      also returns the task, its session's expiry, the step and the next unfinished;
+    - UPDATE steps: the step's new state;
+    - UPDATE tasks: status and currentStep, only when they moved (completeStep);
+    - INSERT step_versions: the step as the event left it (history);
+    - INSERT task_events: the event.
+    """
+    task_id = await long_task()
+    version = (await tasks.start_step(USER, task_id, 0, expected_version=1)).version
+    early, version = await costs(task_id, 0, version)
+    for first in range(11, 985, 100):
+        patches = [StepPatch(i, StepStatus.SUCCESS) for i in range(first, min(first + 100, 985))]
+        done = await tasks.checkpoint_task(USER, task_id, patches, expected_version=version)
+        version = done.version
+    late, version = await costs(task_id, 985, version)
+    assert early == late
+    checkpoint, start, complete = early
+    assert start == [
+        "BEGIN",
+        "UPDATE tasks SET",
+        "UPDATE steps SET",
+        "INSERT INTO step_versions",
+        "INSERT INTO task_events",
+        "COMMIT",
+    ]
+    assert complete == [
+        "BEGIN",
+        "UPDATE tasks SET",
+        "UPDATE steps SET",
+        "INSERT INTO step_versions",
+        "UPDATE tasks SET",
+        "INSERT INTO task_events",
+        "COMMIT",
+    ]
+    assert checkpoint.count("UPDATE steps SET") == 10
+    assert len(checkpoint) == len(late[0])
+
+
+async def test_a_write_a_second_after_the_last_touches_the_session(
+    db: str, clock: Callable[[float], None]
+) -> None:
+    """Guards the session's activity: the write after a second of quiet moves
+    ``lastActiveAt`` (one statement more); the next, a moment later, does not."""
+    task_id = await long_task(3)
+    version = (await tasks.start_step(USER, task_id, 0, expected_version=1)).version
+    clock(1.5)
+    async with Statements() as quiet:
+        version = (await tasks.complete_step(USER, task_id, 0, expected_version=version)).version
+    async with Statements() as busy:
+        await tasks.start_step(USER, task_id, 1, expected_version=version)
+    assert quiet.kinds().count("UPDATE sessions SET") == 1
+    assert busy.kinds().count("UPDATE sessions SET") == 0
+
+
+async def test_the_history_of_a_long_task_costs_what_it_changed(db: str) -> None:
+    """Guards deltas in storage: a 1,000-step task whose steps each get a 1 KB output
+    keeps events and step history within 3x the bytes of those outputs (with the
+    task in every event, as release 1 stored it, it was over 100x)."""
+    task_id = await long_task()
+    version = 1
+    output = "x" * KB
+    for index in range(STEPS):
+        version = (await tasks.start_step(USER, task_id, index, expected_version=version)).version
+        view = await tasks.complete_step(
+            USER, task_id, index, expected_version=version, output=output
+        )
+        version = view.version
+    assert view.event_seq == 2 * STEPS + 1
+    client = connections.get("default")
+    _, rows = await client.execute_query(
+        "SELECT SUM(pgsize) FROM dbstat WHERE name IN"
+        " (SELECT name FROM sqlite_master WHERE tbl_name IN ('task_events', 'step_versions'))"
+    )
+    stored = rows[0][0]
+    assert stored < 3 * STEPS * KB, f"{stored} bytes of history for {STEPS * KB} of outputs"
