@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint fmt clean migrations
+.PHONY: run test bench lint fmt clean migrations
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,14 +18,18 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# Figures of what a task's size costs; never part of `make test`.
+bench: $(STAMP)
+	$(BIN)/python bench/deltas.py
+
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 
 fmt: $(STAMP)
-	$(BIN)/ruff check --fix src tests
-	$(BIN)/ruff format src tests
+	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench
 
 clean:
 	rm -rf $(VENV) runstate.db runstate.db-shm runstate.db-wal

@@ -36,10 +36,13 @@ def create_app(settings: Settings) -> Starlette:
         broker: Broker
         if settings.redis_url:
             broker = RedisBroker(
-                settings.redis_url, f"runstate:{installation}:", settings.subscriber_queue
+                settings.redis_url,
+                f"runstate:{installation}:",
+                settings.subscriber_queue,
+                settings.subscriber_queue_bytes,
             )
         else:
-            broker = MemoryBroker(settings.subscriber_queue)
+            broker = MemoryBroker(settings.subscriber_queue, settings.subscriber_queue_bytes)
         publisher = Publisher(broker)
         await broker.start()
         await publisher.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, cast
 
 from cross_web import HTTPException
@@ -16,6 +17,7 @@ from strawberry.types.unset import UNSET, UnsetType
 
 from runstate.auth import Principal, principal_from_header
 from runstate.schema.context import Context
+from runstate.schema.fanout import SHARED
 from runstate.settings import Settings
 
 
@@ -45,6 +47,15 @@ class GraphQLView(GraphQL[Context, None]):
             raise ConnectionRejectionError()
         context.principal = principal
         return cast(UnsetType, UNSET)
+
+    def encode_json(self, data: object) -> str | bytes:
+        """A subscription's ``next`` message around the event's shared rendering
+        (see ``schema.fanout``); anything else as Strawberry encodes it."""
+        if isinstance(data, Mapping):
+            shared = SHARED.next_message(data)
+            if shared is not None:
+                return shared
+        return super().encode_json(data)
 
     def parse_json(self, data: str | bytes) -> Any:
         """Any undecodable body (bad UTF-8, bad JSON, absurd nesting) is a 400."""

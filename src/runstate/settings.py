@@ -26,6 +26,7 @@ class Settings:
     graphiql: bool = True
     catch_up_seconds: float = 3.0
     subscriber_queue: int = 1000
+    subscriber_queue_bytes: int = 4 * 1024 * 1024
     gap_fill: bool = True
     sweep_seconds: float = 60.0
 
@@ -42,6 +43,9 @@ class Settings:
             graphiql=_flag(env, "RUNSTATE_GRAPHIQL", True),
             catch_up_seconds=_positive_float(env, "RUNSTATE_CATCH_UP_SECONDS", 3.0),
             subscriber_queue=_positive_int(env, "RUNSTATE_SUBSCRIBER_QUEUE", 1000),
+            subscriber_queue_bytes=_positive_int(
+                env, "RUNSTATE_SUBSCRIBER_QUEUE_BYTES", 4 * 1024 * 1024
+            ),
             gap_fill=_flag(env, "RUNSTATE_GAP_FILL", True),
             sweep_seconds=_positive_float(env, "RUNSTATE_SWEEP_SECONDS", 60.0),
         )

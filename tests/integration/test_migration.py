@@ -13,20 +13,25 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
+from tortoise import Tortoise
 from tortoise.backends.base.executor import EXECUTOR_CACHE
+from tortoise.migrations.api.migrate import migrate
 
-from runstate.db import close_database, open_database
-from runstate.models import Task
+from runstate.db import close_database, open_database, tortoise_config
+from runstate.models import Task, TaskEvent
 from runstate.services import history
 from runstate.services.clock import utcnow
 from runstate.services.loading import task_views
 from runstate.services.views import TaskView, current_step, from_json
 from tests.integration.test_history import check_history
+from tests.support import postgres_database
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "v1.sqlite3"
 
@@ -51,21 +56,74 @@ def v1_snapshots(path: Path) -> dict[str, dict[int, TaskView]]:
     return found
 
 
-@pytest.fixture
-async def migrated(tmp_path: Path) -> AsyncIterator[Path]:
-    path = tmp_path / "v1.sqlite3"
-    shutil.copy(FIXTURE, path)
-    EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
-    await open_database(f"sqlite://{path}")
+async def _copy_to_postgres(url: str) -> None:
+    """The fixture's rows in a PostgreSQL database migrated to release 1's schema
+    (0002): the same data, as release 1 would have written it there."""
+    EXECUTOR_CACHE.clear()
+    await migrate(config=tortoise_config(url), target="runstate.0002_installation")
+    await Tortoise.close_connections()
+    conn = await asyncpg.connect(url.replace("postgres://", "postgresql://", 1))
     try:
-        yield path
+        with sqlite3.connect(FIXTURE) as db:
+            for table in ("sessions", "tasks", "steps", "tool_states", "task_events"):
+                kinds = dict(
+                    await conn.fetch(
+                        "SELECT column_name, data_type FROM information_schema.columns"
+                        " WHERE table_name = $1",
+                        table,
+                    )
+                )
+                cursor = db.execute(f"SELECT * FROM {table}")
+                names = [c[0] for c in cursor.description]
+                marks = ", ".join(f"${i}" for i in range(1, len(names) + 1))
+                columns = ", ".join(f'"{n}"' for n in names)
+                for row in cursor.fetchall():
+                    values = [_pg(kinds[n], v) for n, v in zip(names, row, strict=True)]
+                    await conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", *values)
+                await conn.execute(
+                    f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), MAX(id)) FROM {table}"
+                )
+    finally:
+        await conn.close()
+
+
+def _pg(kind: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind.startswith("timestamp"):
+        return datetime.fromisoformat(value)
+    if kind == "boolean":
+        return bool(value)
+    return value
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of each backend: the SQLite fixture itself, or an empty PostgreSQL."""
+    if request.param == "sqlite":
+        path = tmp_path / "v1.sqlite3"
+        shutil.copy(FIXTURE, path)
+        yield f"sqlite://{path}"
+    else:
+        with postgres_database() as url:
+            yield url
+
+
+@pytest.fixture
+async def migrated(empty: str) -> AsyncIterator[str]:
+    """The release-1 data on each backend, then opened the way a server opens it
+    (which applies migration 0003)."""
+    if empty.startswith("postgres"):
+        await _copy_to_postgres(empty)
+    EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
+    await open_database(empty)
+    try:
+        yield empty
     finally:
         await close_database()
 
 
-async def test_release_1_events_become_deltas_with_their_whole_history(
-    migrated: Path,
-) -> None:
+async def test_release_1_events_become_deltas_with_their_whole_history(migrated: str) -> None:
     """Guards migration 0003: for every task and every seq of a release-1 database,
     taskAt equals the v1 snapshot at that seq, and the converted events replayed
     from seq 1 give every snapshot too. Nothing of the history is lost."""
@@ -80,8 +138,7 @@ async def test_release_1_events_become_deltas_with_their_whole_history(
         check_history(snapshots, await history.events(head, 1, 1000))
 
 
-def test_the_snapshot_column_is_gone(migrated: Path) -> None:
-    with sqlite3.connect(migrated) as db:
-        columns = [row[1] for row in db.execute("PRAGMA table_info(task_events)")]
-    assert "snapshot" not in columns
-    assert {"status", "delta"} <= set(columns)
+async def test_the_snapshot_column_is_gone(migrated: str) -> None:
+    row = (await TaskEvent.all().limit(1).values())[0]
+    assert "snapshot" not in row
+    assert {"status", "delta"} <= set(row)

@@ -61,3 +61,16 @@ def test_publish_never_waits_even_when_the_queue_is_full() -> None:
     for _ in range(10_001):
         publisher.publish("c", b"x")
     assert publisher.dropped == 1
+
+
+async def test_the_queue_is_bounded_in_bytes_too() -> None:
+    """Guards the byte bound: ten 1 KB messages into a 4 KB queue keep four, and
+    what was sent gives its bytes back."""
+    broker = RecordingBroker()
+    publisher = Publisher(broker, max_bytes=4096)  # not started yet: nothing drains
+    for _ in range(10):
+        publisher.publish("c", b"x" * 1024)
+    assert (publisher.bytes, publisher.dropped) == (4096, 6)
+    await publisher.start()
+    await publisher.close()
+    assert (len(broker.sent), publisher.bytes) == (4, 0)

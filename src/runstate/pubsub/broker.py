@@ -1,10 +1,11 @@
 """The broker interface: publish bytes to a channel; subscribers read bounded inboxes.
 
-Slow-consumer policy: each subscription holds at most ``maxsize`` messages. When
-it is full, the newest message is dropped and the subscription is flagged for a
-resync, which its reader sees before anything else and answers by catching up
-from the database. The broker's reader only ever appends to inboxes, so one slow
-subscriber never holds up delivery to the others.
+Slow-consumer policy: each subscription holds at most ``maxsize`` messages and
+``max_bytes`` bytes of them. When either is reached, the newest message is
+dropped and the subscription is flagged for a resync, which its reader sees
+before anything else and answers by catching up from the database. The broker's
+reader only ever appends to inboxes, so one slow subscriber never holds up
+delivery to the others.
 """
 
 from __future__ import annotations
@@ -27,15 +28,24 @@ class Resync:
 RESYNC: Final = Resync()
 
 DEFAULT_INBOX = 1000
+DEFAULT_INBOX_BYTES = 4 * 1024 * 1024
 
 
 class Subscription:
     """One subscriber's bounded inbox for a set of channels."""
 
-    def __init__(self, channels: Iterable[str], maxsize: int = DEFAULT_INBOX) -> None:
+    def __init__(
+        self,
+        channels: Iterable[str],
+        maxsize: int = DEFAULT_INBOX,
+        max_bytes: int = DEFAULT_INBOX_BYTES,
+    ) -> None:
         self.channels = frozenset(channels)
         self.maxsize = maxsize
+        self.max_bytes = max_bytes
         self.dropped = 0
+        self.bytes = 0
+        """Bytes of the messages waiting in the inbox."""
         self._inbox: deque[bytes] = deque()
         self._resync = False
         self._ready = asyncio.Event()
@@ -44,12 +54,14 @@ class Subscription:
         return len(self._inbox)
 
     def deliver(self, data: bytes) -> None:
-        """Queue a message without ever waiting; a full inbox drops it and flags a resync."""
-        if len(self._inbox) >= self.maxsize:
+        """Queue a message without ever waiting; a full inbox (by count or by bytes)
+        drops it and flags a resync."""
+        if len(self._inbox) >= self.maxsize or self.bytes + len(data) > self.max_bytes:
             self.dropped += 1
             self._resync = True
         else:
             self._inbox.append(data)
+            self.bytes += len(data)
         self._ready.set()
 
     def request_resync(self) -> None:
@@ -64,7 +76,9 @@ class Subscription:
                 self._resync = False
                 return RESYNC
             if self._inbox:
-                return self._inbox.popleft()
+                data = self._inbox.popleft()
+                self.bytes -= len(data)
+                return data
             self._ready.clear()
             try:
                 await asyncio.wait_for(self._ready.wait(), wait)
@@ -75,8 +89,11 @@ class Subscription:
 class Broker(ABC):
     """Publishes bytes to named channels and fans them out to local subscriptions."""
 
-    def __init__(self, inbox_size: int = DEFAULT_INBOX) -> None:
+    def __init__(
+        self, inbox_size: int = DEFAULT_INBOX, inbox_bytes: int = DEFAULT_INBOX_BYTES
+    ) -> None:
         self.inbox_size = inbox_size
+        self.inbox_bytes = inbox_bytes
         self._subscribers: defaultdict[str, set[Subscription]] = defaultdict(set)
 
     async def start(self) -> None:  # noqa: B027 - optional hook
@@ -101,7 +118,7 @@ class Broker(ABC):
         self, channels: Iterable[str], inbox_size: int | None = None
     ) -> Subscription:
         """A new subscription to ``channels``; listening has begun when this returns."""
-        subscription = Subscription(channels, inbox_size or self.inbox_size)
+        subscription = Subscription(channels, inbox_size or self.inbox_size, self.inbox_bytes)
         for channel in subscription.channels:
             first = not self._subscribers[channel]
             self._subscribers[channel].add(subscription)

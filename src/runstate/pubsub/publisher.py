@@ -1,7 +1,7 @@
 """Publishing after commit without ever holding up the writer.
 
-Mutations hand messages to ``Publisher.publish``, which only appends to a
-bounded queue; one task sends them in order. When the broker fails, messages
+Mutations hand messages to ``Publisher.publish``, which only appends to a queue
+bounded in messages and in bytes; one task sends them in order. When the broker fails, messages
 are dropped for a short pause instead of piling up: the database is the source
 of truth, and subscribers catch up from it.
 """
@@ -18,6 +18,7 @@ from runstate.pubsub.broker import Broker
 log = logging.getLogger(__name__)
 
 QUEUE_SIZE = 10_000
+QUEUE_BYTES = 64 * 1024 * 1024
 SEND_TIMEOUT = 1.0
 PAUSE_AFTER_FAILURE = 0.5
 
@@ -25,8 +26,11 @@ PAUSE_AFTER_FAILURE = 0.5
 class Publisher:
     """An ordered, bounded, fire-and-forget outbox in front of a broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, max_bytes: int = QUEUE_BYTES) -> None:
         self.broker = broker
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        """Bytes of the messages waiting to be sent."""
         self.sent = 0
         self.dropped = 0
         self._queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(QUEUE_SIZE)
@@ -34,11 +38,16 @@ class Publisher:
         self._task: asyncio.Task[None] | None = None
 
     def publish(self, channel: str, data: bytes) -> None:
-        """Queue ``data`` for ``channel``; never waits."""
+        """Queue ``data`` for ``channel``; never waits. A full queue drops it."""
+        if self.bytes + len(data) > self.max_bytes:
+            self.dropped += 1
+            return
         try:
             self._queue.put_nowait((channel, data))
         except asyncio.QueueFull:
             self.dropped += 1
+            return
+        self.bytes += len(data)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="runstate-publisher")
@@ -58,6 +67,7 @@ class Publisher:
             try:
                 await self._send(channel, data)
             finally:
+                self.bytes -= len(data)
                 self._queue.task_done()
 
     async def _send(self, channel: str, data: bytes) -> None:

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
-from runstate.pubsub.broker import DEFAULT_INBOX, Broker
+from runstate.pubsub.broker import DEFAULT_INBOX, DEFAULT_INBOX_BYTES, Broker
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,14 @@ class _PubSub(PubSub):
 class RedisBroker(Broker):
     """Pub/sub across server processes through one Redis."""
 
-    def __init__(self, url: str, prefix: str, inbox_size: int = DEFAULT_INBOX) -> None:
-        super().__init__(inbox_size)
+    def __init__(
+        self,
+        url: str,
+        prefix: str,
+        inbox_size: int = DEFAULT_INBOX,
+        inbox_bytes: int = DEFAULT_INBOX_BYTES,
+    ) -> None:
+        super().__init__(inbox_size, inbox_bytes)
         self.url = url
         self.prefix = prefix
         self.reconnects = 0

@@ -21,6 +21,7 @@ from strawberry.extensions import (
 from runstate.resolvers.mutations import Mutation
 from runstate.resolvers.queries import Query
 from runstate.resolvers.subscriptions import Subscription
+from runstate.schema.fanout import SharedEventExecutor
 from runstate.services.errors import DomainError
 
 MAX_DEPTH = 12
@@ -48,7 +49,11 @@ def build_schema(*, introspection: bool = True) -> strawberry.Schema:
     if not introspection:
         extensions.append(DisableIntrospection)
     return strawberry.Schema(
-        query=Query, mutation=Mutation, subscription=Subscription, extensions=extensions
+        query=Query,
+        mutation=Mutation,
+        subscription=Subscription,
+        extensions=extensions,
+        execution_context_class=SharedEventExecutor,
     )
 
 

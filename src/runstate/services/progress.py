@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from runstate import pubsub
+from runstate.bounded import BoundedCache
 from runstate.enums import TaskEventKind
 from runstate.models import Session, Task
 from runstate.services import history
@@ -44,13 +45,31 @@ def encode(event: EventView) -> bytes:
     return json.dumps(to_json(event), separators=(",", ":")).encode()
 
 
-def decode(data: bytes) -> EventView | None:
-    """A broker message as an event; None (and a log line) for anything else."""
-    try:
-        return from_json(EventView, json.loads(data))
-    except (ValueError, KeyError, TypeError) as error:
-        log.warning("ignored a malformed broker message: %s", error)
-        return None
+class _Decoded:
+    """Broker messages decoded once per process: every subscriber of a channel is
+    handed the same message, and gets the same (immutable) event back."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        """Messages actually decoded (not found in the cache)."""
+        self._cache: BoundedCache[bytes, EventView] = BoundedCache(1024, DECODED_BYTES)
+
+    def __call__(self, data: bytes) -> EventView | None:
+        event = self._cache.get(data)
+        if event is None:
+            self.count += 1
+            try:
+                event = from_json(EventView, json.loads(data))
+            except (ValueError, KeyError, TypeError) as error:
+                log.warning("ignored a malformed broker message: %s", error)
+                return None
+            self._cache.put(data, event, 2 * len(data))
+        return event
+
+
+DECODED_BYTES = 16 * 1024 * 1024
+decode = _Decoded()
+"""A broker message as an event; None (and a log line) for anything else."""
 
 
 def announce(event: EventView) -> None:

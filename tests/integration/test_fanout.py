@@ -1,0 +1,150 @@
+"""Fan-out inside one server process: each event decoded once and rendered once per
+distinct selection, and a stalled subscriber bounded in bytes, then caught up."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from tortoise.backends.base.executor import EXECUTOR_CACHE
+
+from runstate import pubsub
+from runstate.app import create_app
+from runstate.db import close_database, open_database
+from runstate.pubsub import Hub, MemoryBroker, Publisher
+from runstate.schema.fanout import SHARED
+from runstate.services import progress, sessions, tasks, tokens
+from runstate.services.validation import StepPlan
+from runstate.settings import Settings
+from tests.support import Subscriber, free_port
+
+USER = "watcher"
+BRIEF = "subscription($id: ID!) { taskProgress(taskId: $id) { seq kind status } }"
+FULL = """subscription($id: ID!) { taskProgress(taskId: $id) {
+  seq kind steps { index status output } } }"""
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[str]:
+    """The real app under uvicorn, inside this test's process and event loop."""
+    EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
+    settings = Settings(database_url=f"sqlite://{tmp_path / 'fanout.db'}", catch_up_seconds=60)
+    port = free_port()
+    config = uvicorn.Config(create_app(settings), port=port, log_level="warning")
+    uv = uvicorn.Server(config)
+    serving = asyncio.create_task(uv.serve())
+    deadline = asyncio.get_running_loop().time() + 30
+    while not uv.started:
+        if serving.done():
+            serving.result()  # raises what stopped it
+        assert asyncio.get_running_loop().time() < deadline, "uvicorn did not start"
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        uv.should_exit = True
+        await serving
+
+
+async def drive(task_id: str, steps: int, output: str = "done") -> int:
+    """Start and complete each step; the last seq written."""
+    version = 1
+    for index in range(steps):
+        version = (await tasks.start_step(USER, task_id, index, expected_version=version)).version
+        view = await tasks.complete_step(
+            USER, task_id, index, expected_version=version, output=output
+        )
+        version = view.version
+    return view.event_seq
+
+
+async def test_fifty_watchers_cost_one_decode_and_one_rendering_per_selection(
+    server: str,
+) -> None:
+    """Guards encode-once fan-out: 50 subscribers of one task, half selecting a brief
+    and half a full event: each of 20 events is decoded once and executed and
+    serialised twice (once per selection), never once per subscriber."""
+    token = await tokens.create_token(USER)
+    session = await sessions.start_session(USER, default_ttl=3600)
+    plan = [StepPlan(f"step-{i}") for i in range(10)]
+    task = await tasks.create_task(USER, session.id, goal="watched", steps=plan)
+    watchers = [
+        Subscriber(server, token, BRIEF if i % 2 else FULL, {"id": task.id}) for i in range(50)
+    ]
+    for watcher in watchers:
+        await watcher.__aenter__()
+    try:
+        for watcher in watchers:
+            assert (await watcher.next())["taskProgress"]["kind"] == "SNAPSHOT"
+        decoded, executed, unshared = progress.decode.count, SHARED.executions, SHARED.unshared
+        last = await drive(task.id, 10)
+        for watcher in watchers:
+            await watcher.until(lambda e: e["taskProgress"]["seq"] == last)
+        assert last == 21
+        assert progress.decode.count - decoded == 20
+        assert SHARED.executions - executed == 2 * 20
+        assert SHARED.unshared - unshared == 0
+        brief = [w.events for w in watchers[1::2]]
+        full = [w.events for w in watchers[0::2]]
+        assert all(events == brief[0] for events in brief)
+        assert all(events == full[0] for events in full)
+        assert full[0][-1]["taskProgress"]["steps"] == [
+            {"index": 9, "status": "SUCCESS", "output": "done"}
+        ]
+    finally:
+        for watcher in watchers:
+            await watcher.__aexit__()
+
+
+@pytest.fixture
+async def small_inboxes(tmp_path: Path) -> AsyncIterator[MemoryBroker]:
+    """A database and an in-process broker whose inboxes hold at most 64 KB."""
+    EXECUTOR_CACHE.clear()
+    await open_database(f"sqlite://{tmp_path / 'stalled.db'}")
+    broker = MemoryBroker(inbox_size=1000, inbox_bytes=64 * 1024)
+    publisher = Publisher(broker)
+    await publisher.start()
+    pubsub.install(Hub(broker, publisher))
+    try:
+        yield broker
+    finally:
+        pubsub.uninstall()
+        await publisher.close()
+        await close_database()
+
+
+async def test_a_stalled_subscriber_stops_at_its_byte_limit_and_is_caught_up(
+    small_inboxes: MemoryBroker,
+) -> None:
+    """Guards the byte bound: 40 events of 10 KB outputs pile up behind a subscriber
+    that reads nothing; its inbox stays under 64 KB (dropping the rest and flagging
+    a resync), and when it reads again it gets every seq, in order, from the
+    database."""
+    session = await sessions.start_session(USER, default_ttl=3600)
+    plan = [StepPlan(f"step-{i}") for i in range(20)]
+    task = await tasks.create_task(USER, session.id, goal="big", steps=plan)
+    stream = progress.task_progress(USER, task.id, None, interval=60)
+    snapshot = await anext(stream)
+    assert snapshot.seq == 1
+    stalled = await small_inboxes.subscribe([progress.task_channel(task.pk)])
+    last = await drive(task.id, 20, output="x" * 10_000)
+    deadline = asyncio.get_running_loop().time() + 10
+    while stalled.dropped == 0:
+        assert asyncio.get_running_loop().time() < deadline, "nothing was ever dropped"
+        await asyncio.sleep(0.01)
+    hub = pubsub.current()
+    assert hub is not None
+    while hub.publisher.bytes:  # every message handed to the broker
+        assert asyncio.get_running_loop().time() < deadline, "the publisher never drained"
+        await asyncio.sleep(0.01)
+    assert 0 < stalled.bytes <= 64 * 1024
+    assert len(stalled) < last - 1, "the inbox stopped growing"
+    seen = [snapshot.seq]
+    while seen[-1] < last:
+        seen.append((await asyncio.wait_for(anext(stream), 10)).seq)
+    assert seen == list(range(1, last + 1))
+    await stream.aclose()  # type: ignore[attr-defined]  # an async generator
+    await small_inboxes.unsubscribe(stalled)
