@@ -21,6 +21,7 @@ test: $(STAMP)
 # Figures of what a task's size costs; never part of `make test`.
 bench: $(STAMP)
 	$(BIN)/python bench/deltas.py
+	$(BIN)/python bench/fanout.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

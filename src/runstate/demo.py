@@ -159,6 +159,7 @@ async def serve_with_demo(host: str, port: int, database_url: str) -> None:
         port,
         log_level="warning",
         ws_max_size=settings.max_body_bytes,
+        ws_per_message_deflate=False,  # as `runstate serve` (cli.py)
     )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
