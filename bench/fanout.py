@@ -1,12 +1,18 @@
-"""Does watching slow the writer? One ``runstate serve`` process on SQLite, a writer
-doing startStep + completeStep over HTTP as fast as it can, first with no watcher,
-then with WATCHERS WebSocket subscribers of the same task.
+"""Does watching slow the writer? ``runstate serve`` processes on one SQLite file, a
+writer doing startStep + completeStep over HTTP, and WebSocket watchers of its
+task, in three rounds:
 
-Prints the writer's rate in both rounds and their ratio (target: about 1.0x), the
-commit-to-receipt delay (median and 99th percentile) and the events missed or out
-of order (must be 0), and the CPU time of this load-generating process, so that
-it is known not to be the bottleneck. The watchers run in this process. Run with
-``make bench``; never part of ``make test``.
+1. one server, the writer as fast as it can, nobody watching;
+2. the same with WATCHERS watchers: the writer's rate against round 1 (target:
+   about 1.0x);
+3. the scene of issue 8: two servers sharing Redis (127.0.0.1:6379), the writer
+   on the first at 20 events/s, half the watchers on each server: the rate the
+   writer kept (target: 20/s).
+
+For each watched round: commit-to-receipt delay (median, 99th percentile) and the
+watchers that missed an event or saw one out of order (must be 0). The watchers
+run in this process; its CPU time is printed, so that it is known not to be the
+bottleneck. Run with ``make bench``; never part of ``make test``.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from websockets.typing import Subprotocol
 
 WATCHERS = int(os.environ.get("BENCH_WATCHERS", "100"))
 STEPS = int(os.environ.get("BENCH_STEPS", "100"))
+PACE = 20.0
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 SELECTION = os.environ.get("BENCH_SELECTION", "seq kind status steps { index status }")
 SUBSCRIBE = "subscription($id: ID!) { taskProgress(taskId: $id) { " + SELECTION + " } }"
 STEP = "mutation($input: {kind}!) {{ {name}(input: $input) {{ ... on Task {{ version }} }} }}"
@@ -77,12 +85,15 @@ async def new_task(api: Graph) -> str:
     return str(task["createTask"]["id"])
 
 
-async def write(api: Graph, task_id: str, committed: dict[int, float]) -> float:
-    """Every step started and completed; the writes per second."""
+async def write(api: Graph, task_id: str, committed: dict[int, float], pace: float | None) -> float:
+    """Every step started and completed, ``pace`` writes a second at most; the
+    writes per second achieved."""
     version, seq = 1, 1
     began = time.perf_counter()
     for index in range(STEPS):
         for name, kind in (("startStep", "StepRefInput"), ("completeStep", "CompleteStepInput")):
+            if pace is not None:  # the writer's own schedule, as an agent at 20 events/s
+                await asyncio.sleep(max(0.0, began + (seq - 1) / pace - time.perf_counter()))
             data = await api(
                 STEP.format(name=name, kind=kind),
                 input={"taskId": task_id, "stepIndex": index, "expectedVersion": version},
@@ -93,7 +104,8 @@ async def write(api: Graph, task_id: str, committed: dict[int, float]) -> float:
     return 2 * STEPS / (time.perf_counter() - began)
 
 
-async def watch(ws_url: str, token: str, task_id: str) -> tuple[ClientConnection, list[Any]]:
+async def watch(ws_url: str, token: str, task_id: str) -> ClientConnection:
+    """A watcher that has received its SNAPSHOT."""
     socket_ = await connect(ws_url, subprotocols=[Subprotocol("graphql-transport-ws")])
     init = {"type": "connection_init", "payload": {"authorization": f"Bearer {token}"}}
     await socket_.send(json.dumps(init))
@@ -101,7 +113,7 @@ async def watch(ws_url: str, token: str, task_id: str) -> tuple[ClientConnection
     subscribe = {"query": SUBSCRIBE, "variables": {"id": task_id}}
     await socket_.send(json.dumps({"id": "1", "type": "subscribe", "payload": subscribe}))
     json.loads(await socket_.recv())  # the SNAPSHOT
-    return socket_, []
+    return socket_
 
 
 async def receive(socket_: ClientConnection, got: list[tuple[int, float]], last: int) -> None:
@@ -111,77 +123,100 @@ async def receive(socket_: ClientConnection, got: list[tuple[int, float]], last:
             got.append((message["payload"]["data"]["taskProgress"]["seq"], time.perf_counter()))
 
 
-async def round_(url: str, token: str, watchers: int) -> dict[str, Any]:
-    api = Graph(url, token)
+async def round_(
+    urls: list[str], token: str, watchers: int, pace: float | None = None
+) -> dict[str, Any]:
+    """One round: the writer on ``urls[0]``, the watchers spread over ``urls``."""
+    api = Graph(urls[0], token)
     task_id = await new_task(api)
-    ws_url = url.replace("http", "ws", 1) + "/graphql"
-    sockets = [await watch(ws_url, token, task_id) for _ in range(watchers)]
+    sockets = [
+        await watch(urls[i % len(urls)].replace("http", "ws", 1) + "/graphql", token, task_id)
+        for i in range(watchers)
+    ]
+    got: list[list[tuple[int, float]]] = [[] for _ in sockets]
     committed: dict[int, float] = {}
     cpu = time.process_time()
     last = 1 + 2 * STEPS
-    readers = [asyncio.create_task(receive(s, got, last)) for s, got in sockets]
-    rate = await write(api, task_id, committed)
+    readers = [asyncio.create_task(receive(s, g, last)) for s, g in zip(sockets, got, strict=True)]
+    rate = await write(api, task_id, committed, pace)
     await asyncio.wait_for(asyncio.gather(*readers), 120)
     cpu = time.process_time() - cpu
-    delays = [t - committed[seq] for _, got in sockets for seq, t in got]
-    wrong = sum([seq for seq, _ in got] != list(range(2, last + 1)) for _, got in sockets)
-    for s, _ in sockets:
+    for s in sockets:
         await s.close()
     await api.http.aclose()
-    return {"rate": rate, "delays": delays, "wrong": wrong, "cpu": cpu}
+    return {
+        "rate": rate,
+        "delays": sorted(t - committed[seq] for g in got for seq, t in g),
+        "wrong": sum([seq for seq, _ in g] != list(range(2, last + 1)) for g in got),
+        "cpu": cpu,
+    }
 
 
 @contextmanager
-def serving() -> Iterator[tuple[str, str]]:
-    """A ``runstate serve`` process on a fresh SQLite database, and a token for it."""
+def serving(count: int, **env: str) -> Iterator[tuple[list[str], str]]:
+    """``count`` servers on one fresh SQLite file, and a token for them."""
     with tempfile.TemporaryDirectory() as tmp:
         database_url = f"sqlite://{Path(tmp) / 'fanout.db'}"
         runstate(database_url, "migrate")
         token = runstate(database_url, "token", "create", "bench")
-        port = free_port()
         command = [sys.executable, "-m", "runstate", "--database-url", database_url, "serve"]
-        server = subprocess.Popen(
-            [*command, "--port", str(port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}"
+        ports = [free_port() for _ in range(count)]
+        servers = [
+            subprocess.Popen(
+                [*command, "--port", str(port)],
+                env={**os.environ, **env},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for port in ports
+        ]
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
         try:
-            for _ in range(100):
-                try:
-                    httpx.get(f"{url}/healthz", timeout=1)
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.1)
-            yield url, token
+            for url in urls:
+                for _ in range(100):
+                    try:
+                        httpx.get(f"{url}/healthz", timeout=1)
+                        break
+                    except httpx.TransportError:
+                        time.sleep(0.1)
+            yield urls, token
         finally:
-            server.terminate()
-            server.wait()
+            for server in servers:
+                server.terminate()
+                server.wait()
 
 
-async def rounds(url: str, token: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    return await round_(url, token, 0), await round_(url, token, WATCHERS)
+def delays(result: dict[str, Any]) -> str:
+    found = result["delays"]
+    p50 = statistics.median(found) * 1000
+    p99 = found[int(0.99 * (len(found) - 1))] * 1000
+    return (
+        f"commit to receipt p50 {p50:.1f} ms, p99 {p99:.1f} ms; watchers with a missing or"
+        f" misordered event: {result['wrong']} (must be 0); this process's CPU"
+        f" {result['cpu']:.1f} s"
+    )
 
 
 def main() -> None:
-    with serving() as (url, token):
-        alone, watched = asyncio.run(rounds(url, token))
-    delays = sorted(watched["delays"])
-    p50 = statistics.median(delays) * 1000
-    p99 = delays[int(0.99 * (len(delays) - 1))] * 1000
     print(
-        f"fan-out benchmark: 1 server (SQLite), {WATCHERS} watchers in this process, "
-        f"{2 * STEPS} writes, load average {os.getloadavg()[0]:.2f}"
+        f"fan-out benchmark: {WATCHERS} watchers in this process, {2 * STEPS} writes a round,"
+        f" SQLite, load average {os.getloadavg()[0]:.2f}"
     )
+    with serving(1) as (urls, token):
+        alone = asyncio.run(round_(urls, token, 0))
+        watched = asyncio.run(round_(urls, token, WATCHERS))
     print(
-        f"writes/s alone {alone['rate']:.1f}, watched {watched['rate']:.1f}, "
-        f"ratio {watched['rate'] / alone['rate']:.2f}x (target about 1.0x)"
+        f"1 server: writes/s alone {alone['rate']:.1f}, with {WATCHERS} watchers"
+        f" {watched['rate']:.1f}: ratio {watched['rate'] / alone['rate']:.2f}x (target 1.0x)"
     )
+    print(f"  {delays(watched)}")
+    with serving(2, RUNSTATE_REDIS_URL=REDIS_URL) as (urls, token):
+        paced = asyncio.run(round_(urls, token, WATCHERS, pace=PACE))
     print(
-        f"commit to receipt: p50 {p50:.1f} ms, p99 {p99:.1f} ms; "
-        f"watchers with a missing or misordered event: {watched['wrong']} (must be 0)"
+        f"2 servers + Redis, writer at {PACE:.0f}/s, {WATCHERS // 2} watchers on each:"
+        f" writer kept {paced['rate']:.1f}/s (target {PACE:.0f})"
     )
-    print(f"this process's CPU: {watched['cpu']:.1f} s over the watched round")
+    print(f"  {delays(paced)}")
 
 
 if __name__ == "__main__":

@@ -81,7 +81,8 @@ class Subscription:
                 return data
             self._ready.clear()
             try:
-                await asyncio.wait_for(self._ready.wait(), wait)
+                async with asyncio.timeout(wait):  # cheaper than wait_for: no new task
+                    await self._ready.wait()
             except TimeoutError:
                 return None
 
