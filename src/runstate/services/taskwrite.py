@@ -39,7 +39,7 @@ from runstate.services.errors import (
     UnmatchedWriteError,
     VersionConflictError,
 )
-from runstate.services.loading import is_expired, lock_view, step_view
+from runstate.services.loading import is_expired, lock_view, step_view, task_view
 from runstate.services.queries import get_task
 from runstate.services.rules import FINAL_TASKS, FINISHED_STEPS, check_step_move, check_task_move
 from runstate.services.sessions import mark_expired
@@ -485,23 +485,8 @@ async def _current_step(draft: Draft) -> int:
 
 
 def _task_view(draft: Draft) -> TaskView:
-    task = draft.task
-    return TaskView(
-        pk=task.id,
-        id=task.public_id,
-        user_id=task.user_id,
-        session_pk=task.session_id,
-        session_id=draft.session_id,
-        goal=task.goal,
-        status=draft.status,
-        version=task.version,
-        event_seq=task.event_seq,
-        current_step=task.current_step,
-        total_steps=task.total_steps,
-        created_at=task.created_at,
-        updated_at=task.updated_at,
-        lock=lock_view(task, draft.now),
-    )
+    draft.task.status = draft.status
+    return task_view(draft.task, draft.session_id, draft.now)
 
 
 def event_delta(event: EventView) -> dict[str, Any] | None:
