@@ -34,6 +34,8 @@ class StepStatus(StrEnum):
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
     SKIPPED = "SKIPPED"
+    IN_DOUBT = "IN_DOUBT"
+    """Was RUNNING when its agent stopped and is not safe to repeat; waits for decideStep."""
 
 
 class ToolStatus(StrEnum):
@@ -78,3 +80,5 @@ class StepDecision(StrEnum):
 
     RETRY = "RETRY"
     SKIP = "SKIP"
+    COMPLETE = "COMPLETE"
+    """It did happen: record it as SUCCESS with the output the person found."""

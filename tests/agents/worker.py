@@ -90,14 +90,20 @@ class Worker:
         plan = self.call(
             "resumeTask",
             "ResumeTaskInput",
-            "... on ResumePlan { resumeFrom needsDecision task { version } }" + PROBLEM,
+            "... on ResumePlan { resumeFrom needsDecision stepsInDoubt task { version } }"
+            + PROBLEM,
             taskId=self.task_id,
             fencingToken=self.fence,
         )
         if plan["__typename"] != "ResumePlan":
             raise RefusedError(plan["__typename"])
         self.version = plan["task"]["version"]
-        say(event="plan", resumeFrom=plan["resumeFrom"], needsDecision=plan["needsDecision"])
+        say(
+            event="plan",
+            resumeFrom=plan["resumeFrom"],
+            needsDecision=plan["needsDecision"],
+            stepsInDoubt=plan["stepsInDoubt"],
+        )
         return plan
 
 
@@ -121,13 +127,15 @@ def main() -> int:
     try:
         worker.acquire()
         plan = worker.resume()
-        index = plan["resumeFrom"]
         if plan["needsDecision"]:
             if args.decide is None:
-                say(event="needs-decision", step=index)
+                say(event="needs-decision", steps=plan["stepsInDoubt"])
                 return 4
-            worker.write("decideStep", "DecideStepInput", stepIndex=index, decision=args.decide)
-            say(event="decided", step=index, decision=args.decide)
+            for index in plan["stepsInDoubt"]:
+                worker.write("decideStep", "DecideStepInput", stepIndex=index, decision=args.decide)
+                say(event="decided", step=index, decision=args.decide)
+            plan = worker.resume()
+        index = plan["resumeFrom"]
         while index is not None:
             task = worker.write("startStep", "StepRefInput", stepIndex=index)
             action = task["steps"][index]["action"]

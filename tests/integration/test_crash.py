@@ -86,7 +86,12 @@ def test_an_agent_killed_mid_task_is_resumed_by_a_new_process(
     finally:
         second.kill()
     assert second.process.returncode == 0, lines
-    assert {"event": "plan", "resumeFrom": 2, "needsDecision": True} in lines
+    assert {
+        "event": "plan",
+        "resumeFrom": None,
+        "needsDecision": True,
+        "stepsInDoubt": [2],
+    } in lines
     assert effects.read_text().splitlines() == [
         "search flights",
         "compare prices",

@@ -21,7 +21,7 @@ from tortoise.backends.base.executor import EXECUTOR_CACHE
 
 from runstate import pubsub
 from runstate.db import close_database, open_database
-from runstate.enums import StepStatus, TaskEventKind, TaskStatus, ToolOutcome
+from runstate.enums import StepDecision, StepStatus, TaskEventKind, TaskStatus, ToolOutcome
 from runstate.models import Task
 from runstate.pubsub import Hub, MemoryBroker, Publisher
 from runstate.services import history, leases, lifecycle, progress, sessions, tasks, tools
@@ -135,7 +135,7 @@ operations = st.one_of(
     st.tuples(st.just("status"), st.sampled_from(list(TaskStatus))),
     st.tuples(st.just("add"), st.lists(st.booleans(), min_size=1, max_size=2)),
     st.tuples(st.just("resume")),
-    st.tuples(st.just("decide"), indexes, st.booleans()),
+    st.tuples(st.just("decide"), indexes, st.sampled_from(list(StepDecision)), json_values),
     st.tuples(
         st.just("tool"),
         st.sampled_from(["search", "mail"]),
@@ -169,7 +169,8 @@ async def run(task_id: str, op: tuple[Any, ...], now: TaskView) -> None:
     elif kind == "resume":
         await lifecycle.resume_task(USER, task_id, fencing_token=token)
     elif kind == "decide":
-        await lifecycle.decide_step(USER, task_id, args[0], args[1], **versioned)
+        index, decision, output = args
+        await lifecycle.decide_step(USER, task_id, index, decision, output=output, **versioned)
     elif kind == "tool":
         name, outcome, result = args
         await tools.record_tool_call(
@@ -225,12 +226,17 @@ async def live_events(subscription: pubsub.Subscription, task_pk: int, last: int
         ("start", 1),
         ("release", "w1"),
         ("resume",),
-        ("decide", 1, True),
+        ("decide", 1, StepDecision.RETRY, None),
         ("add", [False]),
         ("checkpoint", [(1, StepStatus.SUCCESS, [1]), (2, StepStatus.RUNNING, None)], None),
         ("fail", 2, "declined"),
         ("resume",),
         ("checkpoint", [(2, StepStatus.SKIPPED, None)], None),
+        ("add", [False, False]),
+        ("checkpoint", [(3, StepStatus.RUNNING, None), (4, StepStatus.RUNNING, None)], None),
+        ("resume",),
+        ("decide", 3, StepDecision.COMPLETE, {"paid": 12.5}),
+        ("decide", 4, StepDecision.SKIP, None),
     ],
 )
 async def test_every_state_is_read_back_and_replayed(
@@ -313,3 +319,20 @@ async def test_a_fork_of_a_seq_that_never_was_is_refused(db: str) -> None:
     for seq in (0, 2):
         with pytest.raises(DomainError, match="seq: must be between 1 and 1"):
             await tasks.fork_task(USER, source.id, seq)
+
+
+async def test_a_fork_of_a_task_awaiting_a_decision_starts_with_the_step_pending(
+    db: str,
+) -> None:
+    """A step IN_DOUBT in the source is PENDING in the fork: nobody has run it there."""
+    session = await sessions.start_session(USER, default_ttl=3600, session_id=f"s{next(_ids)}")
+    source = await tasks.create_task(
+        USER, session.id, goal="pay", steps=[StepPlan("charge", idempotent=False)]
+    )
+    await tasks.start_step(USER, source.id, 0, expected_version=1)
+    plan = await lifecycle.resume_task(USER, source.id)
+    assert (plan.steps_in_doubt, plan.task.status) == ((0,), TaskStatus.AWAITING_DECISION)
+    fork = await recorded((await tasks.fork_task(USER, source.id, plan.task.event_seq)).id)
+    assert fork.steps is not None
+    assert [(s.status, s.attempts) for s in fork.steps] == [(StepStatus.PENDING, 1)]
+    assert fork.status is TaskStatus.PLANNED, "no step has begun in the fork"

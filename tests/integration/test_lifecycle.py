@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from tests.integration.test_api import checkpoint, events, new_task, set_status,
 from tests.support import LEASE_PROBLEM, PROBLEM, TASK, TASK_FIELDS, Api, mutate, wait_until
 
 PLAN = (
-    "__typename ... on ResumePlan { resumeFrom needsDecision task {"
+    "__typename ... on ResumePlan { resumeFrom needsDecision stepsInDoubt task {"
     + TASK_FIELDS
     + """} }
   ... on Problem { code message }
@@ -103,7 +104,7 @@ RESUME_TABLE = [
     ("PENDING", True, 1, False, "PENDING", "RUNNING", None),
     ("PENDING", False, 1, False, "PENDING", "RUNNING", None),
     ("RUNNING", True, 1, False, "PENDING", "RUNNING", "STEP_RESET"),
-    ("RUNNING", False, 1, True, "RUNNING", "AWAITING_DECISION", "TASK_STATUS_CHANGED"),
+    ("RUNNING", False, None, True, "IN_DOUBT", "AWAITING_DECISION", "TASK_STATUS_CHANGED"),
     ("FAILED", True, 1, False, "PENDING", "RUNNING", "STEP_RESET"),
     ("FAILED", False, 1, False, "PENDING", "RUNNING", "STEP_RESET"),
     ("SUCCESS", True, None, False, "SUCCESS", "COMPLETED", None),
@@ -130,6 +131,7 @@ def test_resume_plan(
     before = at_second_step(alice, status, idempotent)
     plan = resume(alice, before["id"])
     assert (plan["resumeFrom"], plan["needsDecision"]) == (resume_from, needs_decision)
+    assert plan["stepsInDoubt"] == ([1] if needs_decision else [])
     after = plan["task"]
     assert (after["steps"][1]["status"], after["status"]) == (step_after, task_after)
     assert after["steps"][1]["attempts"] == before["steps"][1]["attempts"]
@@ -157,7 +159,9 @@ def test_resume_refuses_a_cancelled_task_and_a_stale_version(alice: Api) -> None
     )
 
 
-@pytest.mark.parametrize(("decision", "step_after"), [("RETRY", "PENDING"), ("SKIP", "SKIPPED")])
+@pytest.mark.parametrize(
+    ("decision", "step_after"), [("RETRY", "PENDING"), ("SKIP", "SKIPPED"), ("COMPLETE", "SUCCESS")]
+)
 def test_decide_step_resolves_a_step_in_doubt(alice: Api, decision: str, step_after: str) -> None:
     task = at_second_step(alice, "RUNNING", idempotent=False)
     plan = resume(alice, task["id"])
@@ -170,12 +174,15 @@ def test_decide_step_resolves_a_step_in_doubt(alice: Api, decision: str, step_af
         stepIndex=1,
         expectedVersion=version,
         decision=decision,
+        output={"booked": "AF 123"},
     )
     assert decided["steps"][1]["status"] == step_after
+    expected_output = {"booked": "AF 123"} if step_after == "SUCCESS" else None
+    assert decided["steps"][1]["output"] == expected_output
+    assert decided["steps"][1]["attempts"] == 1, "a decision is not another attempt"
     assert decided["status"] == ("RUNNING" if decision == "RETRY" else "COMPLETED")
-    assert events(alice, task["id"])[-1]["kind"] == (
-        "STEP_RESET" if decision == "RETRY" else "STEP_SKIPPED"
-    )
+    kinds = {"RETRY": "STEP_RESET", "SKIP": "STEP_SKIPPED", "COMPLETE": "STEP_SUCCEEDED"}
+    assert events(alice, task["id"])[-1]["kind"] == kinds[decision]
     second_device = step(
         alice,
         "decideStep",
@@ -189,6 +196,129 @@ def test_decide_step_resolves_a_step_in_doubt(alice: Api, decision: str, step_af
         "VersionConflict",
         version + 1,
     )
+
+
+def parallel(api: Api, idempotent: list[bool]) -> dict[str, Any]:
+    """A task whose steps all run at once, as when an agent calls tools in parallel."""
+    created = mutate(
+        api,
+        "createTask",
+        "CreateTaskInput",
+        TASK,
+        sessionId=new_task(api, steps=1)["sessionId"],
+        goal="parallel",
+        steps=[{"action": f"call-{i}", "idempotent": safe} for i, safe in enumerate(idempotent)],
+    )
+    patches = [{"index": i, "status": "RUNNING"} for i in range(len(idempotent))]
+    running = checkpoint(api, created["id"], 1, steps=patches)
+    assert running["__typename"] == "Task", running
+    return running
+
+
+@pytest.mark.parametrize(
+    "idempotent",
+    [list(mix) for n in (2, 3) for mix in itertools.product([True, False], repeat=n)],
+    ids=lambda mix: "".join("i" if safe else "N" for safe in mix),
+)
+def test_resume_examines_every_running_step(alice: Api, idempotent: list[bool]) -> None:
+    """Guards resume with parallel steps: every RUNNING step is reset when it is safe
+    to repeat and IN_DOUBT when it is not, in one write; the task waits for a decision
+    while any step is in doubt."""
+    task = parallel(alice, idempotent)
+    plan = resume(alice, task["id"])
+    in_doubt = [i for i, safe in enumerate(idempotent) if not safe]
+    statuses = [s["status"] for s in plan["task"]["steps"]]
+    assert statuses == ["PENDING" if safe else "IN_DOUBT" for safe in idempotent]
+    assert (plan["stepsInDoubt"], plan["needsDecision"]) == (in_doubt, bool(in_doubt))
+    assert plan["resumeFrom"] == (None if in_doubt else 0)
+    assert plan["task"]["status"] == ("AWAITING_DECISION" if in_doubt else "RUNNING")
+    assert plan["task"]["version"] == task["version"] + 1, "one write"
+    assert [s["attempts"] for s in plan["task"]["steps"]] == [1] * len(idempotent)
+
+
+def test_the_task_waits_until_every_step_in_doubt_is_decided(alice: Api) -> None:
+    """Guards the decision rule: deciding one of two steps in doubt leaves the task
+    AWAITING_DECISION; the second decision lets it go on."""
+    task = parallel(alice, [False, True, False])
+    plan = resume(alice, task["id"])
+    assert plan["stepsInDoubt"] == [0, 2]
+    version = plan["task"]["version"]
+    first = step(
+        alice,
+        "decideStep",
+        "DecideStepInput",
+        taskId=task["id"],
+        stepIndex=2,
+        expectedVersion=version,
+        decision="COMPLETE",
+        output="charged",
+    )
+    assert (first["status"], first["steps"][2]["output"]) == ("AWAITING_DECISION", "charged")
+    started = step(
+        alice,
+        "startStep",
+        "StepRefInput",
+        taskId=task["id"],
+        stepIndex=1,
+        expectedVersion=version + 1,
+    )
+    assert (started["__typename"], started["to"]) == ("InvalidTransition", "RUNNING")
+    second = step(
+        alice,
+        "decideStep",
+        "DecideStepInput",
+        taskId=task["id"],
+        stepIndex=0,
+        expectedVersion=version + 1,
+        decision="RETRY",
+    )
+    assert second["status"] == "RUNNING"
+    assert [s["status"] for s in second["steps"]] == ["PENDING", "PENDING", "SUCCESS"]
+    again = resume(alice, task["id"])
+    assert (again["resumeFrom"], again["stepsInDoubt"]) == (0, [])
+
+
+def test_only_a_decision_takes_a_step_out_of_doubt(alice: Api) -> None:
+    """Nothing but decideStep moves an IN_DOUBT step, and nothing moves a step
+    RUNNING -> RUNNING; COMPLETE is for steps in doubt only."""
+    task = parallel(alice, [False, True])
+    again = [{"index": 1, "status": "RUNNING"}]
+    refused_again = checkpoint(alice, task["id"], task["version"], steps=again)
+    assert (refused_again["__typename"], refused_again["from"], refused_again["to"]) == (
+        "InvalidTransition",
+        "RUNNING",
+        "RUNNING",
+    )
+    complete_running = step(
+        alice,
+        "decideStep",
+        "DecideStepInput",
+        taskId=task["id"],
+        stepIndex=1,
+        expectedVersion=task["version"],
+        decision="COMPLETE",
+    )
+    assert (complete_running["__typename"], complete_running["from"]) == (
+        "InvalidTransition",
+        "RUNNING",
+    )
+    plan = resume(alice, task["id"])
+    version = plan["task"]["version"]
+    for patch in ({"index": 0, "status": "SUCCESS"}, {"index": 0, "status": "PENDING"}):
+        refused = checkpoint(alice, task["id"], version, steps=[patch])
+        assert (refused["__typename"], refused["from"]) == ("InvalidTransition", "IN_DOUBT")
+    for name, input_type in (("completeStep", "CompleteStepInput"), ("failStep", "FailStepInput")):
+        extra = {"error": "x"} if name == "failStep" else {}
+        refused = step(
+            alice,
+            name,
+            input_type,
+            taskId=task["id"],
+            stepIndex=0,
+            expectedVersion=version,
+            **extra,
+        )
+        assert (refused["__typename"], refused["from"]) == ("InvalidTransition", "IN_DOUBT")
 
 
 # ---------------------------------------------------------------- leases

@@ -287,3 +287,75 @@ async def test_a_killed_sdk_agent_is_resumed_without_repeating_finished_steps(
 
 async def kinds_total(rs: Runstate, task_id: str) -> int:
     return sum((await kinds(rs, task_id)).values())
+
+
+async def test_parallel_steps_killed_mid_flight_wait_for_a_person(
+    rs: Runstate, sdk_server: tuple[Server, str], tmp_path: Path
+) -> None:
+    """Guards recovery with parallel steps: an SDK agent begins an idempotent step
+    and a charge at once and is killed. The next agent process, with nobody to
+    decide, stops at the step in doubt without touching it; after a person's
+    COMPLETE, a third runs what is left and never charges again. The log shows
+    the charge put IN_DOUBT by the resume and completed by the decision."""
+    from tests.support import AgentProcess
+
+    server, token = sdk_server
+    session = await rs.start_session()
+    task = await rs.create_task(
+        session.id,
+        "pay for a trip",
+        ["search hotels", {"action": "charge card", "idempotent": False}, "send receipt"],
+    )
+    effects = tmp_path / "effects.txt"
+    agent = ["--parallel"]
+    first = AgentProcess(
+        server.url, token, task.id, str(effects), *agent, module="tests.agents.sdk_agent"
+    )
+    try:
+        first.until(lambda line: line.get("event") == "began")
+    finally:
+        first.kill()
+    second = AgentProcess(server.url, token, task.id, str(effects), module="tests.agents.sdk_agent")
+    try:
+        assert second.rest(within=60)[-1] == {"event": "needs-decision", "steps": [1]}
+    finally:
+        second.kill()
+    assert effects.read_text().splitlines() == ["search hotels", "charge card"]
+    waiting = await rs.task(task.id)
+    assert waiting.status == "AWAITING_DECISION"
+    await rs.decide(task.id, 1, "COMPLETE", waiting.version, output={"charged": 120})
+    third = AgentProcess(server.url, token, task.id, str(effects), module="tests.agents.sdk_agent")
+    try:
+        assert third.rest(within=60)[-1] == {"event": "finished"}
+    finally:
+        third.kill()
+    assert effects.read_text().splitlines() == [
+        "search hotels",
+        "charge card",
+        "search hotels",
+        "send receipt",
+    ], "the charge ran once; the idempotent search ran again"
+    final = await rs.task(task.id)
+    assert final.status == "COMPLETED"
+    assert final.steps is not None
+    assert final.steps[1].output == {"charged": 120}
+    log = await events_of(rs, task.id)
+    resumed = next(e for e in log if any(s.status == "IN_DOUBT" for s in e.steps))
+    assert [(s.index, s.status) for s in resumed.steps] == [(0, "PENDING"), (1, "IN_DOUBT")]
+    assert [(e.kind, s.status) for e in log for s in e.steps if s.index == 1] == [
+        ("TASK_CREATED", "PENDING"),
+        ("STEP_STARTED", "RUNNING"),
+        ("STEP_RESET", "IN_DOUBT"),
+        ("STEP_SUCCEEDED", "SUCCESS"),
+    ], "the charge: started once, in doubt after the crash, completed by the person"
+
+
+async def events_of(rs: Runstate, task_id: str) -> list[Event]:
+    """The task's whole log, through watch(after_seq=0)."""
+    last = (await rs.task(task_id)).event_seq
+    found: list[Event] = []
+    async for event in rs.watch(task_id, after_seq=0):
+        found.append(event)
+        if event.seq == last:
+            return found
+    return found

@@ -8,7 +8,13 @@ import pytest
 
 from runstate.enums import SessionStatus, StepStatus, TaskStatus
 from runstate.services.errors import InvalidTransitionError
-from runstate.services.rules import check_session_move, check_step_move, check_task_move
+from runstate.services.rules import (
+    DECISION_MOVES,
+    RESUME_MOVES,
+    check_session_move,
+    check_step_move,
+    check_task_move,
+)
 
 S, T = StepStatus, TaskStatus
 
@@ -27,11 +33,18 @@ STEP_ALLOWED = {
 STEP_JUMPS = STEP_ALLOWED | {
     (S.PENDING, S.SUCCESS),
     (S.PENDING, S.FAILED),
-    (S.PENDING, S.PENDING),
-    (S.RUNNING, S.RUNNING),
     (S.FAILED, S.RUNNING),
     (S.FAILED, S.SUCCESS),
-    (S.FAILED, S.FAILED),
+}
+"""A checkpoint jumps along allowed paths, but never back to where a step stands:
+nothing moves a step RUNNING -> RUNNING, and nothing but a resume or a decision
+enters or leaves IN_DOUBT."""
+
+RESUME_ALLOWED = {(S.RUNNING, S.PENDING), (S.RUNNING, S.IN_DOUBT), (S.FAILED, S.PENDING)}
+DECISION_ALLOWED = STEP_ALLOWED | {
+    (S.IN_DOUBT, S.PENDING),
+    (S.IN_DOUBT, S.SKIPPED),
+    (S.IN_DOUBT, S.SUCCESS),
 }
 
 _LIVE = (T.PLANNED, T.RUNNING, T.WAITING_TOOL, T.AWAITING_DECISION, T.FAILED)
@@ -61,6 +74,17 @@ def test_step_jumps_in_a_checkpoint(old: StepStatus, new: StepStatus) -> None:
     else:
         with pytest.raises(InvalidTransitionError):
             check_step_move(old, new, jump=True)
+
+
+@pytest.mark.parametrize(("old", "new"), list(itertools.product(StepStatus, StepStatus)))
+def test_resume_and_decision_moves(old: StepStatus, new: StepStatus) -> None:
+    """Only a resume enters IN_DOUBT, only a decision leaves it."""
+    for moves, allowed in ((RESUME_MOVES, RESUME_ALLOWED), (DECISION_MOVES, DECISION_ALLOWED)):
+        if (old, new) in allowed:
+            check_step_move(old, new, moves=moves)
+        else:
+            with pytest.raises(InvalidTransitionError):
+                check_step_move(old, new, moves=moves)
 
 
 @pytest.mark.parametrize(("old", "new"), list(itertools.product(TaskStatus, TaskStatus)))

@@ -240,15 +240,18 @@ class Runstate:
         decision: str,
         version: int,
         *,
+        output: Any = None,
         fencing_token: int | None = None,
     ) -> Task:
-        """RETRY or SKIP a step that was in flight at a crash."""
+        """RETRY, SKIP or COMPLETE (with ``output``: what the person found happened) a
+        step left IN_DOUBT by a crash."""
         data = await self._mutate(
             doc.DECIDE,
             "decideStep",
             taskId=task_id,
             stepIndex=index,
             decision=decision,
+            output=output,
             expectedVersion=version,
             fencingToken=fencing_token,
         )

@@ -44,7 +44,7 @@ DECIDE = mutation("decideStep", "DecideStepInput", HEAD + PROBLEM_DETAILS)
 RESUME = mutation(
     "resumeTask",
     "ResumeTaskInput",
-    "... on ResumePlan { resumeFrom needsDecision task {"
+    "... on ResumePlan { resumeFrom needsDecision stepsInDoubt task {"
     + TASK_FIELDS
     + "} }"
     + """

@@ -178,6 +178,7 @@ class ResumePlan:
     task: Task
     resume_from: int | None
     needs_decision: bool
+    steps_in_doubt: tuple[int, ...]
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> ResumePlan:
@@ -185,6 +186,7 @@ class ResumePlan:
             task=Task.of(data["task"]),
             resume_from=data["resumeFrom"],
             needs_decision=data["needsDecision"],
+            steps_in_doubt=tuple(data["stepsInDoubt"]),
         )
 
 

@@ -79,25 +79,25 @@ class TaskRunner:
             self.task = plan.task
             if not plan.needs_decision:
                 break
-            assert plan.resume_from is not None  # a decision is always about a step
             if self.decision is None:
                 await self._release()
-                raise NeedsDecision(self.task_id, plan.resume_from)
+                raise NeedsDecision(self.task_id, plan.steps_in_doubt[0])
             if self.decision == WAIT:
                 await self._release()
                 await self._await_decision()
                 continue
-            head = await self._guard(
-                self.api.decide(
-                    self.task_id,
-                    plan.resume_from,
-                    self.decision,
-                    plan.task.version,
-                    fencing_token=self.fencing_token,
-                )
-            )
             status = "PENDING" if self.decision == "RETRY" else "SKIPPED"
-            self._wrote(head, {plan.resume_from: {"status": status}})
+            for index in plan.steps_in_doubt:  # one decision per step in doubt
+                head = await self._guard(
+                    self.api.decide(
+                        self.task_id,
+                        index,
+                        self.decision,
+                        self.version,
+                        fencing_token=self.fencing_token,
+                    )
+                )
+                self._wrote(head, {index: {"status": status}})
             break
         self._renewer = asyncio.create_task(self._renew(), name=f"renew-{self.task_id}")
         return self

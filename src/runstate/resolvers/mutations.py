@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import strawberry
 
-from runstate.enums import StepDecision
 from runstate.resolvers.results import (
     DeleteResult,
     LockResult,
@@ -199,8 +198,9 @@ class Mutation:
                 info.context.user_id,
                 input.task_id,
                 input.step_index,
-                input.decision is StepDecision.RETRY,
+                input.decision,
                 expected_version=input.expected_version,
+                output=input.output,
                 fencing_token=input.fencing_token,
             ),
             Task.of,

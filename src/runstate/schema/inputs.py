@@ -203,6 +203,10 @@ class DecideStepInput:
     expected_version: int
     fencing_token: int | None = None
     decision: StepDecision
+    output: JSON | None = strawberry.field(
+        default=None,
+        description="With COMPLETE: the step's output (what the person found happened).",
+    )
 
 
 @strawberry.input

@@ -402,12 +402,18 @@ class ResumePlan:
 
     task: Task
     resume_from: int | None = strawberry.field(
-        description="The step to run next, or null when nothing is left to run."
+        description=(
+            "The step to run next, or null when nothing is left to run (or while steps are "
+            "IN_DOUBT)."
+        )
     )
     needs_decision: bool = strawberry.field(
+        description="True while any step is IN_DOUBT: call decideStep for each of them first."
+    )
+    steps_in_doubt: list[int] = strawberry.field(
         description=(
-            "True when resumeFrom is a non-idempotent step that was RUNNING at the crash: "
-            "call decideStep first."
+            "Every step that was RUNNING, not idempotent, when its agent stopped (several "
+            "when steps ran in parallel)."
         )
     )
 
@@ -418,6 +424,7 @@ class ResumePlan:
             task=Task.of(plan.task),
             resume_from=plan.resume_from,
             needs_decision=plan.needs_decision,
+            steps_in_doubt=list(plan.steps_in_doubt),
         )
 
 

@@ -1,14 +1,17 @@
-"""Recovery after a crash: the resume plan and the decision on a step in doubt."""
+"""Recovery after a crash: the resume plan and the decisions on steps in doubt."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from runstate.enums import StepStatus, TaskEventKind, TaskStatus
-from runstate.models import Step
+from runstate.enums import StepDecision, StepStatus, TaskEventKind, TaskStatus
+from runstate.models import Step, box
 from runstate.services import validation
 from runstate.services.errors import InvalidTransitionError
 from runstate.services.loading import step_view
+from runstate.services.rules import DECISION_MOVES, RESUME_MOVES
 from runstate.services.taskwrite import Change, Draft, Unchanged, versioned, write_task
 from runstate.services.views import StepView, TaskView
 
@@ -19,22 +22,20 @@ class ResumePlanView:
 
     task: TaskView
     resume_from: int | None
-    needs_decision: bool
+    steps_in_doubt: tuple[int, ...]
+
+    @property
+    def needs_decision(self) -> bool:
+        """True while any step is IN_DOUBT."""
+        return bool(self.steps_in_doubt)
 
 
-def plan_of(task: TaskView, step: StepView | None = None) -> ResumePlanView:
-    """The plan a task's state implies: its first unfinished step (``step``, when the
-    view's steps are not loaded), and whether that step waits for a person's decision."""
-    index = task.current_step
-    if index >= task.total_steps:
-        return ResumePlanView(task, None, False)
-    if task.steps is not None:
-        step = task.steps[index]
-    assert step is not None, "the step at current_step comes with the view or beside it"
-    in_doubt = task.status is TaskStatus.AWAITING_DECISION and (
-        step.status is StepStatus.RUNNING and not step.idempotent
-    )
-    return ResumePlanView(task, index, in_doubt)
+def plan_of(task: TaskView, steps: Sequence[StepView]) -> ResumePlanView:
+    """The plan a task's steps imply: the steps in doubt, and while there are none,
+    the first PENDING step (None when nothing is left to run)."""
+    in_doubt = tuple(s.index for s in steps if s.status is StepStatus.IN_DOUBT)
+    pending = next((s.index for s in steps if s.status is StepStatus.PENDING), None)
+    return ResumePlanView(task, None if in_doubt else pending, in_doubt)
 
 
 async def resume_task(
@@ -46,71 +47,91 @@ async def resume_task(
 ) -> ResumePlanView:
     """Make a crashed task ready to go on, in one write (semantics.md, "Resume").
 
-    The first unfinished step decides: PENDING resumes there; RUNNING and
-    idempotent is reset to PENDING (STEP_RESET); RUNNING and not idempotent puts
-    the task in AWAITING_DECISION; FAILED is reset to PENDING with its attempts
-    kept. The task becomes RUNNING unless it awaits a decision; with nothing left
-    it is COMPLETED. A task already in that state is left as it is (no event).
+    Every step is examined, since agents run steps in parallel: each RUNNING step
+    that is idempotent is reset to PENDING, each one that is not becomes IN_DOUBT,
+    and each FAILED step is reset to PENDING (attempts kept). While any step is
+    IN_DOUBT the task is AWAITING_DECISION; else it is RUNNING, or COMPLETED when
+    nothing is left. A task already in that state is left as it is (no event).
+    The event is STEP_RESET when a step was reset, else TASK_STATUS_CHANGED; its
+    stepIndex names the step when only one changed.
     """
-
-    current: list[Step] = []  # the first unfinished step, as the write left it
+    seen: list[Step] = []  # every step, as the write left them
 
     async def apply(draft: Draft) -> Change:
         if draft.status is TaskStatus.CANCELLED:
             raise InvalidTransitionError("task", draft.status, TaskStatus.RUNNING)
-        index = draft.task.current_step
-        unfinished = await draft.step(index) if index < draft.total else None
-        if unfinished is not None:
-            current.append(unfinished)
-        if unfinished is None:
-            if draft.total == 0 or draft.status is TaskStatus.COMPLETED:
-                raise Unchanged
-            draft.move_task(TaskStatus.COMPLETED, jump=True)
-            return Change(TaskEventKind.TASK_STATUS_CHANGED)
-        if unfinished.status is StepStatus.RUNNING and not unfinished.idempotent:
-            if draft.status is TaskStatus.AWAITING_DECISION:
-                raise Unchanged
+        steps = await draft.all_steps()
+        seen.extend(steps)
+        reset: list[int] = []
+        for step in steps:
+            if step.status is StepStatus.RUNNING and not step.idempotent:
+                draft.move_step(step, StepStatus.IN_DOUBT, moves=RESUME_MOVES)
+            elif step.status in (StepStatus.RUNNING, StepStatus.FAILED):
+                draft.move_step(step, StepStatus.PENDING, moves=RESUME_MOVES)
+                reset.append(step.position)
+        if any(s.status is StepStatus.IN_DOUBT for s in steps):
             draft.move_task(TaskStatus.AWAITING_DECISION, jump=True)
-            return Change(TaskEventKind.TASK_STATUS_CHANGED, unfinished.position)
-        reset = unfinished.status in (StepStatus.RUNNING, StepStatus.FAILED)
-        if reset:
-            draft.move_step(unfinished, StepStatus.PENDING)
-        if draft.status is not TaskStatus.RUNNING:
+        elif steps and all(s.status in (StepStatus.SUCCESS, StepStatus.SKIPPED) for s in steps):
+            draft.move_task(TaskStatus.COMPLETED, jump=True)
+        elif steps:
             draft.move_task(TaskStatus.RUNNING, jump=True)
-        elif not reset:
+        if not draft.changed and draft.status is draft.task.status:
             raise Unchanged
         kind = TaskEventKind.STEP_RESET if reset else TaskEventKind.TASK_STATUS_CHANGED
-        return Change(kind, unfinished.position if reset else None)
+        only = next(iter(draft.changed)) if len(draft.changed) == 1 else None
+        return Change(kind, only)
 
     view = await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
-    return plan_of(view, step_view(current[0]) if current and view.steps is None else None)
+    return plan_of(view, [step_view(s) for s in seen])
 
 
 async def decide_step(
     user_id: str,
     task_id: str,
     step_index: int,
-    retry: bool,
+    decision: StepDecision,
     *,
     expected_version: int,
+    output: Any = None,
     fencing_token: int | None = None,
 ) -> TaskView:
-    """RETRY resets a step to PENDING (STEP_RESET); SKIP marks it SKIPPED (STEP_SKIPPED).
+    """A person's word on a step: RETRY (PENDING, STEP_RESET), SKIP (SKIPPED,
+    STEP_SKIPPED) or, for a step IN_DOUBT, COMPLETE (SUCCESS with ``output``,
+    STEP_SUCCEEDED).
 
-    A task that awaited the decision returns to RUNNING (or COMPLETED when the
-    skipped step was the last one left). The version check means two people
-    deciding at once cannot both win.
+    A task AWAITING_DECISION returns to RUNNING only when no step is IN_DOUBT any
+    more (or COMPLETED when nothing is left); a FAILED task returns to RUNNING. The
+    version check means two people deciding at once cannot both win.
     """
     validation.non_negative(step_index, "stepIndex")
 
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
         step = await draft.step(step_index)
-        draft.move_step(step, StepStatus.PENDING if retry else StepStatus.SKIPPED)
-        if draft.status in (TaskStatus.AWAITING_DECISION, TaskStatus.FAILED):
+        if decision is StepDecision.COMPLETE and step.status is not StepStatus.IN_DOUBT:
+            raise InvalidTransitionError("step", step.status, StepStatus.SUCCESS)
+        target = _DECIDED[decision]
+        draft.move_step(step, target, moves=DECISION_MOVES)
+        if decision is StepDecision.COMPLETE:
+            step.output = box(output)
+        waiting = draft.status is TaskStatus.AWAITING_DECISION
+        if draft.status is TaskStatus.FAILED or (
+            waiting and not await draft.others_in_doubt(step_index)
+        ):
             draft.move_task(TaskStatus.RUNNING)
-        kind = TaskEventKind.STEP_RESET if retry else TaskEventKind.STEP_SKIPPED
-        return Change(kind, step_index)
+        return Change(_DECISION_EVENTS[decision], step_index)
 
     guard = versioned(expected_version, fencing_token, step=step_index)
     return await write_task(user_id, task_id, apply, guard)
+
+
+_DECIDED = {
+    StepDecision.RETRY: StepStatus.PENDING,
+    StepDecision.SKIP: StepStatus.SKIPPED,
+    StepDecision.COMPLETE: StepStatus.SUCCESS,
+}
+_DECISION_EVENTS = {
+    StepDecision.RETRY: TaskEventKind.STEP_RESET,
+    StepDecision.SKIP: TaskEventKind.STEP_SKIPPED,
+    StepDecision.COMPLETE: TaskEventKind.STEP_SUCCEEDED,
+}

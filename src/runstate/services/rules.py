@@ -1,7 +1,9 @@
 """The step and task state machines of semantics.md, as data.
 
 ``STEP_MOVES`` and ``TASK_MOVES`` list the single allowed moves. A checkpoint may
-jump along a path of allowed moves, so ``reachable`` gives the closure.
+jump along a path of allowed moves, so ``reachable`` gives the closure. IN_DOUBT
+is outside ``STEP_MOVES``: only a resume puts a step there (``RESUME_MOVES``) and
+only a decision takes it out (``DECISION_MOVES``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,22 @@ STEP_MOVES: Mapping[StepStatus, frozenset[StepStatus]] = {
     S.FAILED: frozenset({S.PENDING, S.SKIPPED}),
     S.SUCCESS: frozenset(),
     S.SKIPPED: frozenset(),
+    S.IN_DOUBT: frozenset(),
 }
+
+RESUME_MOVES: Mapping[StepStatus, frozenset[StepStatus]] = {
+    **{status: frozenset() for status in S},
+    S.RUNNING: frozenset({S.PENDING, S.IN_DOUBT}),
+    S.FAILED: frozenset({S.PENDING}),
+}
+"""What resumeTask does to a step: RUNNING is reset (idempotent) or put IN_DOUBT."""
+
+DECISION_MOVES: Mapping[StepStatus, frozenset[StepStatus]] = {
+    **STEP_MOVES,
+    S.IN_DOUBT: frozenset({S.PENDING, S.SKIPPED, S.SUCCESS}),
+}
+"""What decideStep may do: RETRY, SKIP or COMPLETE a step in doubt, and RETRY or
+SKIP along the usual machine for the others."""
 
 FINISHED_STEPS = frozenset({S.SUCCESS, S.SKIPPED})
 
@@ -64,9 +81,16 @@ def reachable(moves: Mapping[E, frozenset[E]], start: E) -> frozenset[E]:
     return frozenset(seen)
 
 
-def check_step_move(old: StepStatus, new: StepStatus, *, jump: bool = False) -> None:
-    """Refuse a step move the machine does not allow; ``jump`` allows a whole path."""
-    allowed = reachable(STEP_MOVES, old) if jump else STEP_MOVES[old]
+def check_step_move(
+    old: StepStatus,
+    new: StepStatus,
+    *,
+    jump: bool = False,
+    moves: Mapping[StepStatus, frozenset[StepStatus]] = STEP_MOVES,
+) -> None:
+    """Refuse a step move ``moves`` does not allow; ``jump`` allows a whole path, but
+    never back to where the step stands (nothing moves a step RUNNING -> RUNNING)."""
+    allowed = reachable(moves, old) - {old} if jump else moves[old]
     if new not in allowed:
         raise InvalidTransitionError("step", old, new)
 

@@ -62,7 +62,8 @@ async def fork_task(
     goal: str | None = None,
 ) -> TaskView:
     """A new task in the same session whose steps are the source's as they stood just
-    after ``at_seq``, RUNNING ones turned PENDING (nobody is running them in the fork).
+    after ``at_seq``, RUNNING and IN_DOUBT ones turned PENDING (nobody is running them
+    in the fork).
 
     Outputs, errors and attempts carry over; tool states and the lease do not. The
     fork's status follows its steps: COMPLETED when all are finished, FAILED when one
@@ -76,7 +77,7 @@ async def fork_task(
     assert source.steps is not None
     picked = [
         replace(s, status=StepStatus.PENDING, completed_at=None)
-        if s.status is StepStatus.RUNNING
+        if s.status in (StepStatus.RUNNING, StepStatus.IN_DOUBT)
         else s
         for s in source.steps
     ]

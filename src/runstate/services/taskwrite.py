@@ -16,7 +16,7 @@ BEGIN and COMMIT. The session's ``lastActiveAt`` moves at most once a second.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,7 +41,13 @@ from runstate.services.errors import (
 )
 from runstate.services.loading import is_expired, lock_view, step_view, task_view
 from runstate.services.queries import get_task
-from runstate.services.rules import FINAL_TASKS, FINISHED_STEPS, check_step_move, check_task_move
+from runstate.services.rules import (
+    FINAL_TASKS,
+    FINISHED_STEPS,
+    STEP_MOVES,
+    check_step_move,
+    check_task_move,
+)
 from runstate.services.sessions import mark_expired
 from runstate.services.views import (
     EventView,
@@ -56,6 +62,8 @@ TOUCH_EVERY = timedelta(seconds=1)
 
 _LOCK_KINDS = frozenset({TaskEventKind.LOCK_ACQUIRED, TaskEventKind.LOCK_RELEASED})
 _ENTERS_RUNNING = frozenset({StepStatus.RUNNING, StepStatus.SUCCESS, StepStatus.FAILED})
+_STARTED = frozenset({StepStatus.RUNNING, StepStatus.IN_DOUBT})
+_UNDONE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.IN_DOUBT})
 
 TASK_FIELDS = (
     "id",
@@ -153,21 +161,41 @@ class Draft:
             await self._load(Q())
         return [self.steps[i] for i in range(self.total)]
 
+    async def others_in_doubt(self, index: int) -> bool:
+        """Whether a step other than ``index`` is IN_DOUBT (one indexed query)."""
+        if any(s.status is StepStatus.IN_DOUBT and p != index for p, s in self.steps.items()):
+            return True
+        found = (
+            Step.filter(task_id=self.task.id, status=StepStatus.IN_DOUBT)
+            .exclude(position=index)
+            .exclude(position__in=list(self.steps))
+            .using_db(self.conn)
+        )
+        return await found.exists()
+
     async def _load(self, where: Q) -> None:
         rows = await Step.filter(where, task_id=self.task.id).using_db(self.conn)
         for row in rows:
             self.steps.setdefault(row.position, row)
 
-    def move_step(self, step: Step, new: StepStatus, *, jump: bool = False) -> None:
-        """Move a step, keeping attempts and timestamps true to the path it took."""
+    def move_step(
+        self,
+        step: Step,
+        new: StepStatus,
+        *,
+        jump: bool = False,
+        moves: Mapping[StepStatus, frozenset[StepStatus]] = STEP_MOVES,
+    ) -> None:
+        """Move a step along ``moves``, keeping attempts and timestamps true to the
+        path it took (a step in doubt did start: COMPLETE counts no new attempt)."""
         old = step.status
-        check_step_move(old, new, jump=jump)
-        if new in _ENTERS_RUNNING and old is not StepStatus.RUNNING:
+        check_step_move(old, new, jump=jump, moves=moves)
+        if new in _ENTERS_RUNNING and old not in _STARTED:
             step.attempts += 1
             step.started_at = self.now
         if new is StepStatus.SUCCESS:
             step.error = None
-        step.completed_at = None if new in (StepStatus.PENDING, StepStatus.RUNNING) else self.now
+        step.completed_at = None if new in _UNDONE else self.now
         step.status = new
         self.changed.add(step.position)
 

@@ -227,7 +227,7 @@ function render(task) {
     el("td", {}, t.rateLimitResetAt && new Date(t.rateLimitResetAt) > new Date()
       ? new Date(t.rateLimitResetAt).toLocaleTimeString() : "—"),
     el("td", { class: "out err" }, t.lastError ?? ""))));
-  const inDoubt = task.status === "AWAITING_DECISION" ? task.steps[task.currentStep] : null;
+  const inDoubt = task.steps.find((s) => s.status === "IN_DOUBT");
   $("decision").hidden = !inDoubt;
   if (inDoubt) {
     $("decision-text").textContent = `"${inDoubt.action}" was running when its agent stopped, ` +
@@ -252,12 +252,13 @@ function stepRow(step) {
 
 async function decide(decision) {
   const task = current && current.task;
-  if (!task) return;
+  const inDoubt = task && task.steps.find((s) => s.status === "IN_DOUBT");
+  if (!inDoubt) return;
   $("decision-result").textContent = "…";
   try {
     const data = await graphql(`mutation($input: DecideStepInput!) { decideStep(input: $input) {
       __typename ... on Problem { message } } }`, { input: {
-        taskId: task.id, stepIndex: task.currentStep, expectedVersion: task.version, decision } });
+        taskId: task.id, stepIndex: inDoubt.index, expectedVersion: task.version, decision } });
     const result = data.decideStep;
     $("decision-result").textContent = result.__typename === "Task" ? "" : result.message;
   } catch (error) {
@@ -280,6 +281,7 @@ $("signin-form").addEventListener("submit", (event) => {
 });
 $("retry").addEventListener("click", () => decide("RETRY"));
 $("skip").addEventListener("click", () => decide("SKIP"));
+$("complete").addEventListener("click", () => decide("COMPLETE"));
 window.addEventListener("hashchange", route);
 
 readFragment();
