@@ -215,6 +215,7 @@ PROBLEM = """
   ... on InvalidTransition { from to }
   ... on InvalidInput { field }
   ... on SessionExpired { sessionId }
+  ... on IdempotencyKeyReused { idempotencyKey }
 """
 
 LEASE_PROBLEM = """

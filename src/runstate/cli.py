@@ -75,7 +75,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         async def run_sweep() -> None:
             result = await sweep(settings.retention)
-            print(f"{result.expired} sessions expired, {result.deleted} deleted")
+            print(
+                f"{result.expired} sessions expired, {result.deleted} deleted,"
+                f" {result.keys} idempotency keys deleted"
+            )
 
         _with_database(settings, run_sweep)
     elif args.token_command == "create":

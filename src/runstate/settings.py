@@ -28,6 +28,7 @@ class Settings:
     subscriber_queue: int = 1000
     subscriber_queue_bytes: int = 4 * 1024 * 1024
     gap_fill: bool = True
+    idempotency_ttl: int = 86400
     sweep_seconds: float = 60.0
 
     @classmethod
@@ -47,6 +48,7 @@ class Settings:
                 env, "RUNSTATE_SUBSCRIBER_QUEUE_BYTES", 4 * 1024 * 1024
             ),
             gap_fill=_flag(env, "RUNSTATE_GAP_FILL", True),
+            idempotency_ttl=_positive_int(env, "RUNSTATE_IDEMPOTENCY_TTL", 86400),
             sweep_seconds=_positive_float(env, "RUNSTATE_SWEEP_SECONDS", 60.0),
         )
 

@@ -359,3 +359,103 @@ async def events_of(rs: Runstate, task_id: str) -> list[Event]:
         if event.seq == last:
             return found
     return found
+
+
+class LossyProxy:
+    """A TCP proxy in front of the server that can lose answers: armed with
+    ``drop_next(n)``, it forwards the next n requests but closes the client's
+    connection as soon as the server starts answering, so the write commits and
+    the caller never hears of it (a timeout after commit)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.drops = 0
+        self.dropped = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def drop_next(self, count: int) -> None:
+        self.drops = count
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+
+        async def upstream() -> None:
+            while data := await reader.read(65536):
+                up_writer.write(data)
+                await up_writer.drain()
+            up_writer.close()
+
+        async def downstream() -> None:
+            while data := await up_reader.read(65536):
+                if self.drops:
+                    self.drops -= 1
+                    self.dropped += 1
+                    writer.transport.abort()  # the answer is lost on the way
+                    up_writer.close()
+                    return
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        await asyncio.gather(upstream(), downstream(), return_exceptions=True)
+
+
+async def test_a_write_whose_answer_is_lost_is_retried_and_written_once(
+    rs: Runstate, sdk_server: tuple[Server, str]
+) -> None:
+    """Guards the SDK's idempotency keys and retries: the answers to a startStep and
+    to a tool failure are lost after the server committed them; the SDK retries
+    with the same key and gets the first answer: one event, one retry counted.
+    Control: the same loss with a plain retry (no key) answers VersionConflict for
+    the caller's own write and counts the tool failure twice."""
+    import httpx
+
+    server, token = sdk_server
+    proxy = LossyProxy(int(server.url.rsplit(":", 1)[1]))
+    url = await proxy.start()
+    try:
+        task_id = await new_task(rs, steps=2)
+        async with Runstate(url, token) as lossy:
+            proxy.drop_next(1)
+            started = await lossy.start_step(task_id, 0, 1)
+            proxy.drop_next(1)
+            failed = await lossy.record_tool_call(task_id, "pay-api", "FAILURE", error="503")
+        assert proxy.dropped == 2
+        assert (started.version, failed.retry_count) == (2, 1)
+        assert (await kinds(rs, task_id))["STEP_STARTED"] == 1
+
+        control = await new_task(rs, steps=2)
+        start = (
+            "mutation($i: StepRefInput!) { startStep(input: $i) { __typename"
+            " ... on VersionConflict { currentVersion } } }"
+        )
+        fail = (
+            'mutation($t: ID!) { recordToolCall(input: {taskId: $t, toolName: "pay-api",'
+            " outcome: FAILURE}) { ... on ToolState { retryCount } } }"
+        )
+        first_step = {"taskId": control, "stepIndex": 0, "expectedVersion": 1}
+        requests = [
+            {"query": start, "variables": {"i": first_step}},
+            {"query": fail, "variables": {"t": control}},
+        ]
+        answers = []
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as plain:
+            for body in requests:
+                proxy.drop_next(1)
+                with pytest.raises(httpx.TransportError):
+                    await plain.post(f"{url}/graphql", json=body)
+                answers.append((await plain.post(f"{url}/graphql", json=body)).json()["data"])
+        assert answers[0]["startStep"] == {"__typename": "VersionConflict", "currentVersion": 2}
+        assert answers[1]["recordToolCall"] == {"retryCount": 2}
+    finally:
+        await proxy.close()

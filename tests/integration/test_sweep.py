@@ -111,7 +111,8 @@ def test_sweeps_running_at_once_handle_each_session_once(tmp_path: Path) -> None
     ]
     outputs = [run.communicate(timeout=60)[0] for run in runs]
     assert [run.returncode for run in runs] == [0] * SWEEPERS
-    counts = [re.fullmatch(r"(\d+) sessions expired, (\d+) deleted\n", out) for out in outputs]
+    line = r"(\d+) sessions expired, (\d+) deleted, \d+ idempotency keys deleted\n"
+    counts = [re.fullmatch(line, out) for out in outputs]
     assert all(counts), outputs
     assert sum(int(m.group(1)) for m in counts if m) == EXPIRED
     assert sum(int(m.group(2)) for m in counts if m) == EXPIRED

@@ -8,14 +8,23 @@ A ``Problem`` answer becomes the matching exception of ``runstate.client.errors`
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import random
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from functools import cache
 from typing import Any
 
 from gql import Client, GraphQLRequest
 from gql.client import AsyncClientSession
-from gql.transport.exceptions import TransportError, TransportQueryError
+from gql.transport.exceptions import (
+    TransportConnectionFailed,
+    TransportError,
+    TransportProtocolError,
+    TransportQueryError,
+    TransportServerError,
+)
 from gql.transport.httpx import HTTPXAsyncTransport
 from gql.transport.websockets import WebsocketsTransport
 from graphql import DocumentNode, parse
@@ -28,6 +37,11 @@ from runstate.client.policies import CheckpointPolicy
 from runstate.client.runner import TaskRunner
 
 log = logging.getLogger(__name__)
+
+RETRIES = 8
+FIRST_BACKOFF = 0.05
+MAX_BACKOFF = 3.0
+_TRANSIENT = (TransportConnectionFailed, TransportProtocolError, TransportServerError)
 
 StepPlan = str | Mapping[str, Any]
 """A step to plan: its action, or ``{"action", "input", "idempotent"}``."""
@@ -49,12 +63,19 @@ def _some(**values: Any) -> dict[str, Any]:
 class Runstate:
     """A connection to a runstate server for one caller (its token).
 
-    Use it as ``async with Runstate(url, token) as rs: ...``.
+    Use it as ``async with Runstate(url, token) as rs: ...``. Every write carries an
+    idempotency key of its own, and a request whose answer never came (a dropped
+    connection, a timeout, a 5xx) is sent again, up to ``retries`` times with a
+    jittered, growing pause: the server answers a repeated write as it did the
+    first time, so an agent never sees a network error it should have survived.
     """
 
-    def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, token: str, *, timeout: float = 30.0, retries: int = RETRIES
+    ) -> None:
         self.url = url.rstrip("/")
         self.token = token
+        self.retries = retries
         self._client = Client(
             transport=HTTPXAsyncTransport(
                 url=f"{self.url}/graphql",
@@ -73,17 +94,33 @@ class Runstate:
         self._session = None
 
     async def _call(self, document: str, name: str, **variables: Any) -> dict[str, Any]:
+        """One request; a transport failure (no answer, a broken one, a 5xx) is tried
+        again after a jittered, growing pause, up to ``retries`` times in all."""
         if self._session is None:
             raise RunstateError("use Runstate as `async with Runstate(url, token) as rs:`")
         request = GraphQLRequest(_parsed(document), variable_values=variables)
-        data: dict[str, Any] = (await self._session.execute(request))[name]
+        for attempt in itertools.count(1):
+            try:
+                answer = await self._session.execute(request)
+                break
+            except _TRANSIENT as error:
+                lasting = isinstance(error, TransportServerError) and (error.code or 500) < 500
+                if lasting or attempt >= self.retries:
+                    raise
+                pause = random.uniform(0, min(MAX_BACKOFF, FIRST_BACKOFF * 2**attempt))
+                log.info("%s failed (%s); trying again in %.2fs", name, error, pause)
+                await asyncio.sleep(pause)
+        data: dict[str, Any] = answer[name]
         problem = PROBLEMS.get(data["__typename"])
         if problem is not None:
             raise problem(data)
         return data
 
     async def _mutate(self, document: str, name: str, **input: Any) -> dict[str, Any]:
-        return await self._call(document, name, input=_some(**input))
+        """A write, sent with an idempotency key of its own: when a retry follows a
+        lost answer, the server answers as it did and writes nothing more."""
+        key = uuid.uuid4().hex
+        return await self._call(document, name, input={**_some(**input), "idempotencyKey": key})
 
     # -- sessions and tasks
 

@@ -18,6 +18,7 @@ from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus,
 
 ID_LENGTH = 64
 USER_LENGTH = 128
+KEY_LENGTH = 255
 
 
 def box(value: Any) -> dict[str, Any] | None:
@@ -226,6 +227,27 @@ class TaskEvent(Model):
             # The latest tool-state or lease event at or before a seq (taskAt).
             Index(fields=("task_id", "kind", "tool_name", "seq"), name="task_events_part"),
         )
+
+
+class IdempotencyKey(Model):
+    """A write done under a client's idempotency key, and the answer it gave.
+
+    The UNIQUE (user_id, key) index decides which of two concurrent calls writes;
+    the other answers from ``answer``. Kept until ``expires_at``, then swept.
+    """
+
+    id = fields.IntField(primary_key=True)
+    user_id = fields.CharField(max_length=USER_LENGTH)
+    key = fields.CharField(max_length=KEY_LENGTH)
+    operation = fields.CharField(max_length=64)
+    fingerprint = fields.CharField(max_length=64)
+    answer = fields.JSONField[dict[str, object]](null=True)
+    created_at = fields.DatetimeField()
+    expires_at = fields.DatetimeField(db_index=True)
+
+    class Meta:
+        table = "idempotency_keys"
+        unique_together = (("user_id", "key"),)
 
 
 class Installation(Model):

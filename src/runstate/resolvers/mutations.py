@@ -12,7 +12,7 @@ from runstate.resolvers.results import (
     SessionResult,
     TaskResult,
     ToolStateResult,
-    answer,
+    answer_once,
 )
 from runstate.schema.context import Info
 from runstate.schema.inputs import (
@@ -36,6 +36,8 @@ from runstate.schema.inputs import (
 )
 from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
 from runstate.services import leases, lifecycle, sessions, tasks, tools
+from runstate.services.lifecycle import ResumePlanView
+from runstate.services.views import LockView, SessionView, TaskView, ToolStateView
 
 
 def _deleted(session_id: str) -> Deleted:
@@ -48,8 +50,11 @@ class Mutation:
 
     @strawberry.mutation
     async def start_session(self, info: Info, input: StartSessionInput) -> SessionResult:
-        return await answer(
-            sessions.start_session(
+        return await answer_once(
+            info,
+            input,
+            SessionView,
+            lambda: sessions.start_session(
                 info.context.user_id,
                 default_ttl=info.context.settings.session_ttl,
                 session_id=input.id,
@@ -62,8 +67,11 @@ class Mutation:
     @strawberry.mutation
     async def update_session(self, info: Info, input: UpdateSessionInput) -> SessionResult:
         set_metadata = input.metadata is not strawberry.UNSET
-        return await answer(
-            sessions.update_session(
+        return await answer_once(
+            info,
+            input,
+            SessionView,
+            lambda: sessions.update_session(
                 info.context.user_id,
                 input.id,
                 expected_version=input.expected_version,
@@ -81,12 +89,21 @@ class Mutation:
         )
     )
     async def delete_session(self, info: Info, input: DeleteSessionInput) -> DeleteResult:
-        return await answer(sessions.delete_session(info.context.user_id, input.id), _deleted)
+        return await answer_once(
+            info,
+            input,
+            str,
+            lambda: sessions.delete_session(info.context.user_id, input.id),
+            _deleted,
+        )
 
     @strawberry.mutation
     async def create_task(self, info: Info, input: CreateTaskInput) -> TaskResult:
-        return await answer(
-            tasks.create_task(
+        return await answer_once(
+            info,
+            input,
+            TaskView,
+            lambda: tasks.create_task(
                 info.context.user_id,
                 input.session_id,
                 goal=input.goal,
@@ -100,8 +117,11 @@ class Mutation:
         description="Appends steps to the plan (agents often discover steps as they go)."
     )
     async def add_steps(self, info: Info, input: AddStepsInput) -> TaskResult:
-        return await answer(
-            tasks.add_steps(
+        return await answer_once(
+            info,
+            input,
+            TaskView,
+            lambda: tasks.add_steps(
                 info.context.user_id,
                 input.task_id,
                 [s.plan() for s in input.steps],
@@ -113,8 +133,11 @@ class Mutation:
 
     @strawberry.mutation
     async def start_step(self, info: Info, input: StepRefInput) -> TaskResult:
-        return await answer(
-            tasks.start_step(
+        return await answer_once(
+            info,
+            input,
+            TaskView,
+            lambda: tasks.start_step(
                 info.context.user_id,
                 input.task_id,
                 input.step_index,
@@ -126,8 +149,11 @@ class Mutation:
 
     @strawberry.mutation
     async def complete_step(self, info: Info, input: CompleteStepInput) -> TaskResult:
-        return await answer(
-            tasks.complete_step(
+        return await answer_once(
+            info,
+            input,
+            TaskView,
+            lambda: tasks.complete_step(
                 info.context.user_id,
                 input.task_id,
                 input.step_index,
@@ -140,8 +166,11 @@ class Mutation:
 
     @strawberry.mutation
     async def fail_step(self, info: Info, input: FailStepInput) -> TaskResult:
-        return await answer(
-            tasks.fail_step(
+        return await answer_once(
+            info,
+            input,
+            TaskView,
+            lambda: tasks.fail_step(
                 info.context.user_id,
                 input.task_id,
                 input.step_index,
@@ -154,8 +183,11 @@ class Mutation:
 
     @strawberry.mutation
     async def checkpoint_task(self, info: Info, input: CheckpointTaskInput) -> TaskResult:
-        return await answer(
-            tasks.checkpoint_task(
+        return await answer_once(
+            info,
+            input,
+            TaskView,
+            lambda: tasks.checkpoint_task(
                 info.context.user_id,
                 input.task_id,
                 [s.patch() for s in input.steps],
@@ -168,8 +200,11 @@ class Mutation:
 
     @strawberry.mutation
     async def set_task_status(self, info: Info, input: SetTaskStatusInput) -> TaskResult:
-        return await answer(
-            tasks.set_task_status(
+        return await answer_once(
+            info,
+            input,
+            TaskView,
+            lambda: tasks.set_task_status(
                 info.context.user_id,
                 input.task_id,
                 input.status,
@@ -181,8 +216,11 @@ class Mutation:
 
     @strawberry.mutation
     async def resume_task(self, info: Info, input: ResumeTaskInput) -> ResumeResult:
-        return await answer(
-            lifecycle.resume_task(
+        return await answer_once(
+            info,
+            input,
+            ResumePlanView,
+            lambda: lifecycle.resume_task(
                 info.context.user_id,
                 input.task_id,
                 expected_version=input.expected_version,
@@ -193,8 +231,11 @@ class Mutation:
 
     @strawberry.mutation
     async def decide_step(self, info: Info, input: DecideStepInput) -> TaskResult:
-        return await answer(
-            lifecycle.decide_step(
+        return await answer_once(
+            info,
+            input,
+            TaskView,
+            lambda: lifecycle.decide_step(
                 info.context.user_id,
                 input.task_id,
                 input.step_index,
@@ -208,8 +249,11 @@ class Mutation:
 
     @strawberry.mutation
     async def acquire_task_lock(self, info: Info, input: AcquireTaskLockInput) -> LockResult:
-        return await answer(
-            leases.acquire_task_lock(
+        return await answer_once(
+            info,
+            input,
+            LockView,
+            lambda: leases.acquire_task_lock(
                 info.context.user_id, input.task_id, input.holder_id, input.ttl_seconds
             ),
             TaskLock.of,
@@ -217,8 +261,11 @@ class Mutation:
 
     @strawberry.mutation
     async def renew_task_lock(self, info: Info, input: RenewTaskLockInput) -> LockResult:
-        return await answer(
-            leases.renew_task_lock(
+        return await answer_once(
+            info,
+            input,
+            LockView,
+            lambda: leases.renew_task_lock(
                 info.context.user_id, input.task_id, input.holder_id, input.ttl_seconds
             ),
             TaskLock.of,
@@ -226,15 +273,21 @@ class Mutation:
 
     @strawberry.mutation
     async def release_task_lock(self, info: Info, input: ReleaseTaskLockInput) -> ReleaseResult:
-        return await answer(
-            leases.release_task_lock(info.context.user_id, input.task_id, input.holder_id),
+        return await answer_once(
+            info,
+            input,
+            TaskView,
+            lambda: leases.release_task_lock(info.context.user_id, input.task_id, input.holder_id),
             Task.of,
         )
 
     @strawberry.mutation
     async def record_tool_call(self, info: Info, input: RecordToolCallInput) -> ToolStateResult:
-        return await answer(
-            tools.record_tool_call(
+        return await answer_once(
+            info,
+            input,
+            ToolStateView,
+            lambda: tools.record_tool_call(
                 info.context.user_id,
                 input.task_id,
                 input.tool_name,
@@ -256,8 +309,11 @@ class Mutation:
         )
     )
     async def fork_task(self, info: Info, input: ForkTaskInput) -> TaskResult:
-        return await answer(
-            tasks.fork_task(
+        return await answer_once(
+            info,
+            input,
+            TaskView,
+            lambda: tasks.fork_task(
                 info.context.user_id,
                 input.task_id,
                 input.at_seq,

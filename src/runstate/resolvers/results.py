@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 import strawberry
 
+from runstate.schema.context import Info
 from runstate.schema.problems import (
+    IdempotencyKeyReused,
     InvalidInput,
     InvalidTransition,
     LockHeld,
@@ -19,10 +22,17 @@ from runstate.schema.problems import (
     to_problem,
 )
 from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
+from runstate.services import idempotency
 from runstate.services.errors import DomainError
 
 SessionResult = Annotated[
-    AgentSession | NotFound | VersionConflict | InvalidTransition | InvalidInput | SessionExpired,
+    AgentSession
+    | NotFound
+    | VersionConflict
+    | InvalidTransition
+    | InvalidInput
+    | SessionExpired
+    | IdempotencyKeyReused,
     strawberry.union("SessionResult"),
 ]
 TaskResult = Annotated[
@@ -33,10 +43,13 @@ TaskResult = Annotated[
     | InvalidInput
     | SessionExpired
     | LockHeld
-    | StaleFencingToken,
+    | StaleFencingToken
+    | IdempotencyKeyReused,
     strawberry.union("TaskResult"),
 ]
-DeleteResult = Annotated[Deleted | NotFound, strawberry.union("DeleteResult")]
+DeleteResult = Annotated[
+    Deleted | NotFound | IdempotencyKeyReused, strawberry.union("DeleteResult")
+]
 ResumeResult = Annotated[
     ResumePlan
     | NotFound
@@ -44,14 +57,23 @@ ResumeResult = Annotated[
     | InvalidTransition
     | SessionExpired
     | LockHeld
-    | StaleFencingToken,
+    | StaleFencingToken
+    | IdempotencyKeyReused,
     strawberry.union("ResumeResult"),
 ]
 LockResult = Annotated[
-    TaskLock | NotFound | LockHeld | LockNotHeld | InvalidInput | SessionExpired,
+    TaskLock
+    | NotFound
+    | LockHeld
+    | LockNotHeld
+    | InvalidInput
+    | SessionExpired
+    | IdempotencyKeyReused,
     strawberry.union("LockResult"),
 ]
-ReleaseResult = Annotated[Task | NotFound | LockNotHeld, strawberry.union("ReleaseResult")]
+ReleaseResult = Annotated[
+    Task | NotFound | LockNotHeld | IdempotencyKeyReused, strawberry.union("ReleaseResult")
+]
 ToolStateResult = Annotated[
     ToolState
     | NotFound
@@ -60,7 +82,8 @@ ToolStateResult = Annotated[
     | InvalidInput
     | SessionExpired
     | StaleFencingToken
-    | LockHeld,
+    | LockHeld
+    | IdempotencyKeyReused,
     strawberry.union("ToolStateResult"),
 ]
 
@@ -76,5 +99,29 @@ async def answer(result: Awaitable[V], convert: Callable[[V], G]) -> Any:
     """
     try:
         return convert(await result)
+    except DomainError as error:
+        return to_problem(error)
+
+
+async def answer_once(
+    info: Info,
+    input: Any,
+    kind: Any,
+    write: Callable[[], Awaitable[V]],
+    convert: Callable[[V], G],
+) -> Any:
+    """``answer`` for a mutation: with ``input.idempotencyKey``, a repeat answers as
+    the first call did and writes nothing (``services.idempotency``). The operation
+    is the mutation's name; its fingerprint covers the input without the key.
+
+    ``kind`` is the type of the service's answer, to read a stored one back.
+    """
+    try:
+        payload = {k: v for k, v in dataclasses.asdict(input).items() if k != "idempotency_key"}
+        call = idempotency.keyed(
+            info.context.user_id, input.idempotency_key, info.field_name, payload
+        )
+        ttl = info.context.settings.idempotency_ttl
+        return convert(await idempotency.once(call, ttl, kind, write))
     except DomainError as error:
         return to_problem(error)

@@ -9,6 +9,11 @@ from runstate.enums import SessionStatus, StepDecision, StepStatus, TaskStatus, 
 from runstate.services.taskwrite import StepPatch
 from runstate.services.validation import StepPlan
 
+IDEMPOTENCY_KEY = (
+    "Client-chosen, unique per caller: a retry with the same key and input, within "
+    "RUNSTATE_IDEMPOTENCY_TTL, answers as the first call did and writes nothing."
+)
+
 
 @strawberry.input
 class StartSessionInput:
@@ -26,6 +31,7 @@ class StartSessionInput:
         description="Inactivity timeout for this session; the server default when omitted.",
     )
     metadata: JSON | None = None
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -39,6 +45,7 @@ class UpdateSessionInput:
         default=None, description="Adds to messageCount; also marks the session active now."
     )
     metadata: JSON | None = strawberry.UNSET
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -70,6 +77,7 @@ class CreateTaskInput:
     )
     goal: str
     steps: list[StepPlanInput]
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -80,6 +88,7 @@ class StepRefInput:
     step_index: int
     expected_version: int
     fencing_token: int | None = None
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -91,6 +100,7 @@ class CompleteStepInput:
     expected_version: int
     fencing_token: int | None = None
     output: JSON | None = None
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -102,6 +112,7 @@ class FailStepInput:
     expected_version: int
     fencing_token: int | None = None
     error: str
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -139,6 +150,7 @@ class CheckpointTaskInput:
     fencing_token: int | None = None
     status: TaskStatus | None = None
     steps: list[StepPatchInput]
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -149,6 +161,7 @@ class AddStepsInput:
     expected_version: int
     fencing_token: int | None = None
     steps: list[StepPlanInput]
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input(
@@ -166,6 +179,7 @@ class ForkTaskInput:
         default=None, description="Optional client-chosen id for the new task."
     )
     goal: str | None = None
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -173,6 +187,7 @@ class DeleteSessionInput:
     """The session to delete."""
 
     id: strawberry.ID
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -183,6 +198,7 @@ class SetTaskStatusInput:
     expected_version: int
     status: TaskStatus
     fencing_token: int | None = None
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -192,6 +208,7 @@ class ResumeTaskInput:
     task_id: strawberry.ID
     expected_version: int | None = None
     fencing_token: int | None = None
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -207,6 +224,7 @@ class DecideStepInput:
         default=None,
         description="With COMPLETE: the step's output (what the person found happened).",
     )
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -216,6 +234,7 @@ class AcquireTaskLockInput:
     task_id: strawberry.ID
     holder_id: str
     ttl_seconds: int
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -225,6 +244,7 @@ class RenewTaskLockInput:
     task_id: strawberry.ID
     holder_id: str
     ttl_seconds: int
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -233,6 +253,7 @@ class ReleaseTaskLockInput:
 
     task_id: strawberry.ID
     holder_id: str
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
 @strawberry.input
@@ -257,3 +278,4 @@ class RecordToolCallInput:
     max_retries: int | None = strawberry.field(
         default=None, description="Sets the tool's retry budget (default 3)."
     )
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)

@@ -22,6 +22,7 @@ class ProblemCode(Enum):
     LOCK_HELD = "LOCK_HELD"
     LOCK_NOT_HELD = "LOCK_NOT_HELD"
     STALE_FENCING_TOKEN = "STALE_FENCING_TOKEN"
+    IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
 
 
 @strawberry.interface
@@ -89,6 +90,18 @@ class StaleFencingToken(Problem):
     current_token: int
 
 
+@strawberry.type(
+    description=(
+        "The idempotencyKey was already used, within its retention, for a different "
+        "operation or input."
+    )
+)
+class IdempotencyKeyReused(Problem):
+    """A key sent again with other input: nothing was written."""
+
+    idempotency_key: str
+
+
 def to_problem(error: errors.DomainError) -> Problem:
     """The Problem member that answers a service refusal."""
     code = ProblemCode(error.code)
@@ -121,4 +134,6 @@ def to_problem(error: errors.DomainError) -> Problem:
             return LockNotHeld(code=code, message=message)
         case errors.StaleFencingTokenError():
             return StaleFencingToken(code=code, message=message, current_token=error.current_token)
+        case errors.IdempotencyKeyReusedError():
+            return IdempotencyKeyReused(code=code, message=message, idempotency_key=error.key)
     raise TypeError(f"no Problem answers {type(error).__name__}")

@@ -97,6 +97,18 @@ class StaleFencingTokenError(DomainError):
         self.current_token = current
 
 
+class IdempotencyKeyReusedError(DomainError):
+    """The idempotency key was already used, within its retention, for other input."""
+
+    code = "IDEMPOTENCY_KEY_REUSED"
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"idempotency key {key!r} was already used for a different operation or input"
+        )
+        self.key = key
+
+
 class UnmatchedWriteError(Exception):
     """A conditional write matched no row; the caller looks up why after the rollback.
 

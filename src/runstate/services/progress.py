@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from runstate import pubsub
 from runstate.bounded import BoundedCache
@@ -72,8 +74,28 @@ decode = _Decoded()
 """A broker message as an event; None (and a log line) for anything else."""
 
 
+_held: ContextVar[list[EventView] | None] = ContextVar("runstate_held_events", default=None)
+
+
+@contextmanager
+def held() -> Iterator[list[EventView]]:
+    """Keep the events announced inside the block instead of publishing them: their
+    transaction is not committed yet (an outer one is). The caller announces them
+    after its commit."""
+    events: list[EventView] = []
+    token = _held.set(events)
+    try:
+        yield events
+    finally:
+        _held.reset(token)
+
+
 def announce(event: EventView) -> None:
     """Queue a committed event for its task's and its session's channels."""
+    holding = _held.get()
+    if holding is not None:
+        holding.append(event)
+        return
     hub = pubsub.current()
     if hub is None:
         return

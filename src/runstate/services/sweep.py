@@ -16,6 +16,7 @@ from tortoise.expressions import F
 from runstate.enums import SessionStatus
 from runstate.models import Session
 from runstate.services.clock import utcnow
+from runstate.services.idempotency import sweep_keys
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +27,13 @@ class SweepResult:
 
     expired: int
     deleted: int
+    keys: int = 0
+    """Idempotency keys past their retention, deleted."""
 
 
 async def sweep(retention_seconds: int) -> SweepResult:
     """Mark expired sessions EXPIRED; delete those expired longer than the retention,
-    with everything below them (by cascade)."""
+    with everything below them (by cascade); delete idempotency keys past theirs."""
     now = utcnow()
     expired = await (
         Session.filter(expires_at__lte=now)
@@ -40,7 +43,7 @@ async def sweep(retention_seconds: int) -> SweepResult:
     deleted = await Session.filter(
         expires_at__lte=now - timedelta(seconds=retention_seconds)
     ).delete()
-    return SweepResult(expired=expired, deleted=deleted)
+    return SweepResult(expired=expired, deleted=deleted, keys=await sweep_keys())
 
 
 async def sweep_forever(retention_seconds: int, every_seconds: float) -> None:
@@ -52,5 +55,10 @@ async def sweep_forever(retention_seconds: int, every_seconds: float) -> None:
         except Exception:  # the next round tries again; the server keeps serving
             log.exception("expiry sweep failed")
             continue
-        if result.expired or result.deleted:
-            log.info("sweep: %d sessions expired, %d deleted", result.expired, result.deleted)
+        if result.expired or result.deleted or result.keys:
+            log.info(
+                "sweep: %d sessions expired, %d deleted, %d idempotency keys deleted",
+                result.expired,
+                result.deleted,
+                result.keys,
+            )

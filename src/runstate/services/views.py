@@ -181,6 +181,12 @@ def from_json(cls: type[V], data: dict[str, Any]) -> V:
 V = TypeVar("V")
 
 
+def decode_as(hint: Any, value: Any) -> Any:
+    """``value`` as ``to_json`` wrote it, decoded by the type ``hint`` (a view, a
+    plain value, or an optional of one)."""
+    return _decode(hint, value)
+
+
 @cache
 def _hints(cls: type) -> dict[str, Any]:
     return get_type_hints(cls)

@@ -1,0 +1,146 @@
+"""Idempotency keys over HTTP: a retried write answers as the first call did and
+writes once, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tests.integration.test_api import events, new_task, step
+from tests.integration.test_lifecycle import tool
+from tests.support import Api, Server, query_value
+
+
+def key() -> str:
+    return f"k-{uuid.uuid4().hex}"
+
+
+def start(api: Api, task_id: str, version: int, idempotency_key: str | None) -> dict[str, Any]:
+    return step(
+        api,
+        "startStep",
+        "StepRefInput",
+        taskId=task_id,
+        stepIndex=0,
+        expectedVersion=version,
+        idempotencyKey=idempotency_key,
+    )
+
+
+def test_a_write_sent_three_times_writes_once_and_answers_alike(alice: Api) -> None:
+    """Guards replay: the second and third calls answer exactly as the first (the
+    task as it stood right after that write, steps included, even once the task
+    has moved on) and add no event. Control: without a key, the retry of the
+    same write is refused as a VersionConflict."""
+    task = new_task(alice)
+    k = key()
+    first = start(alice, task["id"], 1, k)
+    assert (first["__typename"], first["version"]) == ("Task", 2)
+    assert start(alice, task["id"], 1, k) == first
+    done = step(
+        alice,
+        "completeStep",
+        "CompleteStepInput",
+        taskId=task["id"],
+        stepIndex=0,
+        expectedVersion=2,
+        output="found",
+    )
+    assert done["version"] == 3
+    assert start(alice, task["id"], 1, k) == first, "as it stood right after that write"
+    assert [e["kind"] for e in events(alice, task["id"])] == [
+        "TASK_CREATED",
+        "STEP_STARTED",
+        "STEP_SUCCEEDED",
+    ]
+    control = new_task(alice)
+    assert start(alice, control["id"], 1, None)["__typename"] == "Task"
+    retried = start(alice, control["id"], 1, None)
+    assert (retried["__typename"], retried["currentVersion"]) == ("VersionConflict", 2)
+
+
+def test_twenty_concurrent_calls_with_one_key_write_once(alice: Api, server: Server) -> None:
+    """Guards the unique index: 20 calls at once with one key (and the same input)
+    make one event and one answer, whichever call wrote it. Control: 20 concurrent
+    tool failures without a key count 20 retries."""
+    task = new_task(alice)
+    k = key()
+    with ThreadPoolExecutor(20) as pool:
+        callers = [Api(server.url, token_of(alice)) for _ in range(20)]
+        answers = list(pool.map(lambda api: start(api, task["id"], 1, k), callers))
+        failures = list(
+            pool.map(
+                lambda api: tool(api, task["id"], "FAILURE", name="flaky", maxRetries=100),
+                callers,
+            )
+        )
+    for api in callers:
+        api.close()
+    assert all(a == answers[0] for a in answers)
+    assert answers[0]["version"] == 2
+    kinds = [e["kind"] for e in events(alice, task["id"])]
+    assert kinds.count("STEP_STARTED") == 1
+    assert max(f["retryCount"] for f in failures) == 20
+
+
+def test_a_tool_failure_reported_twice_with_one_key_counts_once(alice: Api) -> None:
+    task = new_task(alice)
+    k = key()
+    first = tool(alice, task["id"], "FAILURE", error="503", idempotencyKey=k)
+    again = tool(alice, task["id"], "FAILURE", error="503", idempotencyKey=k)
+    assert first == again
+    assert first["retryCount"] == 1
+    assert tool(alice, task["id"], "FAILURE", error="503")["retryCount"] == 2
+
+
+def test_a_key_reused_for_other_input_is_refused_and_writes_nothing(alice: Api) -> None:
+    task = new_task(alice)
+    k = key()
+    assert start(alice, task["id"], 1, k)["__typename"] == "Task"
+    other = step(
+        alice,
+        "startStep",
+        "StepRefInput",
+        taskId=task["id"],
+        stepIndex=1,
+        expectedVersion=2,
+        idempotencyKey=k,
+    )
+    assert (other["__typename"], other["idempotencyKey"]) == ("IdempotencyKeyReused", k)
+    elsewhere = tool(alice, task["id"], "CALLING", idempotencyKey=k)
+    assert elsewhere["__typename"] == "IdempotencyKeyReused", "another operation, same key"
+    assert len(events(alice, task["id"])) == 2
+
+
+def test_keys_are_per_caller(alice: Api, bob: Api) -> None:
+    """Bob's key never answers with Alice's write, whatever its name."""
+    k = key()
+    mine, theirs = new_task(alice), new_task(bob)
+    assert start(alice, mine["id"], 1, k)["id"] == mine["id"]
+    assert start(bob, theirs["id"], 1, k)["id"] == theirs["id"]
+
+
+def test_a_key_past_its_retention_is_swept_and_writes_again(alice: Api, server: Server) -> None:
+    """Guards the TTL: a key whose retention ended is deleted by the sweep, and the
+    same call then writes again (here: a conflict, since it did write before)."""
+    from tests.support import runstate
+
+    task = new_task(alice)
+    k = key()
+    assert start(alice, task["id"], 1, k)["version"] == 2
+    count = f"SELECT COUNT(*) FROM idempotency_keys WHERE key = '{k}'"
+    assert query_value(server.database_url, count) == 1
+    query_value(
+        server.database_url,
+        f"UPDATE idempotency_keys SET expires_at = created_at WHERE key = '{k}' RETURNING 1",
+    )
+    swept = runstate("sweep", database_url=server.database_url).stdout
+    assert "1 idempotency keys deleted" in swept
+    assert query_value(server.database_url, count) == 0
+    again = start(alice, task["id"], 1, k)
+    assert (again["__typename"], again["currentVersion"]) == ("VersionConflict", 2)
+
+
+def token_of(api: Api) -> str:
+    return str(api.http.headers["Authorization"]).removeprefix("Bearer ")
