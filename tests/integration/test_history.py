@@ -92,6 +92,7 @@ def replay(task: TaskView, event: EventView) -> TaskView:
         version=event.task_version,
         event_seq=event.seq,
         updated_at=event.at,
+        stalled=event.stalled,
         current_step=current_step(s.status for s in steps),
         total_steps=len(steps),
         steps=tuple(steps),

@@ -37,13 +37,22 @@ FIXTURE = Path(__file__).parent.parent / "fixtures" / "v1.sqlite3"
 
 
 def v1_snapshots(path: Path) -> dict[str, dict[int, TaskView]]:
-    """Every task's v1 snapshots by seq, as views, read before migrating."""
+    """Every task's v1 snapshots by seq, as views, read before migrating. Release 1
+    had no ``stalled``: a task is stalled after a seq when it is RUNNING or
+    WAITING_TOOL, was leased by then, and no lease is live."""
     with sqlite3.connect(path) as db:
-        rows = db.execute("SELECT seq, snapshot FROM task_events ORDER BY task_id, seq").fetchall()
+        rows = db.execute(
+            "SELECT seq, kind, snapshot FROM task_events ORDER BY task_id, seq"
+        ).fetchall()
     found: dict[str, dict[int, TaskView]] = {}
-    for seq, text in rows:
+    leased: set[str] = set()
+    for seq, kind, text in rows:
         data: dict[str, Any] = json.loads(text)
         task_id = data["id"]
+        if kind == "LOCK_ACQUIRED":
+            leased.add(task_id)
+        working = data["status"] in ("RUNNING", "WAITING_TOOL")
+        data["stalled"] = working and data["lock"] is None and task_id in leased
         statuses = [s["status"] for s in data["steps"]]
         data["tool_states"] = [{**t, "task_id": task_id} for t in data["tool_states"]]
         if data["lock"] is not None:

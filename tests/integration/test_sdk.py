@@ -7,6 +7,7 @@ import asyncio
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from runstate.client import (
     NeedsDecision,
     NotFound,
     Runstate,
+    TaskRunner,
     VersionConflict,
 )
 from tests.support import Server, create_token, restart
@@ -371,6 +373,8 @@ class LossyProxy:
         self.target_port = target_port
         self.drops = 0
         self.dropped = 0
+        self.dark = False
+        """Set: the server is unreachable (every connection is cut)."""
         self._server: asyncio.Server | None = None
 
     async def start(self) -> str:
@@ -387,6 +391,9 @@ class LossyProxy:
             await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.dark:
+            writer.transport.abort()
+            return
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
 
         async def upstream() -> None:
@@ -397,6 +404,10 @@ class LossyProxy:
 
         async def downstream() -> None:
             while data := await up_reader.read(65536):
+                if self.dark:
+                    writer.transport.abort()
+                    up_writer.close()
+                    return
                 if self.drops:
                     self.drops -= 1
                     self.dropped += 1
@@ -459,3 +470,83 @@ async def test_a_write_whose_answer_is_lost_is_retried_and_written_once(
         assert answers[1]["recordToolCall"] == {"retryCount": 2}
     finally:
         await proxy.close()
+
+
+async def test_a_runner_that_cannot_renew_stops_before_its_lease_lapses(
+    rs: Runstate, sdk_server: tuple[Server, str]
+) -> None:
+    """Guards the renewer: with the server unreachable, the runner gives its lease
+    up (``lost``) while the lease is still live on the server, and every later call
+    raises LeaseLost, so nothing it does can land after a takeover. Its exit does
+    not raise for the release it cannot send."""
+    server, token = sdk_server
+    proxy = LossyProxy(int(server.url.rsplit(":", 1)[1]))
+    url = await proxy.start()
+    task_id = await new_task(rs, steps=2)
+    try:
+        async with (
+            Runstate(url, token, retries=2) as cut_off,
+            cut_off.run(task_id, holder="cut-off", lease_ttl=3) as run,
+        ):
+            await run.begin(0)
+            version = run.version
+            proxy.dark = True
+            await asyncio.wait_for(run.lost.wait(), 10)
+            lease = (await rs.task(task_id)).lock
+            assert lease is not None
+            assert lease.holder_id == "cut-off"
+            assert lease.expires_at > datetime.now(UTC), "given up before it lapsed"
+            with pytest.raises(LeaseLost):
+                await run.succeed(0, "late")
+    finally:
+        await proxy.close()
+    after = await rs.task(task_id)
+    assert after.version == version, "nothing written after the lease was given up"
+
+
+async def test_a_pool_worker_finishes_the_task_of_a_killed_one(
+    rs: Runstate, sdk_server: tuple[Server, str], tmp_path: Path
+) -> None:
+    """Guards claimTask in the SDK's worker loop: an agent process is killed mid
+    step; once its lease lapses the task is stalled, and a worker running
+    ``rs.work`` claims it, resumes it and finishes it, with nobody deciding."""
+    from tests.support import AgentProcess
+
+    server, token = sdk_server
+    session = await rs.start_session()
+    task = await rs.create_task(session.id, "crawl", ["fetch", "parse", "store"])
+    effects = tmp_path / "effects.txt"
+    first = AgentProcess(
+        server.url,
+        token,
+        task.id,
+        str(effects),
+        "--pause-at",
+        "parse",
+        module="tests.agents.sdk_agent",
+    )
+    try:
+        first.until(lambda line: line == {"event": "began", "action": "parse"})
+    finally:
+        first.kill()
+    stop = asyncio.Event()
+    finished: list[str] = []
+
+    async def handle(run: TaskRunner) -> None:
+        for step in run.remaining:
+            await run.begin(step.index)
+            with effects.open("a") as out:
+                out.write(step.action + "\n")
+            await run.succeed(step.index, {"by": "pool"})
+        finished.append(run.task_id)
+        stop.set()
+
+    await asyncio.wait_for(
+        rs.work("pool-1", handle, session_id=session.id, lease_ttl=5, idle_seconds=0.2, stop=stop),
+        30,
+    )
+    assert finished == [task.id]
+    # EveryNSteps(2) had not written "fetch" yet when its agent died: it runs again.
+    assert effects.read_text().splitlines() == ["fetch", "fetch", "parse", "store"]
+    final = await rs.task(task.id)
+    assert (final.status, final.stalled) == ("COMPLETED", False)

@@ -61,6 +61,7 @@ def test_events_round_trip_through_json() -> None:
         created_at=at,
         updated_at=at,
         lock=LockView("t", "worker-1", 9, at),
+        stalled=False,
         steps=steps,
         tool_states=(
             ToolStateView("t", "search", ToolStatus.RETRYING, 2, 1, 3, None, "429", at, at),

@@ -8,11 +8,12 @@ A ``Problem`` answer becomes the matching exception of ``runstate.client.errors`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -31,7 +32,7 @@ from graphql import DocumentNode, parse
 from websockets.exceptions import WebSocketException
 
 from runstate.client import documents as doc
-from runstate.client.errors import PROBLEMS, NotFound, RunstateError
+from runstate.client.errors import PROBLEMS, NeedsDecision, NotFound, RunstateError
 from runstate.client.models import Event, Lock, ResumePlan, Session, Task, ToolState
 from runstate.client.policies import CheckpointPolicy
 from runstate.client.runner import TaskRunner
@@ -365,6 +366,56 @@ class Runstate:
         yielded, so no event is missed or repeated.
         """
         return Watch(self, task_id, after_seq, retry_seconds)
+
+    async def claim(
+        self, holder_id: str, ttl_seconds: int, *, session_id: str | None = None
+    ) -> Lock | None:
+        """Lease the oldest task that needs a worker (PLANNED, or stalled: its agent
+        died), or None when none does."""
+        try:
+            data = await self._mutate(
+                doc.CLAIM,
+                "claimTask",
+                holderId=holder_id,
+                ttlSeconds=ttl_seconds,
+                sessionId=session_id,
+            )
+        except NotFound:
+            return None
+        return Lock.of(data)
+
+    async def work(
+        self,
+        holder: str,
+        handle: Callable[[TaskRunner], Awaitable[None]],
+        *,
+        session_id: str | None = None,
+        policy: CheckpointPolicy | None = None,
+        lease_ttl: int = 30,
+        decision: str | None = None,
+        idle_seconds: float = 1.0,
+        stop: asyncio.Event | None = None,
+    ) -> None:
+        """A worker's loop: claim a task, resume it, ``await handle(run)`` with its
+        runner, and again, until ``stop`` is set. With nothing to claim it looks
+        again every ``idle_seconds``. A pool of such workers finishes the tasks of a
+        worker that died, with no person involved (but for steps in doubt, which
+        ``decision`` answers, or leaves to a person)."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            lock = await self.claim(holder, lease_ttl, session_id=session_id)
+            if lock is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), idle_seconds)
+                continue
+            runner = self.run(
+                lock.task_id, holder=holder, policy=policy, lease_ttl=lease_ttl, decision=decision
+            )
+            try:
+                async with runner as run:
+                    await handle(run)
+            except NeedsDecision as waiting:
+                log.info("task %s waits for a person's decision", waiting)
 
     def run(
         self,

@@ -11,8 +11,10 @@ SESSION = "... on AgentSession { id status version messageCount expiresAt }"
 
 STEP_FIELDS = "index action input output status idempotent attempts error"
 TOOL_FIELDS = "toolName status version retryCount maxRetries rateLimitResetAt"
-LOCK_FIELDS = "holderId fencingToken expiresAt"
-HEAD_FIELDS = f"id sessionId goal status version currentStep eventSeq lock {{ {LOCK_FIELDS} }}"
+LOCK_FIELDS = "taskId holderId fencingToken expiresAt"
+HEAD_FIELDS = (
+    f"id sessionId goal status version currentStep eventSeq stalled lock {{ {LOCK_FIELDS} }}"
+)
 TASK_FIELDS = f"{HEAD_FIELDS} steps {{ {STEP_FIELDS} }} toolStates {{ {TOOL_FIELDS} }}"
 
 TASK = "... on Task {" + TASK_FIELDS + "}"
@@ -56,12 +58,12 @@ RESUME = mutation(
 ACQUIRE = mutation(
     "acquireTaskLock",
     "AcquireTaskLockInput",
-    "... on TaskLock { holderId fencingToken expiresAt } ... on LockHeld { holderId expiresAt }",
+    "... on TaskLock {" + LOCK_FIELDS + "} ... on LockHeld { holderId expiresAt }",
 )
 RENEW = mutation(
     "renewTaskLock",
     "RenewTaskLockInput",
-    "... on TaskLock { holderId fencingToken expiresAt } ... on LockHeld { holderId expiresAt }",
+    "... on TaskLock {" + LOCK_FIELDS + "} ... on LockHeld { holderId expiresAt }",
 )
 RELEASE = mutation("releaseTaskLock", "ReleaseTaskLockInput", HEAD)
 TOOL = mutation(
@@ -71,6 +73,7 @@ TOOL = mutation(
     + PROBLEM_DETAILS,
 )
 FORK = mutation("forkTask", "ForkTaskInput", TASK)
+CLAIM = mutation("claimTask", "ClaimTaskInput", "... on TaskLock {" + LOCK_FIELDS + "}")
 TASK_QUERY = "query task($id: ID!) { task(id: $id) { " + PROBLEM + TASK + " } }"
 TASK_AT_QUERY = (
     "query taskAt($id: ID!, $seq: Int!) { taskAt(id: $id, seq: $seq) { " + PROBLEM + TASK + " } }"
@@ -78,7 +81,7 @@ TASK_AT_QUERY = (
 WATCH = (
     "subscription watch($taskId: ID!, $afterSeq: Int) {"
     " taskProgress(taskId: $taskId, afterSeq: $afterSeq) {"
-    " seq kind taskVersion stepIndex toolName at status"
+    " seq kind taskVersion stepIndex toolName at status stalled"
     f" steps {{ {STEP_FIELDS} }} toolState {{ {TOOL_FIELDS} }} lock {{ {LOCK_FIELDS} }}"
     " task {" + TASK_FIELDS + "} } }"
 )

@@ -96,9 +96,12 @@ class LeaseLost(RunstateError):  # noqa: N818
 
 
 class NeedsDecision(RunstateError):  # noqa: N818
-    """A non-idempotent step was running at a crash: a person must RETRY or SKIP it."""
+    """A non-idempotent step was running at a crash: it is IN_DOUBT until a person
+    decides (RETRY, SKIP or COMPLETE)."""
 
     def __init__(self, task_id: str, step_index: int) -> None:
-        super().__init__(f"task {task_id!r}: step {step_index} needs a decision (RETRY or SKIP)")
+        super().__init__(
+            f"task {task_id!r}: step {step_index} needs a decision (RETRY, SKIP or COMPLETE)"
+        )
         self.task_id = task_id
         self.step_index = step_index

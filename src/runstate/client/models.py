@@ -62,8 +62,9 @@ class Step:
 
 @dataclass(frozen=True)
 class Lock:
-    """A live lease."""
+    """A live lease on a task."""
 
+    task_id: str
     holder_id: str
     fencing_token: int
     expires_at: datetime
@@ -71,6 +72,7 @@ class Lock:
     @classmethod
     def of(cls, data: dict[str, Any]) -> Lock:
         return cls(
+            task_id=data["taskId"],
             holder_id=data["holderId"],
             fencing_token=data["fencingToken"],
             expires_at=datetime.fromisoformat(data["expiresAt"]),
@@ -113,6 +115,8 @@ class Task:
     current_step: int
     event_seq: int
     lock: Lock | None
+    stalled: bool
+    """Its agent is gone (see the API's Task.stalled): claimTask hands it on."""
     steps: tuple[Step, ...] | None = None
     tool_states: tuple[ToolState, ...] | None = None
 
@@ -128,6 +132,7 @@ class Task:
             current_step=data["currentStep"],
             event_seq=data["eventSeq"],
             lock=None if data["lock"] is None else Lock.of(data["lock"]),
+            stalled=data["stalled"],
             steps=None if steps is None else tuple(Step.of(s) for s in steps),
             tool_states=None if tools is None else tuple(ToolState.of(t) for t in tools),
         )
@@ -135,7 +140,8 @@ class Task:
     def apply(self, event: Event) -> Task:
         """The task as of ``event``, from this task as of the event before it: steps
         replaced by index (or added), status, version and seq set, the tool state
-        replaced by name, the lease set by lease events. A SNAPSHOT replaces it all."""
+        replaced by name, the lease set by lease events. A SNAPSHOT replaces it all.
+        ``stalled`` is the event's (a lease that lapses writes no event)."""
         if event.task is not None:
             return event.task
         steps = list(self.steps or ())
@@ -147,6 +153,7 @@ class Task:
         tools = {t.tool_name: t for t in self.tool_states or ()}
         if event.tool_state is not None:
             tools[event.tool_state.tool_name] = event.tool_state
+        lock = event.lock if event.kind in LEASE_EVENTS else self.lock
         return replace(
             self,
             status=event.status,
@@ -155,7 +162,8 @@ class Task:
             current_step=next((s.index for s in steps if s.status not in FINISHED), len(steps)),
             steps=tuple(steps),
             tool_states=tuple(tools[name] for name in sorted(tools)),
-            lock=event.lock if event.kind in LEASE_EVENTS else self.lock,
+            lock=lock,
+            stalled=event.stalled,
         )
 
     def updated(self, head: Task, changed: Mapping[int, Mapping[str, Any]]) -> Task:
@@ -203,6 +211,7 @@ class Event:
     tool_name: str | None
     at: datetime
     status: str
+    stalled: bool
     steps: tuple[Step, ...]
     tool_state: ToolState | None
     lock: Lock | None
@@ -218,6 +227,7 @@ class Event:
             tool_name=data["toolName"],
             at=datetime.fromisoformat(data["at"]),
             status=data["status"],
+            stalled=data["stalled"],
             steps=tuple(Step.of(s) for s in data["steps"]),
             tool_state=None if data["toolState"] is None else ToolState.of(data["toolState"]),
             lock=None if data["lock"] is None else Lock.of(data["lock"]),

@@ -20,6 +20,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from gql.transport.exceptions import TransportError
+
 from runstate.client.errors import (
     LeaseLost,
     LockHeld,
@@ -112,7 +114,8 @@ class TaskRunner:
                 await self.flush()
         finally:
             if not self.lost.is_set():
-                await self._release()
+                with contextlib.suppress(TransportError, OSError):  # it lapses by itself
+                    await self._release()
 
     async def _acquire(self) -> None:
         deadline = time.monotonic() + self.lease_wait
@@ -139,14 +142,32 @@ class TaskRunner:
                 return
 
     async def _renew(self) -> None:
+        """Renew the lease every third of its ttl. A refusal ends it at once. When the
+        server cannot be reached, keep trying, but stop the runner (``lost``) a sixth
+        of the ttl before the lease would lapse, so that no write of this runner can
+        land after another worker could have taken the task over."""
+        valid_until = time.monotonic() + self.lease_ttl
+        margin = self.lease_ttl / 6
         while True:
             await asyncio.sleep(self.lease_ttl / 3)
+            asked = time.monotonic()
+            budget = valid_until - margin - asked
             try:
-                await self.api.renew_lock(self.task_id, self.holder, self.lease_ttl)
+                if budget <= 0:
+                    raise TimeoutError("no renewal in time")
+                await asyncio.wait_for(
+                    self.api.renew_lock(self.task_id, self.holder, self.lease_ttl), budget
+                )
+                valid_until = asked + self.lease_ttl
             except ProblemError as error:
                 log.warning("lease on %s lost: %s", self.task_id, error)
                 self.lost.set()
                 return
+            except (TransportError, OSError, TimeoutError) as error:
+                if time.monotonic() >= valid_until - margin:
+                    log.warning("lease on %s given up: no renewal (%s)", self.task_id, error)
+                    self.lost.set()
+                    return
 
     async def _guard(self, call: Any) -> Any:
         try:

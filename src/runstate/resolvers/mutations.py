@@ -19,6 +19,7 @@ from runstate.schema.inputs import (
     AcquireTaskLockInput,
     AddStepsInput,
     CheckpointTaskInput,
+    ClaimTaskInput,
     CompleteStepInput,
     CreateTaskInput,
     DecideStepInput,
@@ -321,4 +322,24 @@ class Mutation:
                 goal=input.goal,
             ),
             Task.of,
+        )
+
+    @strawberry.mutation(
+        description=(
+            "Atomically picks the oldest task that needs a worker and leases it; NotFound "
+            "when none does."
+        )
+    )
+    async def claim_task(self, info: Info, input: ClaimTaskInput) -> LockResult:
+        return await answer_once(
+            info,
+            input,
+            LockView,
+            lambda: leases.claim_task(
+                info.context.user_id,
+                input.holder_id,
+                input.ttl_seconds,
+                session_id=input.session_id,
+            ),
+            TaskLock.of,
         )

@@ -45,13 +45,17 @@ class Query:
         return await answer(queries.get_task_at(info.context.user_id, id, seq), Task.of)
 
     @strawberry.field(
-        description="The caller's tasks, newest first; e.g. tasks(sessionId: $s, status: FAILED)."
+        description=(
+            "The caller's tasks, newest first; e.g. tasks(sessionId: $s, status: FAILED). "
+            "stalled: true lists only tasks whose agent is gone (see Task.stalled)."
+        )
     )
     async def tasks(
         self,
         info: Info,
         session_id: strawberry.ID | None = None,
         status: TaskStatus | None = None,
+        stalled: bool | None = None,
         first: int | None = 50,
         after: str | None = None,
     ) -> TaskConnection:
@@ -59,6 +63,7 @@ class Query:
             info.context.user_id,
             session_id=session_id,
             status=status,
+            stalled_only=stalled,
             first=50 if first is None else first,
             after=after,
         )

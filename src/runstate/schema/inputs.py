@@ -227,6 +227,23 @@ class DecideStepInput:
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
+@strawberry.input(
+    description=(
+        "Lease the next task that needs a worker: PLANNED, or RUNNING / WAITING_TOOL whose "
+        "lease lapsed (its agent died)."
+    )
+)
+class ClaimTaskInput:
+    """Ask for the next task that needs a worker."""
+
+    holder_id: str
+    ttl_seconds: int
+    session_id: strawberry.ID | None = strawberry.field(
+        default=None, description="Only tasks of this session."
+    )
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+
+
 @strawberry.input
 class AcquireTaskLockInput:
     """Ask for a lease on a task."""

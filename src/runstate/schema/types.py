@@ -199,6 +199,12 @@ class Task:
     )
     total_steps: int
     lock: TaskLock | None
+    stalled: bool = strawberry.field(
+        description=(
+            "RUNNING or WAITING_TOOL, and the last lease on it lapsed: its agent is gone and "
+            "claimTask will hand it to another worker."
+        )
+    )
     created_at: datetime
     updated_at: datetime
     event_seq: int = strawberry.field(
@@ -218,6 +224,7 @@ class Task:
             current_step=view.current_step,
             total_steps=view.total_steps,
             lock=None if view.lock is None else TaskLock.of(view.lock),
+            stalled=view.stalled,
             created_at=view.created_at,
             updated_at=view.updated_at,
             event_seq=view.event_seq,
@@ -288,6 +295,9 @@ class TaskEvent:
     tool_name: str | None
     at: datetime
     status: TaskStatus = strawberry.field(description="The task's status after this event.")
+    stalled: bool = strawberry.field(
+        description="Whether the task was stalled after this event (see Task.stalled)."
+    )
     steps: list[Step] = strawberry.field(
         description=(
             "The steps this event added or changed, as they stood just after it "
@@ -325,6 +335,7 @@ class TaskEvent:
             tool_name=view.tool_name,
             at=view.at,
             status=view.status,
+            stalled=view.stalled,
             steps=[Step.of(s) for s in view.steps],
             tool_state=None if view.tool_state is None else ToolState.of(view.tool_state),
             lock=None if view.lock is None else TaskLock.of(view.lock),

@@ -138,7 +138,7 @@ async def tool_states_at(task_pk: int, task_id: str, seq: int) -> tuple[ToolStat
 
 async def lock_at(task_pk: int, seq: int) -> LockView | None:
     """The lease as the latest LOCK_ACQUIRED or LOCK_RELEASED at or before ``seq`` left
-    it, if it was still live at that seq (renewals write no event)."""
+    it (renewals write no event)."""
     latest = 'SELECT "seq", "delta" FROM "task_events" WHERE "task_id" = ? AND "kind" = ?'
     latest += ' AND "seq" <= ? ORDER BY "seq" DESC LIMIT 1'
     rows = await sql.fetch(
@@ -164,6 +164,8 @@ async def task_at(head: TaskView, seq: int) -> TaskView:
     event = await TaskEvent.get(task_id=head.pk, seq=seq)
     steps = await steps_at(head.pk, seq)
     lock = await lock_at(head.pk, seq)
+    if lock is not None and lock.expires_at <= event.at:
+        lock = None
     return TaskView(
         pk=head.pk,
         id=head.id,
@@ -178,7 +180,8 @@ async def task_at(head: TaskView, seq: int) -> TaskView:
         total_steps=len(steps),
         created_at=head.created_at,
         updated_at=event.at,
-        lock=lock if lock is not None and lock.expires_at > event.at else None,
+        lock=lock,
+        stalled=bool((event.delta or {}).get("stalled")),
         steps=steps,
         tool_states=await tool_states_at(head.pk, head.id, seq),
     )
@@ -234,6 +237,7 @@ def event_view(row: TaskEvent, task: TaskRef | TaskView, steps: tuple[StepView, 
         tool_name=row.tool_name,
         at=row.at,
         status=row.status,
+        stalled=bool(delta.get("stalled")),
         steps=steps,
         tool_state=from_json(ToolStateView, delta["tool"]) if "tool" in delta else None,
         lock=None if lock is None else from_json(LockView, lock),

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 
-from runstate.enums import SessionStatus
+from runstate.enums import SessionStatus, TaskStatus
 from runstate.models import Session, Step, Task, ToolState, unbox
 from runstate.services.views import LockView, SessionView, StepView, TaskView, ToolStateView
 
@@ -79,6 +79,11 @@ def lock_view(row: Task, now: datetime) -> LockView | None:
     )
 
 
+def is_stalled(status: TaskStatus, ever_leased: bool, lock: LockView | None) -> bool:
+    """RUNNING or WAITING_TOOL, leased once, and no lease live: its agent is gone."""
+    return status in (TaskStatus.RUNNING, TaskStatus.WAITING_TOOL) and ever_leased and not lock
+
+
 def task_view(
     row: Task,
     session_id: str,
@@ -103,6 +108,7 @@ def task_view(
         created_at=row.created_at,
         updated_at=row.updated_at,
         lock=lock_view(row, now),
+        stalled=is_stalled(row.status, row.lock_token > 0, lock_view(row, now)),
         steps=None
         if steps is None
         else tuple(step_view(s) for s in sorted(steps, key=lambda s: s.position)),

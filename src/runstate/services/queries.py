@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from datetime import datetime
 from typing import TypeVar
 
 from tortoise.expressions import Q
@@ -18,6 +19,19 @@ from runstate.services.sessions import mark_expired
 from runstate.services.views import EventView, Page, SessionView, TaskView
 
 MAX_EVENTS = 1000
+WORKING = (TaskStatus.RUNNING, TaskStatus.WAITING_TOOL)
+
+
+def no_live_lease(now: datetime) -> Q:
+    """No lease on the task, or only one that has lapsed."""
+    return Q(lock_expires_at__isnull=True) | Q(lock_expires_at__lte=now)
+
+
+def stalled(now: datetime) -> Q:
+    """RUNNING or WAITING_TOOL, leased once, and no lease live any more: its agent is
+    gone (its lease lapsed, or was given back mid-task)."""
+    return Q(status__in=WORKING, lock_token__gt=0) & no_live_lease(now)
+
 
 M = TypeVar("M", Session, Task)
 
@@ -81,10 +95,12 @@ async def list_tasks(
     session_pk: int | None = None,
     session_id: str | None = None,
     status: TaskStatus | None,
+    stalled_only: bool | None = None,
     first: int,
     after: str | None,
 ) -> Page[TaskView]:
-    """The caller's tasks, newest first, optionally of one session and one status.
+    """The caller's tasks, newest first, optionally of one session and one status,
+    and only the stalled ones (``stalled_only=True``) or only the others (False).
 
     An unknown session id gives an empty page, exactly like a session with no tasks.
     """
@@ -95,8 +111,12 @@ async def list_tasks(
         query = query.filter(session__public_id=session_id, session__user_id=user_id)
     if status is not None:
         query = query.filter(status=status)
-    rows, has_next = await _page(query.select_related("session"), first, after)
     now = utcnow()
+    if stalled_only is True:
+        query = query.filter(stalled(now))
+    elif stalled_only is False:
+        query = query.exclude(stalled(now))
+    rows, has_next = await _page(query.select_related("session"), first, after)
     return Page(
         items=tuple(task_view(r, r.session.public_id, now) for r in rows),
         cursors=tuple(encode_cursor(r.id) for r in rows),

@@ -304,33 +304,51 @@ def versioned(
 
 
 async def write_task(user_id: str, task_id: str, apply: Apply, guard: Guard) -> TaskView:
-    """Open with ``guard``'s conditional UPDATE, run ``apply``, log its event, commit,
-    then announce the event. One transaction.
+    """Open with ``guard``'s conditional UPDATE of the caller's task ``task_id``, run
+    ``apply``, log its event, commit, then announce the event. One transaction.
 
     When the UPDATE matches nothing and no reason shows afterwards (a lease expired
     in between), the write is tried again, a few times at most; a real conflict
     never is.
     """
-    for _ in range(MAX_ATTEMPTS):
+
+    async def explain() -> DomainError | None:
+        return await _why_missed(user_id, task_id, guard)
+
+    try:
+        return await write_selected(Q(user_id=user_id, public_id=task_id), apply, guard, explain)
+    except Unchanged:
+        return await get_task(user_id, task_id)
+
+
+async def write_selected(
+    select: Q,
+    apply: Apply,
+    guard: Guard,
+    explain: Callable[[], Awaitable[DomainError | None]],
+    *,
+    attempts: int = MAX_ATTEMPTS,
+) -> TaskView:
+    """``write_task`` for the one task ``select`` picks (``claimTask`` picks by a
+    subquery); ``explain`` gives the refusal for a miss, None to try again."""
+    for _ in range(attempts):
         now = utcnow()
         try:
             async with in_transaction() as conn:
-                draft = await _open(conn, user_id, task_id, guard, now)
+                draft = await _open(conn, select, guard, now)
                 change = await apply(draft)
                 view, event = await _finish(draft, change)
             if event is not None:
                 progress.announce(event)
             return view
         except UnmatchedWriteError:
-            refusal = await _why_missed(user_id, task_id, guard)
+            refusal = await explain()
             if refusal is not None:
                 raise refusal from None
-        except Unchanged:
-            return await get_task(user_id, task_id)
         except _ExpiredSessionError as expired:
             await mark_expired(expired.session_pk)
             raise SessionExpiredError(expired.session_id) from None
-    raise RuntimeError(f"the write to task {task_id!r} kept missing with no reason to refuse")
+    raise RuntimeError("a task write kept missing with no reason to refuse")
 
 
 def _returning(step: int | None) -> str:
@@ -351,15 +369,9 @@ def _returning(step: int | None) -> str:
     return ", ".join(columns)
 
 
-async def _open(
-    conn: BaseDBAsyncClient, user_id: str, task_id: str, guard: Guard, now: datetime
-) -> Draft:
+async def _open(conn: BaseDBAsyncClient, select: Q, guard: Guard, now: datetime) -> Draft:
     """The opening compare-and-swap; its RETURNING row becomes the draft."""
-    query = (
-        Task.filter(Q(user_id=user_id, public_id=task_id), guard.where(now))
-        .using_db(conn)
-        .update(**guard.sets(now))
-    )
+    query = Task.filter(select, guard.where(now)).using_db(conn).update(**guard.sets(now))
     rows = await sql.update_returning(conn, query, _returning(guard.step))
     if not rows:
         raise UnmatchedWriteError
@@ -414,6 +426,7 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
         tool_name=change.tool_name,
         at=draft.now,
         status=draft.status,
+        stalled=view.stalled,
         steps=tuple(step_view(s) for s in steps),
         tool_state=draft.tool_state,
         lock=view.lock if change.kind in _LOCK_KINDS else None,
@@ -518,7 +531,8 @@ def _task_view(draft: Draft) -> TaskView:
 
 
 def event_delta(event: EventView) -> dict[str, Any] | None:
-    """What an event row keeps beside its step versions: tool state, lease, origin."""
+    """What an event row keeps beside its step versions: tool state, lease, origin,
+    and ``stalled`` when the task was stalled after it."""
     delta: dict[str, Any] = {}
     if event.tool_state is not None:
         delta["tool"] = to_json(event.tool_state)
@@ -526,6 +540,8 @@ def event_delta(event: EventView) -> dict[str, Any] | None:
         delta["lock"] = to_json(event.lock)
     if event.origin is not None:
         delta["origin"] = to_json(event.origin)
+    if event.stalled:
+        delta["stalled"] = True
     return delta or None
 
 

@@ -106,6 +106,8 @@ class TaskView:
     created_at: datetime
     updated_at: datetime
     lock: LockView | None
+    stalled: bool
+    """RUNNING or WAITING_TOOL, leased once, and no lease live: its agent is gone."""
     steps: tuple[StepView, ...] | None = None
     tool_states: tuple[ToolStateView, ...] | None = None
 
@@ -129,6 +131,7 @@ class EventView:
     tool_name: str | None
     at: datetime
     status: TaskStatus
+    stalled: bool = False
     steps: tuple[StepView, ...] = ()
     tool_state: ToolStateView | None = None
     lock: LockView | None = None

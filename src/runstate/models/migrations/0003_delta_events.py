@@ -62,6 +62,7 @@ async def snapshots_to_deltas(apps, schema_editor):
         tools = {}
         step_seqs = {}
         tool_seqs = {}
+        leased = False
         for row in rows:
             seq = row["seq"]
             snapshot = row["snapshot"]
@@ -94,6 +95,10 @@ async def snapshots_to_deltas(apps, schema_editor):
             if row["kind"] in ("LOCK_ACQUIRED", "LOCK_RELEASED"):
                 lock = snapshot["lock"]
                 delta["lock"] = None if lock is None else {"task_id": snapshot["id"], **lock}
+            leased = leased or row["kind"] == "LOCK_ACQUIRED"
+            working = snapshot["status"] in ("RUNNING", "WAITING_TOOL")
+            if working and snapshot["lock"] is None and leased:
+                delta["stalled"] = True
             await client.execute_query(
                 _sql(client, 'UPDATE "task_events" SET "status" = ?, "delta" = ? WHERE "id" = ?'),
                 [snapshot["status"], _json(delta or None), row["id"]],

@@ -1,0 +1,126 @@
+"""Dead workers replaced: stalled tasks, and claimTask across two server processes
+on one database (SQLite file, PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from tests.integration.test_api import create_task, start_session, step
+from tests.integration.test_lifecycle import acquire
+from tests.support import Api, Server, create_token, database, mutate, wait_until
+
+LOCK = """
+  __typename
+  ... on TaskLock { taskId holderId fencingToken expiresAt }
+  ... on Problem { code message }
+"""
+WORKERS = 20
+TASKS = 10
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def servers(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Server, Server]]:
+    """Two server processes on one fresh database."""
+    tmp = tmp_path_factory.mktemp(f"claim-{request.param}")
+    with database(request.param, tmp) as url:
+        one = Server(url, tmp / "one.log").start()
+        two = Server(url, tmp / "two.log").start()
+        try:
+            yield one, two
+        finally:
+            one.stop()
+            two.stop()
+
+
+def claim(api: Api, holder: str, session_id: str | None = None, ttl: int = 60) -> dict[str, Any]:
+    return mutate(
+        api,
+        "claimTask",
+        "ClaimTaskInput",
+        LOCK,
+        holderId=holder,
+        ttlSeconds=ttl,
+        sessionId=session_id,
+    )
+
+
+def stalled_ids(api: Api, session_id: str) -> set[str]:
+    data = api(
+        "query($s: ID!) { tasks(sessionId: $s, stalled: true, first: 100) {"
+        " edges { node { id stalled status } } } }",
+        s=session_id,
+    )
+    nodes = [e["node"] for e in data["tasks"]["edges"]]
+    assert all(n["stalled"] and n["status"] == "RUNNING" for n in nodes)
+    return {n["id"] for n in nodes}
+
+
+def stalled_tasks(api: Api, count: int) -> tuple[str, list[str]]:
+    """A session with ``count`` tasks whose worker started them, then died: leases of
+    one second, lapsed."""
+    session = start_session(api)
+    ids = []
+    for _ in range(count):
+        task = create_task(api, session["id"], steps=2)
+        lock = acquire(api, task["id"], "dead-worker", ttl=1)
+        started = step(
+            api,
+            "startStep",
+            "StepRefInput",
+            taskId=task["id"],
+            stepIndex=0,
+            expectedVersion=1,
+            fencingToken=lock["fencingToken"],
+        )
+        assert started["status"] == "RUNNING"
+        ids.append(task["id"])
+    wait_until(lambda: stalled_ids(api, session["id"]) == set(ids), 10, "the leases to lapse")
+    return session["id"], ids
+
+
+def test_twenty_workers_on_two_servers_claim_each_stalled_task_once(
+    servers: tuple[Server, Server],
+) -> None:
+    """Guards claimTask: 20 workers, half on each server process, claim at once from
+    10 stalled tasks: each task goes to exactly one worker, with a new fencing token,
+    and the 10 others hear NotFound. The claimed tasks are stalled no more."""
+    one, two = servers
+    token = create_token(one.database_url, "pool")
+    apis = [Api((one if i % 2 else two).url, token) for i in range(WORKERS)]
+    session_id, ids = stalled_tasks(apis[0], TASKS)
+    with ThreadPoolExecutor(WORKERS) as pool:
+        answers = list(
+            pool.map(lambda i: claim(apis[i], f"worker-{i}", session_id), range(WORKERS))
+        )
+    won = [a for a in answers if a["__typename"] == "TaskLock"]
+    assert sorted(a["taskId"] for a in won) == sorted(ids), "every task, each once"
+    assert {a["fencingToken"] for a in won} == {2}
+    assert [a["__typename"] for a in answers].count("NotFound") == WORKERS - TASKS
+    assert stalled_ids(apis[0], session_id) == set()
+    for api in apis:
+        api.close()
+
+
+def test_a_claim_takes_the_oldest_task_that_needs_a_worker(servers: tuple[Server, Server]) -> None:
+    """PLANNED tasks and stalled ones are claimed oldest first; a task with a live
+    lease, a finished one and one never leased (RUNNING by hand) are left alone."""
+    one, _ = servers
+    api = Api(one.url, create_token(one.database_url, "solo"))
+    session = start_session(api)
+    live = create_task(api, session["id"], steps=1)
+    assert acquire(api, live["id"], "alive", ttl=60)["__typename"] == "TaskLock"
+    by_hand = create_task(api, session["id"], steps=1)
+    step(api, "startStep", "StepRefInput", taskId=by_hand["id"], stepIndex=0, expectedVersion=1)
+    planned = create_task(api, session["id"], steps=1)
+    first = claim(api, "w1", session["id"])
+    assert (first["taskId"], first["holderId"], first["fencingToken"]) == (planned["id"], "w1", 1)
+    assert claim(api, "w2", session["id"])["__typename"] == "NotFound"
+    other_session = claim(api, "w3", start_session(api)["id"])
+    assert other_session["__typename"] == "NotFound"
+    api.close()
