@@ -2,9 +2,11 @@
 
 The agent books a trip, step by step at a pace a person can follow, through the
 SDK: a flaky hotel API rate-limits it once, and the first agent process is
-killed while "book flight" is running. A second process resumes the task; since
-booking a flight is not safe to repeat, it waits for a person to click RETRY or
-SKIP in the dashboard, then finishes. Then the next trip starts.
+killed while "book flight" is running. A pool worker (the SDK's ``work`` loop)
+claims the task once its lease lapses and resumes it; since booking a flight is
+not safe to repeat, it waits for a person to decide in the dashboard, then
+finishes. Then the next trip starts. A task left behind by an earlier demo run
+(its agent died with it) is stalled, and the worker claims it first: no orphan.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ PLAN: list[str | dict[str, Any]] = [
 ]
 CITIES = ["Lisbon", "Kyoto", "Valparaíso", "Tallinn", "Oaxaca"]
 CRASH_AT = "book flight"
+SESSION = "demo"
 PAUSE = 1.5
 """Seconds a simulated step or tool call takes: slow enough to watch."""
 
@@ -81,25 +84,52 @@ ACTIONS: dict[str, Callable[[TaskRunner], Awaitable[Any]]] = {
 }
 
 
-async def agent(url: str, token: str, task_id: str, crash_at: str | None) -> None:
-    """One agent process: run the task's remaining steps; at ``crash_at`` say so and
-    wait to be killed. A step left in doubt by a crash waits for a person."""
+LEASE_TTL = 5
+
+
+async def work(run: TaskRunner, crash_at: str | None = None) -> None:
+    """Run the task's remaining steps; at ``crash_at`` say so and wait to be killed."""
+    for step in run.remaining:
+        await run.begin(step.index)
+        if step.action == crash_at:
+            print("crash-point", flush=True)
+            await asyncio.Event().wait()  # killed here by the demo
+        await run.succeed(step.index, await ACTIONS[step.action](run))
+
+
+async def agent(url: str, token: str, task_id: str, crash_at: str) -> None:
+    """The first agent process of a trip: runs it until ``crash_at``."""
     async with (
         Runstate(url, token) as rs,
         rs.run(
-            task_id,
-            holder=f"agent-{os.getpid()}",
-            policy=EveryStep(),
-            lease_ttl=5,
-            decision=WAIT,
+            task_id, holder=f"agent-{os.getpid()}", policy=EveryStep(), lease_ttl=LEASE_TTL
         ) as run,
     ):
-        for step in run.remaining:
-            await run.begin(step.index)
-            if step.action == crash_at:
-                print("crash-point", flush=True)
-                await asyncio.Event().wait()  # killed here by the demo
-            await run.succeed(step.index, await ACTIONS[step.action](run))
+        await work(run, crash_at)
+
+
+async def pool_worker(url: str, token: str, until: str) -> None:
+    """A worker of the pool: claims the demo's tasks that need a worker (stalled ones
+    first, oldest first), each to its end, until it has finished task ``until``.
+    A step left in doubt by a crash waits for a person."""
+    stop = asyncio.Event()
+
+    async def handle(run: TaskRunner) -> None:
+        await work(run)
+        if run.task_id == until:
+            stop.set()
+
+    async with Runstate(url, token) as rs:
+        await rs.work(
+            f"worker-{os.getpid()}",
+            handle,
+            session_id=SESSION,
+            policy=EveryStep(),
+            lease_ttl=LEASE_TTL,
+            decision=WAIT,
+            idle_seconds=1.0,
+            stop=stop,
+        )
 
 
 async def _spawn(url: str, token: str, task_id: str, *args: str) -> asyncio.subprocess.Process:
@@ -121,7 +151,7 @@ async def trips(url: str, token: str) -> None:
     agents: list[asyncio.subprocess.Process] = []
     try:
         async with Runstate(url, token) as rs:
-            session = await rs.start_session("demo", ttl_seconds=7 * 24 * 3600)
+            session = await rs.start_session(SESSION, ttl_seconds=7 * 24 * 3600)
             for number in range(1, 10_000):
                 city = CITIES[(number - 1) % len(CITIES)]
                 task = await rs.create_task(session.id, f"Book a trip to {city}", PLAN)
@@ -131,7 +161,7 @@ async def trips(url: str, token: str) -> None:
                 await first.stdout.readline()  # "crash-point": the flight booking is running
                 first.kill()
                 await first.wait()
-                second = await _spawn(url, token, task.id)
+                second = await _spawn(url, token, task.id, "--work")
                 agents.append(second)
                 await second.wait()
                 agents.clear()
@@ -173,7 +203,7 @@ async def serve_with_demo(host: str, port: int, database_url: str) -> None:
         "\nrunstate is running. Open the dashboard (you are signed in as 'demo'):\n\n"
         f"    {base}/#token={token}\n\n"
         "An agent is booking a trip. Watch it work, crash at 'book flight', and wait\n"
-        "for you to click RETRY or SKIP. Ctrl-C stops everything.\n",
+        "for you to decide. Ctrl-C stops everything.\n",
         flush=True,
     )
     demo = asyncio.create_task(trips(base, token))
@@ -199,8 +229,13 @@ def main() -> None:
     parser.add_argument("url")
     parser.add_argument("task_id")
     parser.add_argument("--crash-at")
+    parser.add_argument("--work", action="store_true", help="be a pool worker until TASK_ID")
     args = parser.parse_args()
-    asyncio.run(agent(args.url, os.environ["RUNSTATE_DEMO_TOKEN"], args.task_id, args.crash_at))
+    token = os.environ["RUNSTATE_DEMO_TOKEN"]
+    if args.work:
+        asyncio.run(pool_worker(args.url, token, args.task_id))
+    else:
+        asyncio.run(agent(args.url, token, args.task_id, args.crash_at))
 
 
 if __name__ == "__main__":

@@ -108,3 +108,53 @@ def test_demo_prints_a_signed_in_link_and_an_agent_starts_working(tmp_path: Path
         ["pgrep", "-f", f"runstate.demo http://127.0.0.1:{port}"], check=False
     )
     assert children.returncode == 1, "the demo's agent processes stop with it"
+
+
+def test_a_restarted_demo_picks_up_the_task_it_left(tmp_path: Path) -> None:
+    """Guards the demo's pool worker (claimTask): the demo is stopped while its agent
+    works a trip; started again on the same database, its worker claims that trip
+    once the dead agent's lease lapses, so no task is left RUNNING with no agent."""
+    env = {**os.environ, "RUNSTATE_DATABASE_URL": f"sqlite://{tmp_path / 'demo.db'}"}
+
+    def start() -> tuple[subprocess.Popen[str], Api]:
+        port = free_port()
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "runstate", "demo", "--port", str(port)],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert demo.stdout is not None
+        while "#token=" not in (line := demo.stdout.readline()):
+            assert line, "the demo exited before printing its link"
+        base, _, token = line.strip().partition("/#token=")
+        return demo, Api(base, token)
+
+    query = "{ tasks { edges { node { id status stalled eventSeq lock { holderId } } } } }"
+    first, api = start()
+    try:
+        wait_until(
+            lambda: any(e["node"]["eventSeq"] >= 4 for e in api(query)["tasks"]["edges"]),
+            30,
+            "the first agent to work",
+        )
+        (left,) = [e["node"]["id"] for e in api(query)["tasks"]["edges"]]
+    finally:
+        api.close()
+        first.terminate()
+        first.communicate(timeout=30)
+    second, api = start()
+    try:
+
+        def picked_up() -> bool:
+            node = next(e["node"] for e in api(query)["tasks"]["edges"] if e["node"]["id"] == left)
+            holder = (node["lock"] or {}).get("holderId", "")
+            return not node["stalled"] and (
+                holder.startswith("worker-") or node["status"] in ("AWAITING_DECISION", "COMPLETED")
+            )
+
+        wait_until(picked_up, 90, "the restarted demo's worker to claim the task left behind")
+    finally:
+        api.close()
+        second.terminate()
+        second.communicate(timeout=30)

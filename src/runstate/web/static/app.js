@@ -9,11 +9,11 @@ const TOKEN_KEY = "runstate-token";
 const STEP_FIELDS = "index action status idempotent attempts error output startedAt completedAt";
 const TOOL_FIELDS = "toolName status retryCount maxRetries lastError rateLimitResetAt";
 const LOCK_FIELDS = "holderId fencingToken expiresAt";
-const TASK_FIELDS = `id goal status version currentStep totalSteps eventSeq
+const TASK_FIELDS = `id goal status version currentStep totalSteps eventSeq stalled
   steps { ${STEP_FIELDS} } toolStates { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} }`;
 const PROGRESS = `subscription($taskId: ID!, $afterSeq: Int) {
   taskProgress(taskId: $taskId, afterSeq: $afterSeq) {
-    seq kind taskVersion stepIndex toolName at status steps { ${STEP_FIELDS} }
+    seq kind taskVersion stepIndex toolName at status stalled steps { ${STEP_FIELDS} }
     toolState { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} } task { ${TASK_FIELDS} } }
 }`;
 const LOG_PAGE = `query($id: ID!, $after: Int!, $first: Int!) { task(id: $id) {
@@ -177,6 +177,7 @@ function applyEvent(task, event) {
   }
   const unfinished = steps.findIndex((s) => !FINISHED.has(s.status));
   return { ...task, status: event.status, version: event.taskVersion, eventSeq: event.seq,
+    stalled: event.stalled,
     steps, toolStates, totalSteps: steps.length,
     currentStep: unfinished === -1 ? steps.length : unfinished,
     lock: LEASE_EVENTS.has(event.kind) ? event.lock : task.lock };
@@ -216,7 +217,7 @@ function render(task) {
   $("version").textContent = task.version;
   $("lease").textContent = task.lock
     ? `leased by ${task.lock.holderId} (token ${task.lock.fencingToken}) until ${new Date(task.lock.expiresAt).toLocaleTimeString()}`
-    : "no lease";
+    : task.stalled ? "no agent: its lease lapsed; a worker will claim it" : "no lease";
   $("steps").replaceChildren(...task.steps.map(stepRow));
   const listed = document.querySelector(`#task-list a[data-task="${CSS.escape(task.id)}"] small`);
   if (listed) listed.textContent = `${task.status.toLowerCase()} · ${pct}%`;
