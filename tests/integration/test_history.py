@@ -18,11 +18,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tortoise.backends.base.executor import EXECUTOR_CACHE
+from tortoise.exceptions import IntegrityError
 
 from runstate import pubsub
 from runstate.db import close_database, open_database
 from runstate.enums import StepDecision, StepStatus, TaskEventKind, TaskStatus, ToolOutcome
-from runstate.models import Task
+from runstate.models import Step, StepVersion, Task, TaskEvent
 from runstate.pubsub import Hub, MemoryBroker, Publisher
 from runstate.services import history, leases, lifecycle, progress, sessions, tasks, tools
 from runstate.services.clock import utcnow
@@ -337,3 +338,31 @@ async def test_a_fork_of_a_task_awaiting_a_decision_starts_with_the_step_pending
     assert fork.steps is not None
     assert [(s.status, s.attempts) for s in fork.steps] == [(StepStatus.PENDING, 1)]
     assert fork.status is TaskStatus.PLANNED, "no step has begun in the fork"
+
+
+async def test_the_database_keeps_seqs_positions_and_versions_unique(db: str) -> None:
+    """Guards the unique indexes behind the log and the history (on SQLite, table
+    rebuilds by migrations 0003 and 0004 dropped them; 0006 restores them): a
+    second event with a task's seq, a second step at a position, a second version
+    of a step at a seq are refused by the database itself."""
+    session = await sessions.start_session(USER, default_ttl=3600, session_id=f"s{next(_ids)}")
+    task = await tasks.create_task(USER, session.id, goal="g", steps=[StepPlan("a")])
+    at = utcnow()
+    version: dict[str, Any] = {"task_id": task.pk, "position": 0, "seq": 2}
+    version["status"] = StepStatus.RUNNING
+    await StepVersion.create(**version)
+    duplicates = [
+        TaskEvent.create(
+            task_id=task.pk,
+            seq=1,
+            task_version=1,
+            kind=TaskEventKind.TASK_CREATED,
+            at=at,
+            status=TaskStatus.PLANNED,
+        ),
+        Step.create(task_id=task.pk, position=0, action="again", status=StepStatus.PENDING),
+        StepVersion.create(**version),
+    ]
+    for duplicate in duplicates:
+        with pytest.raises(IntegrityError):
+            await duplicate

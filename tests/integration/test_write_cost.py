@@ -148,6 +148,21 @@ async def test_a_write_costs_the_same_at_step_5_and_at_step_995(
     assert len(checkpoint) == len(late[0])
 
 
+async def test_the_opening_statement_reads_steps_by_index(db: str) -> None:
+    """Guards the indexes the write path relies on: SQLite's plan for the opening
+    UPDATE ... RETURNING of a step write searches every table by an index, never
+    scans one (a scan would grow with the task, or with all tasks)."""
+    task_id = await long_task(50)
+    async with Statements() as statements:
+        await tasks.start_step(USER, task_id, 0, expected_version=1)
+    (opening,) = [s for s in statements.seen if s.startswith("UPDATE") and "RETURNING" in s]
+    client = connections.get("default")
+    _, plan = await client.execute_query(f"EXPLAIN QUERY PLAN {opening}")
+    details = [str(row[-1]) for row in plan]
+    assert not [d for d in details if d.startswith("SCAN")], details
+    assert any(d.startswith("SEARCH n USING INDEX") for d in details), details
+
+
 async def test_a_write_a_second_after_the_last_touches_the_session(
     db: str, clock: Callable[[float], None]
 ) -> None:
