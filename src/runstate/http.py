@@ -58,11 +58,16 @@ class GraphQLView(GraphQL[Context, None]):
         return super().encode_json(data)
 
     def parse_json(self, data: str | bytes) -> Any:
-        """Any undecodable body (bad UTF-8, bad JSON, absurd nesting) is a 400."""
+        """Any undecodable body (bad UTF-8, bad JSON, absurd nesting) is a 400, and so
+        is JSON that is not an object (``null``, ``42``, ``"x"``): a GraphQL request
+        is an object."""
         try:
-            return json.loads(data)
+            parsed = json.loads(data)
         except (ValueError, RecursionError) as e:
             raise HTTPException(400, "Unable to parse request body as JSON") from e
+        if not isinstance(parsed, dict | list):  # a list is a batch: Strawberry refuses it
+            raise HTTPException(400, "The request body must be a JSON object")
+        return parsed
 
 
 def _is_ide_page(scope: Scope) -> bool:

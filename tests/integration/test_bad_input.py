@@ -7,8 +7,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.test_api import create_task, events, new_task, start_session, step
-from tests.support import TASK, Api, Server, mutate
+from tests.integration.test_api import (
+    create_task,
+    events,
+    new_task,
+    start_session,
+    step,
+    update_session,
+)
+from tests.support import SESSION, TASK, Api, Server, mutate
 
 
 def stored(api: Api, task_id: str) -> dict[str, Any]:
@@ -127,6 +134,10 @@ def test_bad_cursor_and_page_size_are_request_errors_not_500(alice: Api) -> None
         (b"{not json", 400),
         (b"\xff\xfe\x00garbage", 400),
         (b"[" * 200_000 + b"]" * 200_000, 400),
+        (b"null", 400),
+        (b"42", 400),
+        (b'"x"', 400),
+        (b"true", 400),
         (b'{"query": "{ sessions { edges { cursor } } "}', 200),
     ],
 )
@@ -166,3 +177,17 @@ def test_graphiql_page_opens_in_a_browser_without_a_token(server: Server) -> Non
     home = httpx.get(server.url)
     assert home.status_code == 200
     assert 'href="/graphql"' in home.text
+
+
+def test_a_message_count_past_graphql_int_is_refused(alice: Api) -> None:
+    """Guards the counter bound: a delta that would take messageCount past 2^31-1
+    answers InvalidInput naming it and writes nothing, and the session still reads
+    (without the bound, it answered an error instead of itself)."""
+    session = start_session(alice)
+    largest = 2**31 - 1
+    filled = update_session(alice, session["id"], 1, messageCountDelta=largest)
+    assert (filled["messageCount"], filled["version"]) == (largest, 2)
+    refused = update_session(alice, session["id"], 2, messageCountDelta=1)
+    assert (refused["__typename"], refused["field"]) == ("InvalidInput", "messageCountDelta")
+    read = alice("query($id: ID!) { session(id: $id) { " + SESSION + " } }", id=session["id"])
+    assert (read["session"]["messageCount"], read["session"]["version"]) == (largest, 2)

@@ -97,6 +97,28 @@ async def test_resubscribing_after_a_seq_replays_exactly_the_missed_events(
     assert live["taskProgress"]["seq"] == 6
 
 
+async def test_a_cursor_past_the_head_gets_a_snapshot_then_live_events(
+    server: Server, alice: Api
+) -> None:
+    """Guards the resync: an afterSeq the task never reached (a cursor kept from
+    before a database reset) answers a SNAPSHOT of the task as it stands, then
+    the next live event; never silence. A negative one is a request error."""
+    task = new_task(alice, steps=2)
+    async with Subscriber(
+        server.url, token_of(alice), PROGRESS, {"id": task["id"], "after": 100}
+    ) as ahead:
+        first = (await ahead.next())["taskProgress"]
+        assert (first["kind"], first["seq"], first["task"]["status"]) == ("SNAPSHOT", 1, "PLANNED")
+        step(alice, "startStep", "StepRefInput", taskId=task["id"], stepIndex=0, expectedVersion=1)
+        live = (await ahead.next())["taskProgress"]
+    assert (live["kind"], live["seq"]) == ("STEP_STARTED", 2)
+    async with Subscriber(
+        server.url, token_of(alice), PROGRESS, {"id": task["id"], "after": -1}
+    ) as negative:
+        with pytest.raises(SubscriptionError, match="afterSeq"):
+            await negative.next()
+
+
 async def test_session_activity_includes_tasks_created_later(server: Server, alice: Api) -> None:
     session = start_session(alice)
     before = create_task(alice, session["id"], steps=1)

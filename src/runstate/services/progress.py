@@ -22,6 +22,7 @@ from runstate.enums import TaskEventKind
 from runstate.models import Session, Task
 from runstate.services import history
 from runstate.services.clock import utcnow
+from runstate.services.errors import InvalidInputError
 from runstate.services.history import TaskRef
 from runstate.services.queries import get_task
 from runstate.services.sessions import get_session
@@ -148,7 +149,9 @@ async def task_progress(
     gap_fill: bool = True,
 ) -> AsyncIterator[EventView]:
     """The task's events, gap-free: a SNAPSHOT (or the stored events after
-    ``after_seq``), then each new event as it commits.
+    ``after_seq``), then each new event as it commits. An ``after_seq`` past the
+    task's head (a cursor kept from before a database reset or restore) answers a
+    SNAPSHOT, never silence.
 
     Someone else's task answers NotFound before anything is sent. ``gap_fill=False``
     relays live events only, never reading the database again (a test switch that
@@ -156,7 +159,11 @@ async def task_progress(
     """
     view = await get_task(user_id, task_id)
     ref = TaskRef(view.pk, view.id, view.session_pk)
+    if after_seq is not None and after_seq < 0:
+        raise InvalidInputError("afterSeq", "must be 0 or more")
     async with _hub().broker.subscription([task_channel(view.pk)]) as inbox:
+        if after_seq is not None and after_seq > view.event_seq:
+            after_seq = None  # a cursor from before a reset or restore: start over
         if after_seq is None:
             view = await get_task(user_id, task_id)
             yield snapshot(view)

@@ -14,6 +14,7 @@ from runstate.models import Session, box
 from runstate.services import validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import (
+    InvalidInputError,
     NotFoundError,
     SessionExpiredError,
     UnmatchedWriteError,
@@ -87,6 +88,7 @@ async def update_session(
 ) -> SessionView:
     """Change a session's own fields if its version is still ``expected_version``."""
     delta = validation.non_negative(message_count_delta or 0, "messageCountDelta")
+    room = MAX_COUNT - delta
     now = utcnow()
     changes: dict[str, Any] = {
         "version": F("version") + 1,
@@ -103,6 +105,7 @@ async def update_session(
                     public_id=session_id,
                     version=expected_version,
                     expires_at__gt=now,
+                    message_count__lte=room,
                 )
                 .exclude(status=SessionStatus.EXPIRED)
                 .using_db(conn)
@@ -118,8 +121,16 @@ async def update_session(
             await row.save(using_db=conn, update_fields=["status", "expires_at"])
     except UnmatchedWriteError:
         current = await get_session(user_id, session_id)
+        if current.version == expected_version and current.message_count > room:
+            raise InvalidInputError(
+                "messageCountDelta", f"would take messageCount past {MAX_COUNT}"
+            ) from None
         raise VersionConflictError(expected_version, current.version) from None
     return session_view(row, now)
+
+
+MAX_COUNT = 2**31 - 1
+"""GraphQL's Int: a count past it could not be answered."""
 
 
 async def delete_session(user_id: str, session_id: str) -> str:
