@@ -138,3 +138,30 @@ async def test_subscribing_while_redis_is_down_recovers_when_it_returns(tmp_path
     finally:
         await broker.close()
         redis.stop()
+
+
+async def test_subscribers_that_leave_while_subscribing_leave_nothing_behind(
+    make_broker: MakeBroker,
+) -> None:
+    """Guards the local side of the leak: 200 subscriptions cancelled at random
+    moments, many while Redis is still confirming their SUBSCRIBE (a client that
+    left at once), all end, and no inbox is left. Without the cleanup in
+    ``Broker.subscribe`` inboxes stayed registered; without re-raising the
+    cancellation that redis-py turns into a TimeoutError, some subscribers never
+    ended at all."""
+    import random
+
+    broker = await make_broker()
+    channels = [f"leak-{i}" for i in range(10)]
+
+    async def watch(channel: str) -> None:
+        async with broker.subscription([channel]):
+            await asyncio.Event().wait()
+
+    tasks = [asyncio.create_task(watch(channels[i % 10])) for i in range(200)]
+    for task in tasks:
+        await asyncio.sleep(random.choice([0, 0, 0.0005, 0.001]))
+        task.cancel()
+    _, pending = await asyncio.wait(tasks, timeout=20)
+    assert not pending, f"{len(pending)} subscribers never ended"
+    assert broker.channels == frozenset()

@@ -120,11 +120,23 @@ class Broker(ABC):
     ) -> Subscription:
         """A new subscription to ``channels``; listening has begun when this returns."""
         subscription = Subscription(channels, inbox_size or self.inbox_size, self.inbox_bytes)
-        for channel in subscription.channels:
-            first = not self._subscribers[channel]
-            self._subscribers[channel].add(subscription)
-            if first:
-                await self._listen(channel)
+        try:
+            for channel in subscription.channels:
+                first = not self._subscribers[channel]
+                self._subscribers[channel].add(subscription)
+                if first:
+                    await self._listen(channel)
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # A backend library may have swallowed the cancellation (redis-py
+                # can): the caller left all the same.
+                raise asyncio.CancelledError
+        except BaseException:
+            # The caller left (or listening failed) before it could hold the
+            # subscription: take it back, so that no inbox or backend subscription
+            # outlives it. Shielded: a cancelled caller still gets the cleanup.
+            await asyncio.shield(self.unsubscribe(subscription))
+            raise
         return subscription
 
     async def unsubscribe(self, subscription: Subscription) -> None:

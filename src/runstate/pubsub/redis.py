@@ -89,10 +89,19 @@ class RedisBroker(Broker):
         name = self.prefix + channel
         confirmed = self._confirmations.setdefault(name, asyncio.get_running_loop().create_future())
         try:
-            await asyncio.wait_for(self._pubsub.subscribe(name), SUBSCRIBE_TIMEOUT)
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for can swallow a
+            # cancellation that lands as the awaited call completes.
+            async with asyncio.timeout(SUBSCRIBE_TIMEOUT):
+                await self._pubsub.subscribe(name)
             self._wake.set()
-            await asyncio.wait_for(asyncio.shield(confirmed), SUBSCRIBE_TIMEOUT)
+            async with asyncio.timeout(SUBSCRIBE_TIMEOUT):
+                await asyncio.shield(confirmed)
         except _FAILURES as error:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # redis-py may answer a cancellation with a TimeoutError of its own:
+                # the caller left, and must not be left subscribed.
+                raise asyncio.CancelledError from error
             log.warning("redis subscribe failed (%s); retrying when redis answers", error)
             self._wake.set()
         finally:
