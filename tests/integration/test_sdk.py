@@ -251,19 +251,7 @@ async def test_a_killed_sdk_agent_is_resumed_without_repeating_finished_steps(
         id=f"trip-{uuid.uuid4().hex[:8]}",
     )
     effects = tmp_path / "effects.txt"
-    first = AgentProcess(
-        server.url,
-        token,
-        task.id,
-        str(effects),
-        "--pause-at",
-        "book flight",
-        module="tests.agents.sdk_agent",
-    )
-    try:
-        first.until(lambda line: line == {"event": "began", "action": "book flight"})
-    finally:
-        first.kill()
+    kill_sdk_agent_at(server.url, token, task.id, effects, "book flight")
     second = AgentProcess(
         server.url,
         token,
@@ -285,6 +273,20 @@ async def test_a_killed_sdk_agent_is_resumed_without_repeating_finished_steps(
     ]
     final = await rs.task(task.id)
     assert (final.status, final.event_seq) == ("COMPLETED", (await kinds_total(rs, task.id)))
+
+
+def kill_sdk_agent_at(url: str, token: str, task_id: str, effects: Path, action: str) -> None:
+    """Run ``tests.agents.sdk_agent`` on the task and SIGKILL it once it has begun
+    ``action`` (before performing it)."""
+    from tests.support import AgentProcess
+
+    agent = AgentProcess(
+        url, token, task_id, str(effects), "--pause-at", action, module="tests.agents.sdk_agent"
+    )
+    try:
+        agent.until(lambda line: line == {"event": "began", "action": action})
+    finally:
+        agent.kill()
 
 
 async def kinds_total(rs: Runstate, task_id: str) -> int:
@@ -510,25 +512,12 @@ async def test_a_pool_worker_finishes_the_task_of_a_killed_one(
     """Guards claimTask in the SDK's worker loop: an agent process is killed mid
     step; once its lease lapses the task is stalled, and a worker running
     ``rs.work`` claims it, resumes it and finishes it, with nobody deciding."""
-    from tests.support import AgentProcess
 
     server, token = sdk_server
     session = await rs.start_session()
     task = await rs.create_task(session.id, "crawl", ["fetch", "parse", "store"])
     effects = tmp_path / "effects.txt"
-    first = AgentProcess(
-        server.url,
-        token,
-        task.id,
-        str(effects),
-        "--pause-at",
-        "parse",
-        module="tests.agents.sdk_agent",
-    )
-    try:
-        first.until(lambda line: line == {"event": "began", "action": "parse"})
-    finally:
-        first.kill()
+    kill_sdk_agent_at(server.url, token, task.id, effects, "parse")
     stop = asyncio.Event()
     finished: list[str] = []
 
