@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runstate.enums import StepStatus, TaskEventKind
@@ -166,19 +166,13 @@ async def task_at(head: TaskView, seq: int) -> TaskView:
     lock = await lock_at(head.pk, seq)
     if lock is not None and lock.expires_at <= event.at:
         lock = None
-    return TaskView(
-        pk=head.pk,
-        id=head.id,
-        user_id=head.user_id,
-        session_pk=head.session_pk,
-        session_id=head.session_id,
-        goal=head.goal,
+    return replace(  # what never changes comes from the task as it stands
+        head,
         status=event.status,
         version=event.task_version,
         event_seq=seq,
         current_step=current_step(s.status for s in steps),
         total_steps=len(steps),
-        created_at=head.created_at,
         updated_at=event.at,
         lock=lock,
         stalled=bool((event.delta or {}).get("stalled")),

@@ -11,7 +11,7 @@ from runstate.models import Step, box
 from runstate.services import validation
 from runstate.services.errors import InvalidTransitionError
 from runstate.services.loading import step_view
-from runstate.services.rules import DECISION_MOVES, RESUME_MOVES
+from runstate.services.rules import DECISION_MOVES, FINISHED_STEPS, RESUME_MOVES
 from runstate.services.taskwrite import Change, Draft, Unchanged, versioned, write_task
 from runstate.services.views import StepView, TaskView
 
@@ -71,7 +71,7 @@ async def resume_task(
                 reset.append(step.position)
         if any(s.status is StepStatus.IN_DOUBT for s in steps):
             draft.move_task(TaskStatus.AWAITING_DECISION, jump=True)
-        elif steps and all(s.status in (StepStatus.SUCCESS, StepStatus.SKIPPED) for s in steps):
+        elif steps and all(s.status in FINISHED_STEPS for s in steps):
             draft.move_task(TaskStatus.COMPLETED, jump=True)
         elif steps:
             draft.move_task(TaskStatus.RUNNING, jump=True)

@@ -40,7 +40,7 @@ from runstate.services.errors import (
     VersionConflictError,
 )
 from runstate.services.loading import is_expired, lock_view, step_view, task_view
-from runstate.services.queries import get_task
+from runstate.services.queries import get_task, no_live_lease
 from runstate.services.rules import (
     FINAL_TASKS,
     FINISHED_STEPS,
@@ -261,7 +261,7 @@ class Guard:
 def lease_allows(fencing_token: int | None, now: datetime) -> Q:
     """The WHERE condition under which the task's lease lets a write through."""
     if fencing_token is None:
-        return Q(lock_expires_at__isnull=True) | Q(lock_expires_at__lte=now)
+        return no_live_lease(now)
     return Q(lock_token=fencing_token)
 
 
