@@ -188,6 +188,7 @@ class Api:
     """A synchronous GraphQL client for one caller."""
 
     def __init__(self, url: str, token: str | None) -> None:
+        self.token = token or ""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=url, headers=headers, timeout=30)
 
@@ -205,6 +206,12 @@ class Api:
 
     def close(self) -> None:
         self.http.close()
+
+    def __enter__(self) -> Api:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 PROBLEM = """
@@ -262,7 +269,7 @@ class Subscriber:
         self, url: str, token: str | None, query: str, variables: dict[str, Any] | None = None
     ) -> None:
         self.ws_url = url.replace("http://", "ws://") + "/graphql"
-        self.token = token
+        self.token = token or ""
         self.query = query
         self.variables = variables or {}
         self.events: list[dict[str, Any]] = []

@@ -8,10 +8,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from runstate import pubsub
+from runstate.connections import Connections
 from runstate.db import close_database, open_database
 from runstate.http import BearerAuth, BodyLimit, GraphQLView
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
@@ -27,8 +30,9 @@ def create_app(settings: Settings) -> Starlette:
 
     On start it migrates and opens the database, then the broker (Redis when
     ``redis_url`` is set, in-process otherwise) and the publisher in front of it,
-    and starts the expiry sweep.
+    and starts the expiry sweep and the token check of open connections.
     """
+    connections = Connections(settings.max_connections)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -47,29 +51,51 @@ def create_app(settings: Settings) -> Starlette:
         await broker.start()
         await publisher.start()
         pubsub.install(Hub(broker, publisher))
-        sweeper = asyncio.create_task(
-            sweep_forever(settings.retention, settings.sweep_seconds), name="runstate-sweeper"
-        )
+        background = [
+            asyncio.create_task(
+                sweep_forever(settings.retention, settings.sweep_seconds), name="runstate-sweeper"
+            ),
+            asyncio.create_task(
+                connections.watch(settings.auth_check_seconds), name="runstate-token-check"
+            ),
+        ]
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in background:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             pubsub.uninstall()
             await publisher.close()
             await broker.close()
             await close_database()
 
-    schema = build_schema(introspection=settings.graphiql)
-    graphql = BodyLimit(BearerAuth(GraphQLView(schema, settings)), settings.max_body_bytes)
+    graphql = GraphQLView(build_schema(settings), settings, connections)
+    middleware = [
+        Middleware(BodyLimit, limit=settings.max_body_bytes),
+        Middleware(BearerAuth, graphiql=settings.graphiql),
+    ]
+    if settings.allowed_origins:
+        middleware.insert(
+            0,
+            Middleware(
+                CORSMiddleware,
+                allow_origins=settings.allowed_origins,
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type"],
+                max_age=600,
+            ),
+        )
     return Starlette(
         routes=[
             Route("/", web_routes.index),
             Route("/healthz", web_routes.health),
+            Route("/readyz", web_routes.ready),
             Mount("/static", StaticFiles(packages=[("runstate.web", "static")]), name="static"),
             Route("/graphql", graphql),
             WebSocketRoute("/graphql", graphql),
         ],
+        middleware=middleware,
         lifespan=lifespan,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runstate.services.tokens import user_for_token
+from runstate.services.tokens import digest, user_for_token
 
 
 @dataclass(frozen=True)
@@ -12,6 +12,8 @@ class Principal:
     """The authenticated caller; it sees only its own sessions and what is below them."""
 
     user_id: str
+    token_digest: str
+    """Which token it came with, so a connection can be closed when it is revoked."""
 
 
 async def principal_from_header(value: str | None) -> Principal | None:
@@ -22,4 +24,4 @@ async def principal_from_header(value: str | None) -> Principal | None:
     if scheme.lower() != "bearer" or not token.strip():
         return None
     user_id = await user_for_token(token.strip())
-    return None if user_id is None else Principal(user_id)
+    return None if user_id is None else Principal(user_id, digest(token.strip()))

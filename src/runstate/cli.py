@@ -110,7 +110,7 @@ def _serve(settings: Settings, host: str, port: int) -> None:
         host=host,
         port=port,
         log_level="info",
-        ws_max_size=settings.max_body_bytes,  # uvicorn's own default is 16 MiB per frame
+        ws_max_size=settings.max_ws_message_bytes,  # uvicorn default: 16 MiB a message
         # Events are small deltas: compressing each one for each watcher cost 6% of
         # a server's time with 100 watchers (py-spy), and memory per socket.
         ws_per_message_deflate=False,

@@ -1,32 +1,110 @@
-"""The GraphQL HTTP view and the ASGI guards in front of it: body size and bearer auth."""
+"""The GraphQL view and the ASGI guards in front of the app: body size and bearer auth.
+
+Auth is the default: ``BearerAuth`` wraps the whole app and lets through without a
+token only the routes that carry no data (``PUBLIC_PATHS``, the static files) and a
+plain GET of the GraphiQL page, decided on the decoded request.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
-from typing import Any, cast
+from datetime import timedelta
+from typing import Any
 
 from cross_web import HTTPException
+from starlette.datastructures import Headers, QueryParams
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
-from strawberry.exceptions import ConnectionRejectionError
-from strawberry.types.unset import UNSET, UnsetType
+from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
+    BaseGraphQLTransportWSHandler,
+)
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import ConnectionInitMessage
 
 from runstate.auth import Principal, principal_from_header
+from runstate.connections import Connection, Connections, TooManyConnectionsError
 from runstate.schema.context import Context
 from runstate.schema.fanout import SHARED
+from runstate.services.validation import storable_text
 from runstate.settings import Settings
 
 
-class GraphQLView(GraphQL[Context, None]):
-    """Strawberry's ASGI view with the caller in the context and strict JSON parsing."""
+class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
+    """graphql-transport-ws, authenticated in ``connection_init`` and counted per user.
 
-    def __init__(self, schema: Any, settings: Settings) -> None:
-        super().__init__(schema, graphql_ide="graphiql" if settings.graphiql else None)
+    The caller comes from ``{"authorization": "Bearer <token>"}`` in the init payload
+    (or GraphiQL's ``Authorization``); anything else closes the socket with 4403, and
+    a user past ``max_connections`` on this process gets 4429.
+    """
+
+    view: GraphQLView
+    connection: Connection | None = None
+
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        """Strawberry's handling of ``connection_init``, with runstate's checks in
+        place of ``on_ws_connect`` (which can only answer 4403)."""
+        if self.connection_timed_out:
+            return
+        if self.connection_init_timeout_task:
+            self.connection_init_timeout_task.cancel()
+        payload = message.get("payload") or {}
+        if not isinstance(payload, dict):
+            await self.websocket.close(4400, "Invalid connection init payload")
+            return
+        if self.connection_init_received:
+            await self.websocket.close(4429, "Too many initialisation requests")
+            return
+        self.connection_init_received = True
+        header = payload.get("authorization", payload.get("Authorization"))
+        principal = await principal_from_header(header if isinstance(header, str) else None)
+        if principal is None:
+            await self.websocket.close(4403, "Forbidden: missing or invalid bearer token")
+            return
+        connection = Connection(principal.user_id, principal.token_digest, self.websocket.close)
+        try:
+            self.view.connections.add(connection)
+        except TooManyConnectionsError:
+            limit = self.view.connections.per_user
+            await self.websocket.close(4429, f"Too many connections: at most {limit} per user")
+            return
+        self.connection = connection
+        self.context.connection_params = payload
+        self.context.principal = principal
+        await self.send_message({"type": "connection_ack"})
+        self.connection_acknowledged = True
+
+    async def shutdown(self) -> None:
+        """End the connection's operations, then stop counting it."""
+        try:
+            await super().shutdown()
+        finally:
+            if self.connection is not None:
+                self.view.connections.remove(self.connection)
+
+
+class GraphQLView(GraphQL[Context, None]):
+    """Strawberry's ASGI view with the caller in the context, strict JSON parsing and
+    runstate's WebSocket handling (``TransportWS``)."""
+
+    graphql_transport_ws_handler_class = TransportWS
+
+    def __init__(self, schema: Any, settings: Settings, connections: Connections) -> None:
+        super().__init__(
+            schema,
+            graphql_ide="graphiql" if settings.graphiql else None,
+            allow_queries_via_get=settings.get_queries,
+            subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
+            connection_init_wait_timeout=timedelta(seconds=settings.connection_init_seconds),
+            max_subscriptions_per_connection=settings.max_subscriptions,
+            allowed_origins=settings.allowed_origins,
+        )
         self.settings = settings
+        self.connections = connections
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Context:
         # BearerAuth has refused every HTTP request without a caller, except the
@@ -36,17 +114,6 @@ class GraphQLView(GraphQL[Context, None]):
             principal=principal if isinstance(principal, Principal) else None,
             settings=self.settings,
         )
-
-    async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
-        """Authenticate a WebSocket from ``{"authorization": "Bearer <token>"}`` in
-        connection_init; anything else closes it with 4403."""
-        params = context.connection_params or {}
-        header = params.get("authorization", params.get("Authorization"))
-        principal = await principal_from_header(header if isinstance(header, str) else None)
-        if principal is None:
-            raise ConnectionRejectionError()
-        context.principal = principal
-        return cast(UnsetType, UNSET)
 
     def encode_json(self, data: object) -> str | bytes:
         """A subscription's ``next`` message around the event's shared rendering
@@ -58,34 +125,105 @@ class GraphQLView(GraphQL[Context, None]):
         return super().encode_json(data)
 
     def parse_json(self, data: str | bytes) -> Any:
-        """Any undecodable body (bad UTF-8, bad JSON, absurd nesting) is a 400, and so
-        is JSON that is not an object (``null``, ``42``, ``"x"``): a GraphQL request
-        is an object."""
+        """A request body: anything ``strict_json`` refuses is a 400, and so is JSON
+        that is not an object (``null``, ``42``, ``"x"``): a GraphQL request is an
+        object."""
         try:
-            parsed = json.loads(data)
-        except (ValueError, RecursionError) as e:
-            raise HTTPException(400, "Unable to parse request body as JSON") from e
+            parsed = strict_json(data)
+        except ValueError as e:
+            raise HTTPException(400, str(e)) from e
         if not isinstance(parsed, dict | list):  # a list is a batch: Strawberry refuses it
             raise HTTPException(400, "The request body must be a JSON object")
         return parsed
 
+    def decode_json(self, data: str | bytes) -> object:
+        """A WebSocket message, held to the same rules as a request body; a refused
+        one closes the socket (4400), as any message that is not JSON does."""
+        try:
+            return strict_json(data)
+        except ValueError as e:
+            raise json.JSONDecodeError(str(e), "", 0) from e
 
-def _is_ide_page(scope: Scope) -> bool:
-    """A browser asking for GraphiQL itself (no query), which needs no token."""
-    if scope["method"] != "GET" or b"query=" in scope.get("query_string", b""):
+
+_SUSPECT = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+"""An escape that may decode to NUL or to half of a surrogate pair."""
+
+
+def strict_json(data: str | bytes) -> Any:
+    """JSON as a GraphQL request may carry it, or ValueError saying what is wrong.
+
+    Refused: bad UTF-8 or JSON, nesting deeper than Python's recursion limit, NaN
+    and Infinity (not JSON, and stored they make invalid JSON), and strings with
+    NUL characters or unpaired surrogates (PostgreSQL cannot store either; SQLite
+    would store what PostgreSQL refuses). Refusing them here treats both databases
+    alike.
+    """
+    try:
+        parsed = json.loads(data, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("The request body nests too deeply") from None
+    except ValueError as e:
+        if isinstance(e, _ConstantError):
+            raise ValueError(str(e)) from None
+        raise ValueError("Unable to parse request body as JSON") from None
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if _SUSPECT.search(raw) and not _clean_strings(parsed):
+        raise ValueError("Strings must not contain NUL characters or unpaired surrogates")
+    return parsed
+
+
+class _ConstantError(ValueError):
+    """NaN, Infinity or -Infinity in a JSON text."""
+
+
+def _no_constant(name: str) -> object:
+    raise _ConstantError(f"{name} is not a JSON number")
+
+
+def _clean_strings(value: object) -> bool:
+    """Whether every string in a decoded JSON value can be stored as text."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not storable_text(item):
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
+PUBLIC_PATHS = frozenset({"/", "/healthz", "/readyz"})
+"""Routes that answer without a token: they hold no one's data."""
+
+
+def _is_public(scope: Scope, graphiql: bool) -> bool:
+    """A route any visitor may load: the web page, health checks, static files, and a
+    plain GET of the GraphiQL page (no parameters at all, once decoded)."""
+    path: str = scope["path"]
+    if path in PUBLIC_PATHS or path.startswith("/static/"):
+        return True
+    if path != "/graphql" or not graphiql or scope["method"] != "GET":
         return False
-    headers = dict(scope["headers"])
-    return b"text/html" in headers.get(b"accept", b"")
+    if QueryParams(scope.get("query_string", b"")):
+        return False
+    return "text/html" in Headers(scope=scope).get("accept", "")
 
 
 class BearerAuth:
-    """Resolves ``Authorization: Bearer`` to a Principal; 401 for HTTP requests without one."""
+    """Resolves ``Authorization: Bearer`` to a Principal; 401 for an HTTP request
+    without one, on every route but the public ones. WebSockets authenticate in
+    ``connection_init`` (``GraphQLView.on_ws_connect``)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, graphiql: bool) -> None:
         self.app = app
+        self.graphiql = graphiql
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or _is_ide_page(scope):
+        if scope["type"] != "http" or _is_public(scope, self.graphiql):
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")

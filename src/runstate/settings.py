@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 DEFAULT_DATABASE_URL = "sqlite://runstate.db"
+ENVIRONMENTS = ("development", "production")
 
 
 class SettingsError(ValueError):
@@ -30,18 +31,45 @@ class Settings:
     gap_fill: bool = True
     idempotency_ttl: int = 86400
     sweep_seconds: float = 60.0
+    env: str = "development"
+    introspection: bool = True
+    get_queries: bool = True
+    """Queries in a GET request's query string (GraphiQL's history links use them)."""
+    max_depth: int = 10
+    max_aliases: int = 15
+    max_tokens: int = 2000
+    max_nodes: int = 20_000
+    """The most nodes a query may ask for, estimated from its ``first`` arguments
+    before it runs (see ``schema.cost``)."""
+    max_ws_message_bytes: int = 1_048_576
+    max_subscriptions: int = 20
+    """Operations one WebSocket connection may run at once."""
+    max_connections: int = 50
+    """WebSocket connections one user may hold open on one server process."""
+    connection_init_seconds: float = 10.0
+    allowed_origins: tuple[str, ...] = ()
+    """Origins other than the server's own whose pages may open a WebSocket or call
+    the API from a browser; ``*`` allows every origin."""
+    auth_check_seconds: float = 5.0
+    """How often open WebSocket connections have their tokens checked again."""
+    operation_seconds: float = 30.0
+    """The longest a query or mutation may run before it is stopped."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read the ``RUNSTATE_*`` variables, falling back to the defaults above."""
         env = os.environ if environ is None else environ
-        return cls(
+        name = env.get("RUNSTATE_ENV") or "development"
+        if name not in ENVIRONMENTS:
+            raise SettingsError(f"RUNSTATE_ENV must be development or production, not {name!r}")
+        developing = name == "development"
+        settings = cls(
             database_url=env.get("RUNSTATE_DATABASE_URL") or DEFAULT_DATABASE_URL,
             redis_url=env.get("RUNSTATE_REDIS_URL") or None,
             session_ttl=_positive_int(env, "RUNSTATE_SESSION_TTL", 3600),
             retention=_positive_int(env, "RUNSTATE_RETENTION", 86400),
             max_body_bytes=_positive_int(env, "RUNSTATE_MAX_BODY_BYTES", 1_048_576),
-            graphiql=_flag(env, "RUNSTATE_GRAPHIQL", True),
+            graphiql=_flag(env, "RUNSTATE_GRAPHIQL", developing),
             catch_up_seconds=_positive_float(env, "RUNSTATE_CATCH_UP_SECONDS", 3.0),
             subscriber_queue=_positive_int(env, "RUNSTATE_SUBSCRIBER_QUEUE", 1000),
             subscriber_queue_bytes=_positive_int(
@@ -50,7 +78,38 @@ class Settings:
             gap_fill=_flag(env, "RUNSTATE_GAP_FILL", True),
             idempotency_ttl=_positive_int(env, "RUNSTATE_IDEMPOTENCY_TTL", 86400),
             sweep_seconds=_positive_float(env, "RUNSTATE_SWEEP_SECONDS", 60.0),
+            env=name,
+            introspection=_flag(env, "RUNSTATE_INTROSPECTION", developing),
+            get_queries=_flag(env, "RUNSTATE_GET_QUERIES", developing),
+            max_depth=_positive_int(env, "RUNSTATE_MAX_DEPTH", 10),
+            max_aliases=_positive_int(env, "RUNSTATE_MAX_ALIASES", 15),
+            max_tokens=_positive_int(env, "RUNSTATE_MAX_TOKENS", 2000),
+            max_nodes=_positive_int(env, "RUNSTATE_MAX_NODES", 20_000),
+            max_ws_message_bytes=_positive_int(env, "RUNSTATE_MAX_WS_MESSAGE_BYTES", 1_048_576),
+            max_subscriptions=_positive_int(env, "RUNSTATE_MAX_SUBSCRIPTIONS", 20),
+            max_connections=_positive_int(env, "RUNSTATE_MAX_CONNECTIONS", 50),
+            connection_init_seconds=_positive_float(env, "RUNSTATE_CONNECTION_INIT_SECONDS", 10.0),
+            allowed_origins=tuple(
+                o.strip() for o in env.get("RUNSTATE_ALLOWED_ORIGINS", "").split(",") if o.strip()
+            ),
+            auth_check_seconds=_positive_float(env, "RUNSTATE_AUTH_CHECK_SECONDS", 5.0),
+            operation_seconds=_positive_float(env, "RUNSTATE_OPERATION_SECONDS", 30.0),
         )
+        if not developing:
+            settings.check_production()
+        return settings
+
+    def check_production(self) -> None:
+        """Refuse settings that are unsafe on a server others can reach, naming them."""
+        unsafe = []
+        if "*" in self.allowed_origins:
+            unsafe.append("RUNSTATE_ALLOWED_ORIGINS=* lets any web page use a signed-in user")
+        if not self.gap_fill:
+            unsafe.append("RUNSTATE_GAP_FILL=false lets watchers miss events")
+        if self.max_body_bytes > 16 * 1_048_576:
+            unsafe.append("RUNSTATE_MAX_BODY_BYTES above 16 MiB lets one request fill memory")
+        if unsafe:
+            raise SettingsError("unsafe in production: " + "; ".join(unsafe))
 
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with the given fields replaced; ``None`` values are ignored."""

@@ -79,13 +79,19 @@ def new_task(api: Api, steps: int = 3, **input: Any) -> dict[str, Any]:
 
 
 def events(api: Api, task_id: str) -> list[dict[str, Any]]:
-    data = api(
-        "query($id: ID!) { task(id: $id) { ... on Task { events(afterSeq: 0, first: 1000) {"
-        " seq kind taskVersion stepIndex status steps { index status } task { version } } } } }",
-        id=task_id,
-    )
-    result: list[dict[str, Any]] = data["task"]["events"]
-    return result
+    """Every event of the task, read a page of 100 (the most a list holds) at a time."""
+    result: list[dict[str, Any]] = []
+    while True:
+        page = api(
+            "query($id: ID!, $after: Int!) { task(id: $id) { ... on Task {"
+            " events(afterSeq: $after, first: 100) { seq kind taskVersion stepIndex status"
+            " steps { index status } task { version } } } } }",
+            id=task_id,
+            after=result[-1]["seq"] if result else 0,
+        )["task"]["events"]
+        result += page
+        if len(page) < 100:
+            return result
 
 
 # ---------------------------------------------------------------- sessions
@@ -250,7 +256,7 @@ def test_sessions_filter_by_status(alice: Api) -> None:
         1,
         status="PAUSED",
     )
-    paused = alice("{ sessions(status: PAUSED, first: 200) { edges { node { id status } } } }")
+    paused = alice("{ sessions(status: PAUSED, first: 100) { edges { node { id status } } } }")
     nodes = [e["node"] for e in paused["sessions"]["edges"]]
     assert {"id": s["id"], "status": "PAUSED"} in nodes
     assert {n["status"] for n in nodes} == {"PAUSED"}
@@ -557,7 +563,7 @@ def test_someone_else_cannot_write_or_delete(alice: Api, bob: Api) -> None:
         "mutation($id: ID!) { deleteSession(input: {id: $id}) { __typename } }", id=t["sessionId"]
     )
     assert d["deleteSession"]["__typename"] == "NotFound"
-    bobs = bob("{ tasks(first: 200) { edges { node { id } } } }")["tasks"]["edges"]
+    bobs = bob("{ tasks(first: 100) { edges { node { id } } } }")["tasks"]["edges"]
     assert t["id"] not in [e["node"]["id"] for e in bobs]
     mine = alice("query($id: ID!) { task(id: $id) { " + TASK + " } }", id=t["id"])["task"]
     assert mine == t

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -191,3 +192,95 @@ def test_a_message_count_past_graphql_int_is_refused(alice: Api) -> None:
     assert (refused["__typename"], refused["field"]) == ("InvalidInput", "messageCountDelta")
     read = alice("query($id: ID!) { session(id: $id) { " + SESSION + " } }", id=session["id"])
     assert (read["session"]["messageCount"], read["session"]["version"]) == (largest, 2)
+
+
+UPDATE = (
+    "mutation($id: ID!, $m: JSON) { updateSession(input: {id: $id, expectedVersion: 1,"
+    " metadata: $m}) { __typename ... on AgentSession { metadata } } }"
+)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ("NaN", "NaN is not a JSON number"),
+        ("Infinity", "Infinity is not a JSON number"),
+        ("[1, -Infinity]", "-Infinity is not a JSON number"),
+        ('"a\\u0000b"', "Strings must not contain NUL characters or unpaired surrogates"),
+        ('{"k\\u0000": 1}', "Strings must not contain NUL characters or unpaired surrogates"),
+        ('"\\ud800"', "Strings must not contain NUL characters or unpaired surrogates"),
+        ('["\\udfff x"]', "Strings must not contain NUL characters or unpaired surrogates"),
+    ],
+)
+def test_values_neither_database_stores_alike_answer_400(
+    alice: Api, metadata: str, message: str
+) -> None:
+    """Guards ``strict_json``: NaN, Infinity, NUL and unpaired surrogates in variables
+    answer 400 saying which, on both backends, and write nothing."""
+    session = start_session(alice)
+    body = (
+        '{"query": ' + json.dumps(UPDATE) + ', "variables": {"id": "' + session["id"] + '",'
+        ' "m": ' + metadata + "}}"
+    )
+    response = alice.http.post(
+        "/graphql", content=body.encode(), headers={"content-type": "application/json"}
+    )
+    assert (response.status_code, response.text) == (400, message)
+    read = alice("query($id: ID!) { session(id: $id) { " + SESSION + " } }", id=session["id"])
+    assert read["session"]["version"] == 1
+
+
+def test_a_surrogate_pair_and_an_escaped_backslash_are_fine(alice: Api) -> None:
+    """Control: a real pair (an emoji) and the text ``\\u0000`` are stored as sent."""
+    session = start_session(alice)
+    metadata = ["\U0001f600", "\\u0000"]
+    body = json.dumps(
+        {"query": UPDATE, "variables": {"id": session["id"], "m": metadata}}, ensure_ascii=True
+    )
+    response = alice.http.post(
+        "/graphql", content=body.encode(), headers={"content-type": "application/json"}
+    )
+    assert response.json()["data"]["updateSession"] == {
+        "__typename": "AgentSession",
+        "metadata": metadata,
+    }
+
+
+@pytest.mark.parametrize(
+    ("literal", "message"),
+    [
+        ('"a\\u0000b"', "Strings must not contain NUL characters or unpaired surrogates"),
+        ('"\\ud800"', "Syntax Error: Invalid Unicode escape sequence: '\\ud800'."),
+        ("1e999", "1e999 is not a finite number"),
+    ],
+)
+def test_the_same_values_written_in_the_document_are_refused(
+    alice: Api, literal: str, message: str
+) -> None:
+    """Guards ``CleanLiterals``: the values strict_json refuses, written as literals in
+    the document instead of variables, fail validation and write nothing."""
+    session = start_session(alice)
+    query = (
+        f'mutation {{ updateSession(input: {{id: "{session["id"]}", expectedVersion: 1,'
+        f" metadata: {literal}}}) {{ __typename }} }}"
+    )
+    body = alice.post({"query": query}).json()
+    assert (body["data"], [e["message"] for e in body["errors"]]) == (None, [message])
+    read = alice("query($id: ID!) { session(id: $id) { " + SESSION + " } }", id=session["id"])
+    assert read["session"]["version"] == 1
+
+
+def test_ids_longer_than_any_stored_answer_not_found(alice: Api) -> None:
+    """An id of 65 characters cannot exist; it answers NotFound like any unknown id."""
+    long_id = "x" * 65
+    read = alice(
+        "query($id: ID!) { task(id: $id) { __typename } session(id: $id) { __typename } }",
+        id=long_id,
+    )
+    assert read == {"task": {"__typename": "NotFound"}, "session": {"__typename": "NotFound"}}
+    answer = update_session(alice, long_id, 1)
+    assert (answer["__typename"], answer["id"]) == ("NotFound", long_id)
+    started = step(
+        alice, "startStep", "StepRefInput", taskId=long_id, expectedVersion=1, stepIndex=0
+    )
+    assert started["__typename"] == "NotFound"

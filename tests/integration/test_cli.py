@@ -55,22 +55,49 @@ def test_migrate_is_repeatable(tmp_path: Path) -> None:
     assert runstate("migrate", database_url=url).stdout.strip() == "migrations applied"
 
 
-def test_graphiql_and_introspection_can_be_turned_off(tmp_path: Path) -> None:
+def test_production_turns_off_graphiql_introspection_and_get_queries(tmp_path: Path) -> None:
+    """Guards RUNSTATE_ENV=production: no GraphiQL page (not even to a caller with a
+    token), no introspection, no queries in a GET; ordinary POSTs still answer."""
     url = f"sqlite://{tmp_path / 'prod.db'}"
     token = create_token(url, "erin")
-    server = Server(url, tmp_path / "server.log", RUNSTATE_GRAPHIQL="false").start()
+    server = Server(url, tmp_path / "server.log", RUNSTATE_ENV="production").start()
     try:
         page = httpx.get(f"{server.url}/graphql", headers={"Accept": "text/html"})
-        assert page.status_code == 404
+        assert page.status_code == 401
         headers = {"Authorization": f"Bearer {token}"}
+        page = httpx.get(f"{server.url}/graphql", headers={**headers, "Accept": "text/html"})
+        assert page.status_code == 404
         schema_query = {"query": "{ __schema { queryType { name } } }"}
         body = httpx.post(f"{server.url}/graphql", json=schema_query, headers=headers).json()
         assert "introspection" in body["errors"][0]["message"].lower()
         normal = {"query": "{ sessions { edges { cursor } } }"}
+        got = httpx.get(f"{server.url}/graphql", params=normal, headers=headers)
+        assert (got.status_code, got.text) == (400, "queries are not allowed when using GET")
         body = httpx.post(f"{server.url}/graphql", json=normal, headers=headers).json()
         assert body == {"data": {"sessions": {"edges": []}}}
     finally:
         server.stop()
+
+
+def test_production_refuses_to_start_with_unsafe_settings(tmp_path: Path) -> None:
+    """Guards the production check: serve exits with one line naming the setting."""
+    done = subprocess.run(
+        [sys.executable, "-m", "runstate", "serve", "--port", str(free_port())],
+        env={
+            **os.environ,
+            "RUNSTATE_DATABASE_URL": f"sqlite://{tmp_path / 'unsafe.db'}",
+            "RUNSTATE_ENV": "production",
+            "RUNSTATE_ALLOWED_ORIGINS": "*",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "runstate: unsafe in production: RUNSTATE_ALLOWED_ORIGINS=* lets any web page"
+        " use a signed-in user"
+    )
 
 
 def test_demo_prints_a_signed_in_link_and_an_agent_starts_working(tmp_path: Path) -> None:

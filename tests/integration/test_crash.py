@@ -8,14 +8,13 @@ from pathlib import Path
 
 from tests.integration.test_api import events, new_task
 from tests.integration.test_lifecycle import acquire, task_now
-from tests.integration.test_progress import token_of
 from tests.support import TASK, AgentProcess, Api, Server, mutate, wait_until
 
 
 def test_a_frozen_lease_holder_cannot_write_after_a_takeover(server: Server, alice: Api) -> None:
     task = new_task(alice, steps=300)
     tid = task["id"]
-    agent = AgentProcess(server.url, token_of(alice), tid, "--holder", "frozen", "--ttl", "2")
+    agent = AgentProcess(server.url, alice.token, tid, "--holder", "frozen", "--ttl", "2")
     try:
         agent.until(lambda line: line.get("event") == "done" and line["step"] == 5)
         os.kill(agent.process.pid, signal.SIGSTOP)
@@ -70,7 +69,7 @@ def test_an_agent_killed_mid_task_is_resumed_by_a_new_process(
     effects = tmp_path / "effects.txt"
     common = ["--ttl", "2", "--effects", str(effects)]
     first = AgentProcess(
-        server.url, token_of(alice), tid, "--holder", "run-1", "--pause-at", "book flight", *common
+        server.url, alice.token, tid, "--holder", "run-1", "--pause-at", "book flight", *common
     )
     try:
         first.until(lambda line: line.get("event") == "paused")
@@ -79,7 +78,7 @@ def test_an_agent_killed_mid_task_is_resumed_by_a_new_process(
     assert effects.read_text().splitlines() == ["search flights", "compare prices"]
 
     second = AgentProcess(
-        server.url, token_of(alice), tid, "--holder", "run-2", "--decide", "RETRY", *common
+        server.url, alice.token, tid, "--holder", "run-2", "--decide", "RETRY", *common
     )
     try:
         lines = second.rest(within=60)

@@ -36,9 +36,9 @@ def test_an_inactive_session_expires_and_stays_expired(alice: Api) -> None:
     assert update["__typename"] == "SessionExpired"
     read = alice("query($id: ID!) { task(id: $id) { __typename } }", id=t["id"])
     assert read["task"] == {"__typename": "SessionExpired"}
-    listed = alice("{ sessions(status: EXPIRED, first: 200) { edges { node { id status } } } }")
+    listed = alice("{ sessions(status: EXPIRED, first: 100) { edges { node { id status } } } }")
     assert {"id": s["id"], "status": "EXPIRED"} in [e["node"] for e in listed["sessions"]["edges"]]
-    active = alice("{ sessions(status: ACTIVE, first: 200) { edges { node { id } } } }")
+    active = alice("{ sessions(status: ACTIVE, first: 100) { edges { node { id } } } }")
     assert s["id"] not in [e["node"]["id"] for e in active["sessions"]["edges"]]
 
 

@@ -67,7 +67,7 @@ def test_twenty_concurrent_calls_with_one_key_write_once(alice: Api, server: Ser
     task = new_task(alice)
     k = key()
     with ThreadPoolExecutor(20) as pool:
-        callers = [Api(server.url, token_of(alice)) for _ in range(20)]
+        callers = [Api(server.url, alice.token) for _ in range(20)]
         answers = list(pool.map(lambda api: start(api, task["id"], 1, k), callers))
         failures = list(
             pool.map(
@@ -140,7 +140,3 @@ def test_a_key_past_its_retention_is_swept_and_writes_again(alice: Api, server: 
     assert query_value(server.database_url, count) == 0
     again = start(alice, task["id"], 1, k)
     assert (again["__typename"], again["currentVersion"]) == ("VersionConflict", 2)
-
-
-def token_of(api: Api) -> str:
-    return str(api.http.headers["Authorization"]).removeprefix("Bearer ")

@@ -85,7 +85,7 @@ async def test_two_processes_share_one_sqlite_file(two_servers: tuple[Server, Se
         )
     assert [line for lines in drives for line in lines] == []
     listed = api(
-        "query($s: ID) { tasks(sessionId: $s, first: 200) { edges { node {"
+        "query($s: ID) { tasks(sessionId: $s, first: 100) { edges { node {"
         " status version eventSeq currentStep } } } }",
         s=shared["id"],
     )["tasks"]["edges"]

@@ -24,10 +24,6 @@ ACTIVITY = """
 subscription($id: ID!) { sessionActivity(sessionId: $id) { taskId seq kind } }"""
 
 
-def token_of(api: Api) -> str:
-    return str(api.http.headers["Authorization"]).removeprefix("Bearer ")
-
-
 def seqs(events: list[dict[str, Any]], field: str = "taskProgress") -> list[int]:
     return [e[field]["seq"] for e in events]
 
@@ -55,8 +51,8 @@ async def test_two_watchers_see_the_same_gap_free_steps(server: Server, alice: A
     task = new_task(alice, steps=10)
     variables = {"id": task["id"]}
     async with (
-        Subscriber(server.url, token_of(alice), PROGRESS, variables) as one,
-        Subscriber(server.url, token_of(alice), PROGRESS, variables) as two,
+        Subscriber(server.url, alice.token, PROGRESS, variables) as one,
+        Subscriber(server.url, alice.token, PROGRESS, variables) as two,
     ):
         first = [await one.next(), await two.next()]
         assert [e["taskProgress"]["kind"] for e in first] == ["SNAPSHOT", "SNAPSHOT"]
@@ -82,7 +78,7 @@ async def test_resubscribing_after_a_seq_replays_exactly_the_missed_events(
     task = new_task(alice, steps=3)
     drive(alice, task["id"], 2)
     async with Subscriber(
-        server.url, token_of(alice), PROGRESS, {"id": task["id"], "after": 2}
+        server.url, alice.token, PROGRESS, {"id": task["id"], "after": 2}
     ) as late:
         replayed = [await late.next() for _ in range(3)]
         assert seqs(replayed) == [3, 4, 5]
@@ -105,7 +101,7 @@ async def test_a_cursor_past_the_head_gets_a_snapshot_then_live_events(
     the next live event; never silence. A negative one is a request error."""
     task = new_task(alice, steps=2)
     async with Subscriber(
-        server.url, token_of(alice), PROGRESS, {"id": task["id"], "after": 100}
+        server.url, alice.token, PROGRESS, {"id": task["id"], "after": 100}
     ) as ahead:
         first = (await ahead.next())["taskProgress"]
         assert (first["kind"], first["seq"], first["task"]["status"]) == ("SNAPSHOT", 1, "PLANNED")
@@ -113,7 +109,7 @@ async def test_a_cursor_past_the_head_gets_a_snapshot_then_live_events(
         live = (await ahead.next())["taskProgress"]
     assert (live["kind"], live["seq"]) == ("STEP_STARTED", 2)
     async with Subscriber(
-        server.url, token_of(alice), PROGRESS, {"id": task["id"], "after": -1}
+        server.url, alice.token, PROGRESS, {"id": task["id"], "after": -1}
     ) as negative:
         with pytest.raises(SubscriptionError, match="afterSeq"):
             await negative.next()
@@ -122,7 +118,7 @@ async def test_a_cursor_past_the_head_gets_a_snapshot_then_live_events(
 async def test_session_activity_includes_tasks_created_later(server: Server, alice: Api) -> None:
     session = start_session(alice)
     before = create_task(alice, session["id"], steps=1)
-    async with Subscriber(server.url, token_of(alice), ACTIVITY, {"id": session["id"]}) as watch:
+    async with Subscriber(server.url, alice.token, ACTIVITY, {"id": session["id"]}) as watch:
         step(
             alice, "startStep", "StepRefInput", taskId=before["id"], stepIndex=0, expectedVersion=1
         )
@@ -142,7 +138,7 @@ async def test_someone_elses_task_fails_like_an_unknown_id(
     task = new_task(alice)
     answers = []
     for task_id in (task["id"], "never-made"):
-        async with Subscriber(server.url, token_of(bob), PROGRESS, {"id": task_id}) as spy:
+        async with Subscriber(server.url, bob.token, PROGRESS, {"id": task_id}) as spy:
             with pytest.raises(SubscriptionError) as refused:
                 await spy.next()
         answers.append(str(refused.value).replace(task_id, "<id>"))
@@ -154,7 +150,7 @@ async def test_another_users_watch_of_a_session_receives_nothing(
     server: Server, alice: Api, bob: Api
 ) -> None:
     session = start_session(alice)
-    async with Subscriber(server.url, token_of(bob), ACTIVITY, {"id": session["id"]}) as spy:
+    async with Subscriber(server.url, bob.token, ACTIVITY, {"id": session["id"]}) as spy:
         with pytest.raises(SubscriptionError, match="not found"):
             await spy.next()
 
@@ -179,8 +175,8 @@ async def test_a_stalled_watcher_does_not_hold_up_the_others(server: Server, ali
     variables = {"id": task["id"]}
     big = PROGRESS.replace("steps { index status }", "steps { action input output }")
     async with (
-        Subscriber(server.url, token_of(alice), big, variables) as stalled,
-        Subscriber(server.url, token_of(alice), PROGRESS, variables) as reader,
+        Subscriber(server.url, alice.token, big, variables) as stalled,
+        Subscriber(server.url, alice.token, PROGRESS, variables) as reader,
     ):
         await stalled.next()
         await reader.next()
@@ -217,7 +213,7 @@ async def test_graphiql_style_headers_in_connection_init_are_accepted(
     async with connect(
         server.url.replace("http://", "ws://") + "/graphql", subprotocols=GRAPHQL_WS
     ) as socket:
-        headers = {"Authorization": f"Bearer {token_of(alice)}"}
+        headers = {"Authorization": f"Bearer {alice.token}"}
         await socket.send(json.dumps({"type": "connection_init", "payload": headers}))
         assert json.loads(await socket.recv())["type"] == "connection_ack"
         subscribe = {"query": PROGRESS, "variables": {"id": task["id"]}}

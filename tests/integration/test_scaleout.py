@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_api import new_task, step
-from tests.integration.test_progress import PROGRESS, completed, drive, seqs, token_of
+from tests.integration.test_progress import PROGRESS, completed, drive, seqs
 from tests.support import (
     Api,
     RedisServer,
@@ -163,7 +163,7 @@ async def run_outage(tmp_path: Path, gap_fill: bool) -> tuple[list[list[int]], l
         pk = query_value(url, f"SELECT id FROM tasks WHERE public_id = '{task['id']}'")
         channel = f"runstate:{installation}:task:{pk}"
         watchers = [
-            Subscriber(server.url, token_of(api), PROGRESS, {"id": task["id"]})
+            Subscriber(server.url, api.token, PROGRESS, {"id": task["id"]})
             for server in servers
             for _ in range(WATCHERS_PER_SERVER)
         ]

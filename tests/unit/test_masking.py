@@ -3,7 +3,17 @@ subscription messages alike (``MaskUnexpectedErrors``)."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
+import pytest
+from tortoise.backends.base.executor import EXECUTOR_CACHE
+
+from runstate.auth import Principal
+from runstate.db import close_database, open_database
 from runstate.schema.build import schema
+from runstate.schema.context import Context
+from runstate.settings import Settings
 
 
 async def test_an_unexpected_error_is_masked_in_an_answer() -> None:
@@ -22,3 +32,26 @@ async def test_an_unexpected_error_is_masked_in_a_subscription() -> None:
     first = await anext(stream)
     assert first.errors is not None
     assert [e.message for e in first.errors] == ["Unexpected error."]
+
+
+async def test_only_unexpected_errors_are_logged(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """Guards ``Schema.process_errors``: a refusal the client caused (a syntax error, a
+    page too large) leaves nothing in the log, while an unexpected failure is logged
+    with its traceback."""
+    EXECUTOR_CACHE.clear()
+    await open_database(f"sqlite://{tmp_path / 'log.db'}")
+    try:
+        context = Context(principal=Principal("u", "d"), settings=Settings())
+        with caplog.at_level(logging.ERROR):
+            await schema.execute("{ sessions { ", context_value=context)
+            await schema.execute(
+                "{ sessions(first: 101) { edges { cursor } } }", context_value=context
+            )
+        assert caplog.records == []
+        with caplog.at_level(logging.ERROR):
+            await schema.execute("{ sessions { edges { cursor } } }", context_value=None)
+        assert [r.exc_info is not None for r in caplog.records] == [True]
+    finally:
+        await close_database()

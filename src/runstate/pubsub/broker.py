@@ -103,6 +103,10 @@ class Broker(ABC):
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Disconnect, if the backend needs to."""
 
+    async def ready(self) -> bool:
+        """Whether the backend answers now (an in-process broker always does)."""
+        return True
+
     @abstractmethod
     async def publish(self, channel: str, data: bytes) -> None:
         """Send ``data`` to every subscriber of ``channel``, in this process or others."""

@@ -80,6 +80,14 @@ class RedisBroker(Broker):
         with contextlib.suppress(*_FAILURES):
             await self._client.aclose()
 
+    async def ready(self) -> bool:
+        """Whether Redis answers a PING within a second."""
+        try:
+            async with asyncio.timeout(1.0):
+                return bool(await self._client.ping())
+        except _FAILURES:
+            return False
+
     async def publish(self, channel: str, data: bytes) -> None:
         await self._client.publish(self.prefix + channel, data)
 

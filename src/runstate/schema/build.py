@@ -2,37 +2,55 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from functools import partial
 
 import strawberry
 from graphql import GraphQLError
 from strawberry.extensions import (
+    AddValidationRules,
     DisableIntrospection,
     MaskErrors,
-    MaxAliasesLimiter,
     MaxTokensLimiter,
     ParserCache,
-    QueryDepthLimiter,
     SchemaExtension,
     ValidationCache,
 )
+from strawberry.types import ExecutionContext
 
 from runstate.resolvers.mutations import Mutation
 from runstate.resolvers.queries import Query
 from runstate.resolvers.subscriptions import Subscription
 from runstate.schema.fanout import SharedEventExecutor
+from runstate.schema.limits import limit_rules
 from runstate.services.errors import DomainError
-
-MAX_DEPTH = 12
-MAX_ALIASES = 30
-MAX_TOKENS = 5000
+from runstate.settings import Settings
 
 
 def _should_mask(error: GraphQLError) -> bool:
     """Hide unexpected failures; let syntax, validation and service refusals through."""
     original = error.original_error
     return original is not None and not isinstance(original, DomainError | GraphQLError)
+
+
+class ParseOnce(ParserCache):
+    """Strawberry's ParserCache, leaving a document it cannot parse to Strawberry.
+
+    ParserCache raises the syntax error (or "more than N tokens") from its hook,
+    where the HTTP path catches it but the WebSocket path does not: the operation
+    then ended with a bare ``complete``, no error, and a traceback in the log.
+    Left unparsed, the document is parsed again by Strawberry, which answers the
+    error as a GraphQL error on every transport. Only bad documents parse twice.
+    """
+
+    def on_parse(self) -> Iterator[None]:
+        context = self.execution_context
+        with contextlib.suppress(GraphQLError):
+            context.graphql_document = self.cached_parse_document(
+                context.query, **context.parse_options
+            )
+        yield
 
 
 class MaskUnexpectedErrors(MaskErrors):
@@ -51,20 +69,42 @@ class MaskUnexpectedErrors(MaskErrors):
             result.errors = self._process_errors(errors)  # type: ignore[attr-defined]
 
 
-def build_schema(*, introspection: bool = True) -> strawberry.Schema:
-    """The runstate GraphQL schema; ``introspection=False`` refuses schema queries."""
+class Schema(strawberry.Schema):
+    """Strawberry's Schema, logging only unexpected errors.
+
+    Strawberry logs every error with its traceback, so each NotFound, refused
+    transition or syntax error a client caused filled the log; those are answers,
+    not faults. Unexpected errors are logged in full (and masked for the client).
+    """
+
+    def process_errors(
+        self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
+    ) -> None:
+        unexpected = [error for error in errors if _should_mask(error)]
+        if unexpected:
+            super().process_errors(unexpected, execution_context)
+
+
+def build_schema(settings: Settings | None = None) -> strawberry.Schema:
+    """The runstate GraphQL schema with the limits of ``settings`` (the defaults when
+    None); ``settings.introspection`` off refuses schema queries."""
+    settings = settings or Settings()
+    # Built once here, so that every request hands graphql-core's validation cache
+    # the same rule classes (see ``schema.limits``).
+    rules = limit_rules(
+        max_depth=settings.max_depth, max_aliases=settings.max_aliases, max_nodes=settings.max_nodes
+    )
     # Classes or factories, never instances: Strawberry builds a fresh one per request.
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
-        ParserCache,
+        ParseOnce,
         ValidationCache,
-        partial(QueryDepthLimiter, max_depth=MAX_DEPTH),
-        partial(MaxAliasesLimiter, max_alias_count=MAX_ALIASES),
-        partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
+        partial(AddValidationRules, rules),
+        partial(MaxTokensLimiter, max_token_count=settings.max_tokens),
         partial(MaskUnexpectedErrors, should_mask_error=_should_mask),
     ]
-    if not introspection:
+    if not settings.introspection:
         extensions.append(DisableIntrospection)
-    return strawberry.Schema(
+    return Schema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,

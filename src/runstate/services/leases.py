@@ -15,6 +15,7 @@ from tortoise.expressions import F, Q, Subquery
 
 from runstate.enums import SessionStatus, TaskEventKind, TaskStatus
 from runstate.models import USER_LENGTH, Task
+from runstate.services import validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import (
     DomainError,
@@ -156,6 +157,9 @@ async def claim_task(
     claim wins, so the rounds are bounded by the claims racing).
     """
     _checked(holder_id, ttl_seconds)
+
+    if session_id is not None:
+        validation.known_id(session_id, "session")
 
     def candidates(now: datetime) -> Q:
         query = Task.filter(

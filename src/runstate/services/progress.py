@@ -15,14 +15,15 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from datetime import datetime
 
 from runstate import pubsub
 from runstate.bounded import BoundedCache
-from runstate.enums import TaskEventKind
+from runstate.enums import SessionStatus, TaskEventKind
 from runstate.models import Session, Task
 from runstate.services import history
 from runstate.services.clock import utcnow
-from runstate.services.errors import InvalidInputError
+from runstate.services.errors import InvalidInputError, SessionExpiredError
 from runstate.services.history import TaskRef
 from runstate.services.queries import get_task
 from runstate.services.sessions import get_session
@@ -185,13 +186,33 @@ async def task_progress(
                     continue
             if not gap_fill:
                 continue
-            stored = await Task.filter(id=view.pk).only("id", "event_seq").first()
-            if stored is None:
+            head = await _task_head(view)
+            if head is None:
                 return  # the task was deleted with its session
-            if stored.event_seq > last:
+            if head > last:
                 async for event in stored_events(ref, last):
                     yield event
                     last = event.seq
+
+
+async def _task_head(view: TaskView) -> int | None:
+    """The task's latest seq, None once it is deleted; SessionExpiredError once its
+    session has expired, which ends the subscription with that error."""
+    row = await (
+        Task.filter(id=view.pk)
+        .first()
+        .values_list("event_seq", "session__status", "session__expires_at")
+    )
+    if row is None:
+        return None
+    seq, status, expires_at = row
+    _refuse_expired(view.session_id, status, expires_at)
+    return int(seq)
+
+
+def _refuse_expired(session_id: str, status: object, expires_at: datetime) -> None:
+    if status == SessionStatus.EXPIRED or expires_at <= utcnow():
+        raise SessionExpiredError(session_id)
 
 
 async def session_activity(
@@ -219,8 +240,10 @@ async def session_activity(
                     continue
             if not gap_fill:
                 continue
-            if not await Session.exists(id=session.pk):
-                return
+            state = await Session.filter(id=session.pk).first().values_list("status", "expires_at")
+            if state is None:
+                return  # the session was deleted
+            _refuse_expired(session.id, *state)
             stored = await Task.filter(session_id=session.pk).values_list(
                 "id", "public_id", "event_seq"
             )

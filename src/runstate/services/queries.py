@@ -10,7 +10,7 @@ from tortoise.expressions import Q
 from tortoise.queryset import QuerySet
 
 from runstate.enums import SessionStatus, TaskStatus
-from runstate.models import Session, Task
+from runstate.models import ID_LENGTH, Session, Task
 from runstate.services import history, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, NotFoundError, SessionExpiredError
@@ -18,7 +18,6 @@ from runstate.services.loading import is_expired, session_view, task_view
 from runstate.services.sessions import mark_expired
 from runstate.services.views import EventView, Page, SessionView, TaskView
 
-MAX_EVENTS = 1000
 WORKING = (TaskStatus.RUNNING, TaskStatus.WAITING_TOOL)
 
 
@@ -56,6 +55,7 @@ def decode_cursor(cursor: str | None) -> int | None:
 
 async def get_task(user_id: str, task_id: str) -> TaskView:
     """The caller's task; a task in an expired session answers SessionExpired."""
+    validation.known_id(task_id, "task")
     row = await Task.get_or_none(user_id=user_id, public_id=task_id).select_related("session")
     if row is None:
         raise NotFoundError("task", task_id)
@@ -108,6 +108,8 @@ async def list_tasks(
     if session_pk is not None:
         query = query.filter(session_id=session_pk)
     if session_id is not None:
+        if len(session_id) > ID_LENGTH:  # no such session
+            return Page(items=(), cursors=(), has_next_page=False)
         query = query.filter(session__public_id=session_id, session__user_id=user_id)
     if status is not None:
         query = query.filter(status=status)
@@ -126,8 +128,7 @@ async def list_tasks(
 
 async def list_events(task: TaskView, *, after_seq: int, first: int) -> list[EventView]:
     """The task's events after ``after_seq``, oldest first."""
-    if not 0 <= first <= MAX_EVENTS:
-        raise InvalidInputError("first", f"must be between 0 and {MAX_EVENTS}")
+    validation.page_size(first)
     return await history.events(task, after_seq, first)
 
 

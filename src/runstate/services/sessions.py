@@ -57,6 +57,7 @@ async def start_session(
 
 async def get_session(user_id: str, session_id: str) -> SessionView:
     """The caller's live session; an expired one answers SessionExpired from then on."""
+    validation.known_id(session_id, "session")
     row = await Session.get_or_none(user_id=user_id, public_id=session_id)
     if row is None:
         raise NotFoundError("session", session_id)
@@ -87,6 +88,7 @@ async def update_session(
     set_metadata: bool = False,
 ) -> SessionView:
     """Change a session's own fields if its version is still ``expected_version``."""
+    validation.known_id(session_id, "session")
     delta = validation.non_negative(message_count_delta or 0, "messageCountDelta")
     room = MAX_COUNT - delta
     now = utcnow()
@@ -135,6 +137,7 @@ MAX_COUNT = 2**31 - 1
 
 async def delete_session(user_id: str, session_id: str) -> str:
     """Delete a session and, by cascade, its tasks, steps, tool states and events."""
+    validation.known_id(session_id, "session")
     deleted = await Session.filter(user_id=user_id, public_id=session_id).delete()
     if not deleted:
         raise NotFoundError("session", session_id)

@@ -153,6 +153,7 @@ async def _insert_task(
     at once). Steps that do not stand as newly planned (a fork's) get their history
     row at seq 1.
     """
+    validation.known_id(session_id, "session")
     now = utcnow()
     try:
         async with in_transaction() as conn:

@@ -312,6 +312,8 @@ async def write_task(user_id: str, task_id: str, apply: Apply, guard: Guard) -> 
     never is.
     """
 
+    validation.known_id(task_id, "task")
+
     async def explain() -> DomainError | None:
         return await _why_missed(user_id, task_id, guard)
 

@@ -39,6 +39,20 @@ async def revoke_token(token: str) -> bool:
     )
 
 
+async def live_digests(digests: set[str]) -> set[str]:
+    """Which of these token digests belong to live (unrevoked) tokens."""
+    ordered = sorted(digests)
+    live: set[str] = set()
+    for start in range(0, len(ordered), 500):  # SQLite binds at most 999 variables
+        live.update(
+            str(found)
+            for found in await ApiToken.filter(
+                token_hash__in=ordered[start : start + 500], revoked_at__isnull=True
+            ).values_list("token_hash", flat=True)
+        )
+    return live
+
+
 async def user_for_token(token: str) -> str | None:
     """The user a live token belongs to, or None."""
     if not token.startswith(PREFIX) or len(token) > 200:

@@ -9,13 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstate.models import ID_LENGTH
-from runstate.services.errors import InvalidInputError
+from runstate.services.errors import InvalidInputError, NotFoundError
 
 MAX_TTL_SECONDS = 366 * 24 * 3600
 MAX_GOAL_LENGTH = 10_000
 MAX_ACTION_LENGTH = 200
 MAX_STEPS = 1000
-MAX_PAGE = 200
+MAX_PAGE = 100
+"""The most items one page of any list may hold (``first``)."""
 MAX_ERROR_LENGTH = 10_000
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]*")
@@ -28,6 +29,26 @@ class StepPlan:
     action: str
     input: Any = None
     idempotent: bool = True
+
+
+def storable_text(text: str) -> bool:
+    """False for text with a NUL character or an unpaired surrogate: PostgreSQL
+    stores neither and SQLite would, so both are refused before either sees them."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def known_id(value: str, kind: str) -> str:
+    """An id to look up. One longer than any id can be is NotFound at once: Tortoise
+    refuses to put it in a query at all."""
+    if len(value) > ID_LENGTH:
+        raise NotFoundError(kind, value)
+    return value
 
 
 def object_id(value: str | None, field: str = "id") -> str:

@@ -1,11 +1,14 @@
-"""Routes of the web page: the start page and a health check."""
+"""Routes of the web page: the start page, liveness and readiness."""
 
 from __future__ import annotations
 
 from importlib.resources import files
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from tortoise import Tortoise
+
+from runstate import pubsub
 
 _INDEX = files("runstate.web").joinpath("index.html").read_text(encoding="utf-8")
 
@@ -19,3 +22,24 @@ async def index(_: Request) -> Response:
 async def health(_: Request) -> Response:
     """Liveness for scripts and tests: answers once the database is open."""
     return PlainTextResponse("ok")
+
+
+async def ready(_: Request) -> Response:
+    """Readiness for load balancers: 200 when the database and the broker both
+    answer now, 503 naming what does not."""
+    checks = {"database": await _database_answers(), "broker": await _broker_answers()}
+    status = 200 if all(checks.values()) else 503
+    return JSONResponse({k: "ok" if v else "unavailable" for k, v in checks.items()}, status)
+
+
+async def _database_answers() -> bool:
+    try:
+        await Tortoise.get_connection("default").execute_query("SELECT 1")
+    except Exception:  # any failure means not ready; the reason is in the database's log
+        return False
+    return True
+
+
+async def _broker_answers() -> bool:
+    hub = pubsub.current()
+    return hub is not None and await hub.broker.ready()

@@ -20,6 +20,7 @@ const LOG_PAGE = `query($id: ID!, $after: Int!, $first: Int!) { task(id: $id) {
   ... on Task { events(afterSeq: $after, first: $first) { seq kind stepIndex toolName at } } } }`;
 const FINISHED = new Set(["SUCCESS", "SKIPPED"]);
 const LEASE_EVENTS = new Set(["LOCK_ACQUIRED", "LOCK_RELEASED"]);
+const PAGE = 100; // the most a list may return at once
 const LOG_LINES = 500; // the event log keeps the newest lines; the server keeps them all
 
 const $ = (id) => document.getElementById(id);
@@ -185,13 +186,17 @@ function applyEvent(task, event) {
 
 // The log shows the newest events: the last page up to the snapshot, then live ones.
 async function loadLog(watching, seq) {
-  const first = Math.min(LOG_LINES, seq);
   try {
-    const data = await graphql(LOG_PAGE, { id: watching.id, after: seq - first, first });
-    if (watching !== current) return;
+    const older = [];
+    for (let after = seq - Math.min(LOG_LINES, seq); after < seq; after += PAGE) {
+      const first = Math.min(PAGE, seq - after);
+      const data = await graphql(LOG_PAGE, { id: watching.id, after, first });
+      if (watching !== current) return;
+      older.push(...data.task.events);
+    }
     const live = [...$("events").children];
     $("events").replaceChildren();
-    for (const event of data.task.events) logLine(event);
+    for (const event of older) logLine(event);
     for (const line of live.reverse()) $("events").prepend(line);
   } catch (error) {
     console.warn("event log:", error.message);

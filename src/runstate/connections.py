@@ -1,0 +1,95 @@
+"""Open WebSocket connections: how many each user holds, and closing those whose
+token has been revoked.
+
+A token is checked once, in ``connection_init``; after that the connection lives
+on its own. ``Connections.watch`` checks the tokens of every open connection of
+the process in one query every ``auth_check_seconds`` and closes (4403) those
+whose token is no longer live, so a revoked token, revoked from the command line
+or another process, stops streaming within that time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+from runstate.services.tokens import live_digests
+
+log = logging.getLogger(__name__)
+
+REVOKED = 4403
+"""The close code of a connection whose token was revoked (as for a refused one)."""
+
+Close = Callable[[int, str], Awaitable[None]]
+
+
+@dataclass(eq=False)
+class Connection:
+    """One acknowledged WebSocket: whose it is, by which token, and how to close it."""
+
+    user_id: str
+    token_digest: str
+    close: Close = field(repr=False)
+
+
+class TooManyConnectionsError(Exception):
+    """The user already holds as many connections as one process allows."""
+
+
+class Connections:
+    """The open connections of this process, by user."""
+
+    def __init__(self, per_user: int) -> None:
+        self.per_user = per_user
+        self._by_user: dict[str, set[Connection]] = defaultdict(set)
+
+    def add(self, connection: Connection) -> None:
+        """Count a new connection; TooManyConnectionsError past ``per_user``."""
+        held = self._by_user[connection.user_id]
+        if len(held) >= self.per_user:
+            raise TooManyConnectionsError
+        held.add(connection)
+
+    def remove(self, connection: Connection) -> None:
+        """Forget a connection that has ended (idempotent)."""
+        held = self._by_user.get(connection.user_id)
+        if held is not None:
+            held.discard(connection)
+            if not held:
+                del self._by_user[connection.user_id]
+
+    def __len__(self) -> int:
+        return sum(len(held) for held in self._by_user.values())
+
+    def all(self) -> Iterable[Connection]:
+        """Every open connection (a copy: closing one changes the registry)."""
+        return [c for held in self._by_user.values() for c in held]
+
+    async def close_revoked(self) -> int:
+        """Close every connection whose token is no longer live; how many were."""
+        connections = list(self.all())
+        if not connections:
+            return 0
+        live = await live_digests({c.token_digest for c in connections})
+        closed = 0
+        for connection in connections:
+            if connection.token_digest not in live:
+                self.remove(connection)
+                await connection.close(REVOKED, "token revoked")
+                closed += 1
+        return closed
+
+    async def watch(self, every_seconds: float) -> None:
+        """``close_revoked`` every ``every_seconds`` until cancelled."""
+        while True:
+            await asyncio.sleep(every_seconds)
+            try:
+                closed = await self.close_revoked()
+            except Exception:  # the next round tries again; the server keeps serving
+                log.exception("token check of open connections failed")
+                continue
+            if closed:
+                log.info("closed %d connections whose token was revoked", closed)
