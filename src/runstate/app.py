@@ -19,6 +19,7 @@ from runstate.db import close_database, open_database
 from runstate.http import BearerAuth, BodyLimit, GraphQLView
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
 from runstate.pubsub.redis import RedisBroker
+from runstate.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from runstate.schema.build import build_schema
 from runstate.services.sweep import sweep_forever
 from runstate.settings import Settings
@@ -33,6 +34,7 @@ def create_app(settings: Settings) -> Starlette:
     and starts the expiry sweep and the token check of open connections.
     """
     connections = Connections(settings.max_connections)
+    graphql = GraphQLView(build_schema(settings), settings, connections)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -48,6 +50,17 @@ def create_app(settings: Settings) -> Starlette:
         else:
             broker = MemoryBroker(settings.subscriber_queue, settings.subscriber_queue_bytes)
         publisher = Publisher(broker)
+        limiter: RateLimiter | None = None
+        if settings.rate_limit and settings.redis_url:
+            limiter = RedisRateLimiter(
+                settings.redis_url,
+                f"runstate:{installation}:",
+                settings.rate_per_second,
+                settings.rate_burst,
+            )
+        elif settings.rate_limit:
+            limiter = MemoryRateLimiter(settings.rate_per_second, settings.rate_burst)
+        graphql.limiter = limiter
         await broker.start()
         await publisher.start()
         pubsub.install(Hub(broker, publisher))
@@ -69,9 +82,10 @@ def create_app(settings: Settings) -> Starlette:
             pubsub.uninstall()
             await publisher.close()
             await broker.close()
+            if isinstance(limiter, RedisRateLimiter):
+                await limiter.close()
             await close_database()
 
-    graphql = GraphQLView(build_schema(settings), settings, connections)
     middleware = [
         Middleware(BodyLimit, limit=settings.max_body_bytes),
         Middleware(BearerAuth, graphiql=settings.graphiql),

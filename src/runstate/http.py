@@ -28,6 +28,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import Connec
 
 from runstate.auth import Principal, principal_from_header
 from runstate.connections import Connection, Connections, TooManyConnectionsError
+from runstate.ratelimit import RateLimiter
 from runstate.schema.context import Context
 from runstate.schema.fanout import SHARED
 from runstate.services.validation import storable_text
@@ -93,7 +94,13 @@ class GraphQLView(GraphQL[Context, None]):
 
     graphql_transport_ws_handler_class = TransportWS
 
-    def __init__(self, schema: Any, settings: Settings, connections: Connections) -> None:
+    def __init__(
+        self,
+        schema: Any,
+        settings: Settings,
+        connections: Connections,
+        limiter: RateLimiter | None = None,
+    ) -> None:
         super().__init__(
             schema,
             graphql_ide="graphiql" if settings.graphiql else None,
@@ -105,6 +112,7 @@ class GraphQLView(GraphQL[Context, None]):
         )
         self.settings = settings
         self.connections = connections
+        self.limiter = limiter
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Context:
         # BearerAuth has refused every HTTP request without a caller, except the
@@ -113,6 +121,7 @@ class GraphQLView(GraphQL[Context, None]):
         return Context(
             principal=principal if isinstance(principal, Principal) else None,
             settings=self.settings,
+            limiter=self.limiter,
         )
 
     def encode_json(self, data: object) -> str | bytes:

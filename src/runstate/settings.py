@@ -54,6 +54,12 @@ class Settings:
     """How often open WebSocket connections have their tokens checked again."""
     operation_seconds: float = 30.0
     """The longest a query or mutation may run before it is stopped."""
+    rate_limit: bool = True
+    rate_per_second: float = 200.0
+    """Points a user's budget regains per second (a read costs 1, a write 2, a
+    subscription 5; see ``runstate.ratelimit``)."""
+    rate_burst: float = 2000.0
+    """The most points a user's budget holds."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -94,6 +100,9 @@ class Settings:
             ),
             auth_check_seconds=_positive_float(env, "RUNSTATE_AUTH_CHECK_SECONDS", 5.0),
             operation_seconds=_positive_float(env, "RUNSTATE_OPERATION_SECONDS", 30.0),
+            rate_limit=_flag(env, "RUNSTATE_RATE_LIMIT", True),
+            rate_per_second=_positive_float(env, "RUNSTATE_RATE_PER_SECOND", 200.0),
+            rate_burst=_positive_float(env, "RUNSTATE_RATE_BURST", 2000.0),
         )
         if not developing:
             settings.check_production()
@@ -104,6 +113,8 @@ class Settings:
         unsafe = []
         if "*" in self.allowed_origins:
             unsafe.append("RUNSTATE_ALLOWED_ORIGINS=* lets any web page use a signed-in user")
+        if not self.rate_limit:
+            unsafe.append("RUNSTATE_RATE_LIMIT=false lets one user starve the others")
         if not self.gap_fill:
             unsafe.append("RUNSTATE_GAP_FILL=false lets watchers miss events")
         if self.max_body_bytes > 16 * 1_048_576:

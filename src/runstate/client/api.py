@@ -32,7 +32,7 @@ from graphql import DocumentNode, parse
 from websockets.exceptions import WebSocketException
 
 from runstate.client import documents as doc
-from runstate.client.errors import PROBLEMS, NeedsDecision, NotFound, RunstateError
+from runstate.client.errors import PROBLEMS, NeedsDecision, NotFound, RateLimited, RunstateError
 from runstate.client.models import Event, Lock, ResumePlan, Session, Task, ToolState
 from runstate.client.policies import CheckpointPolicy
 from runstate.client.runner import TaskRunner
@@ -40,6 +40,8 @@ from runstate.client.runner import TaskRunner
 log = logging.getLogger(__name__)
 
 RETRIES = 8
+RATE_LIMIT_WAIT = 60.0
+"""The longest a call waits, in all, for the caller's rate limit before it raises."""
 FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 3.0
 _TRANSIENT = (TransportConnectionFailed, TransportProtocolError, TransportServerError)
@@ -69,6 +71,8 @@ class Runstate:
     connection, a timeout, a 5xx) is sent again, up to ``retries`` times with a
     jittered, growing pause: the server answers a repeated write as it did the
     first time, so an agent never sees a network error it should have survived.
+    A RateLimited answer is waited out (its retryAfterSeconds) and the call sent
+    again, for up to ``RATE_LIMIT_WAIT`` seconds in all.
     """
 
     def __init__(
@@ -95,11 +99,28 @@ class Runstate:
         self._session = None
 
     async def _call(self, document: str, name: str, **variables: Any) -> dict[str, Any]:
+        """One operation's answer, or the exception of its Problem; a RateLimited
+        answer is waited out and the request sent again."""
+        request = GraphQLRequest(_parsed(document), variable_values=variables)
+        waited = 0.0
+        while True:
+            data: dict[str, Any] = (await self._send(request, name))[name]
+            problem = PROBLEMS.get(data["__typename"])
+            if problem is RateLimited and waited < RATE_LIMIT_WAIT:
+                pause = float(data["retryAfterSeconds"]) + random.uniform(0, 0.05)
+                log.info("%s was rate limited; trying again in %.2fs", name, pause)
+                waited += pause
+                await asyncio.sleep(pause)
+                continue
+            if problem is not None:
+                raise problem(data)
+            return data
+
+    async def _send(self, request: GraphQLRequest, name: str) -> dict[str, Any]:
         """One request; a transport failure (no answer, a broken one, a 5xx) is tried
         again after a jittered, growing pause, up to ``retries`` times in all."""
         if self._session is None:
             raise RunstateError("use Runstate as `async with Runstate(url, token) as rs:`")
-        request = GraphQLRequest(_parsed(document), variable_values=variables)
         for attempt in itertools.count(1):
             try:
                 answer = await self._session.execute(request)
@@ -111,11 +132,7 @@ class Runstate:
                 pause = random.uniform(0, min(MAX_BACKOFF, FIRST_BACKOFF * 2**attempt))
                 log.info("%s failed (%s); trying again in %.2fs", name, error, pause)
                 await asyncio.sleep(pause)
-        data: dict[str, Any] = answer[name]
-        problem = PROBLEMS.get(data["__typename"])
-        if problem is not None:
-            raise problem(data)
-        return data
+        return answer
 
     async def _mutate(self, document: str, name: str, **input: Any) -> dict[str, Any]:
         """A write, sent with an idempotency key of its own: when a retry follows a

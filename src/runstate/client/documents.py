@@ -5,6 +5,7 @@ from __future__ import annotations
 PROBLEM = """
   __typename
   ... on Problem { code message }
+  ... on RateLimited { retryAfterSeconds }
 """
 
 SESSION = "... on AgentSession { id status version messageCount expiresAt }"

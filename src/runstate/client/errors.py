@@ -76,6 +76,16 @@ class StaleFencingToken(ProblemError):  # noqa: N818
     code = "STALE_FENCING_TOKEN"
 
 
+class RateLimited(ProblemError):  # noqa: N818
+    """The caller's request budget is spent for now; nothing was done."""
+
+    code = "RATE_LIMITED"
+
+    @property
+    def retry_after(self) -> float:
+        return float(self.data["retryAfterSeconds"])
+
+
 PROBLEMS: dict[str, type[ProblemError]] = {
     cls.__name__: cls
     for cls in (
@@ -87,6 +97,7 @@ PROBLEMS: dict[str, type[ProblemError]] = {
         LockHeld,
         LockNotHeld,
         StaleFencingToken,
+        RateLimited,
     )
 }
 

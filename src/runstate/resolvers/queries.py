@@ -5,6 +5,7 @@ from __future__ import annotations
 import strawberry
 
 from runstate.enums import SessionStatus, TaskStatus
+from runstate.ratelimit import READ_COST
 from runstate.resolvers.results import SessionResult, TaskResult, answer
 from runstate.schema.context import Info
 from runstate.schema.types import AgentSession, SessionConnection, Task, TaskConnection
@@ -19,7 +20,8 @@ class Query:
         description="The caller's session. An expired session answers SessionExpired."
     )
     async def session(self, info: Info, id: strawberry.ID) -> SessionResult:
-        return await answer(sessions.get_session(info.context.user_id, id), AgentSession.of)
+        user = info.context.user_id
+        return await answer(info, lambda: sessions.get_session(user, id), AgentSession.of)
 
     @strawberry.field(description="The caller's sessions, newest first.")
     async def sessions(
@@ -29,6 +31,7 @@ class Query:
         first: int | None = 50,
         after: str | None = None,
     ) -> SessionConnection:
+        await info.context.charge(READ_COST)
         page = await queries.list_sessions(
             info.context.user_id, status=status, first=50 if first is None else first, after=after
         )
@@ -36,13 +39,15 @@ class Query:
 
     @strawberry.field
     async def task(self, info: Info, id: strawberry.ID) -> TaskResult:
-        return await answer(queries.get_task(info.context.user_id, id), Task.of)
+        user = info.context.user_id
+        return await answer(info, lambda: queries.get_task(user, id), Task.of)
 
     @strawberry.field(
         description="The task exactly as it stood just after event `seq` (history, time travel)."
     )
     async def task_at(self, info: Info, id: strawberry.ID, seq: int) -> TaskResult:
-        return await answer(queries.get_task_at(info.context.user_id, id, seq), Task.of)
+        user = info.context.user_id
+        return await answer(info, lambda: queries.get_task_at(user, id, seq), Task.of)
 
     @strawberry.field(
         description=(
@@ -59,6 +64,7 @@ class Query:
         first: int | None = 50,
         after: str | None = None,
     ) -> TaskConnection:
+        await info.context.charge(READ_COST)
         page = await queries.list_tasks(
             info.context.user_id,
             session_id=session_id,

@@ -8,6 +8,7 @@ from typing import Annotated, Any, TypeVar
 
 import strawberry
 
+from runstate.ratelimit import READ_COST, WRITE_COST
 from runstate.schema.context import Info
 from runstate.schema.problems import (
     IdempotencyKeyReused,
@@ -16,6 +17,7 @@ from runstate.schema.problems import (
     LockHeld,
     LockNotHeld,
     NotFound,
+    RateLimited,
     SessionExpired,
     StaleFencingToken,
     VersionConflict,
@@ -32,7 +34,8 @@ SessionResult = Annotated[
     | InvalidTransition
     | InvalidInput
     | SessionExpired
-    | IdempotencyKeyReused,
+    | IdempotencyKeyReused
+    | RateLimited,
     strawberry.union("SessionResult"),
 ]
 TaskResult = Annotated[
@@ -44,11 +47,12 @@ TaskResult = Annotated[
     | SessionExpired
     | LockHeld
     | StaleFencingToken
-    | IdempotencyKeyReused,
+    | IdempotencyKeyReused
+    | RateLimited,
     strawberry.union("TaskResult"),
 ]
 DeleteResult = Annotated[
-    Deleted | NotFound | IdempotencyKeyReused, strawberry.union("DeleteResult")
+    Deleted | NotFound | IdempotencyKeyReused | RateLimited, strawberry.union("DeleteResult")
 ]
 ResumeResult = Annotated[
     ResumePlan
@@ -58,7 +62,8 @@ ResumeResult = Annotated[
     | SessionExpired
     | LockHeld
     | StaleFencingToken
-    | IdempotencyKeyReused,
+    | IdempotencyKeyReused
+    | RateLimited,
     strawberry.union("ResumeResult"),
 ]
 LockResult = Annotated[
@@ -68,11 +73,13 @@ LockResult = Annotated[
     | LockNotHeld
     | InvalidInput
     | SessionExpired
-    | IdempotencyKeyReused,
+    | IdempotencyKeyReused
+    | RateLimited,
     strawberry.union("LockResult"),
 ]
 ReleaseResult = Annotated[
-    Task | NotFound | LockNotHeld | IdempotencyKeyReused, strawberry.union("ReleaseResult")
+    Task | NotFound | LockNotHeld | IdempotencyKeyReused | RateLimited,
+    strawberry.union("ReleaseResult"),
 ]
 ToolStateResult = Annotated[
     ToolState
@@ -83,7 +90,8 @@ ToolStateResult = Annotated[
     | SessionExpired
     | StaleFencingToken
     | LockHeld
-    | IdempotencyKeyReused,
+    | IdempotencyKeyReused
+    | RateLimited,
     strawberry.union("ToolStateResult"),
 ]
 
@@ -91,14 +99,16 @@ V = TypeVar("V")
 G = TypeVar("G")
 
 
-async def answer(result: Awaitable[V], convert: Callable[[V], G]) -> Any:
-    """``convert`` of the service's result, or the Problem member for its refusal.
+async def answer(info: Info, read: Callable[[], Awaitable[V]], convert: Callable[[V], G]) -> Any:
+    """``convert`` of the service's result, or the Problem member for its refusal
+    (RateLimited when the caller's budget cannot pay for a read).
 
     Typed ``Any`` because each resolver declares its own union; Strawberry checks
     at run time that the value is a member of it.
     """
     try:
-        return convert(await result)
+        await info.context.charge(READ_COST)
+        return convert(await read())
     except DomainError as error:
         return to_problem(error)
 
@@ -117,6 +127,7 @@ async def answer_once(
     ``kind`` is the type of the service's answer, to read a stored one back.
     """
     try:
+        await info.context.charge(WRITE_COST)
         payload = {k: v for k, v in dataclasses.asdict(input).items() if k != "idempotency_key"}
         call = idempotency.keyed(
             info.context.user_id, input.idempotency_key, info.field_name, payload

@@ -6,6 +6,7 @@ from collections.abc import AsyncGenerator
 
 import strawberry
 
+from runstate.ratelimit import SUBSCRIBE_COST
 from runstate.schema.context import Info
 from runstate.schema.types import TaskEvent
 from runstate.services import progress
@@ -28,6 +29,7 @@ class Subscription:
     async def task_progress(
         self, info: Info, task_id: strawberry.ID, after_seq: int | None = None
     ) -> AsyncGenerator[TaskEvent, None]:
+        await info.context.charge(SUBSCRIBE_COST)
         settings = info.context.settings
         async for event in progress.task_progress(
             info.context.user_id,
@@ -44,6 +46,7 @@ class Subscription:
     async def session_activity(
         self, info: Info, session_id: strawberry.ID
     ) -> AsyncGenerator[TaskEvent, None]:
+        await info.context.charge(SUBSCRIBE_COST)
         settings = info.context.settings
         async for event in progress.session_activity(
             info.context.user_id,

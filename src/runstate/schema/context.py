@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import strawberry
 
 from runstate.auth import Principal
+from runstate.ratelimit import RateLimiter
 from runstate.settings import Settings
 
 
@@ -18,6 +19,13 @@ class Context:
     settings: Settings
     connection_params: dict[str, object] | None = None
     """The graphql-transport-ws ``connection_init`` payload, set by Strawberry."""
+    limiter: RateLimiter | None = None
+    """The per-user rate limit; None when it is switched off."""
+
+    async def charge(self, points: float) -> None:
+        """Pay ``points`` from the caller's budget; RateLimitedError when it cannot."""
+        if self.limiter is not None:
+            await self.limiter.charge(self.user_id, points)
 
     @property
     def user_id(self) -> str:

@@ -23,6 +23,7 @@ class ProblemCode(Enum):
     LOCK_NOT_HELD = "LOCK_NOT_HELD"
     STALE_FENCING_TOKEN = "STALE_FENCING_TOKEN"
     IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+    RATE_LIMITED = "RATE_LIMITED"
 
 
 @strawberry.interface
@@ -102,6 +103,18 @@ class IdempotencyKeyReused(Problem):
     idempotency_key: str
 
 
+@strawberry.type(
+    description=(
+        "The caller has used up its request budget for now; nothing was done. Try "
+        "again after retryAfterSeconds. Reads cost 1 point, writes 2, subscriptions 5."
+    )
+)
+class RateLimited(Problem):
+    """A refusal of the per-user rate limit."""
+
+    retry_after_seconds: float
+
+
 def to_problem(error: errors.DomainError) -> Problem:
     """The Problem member that answers a service refusal."""
     code = ProblemCode(error.code)
@@ -136,4 +149,8 @@ def to_problem(error: errors.DomainError) -> Problem:
             return StaleFencingToken(code=code, message=message, current_token=error.current_token)
         case errors.IdempotencyKeyReusedError():
             return IdempotencyKeyReused(code=code, message=message, idempotency_key=error.key)
+        case errors.RateLimitedError():
+            return RateLimited(
+                code=code, message=message, retry_after_seconds=round(error.retry_after, 3)
+            )
     raise TypeError(f"no Problem answers {type(error).__name__}")

@@ -14,6 +14,12 @@ class DomainError(Exception):
         super().__init__(message)
         self.message = message
 
+    @property
+    def extensions(self) -> dict[str, object]:
+        """What a GraphQL error raised from this refusal carries besides its message
+        (graphql-core copies an original error's ``extensions``)."""
+        return {"code": self.code}
+
 
 class NotFoundError(DomainError):
     """No such object for this caller (someone else's object answers the same)."""
@@ -114,3 +120,18 @@ class UnmatchedWriteError(Exception):
 
     Internal to the services: never reaches a transport.
     """
+
+
+class RateLimitedError(DomainError):
+    """The caller spent its request budget; it may try again after ``retry_after``
+    seconds. Other callers are not affected."""
+
+    code = "RATE_LIMITED"
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"rate limited: try again in {retry_after:.1f} s")
+        self.retry_after = retry_after
+
+    @property
+    def extensions(self) -> dict[str, object]:
+        return {"code": self.code, "retryAfterSeconds": self.retry_after}

@@ -1,0 +1,141 @@
+"""Per-user rate limiting by cost points, shared across server processes through Redis.
+
+Each user has a token bucket of ``burst`` points refilled at ``per_second``. A
+read costs ``READ_COST`` per top-level field, a write ``WRITE_COST`` per mutation,
+a subscription ``SUBSCRIBE_COST`` when it starts. A request the bucket cannot pay
+for is refused with the seconds until it could (``RateLimitedError``); it never
+waits, so a user over budget holds up nobody, not even themselves.
+
+With Redis, the bucket lives there and one Lua script reads and updates it
+atomically on Redis's clock, so every process draws from the same budget. While
+Redis does not answer, each process falls back to its own bucket: the limit then
+holds per process rather than not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from runstate.services.errors import RateLimitedError
+
+log = logging.getLogger(__name__)
+
+READ_COST = 1
+WRITE_COST = 2
+SUBSCRIBE_COST = 5
+
+
+class RateLimiter(ABC):
+    """Takes points from a user's bucket, or says how long until it could."""
+
+    def __init__(self, per_second: float, burst: float) -> None:
+        self.per_second = per_second
+        self.burst = burst
+
+    async def charge(self, user_id: str, points: float) -> None:
+        """Take ``points`` from the user's bucket; RateLimitedError if it has too few."""
+        wait = await self.take(user_id, points)
+        if wait > 0:
+            raise RateLimitedError(wait)
+
+    @abstractmethod
+    async def take(self, user_id: str, points: float) -> float:
+        """Take ``points`` and answer 0, or take nothing and answer the seconds until
+        the bucket holds them."""
+
+
+class MemoryRateLimiter(RateLimiter):
+    """Buckets in this process. Full buckets are forgotten (a new one starts full),
+    so memory follows the users active within the last ``burst / per_second`` s."""
+
+    MAX_USERS = 100_000
+
+    def __init__(self, per_second: float, burst: float) -> None:
+        super().__init__(per_second, burst)
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    async def take(self, user_id: str, points: float) -> float:
+        return self.take_now(user_id, points, time.monotonic())
+
+    def take_now(self, user_id: str, points: float, now: float) -> float:
+        """``take`` at the time ``now`` (seconds on a monotonic clock)."""
+        tokens, since = self._buckets.get(user_id, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - since) * self.per_second)
+        if tokens < points:
+            self._buckets[user_id] = (tokens, now)
+            return (points - tokens) / self.per_second
+        self._buckets[user_id] = (tokens - points, now)
+        if len(self._buckets) > self.MAX_USERS:
+            self._forget_full(now)
+        return 0.0
+
+    def _forget_full(self, now: float) -> None:
+        refill = self.burst / self.per_second
+        self._buckets = {
+            user: (tokens, since)
+            for user, (tokens, since) in self._buckets.items()
+            if now - since < refill
+        }
+
+
+_TAKE = """
+local per_second = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local points = tonumber(ARGV[3])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'since')
+local tokens = tonumber(state[1]) or burst
+local since = tonumber(state[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - since) * per_second)
+local wait = 0
+if tokens < points then
+  wait = (points - tokens) / per_second
+else
+  tokens = tokens - points
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'since', tostring(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / per_second * 1000) + 1000)
+return tostring(wait)
+"""
+
+
+class RedisRateLimiter(RateLimiter):
+    """Buckets in Redis, one hash per user under ``prefix``, shared by every process
+    of one installation; this process's own buckets while Redis is down."""
+
+    def __init__(self, url: str, prefix: str, per_second: float, burst: float) -> None:
+        super().__init__(per_second, burst)
+        self.prefix = prefix
+        self._client: Redis = Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=1.0)
+        self._script: Any = self._client.register_script(_TAKE)
+        self._fallback = MemoryRateLimiter(per_second, burst)
+        self._failing = False
+
+    async def take(self, user_id: str, points: float) -> float:
+        try:
+            wait = float(
+                await self._script(
+                    keys=[f"{self.prefix}rate:{user_id}"],
+                    args=[self.per_second, self.burst, points],
+                )
+            )
+        except (RedisError, OSError) as error:
+            if not self._failing:
+                log.warning("rate limits are per process while Redis is unavailable: %s", error)
+                self._failing = True
+            return await self._fallback.take(user_id, points)
+        if self._failing:
+            log.info("rate limits are shared through Redis again")
+            self._failing = False
+        return wait
+
+    async def close(self) -> None:
+        """Close the Redis connections."""
+        await self._client.aclose()
