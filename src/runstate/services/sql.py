@@ -17,7 +17,7 @@ from typing import Any
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.models import Model
-from tortoise.queryset import UpdateQuery
+from tortoise.queryset import DeleteQuery, UpdateQuery
 
 _QMARK = re.compile(r"\?")
 
@@ -49,10 +49,10 @@ def decode(
 
 
 async def update_returning(
-    conn: BaseDBAsyncClient, query: UpdateQuery, returning: str
+    conn: BaseDBAsyncClient, query: UpdateQuery | DeleteQuery, returning: str
 ) -> list[dict[str, Any]]:
-    """Run a Tortoise ``.update()`` with a RETURNING clause: one statement that both
-    writes and reads back the rows it matched."""
+    """Run a Tortoise ``.update()`` (or ``.delete()``) with a RETURNING clause: one
+    statement that both writes and reads back the rows it matched."""
     query.sql()  # builds ``query.query`` for this connection's dialect
     sql, params = query.query.get_parameterized_sql()
     rows = await conn.execute_query_dict(f"{sql} RETURNING {returning}", list(params))
