@@ -16,7 +16,7 @@ from starlette.staticfiles import StaticFiles
 from runstate import pubsub
 from runstate.connections import Connections
 from runstate.db import close_database, open_database
-from runstate.http import BearerAuth, BodyLimit, GraphQLView
+from runstate.http import BearerAuth, BodyLimit, CancelOnDisconnect, GraphQLView
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
 from runstate.pubsub.redis import RedisBroker
 from runstate.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
@@ -87,6 +87,7 @@ def create_app(settings: Settings) -> Starlette:
             await close_database()
 
     middleware = [
+        Middleware(CancelOnDisconnect, seconds=settings.operation_seconds),
         Middleware(BodyLimit, limit=settings.max_body_bytes),
         Middleware(BearerAuth, graphiql=settings.graphiql),
     ]

@@ -7,6 +7,8 @@ plain GET of the GraphiQL page, decided on the decoded request.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Mapping
@@ -288,3 +290,68 @@ async def _too_large(scope: Scope, receive: Receive, send: Send, limit: int) -> 
         {"errors": [{"message": f"request body is larger than {limit} bytes"}]}, status_code=413
     )
     await response(scope, receive, send)
+
+
+class CancelOnDisconnect:
+    """Stops a request's work when its client goes away, or after ``seconds``.
+
+    uvicorn does not cancel an HTTP request whose client disconnected: the work
+    ran on, for minutes, answering no one. Once the body has been read, this
+    listens for ``http.disconnect`` and cancels the request. A request still
+    running after ``seconds`` is cancelled too and answered 503, saying so.
+    """
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        body_read = asyncio.Event()
+        started = False
+
+        async def reading() -> Message:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body"):
+                body_read.set()
+            return message
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        async def respond() -> None:
+            await self.app(scope, reading, sending)
+
+        work = asyncio.create_task(respond())
+
+        async def until_gone() -> None:
+            await body_read.wait()
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            work.cancel()
+
+        watcher = asyncio.create_task(until_gone())
+        try:
+            async with asyncio.timeout(self.seconds):
+                await asyncio.shield(work)
+        except TimeoutError:
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            if not started:
+                await JSONResponse(
+                    {"errors": [{"message": f"stopped after {self.seconds:g} s: ask for less"}]},
+                    status_code=503,
+                )(scope, receive, send)
+        except asyncio.CancelledError:
+            work.cancel()
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the server is stopping this request
+            # else the client left, and ``until_gone`` stopped the work: nobody to answer
+        finally:
+            watcher.cancel()

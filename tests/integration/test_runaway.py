@@ -1,0 +1,128 @@
+"""Work ends with its reason: a request whose client left is stopped, a request past
+the time limit is stopped and answered 503, and SIGTERM stops the server at once.
+
+The work is one query that reads a 201-event task a thousand times over, by
+aliases; the limits that refuse it by default (aliases, tokens, nodes, the rate
+limit) are raised here so that it runs, for half a minute or more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.test_api import new_task
+from tests.integration.test_progress import drive
+from tests.support import Api, Server, create_token, wait_until
+
+UNLIMITED = {
+    "RUNSTATE_MAX_ALIASES": "100000",
+    "RUNSTATE_MAX_TOKENS": "1000000",
+    "RUNSTATE_MAX_NODES": "1000000000",
+    "RUNSTATE_RATE_LIMIT": "false",
+}
+
+
+def costly(task_id: str, times: int = 1000) -> dict[str, str]:
+    """The task's events and steps, ``times`` times over."""
+    fields = " ".join(f'a{i}: task(id: "{task_id}") {{ ...F }}' for i in range(times))
+    fragment = "fragment F on Task { events(first: 100) { seq stepIndex } steps { output } }"
+    return {"query": f"{{ {fields} }} {fragment}"}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def busy(pid: int, window: float = 0.5) -> float:
+    """The share of one core the process used over the next ``window`` seconds."""
+    before = cpu_seconds(pid)
+    time.sleep(window)
+    return (cpu_seconds(pid) - before) / window
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    srv = Server(f"sqlite://{tmp_path / 'runaway.db'}", tmp_path / "server.log", **UNLIMITED)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def big_task(server: Server) -> tuple[Api, str]:
+    api = Api(server.url, create_token(server.database_url, "heavy"))
+    task = new_task(api, steps=100)
+    drive(api, task["id"], 100)
+    return api, task["id"]
+
+
+def test_a_client_that_leaves_stops_its_work(server: Server) -> None:
+    """Guards CancelOnDisconnect: the client gives up after a second; the server is
+    soon idle again and answers the next request (without it, the work ran on for
+    minutes at a full core)."""
+    api, task_id = big_task(server)
+    assert server.process is not None
+    with pytest.raises(httpx.ReadTimeout):
+        api.http.post("/graphql", json=costly(task_id), timeout=1)
+    wait_until(lambda: busy(server.process.pid) < 0.2, 10, "the server to stop the abandoned work")
+    assert api("{ __typename }") == {"__typename": "Query"}
+    api.close()
+
+
+def test_an_operation_past_the_time_limit_is_stopped_and_answered_503(tmp_path: Path) -> None:
+    """Guards RUNSTATE_OPERATION_SECONDS (1 s here)."""
+    server = Server(
+        f"sqlite://{tmp_path / 'slow.db'}",
+        tmp_path / "server.log",
+        RUNSTATE_OPERATION_SECONDS="1",
+        **UNLIMITED,
+    ).start()
+    try:
+        api, task_id = big_task(server)
+        response = api.http.post("/graphql", json=costly(task_id), timeout=60)
+        assert (response.status_code, response.json()) == (
+            503,
+            {"errors": [{"message": "stopped after 1 s: ask for less"}]},
+        )
+        assert api("{ __typename }") == {"__typename": "Query"}
+        api.close()
+    finally:
+        server.stop()
+
+
+def test_sigterm_during_costly_work_stops_the_server_within_5_seconds(server: Server) -> None:
+    """Guards uvicorn's graceful-shutdown timeout: without it the server waited for
+    the work to finish, minutes later, and needed SIGKILL."""
+    api, task_id = big_task(server)
+    assert server.process is not None
+    started = threading.Event()
+
+    def ask() -> None:
+        started.set()
+        with contextlib.suppress(httpx.HTTPError):  # the server went away: expected
+            api.http.post("/graphql", json=costly(task_id), timeout=120)
+
+    client = threading.Thread(target=ask)
+    client.start()
+    started.wait()
+    wait_until(lambda: busy(server.process.pid) > 0.5, 20, "the server to be busy")
+    server.process.send_signal(signal.SIGTERM)
+    # uvicorn shuts down, then raises the signal again so the exit status tells it.
+    assert server.process.wait(timeout=5) == -signal.SIGTERM
+    client.join()
+    log = server.log()
+    assert "timeout graceful shutdown exceeded" in log
+    assert "Application shutdown complete." in log
+    api.close()
