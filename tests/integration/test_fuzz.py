@@ -1,0 +1,95 @@
+"""A fuzz run: a few thousand random bodies, documents and variables get no 5xx, no
+stack trace and no server path in any answer, and the server keeps serving."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runstate.schema.build import schema
+from tests.support import Api, Server, create_token
+
+NAMES = sorted(
+    {name for type_ in schema._schema.type_map.values() for name in getattr(type_, "fields", {})}
+    | set(schema._schema.type_map)
+)
+PUNCTUATION = ["{", "}", "(", ")", ":", "$", "!", "...", "on", "@", "[", "]", "=", ","]
+LEAKS = ("Traceback", 'File "', "/site-packages/", "/runstate/", "tortoise", "sqlite3")
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+documents = st.lists(
+    st.sampled_from(NAMES)
+    | st.sampled_from(PUNCTUATION)
+    | st.text(max_size=6)
+    | st.integers().map(str)
+    | st.just('"x"'),
+    max_size=40,
+).map(" ".join)
+well_formed = st.builds(
+    lambda op, name, inner: f"{op} {{ {name} {{ {inner} }} }}",
+    st.sampled_from(["", "query", "mutation", "subscription"]),
+    st.sampled_from(NAMES),
+    st.sampled_from(NAMES),
+)
+requests = st.fixed_dictionaries(
+    {"query": documents | well_formed},
+    optional={
+        "variables": st.dictionaries(st.sampled_from(["id", "input", "seq", "x"]), json_values),
+        "operationName": st.text(max_size=8) | st.none(),
+    },
+)
+bodies = (
+    requests.map(lambda r: json.dumps(r).encode())
+    | json_values.map(lambda v: json.dumps(v).encode())
+    | st.binary(max_size=200)
+)
+
+
+@pytest.fixture(scope="module")
+def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    tmp = tmp_path_factory.mktemp("fuzz")
+    server = Server(
+        f"sqlite://{tmp / 'fuzz.db'}", tmp / "server.log", RUNSTATE_RATE_LIMIT="false"
+    ).start()
+    try:
+        with Api(server.url, create_token(server.database_url, "fuzzer")) as api:
+            yield api
+    finally:
+        server.stop()
+
+
+@settings(
+    max_examples=3000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(body=bodies)
+def test_random_requests_get_clean_answers(fuzzed: Api, body: bytes) -> None:
+    response = fuzzed.http.post(
+        "/graphql", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code in (200, 400, 413), (body, response.text)
+    for leak in LEAKS:
+        assert leak not in response.text, (body, response.text)
+    if response.status_code == 200:
+        answer: Any = response.json()
+        assert set(answer) <= {"data", "errors", "extensions"}, answer
+
+
+def test_the_server_still_serves_after_the_fuzz(fuzzed: Api) -> None:
+    assert fuzzed("{ __typename }") == {"__typename": "Query"}
