@@ -146,5 +146,5 @@ async def test_a_stalled_subscriber_stops_at_its_byte_limit_and_is_caught_up(
     while seen[-1] < last:
         seen.append((await asyncio.wait_for(anext(stream), 10)).seq)
     assert seen == list(range(1, last + 1))
-    await stream.aclose()  # type: ignore[attr-defined]  # an async generator
+    await stream.aclose()
     await small_inboxes.unsubscribe(stalled)

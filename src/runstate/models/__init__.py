@@ -110,6 +110,8 @@ class Task(Model):
             Index(fields=("user_id", "status", "id"), name="tasks_user_status"),
             Index(fields=("session_id", "id"), name="tasks_session_newest"),
             Index(fields=("session_id", "status", "id"), name="tasks_session_status"),
+            # A quiet sessionActivity stream's catch-up: its tasks changed lately.
+            Index(fields=("session_id", "updated_at"), name="tasks_session_updated"),
         )
 
 

@@ -2,28 +2,32 @@
 
 A stream subscribes to its broker channel first, then reads the database (the
 snapshot, or the stored events after ``after_seq``), then relays live events.
-It drops what it has already sent and, whenever a live event skips ahead, the
-broker asks for a resync, or ``interval`` seconds pass quietly, it compares the
-stored ``event_seq`` with the last seq it sent and sends what is missing from
-the database. So every subscriber sees seq 1, 2, 3, ... whatever the broker lost.
+It drops what it has already sent and, whenever a live event skips ahead or the
+broker asks for a resync, it compares the stored ``event_seq`` with the last seq
+it sent and sends what is missing from the database. Quiet streams are checked
+together, one statement per interval for all of them (``services.heads``), and
+flagged for that resync when they are behind. So every subscriber sees seq 1, 2,
+3, ... whatever the broker lost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
 
 from runstate import pubsub
 from runstate.bounded import BoundedCache
-from runstate.enums import SessionStatus, TaskEventKind
+from runstate.enums import TaskEventKind
 from runstate.models import Session, Task
 from runstate.services import history
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, SessionExpiredError
+from runstate.services.heads import HEADS, MARGIN, Watch, ended
 from runstate.services.history import TaskRef
 from runstate.services.queries import get_task
 from runstate.services.sessions import get_session
@@ -32,6 +36,10 @@ from runstate.services.views import EventView, TaskView, from_json, to_json
 log = logging.getLogger(__name__)
 
 CATCH_UP_PAGE = 200
+
+QUIET_SECONDS = 60.0
+"""How long a stream's inbox waits at a time; quiet streams are checked by
+``HEADS``, never by themselves."""
 
 
 def task_channel(task_pk: int) -> str:
@@ -148,7 +156,7 @@ async def task_progress(
     *,
     interval: float,
     gap_fill: bool = True,
-) -> AsyncIterator[EventView]:
+) -> AsyncGenerator[EventView, None]:
     """The task's events, gap-free: a SNAPSHOT (or the stored events after
     ``after_seq``), then each new event as it commits. An ``after_seq`` past the
     task's head (a cursor kept from before a database reset or restore) answers a
@@ -165,34 +173,38 @@ async def task_progress(
     async with _hub().broker.subscription([task_channel(view.pk)]) as inbox:
         if after_seq is not None and after_seq > view.event_seq:
             after_seq = None  # a cursor from before a reset or restore: start over
+        watch = Watch(inbox, task_pk=view.pk)
         if after_seq is None:
             view = await get_task(user_id, task_id)
             yield snapshot(view)
-            last = view.event_seq
+            watch.last = view.event_seq
         else:
-            last = after_seq
-            async for event in stored_events(ref, last):
+            watch.last = after_seq
+            async for event in stored_events(ref, watch.last):
                 yield event
-                last = event.seq
-        while True:
-            message = await inbox.next(interval)
-            if isinstance(message, bytes):
-                live = decode(message)
-                if live is None or live.task_pk != view.pk or live.seq <= last:
+                watch.last = event.seq
+        with HEADS.watching(watch, interval) if gap_fill else contextlib.nullcontext():
+            while True:
+                message = await inbox.next(QUIET_SECONDS)
+                if message is None:
+                    continue  # quiet: HEADS flags a resync if anything was missed
+                if isinstance(message, bytes):
+                    live = decode(message)
+                    if live is None or live.task_pk != view.pk or live.seq <= watch.last:
+                        continue
+                    if live.seq == watch.last + 1 or not gap_fill:
+                        yield live
+                        watch.last = live.seq
+                        continue
+                if not gap_fill:
                     continue
-                if live.seq == last + 1 or not gap_fill:
-                    yield live
-                    last = live.seq
-                    continue
-            if not gap_fill:
-                continue
-            head = await _task_head(view)
-            if head is None:
-                return  # the task was deleted with its session
-            if head > last:
-                async for event in stored_events(ref, last):
-                    yield event
-                    last = event.seq
+                head = await _task_head(view)
+                if head is None:
+                    return  # the task was deleted with its session
+                if head > watch.last:
+                    async for event in stored_events(ref, watch.last):
+                        yield event
+                        watch.last = event.seq
 
 
 async def _task_head(view: TaskView) -> int | None:
@@ -211,45 +223,54 @@ async def _task_head(view: TaskView) -> int | None:
 
 
 def _refuse_expired(session_id: str, status: object, expires_at: datetime) -> None:
-    if status == SessionStatus.EXPIRED or expires_at <= utcnow():
+    if ended(status, expires_at, utcnow()):
         raise SessionExpiredError(session_id)
 
 
 async def session_activity(
     user_id: str, session_id: str, *, interval: float, gap_fill: bool = True
-) -> AsyncIterator[EventView]:
+) -> AsyncGenerator[EventView, None]:
     """Events of every task in the session from now on, tasks created later included,
     each task's events gap-free and in order."""
     session = await get_session(user_id, session_id)
     async with _hub().broker.subscription([session_channel(session.pk)]) as inbox:
+        watch = Watch(inbox, session_pk=session.pk)
         last: dict[int, int] = dict(
             await Task.filter(session_id=session.pk).values_list("id", "event_seq")
         )
-        while True:
-            message = await inbox.next(interval)
-            if isinstance(message, bytes):
-                live = decode(message)
-                if live is None or live.session_pk != session.pk:
+        with HEADS.watching(watch, interval) if gap_fill else contextlib.nullcontext():
+            while True:
+                message = await inbox.next(QUIET_SECONDS)
+                if message is None:
+                    continue  # quiet: HEADS flags a resync if anything was missed
+                if isinstance(message, bytes):
+                    live = decode(message)
+                    if live is None or live.session_pk != session.pk:
+                        continue
+                    seen = last.get(live.task_pk, 0)
+                    if live.seq <= seen:
+                        continue
+                    if live.seq == seen + 1 or not gap_fill:
+                        yield live
+                        last[live.task_pk] = live.seq
+                        continue
+                if not gap_fill:
                     continue
-                seen = last.get(live.task_pk, 0)
-                if live.seq <= seen:
-                    continue
-                if live.seq == seen + 1 or not gap_fill:
-                    yield live
-                    last[live.task_pk] = live.seq
-                    continue
-            if not gap_fill:
-                continue
-            state = await Session.filter(id=session.pk).first().values_list("status", "expires_at")
-            if state is None:
-                return  # the session was deleted
-            _refuse_expired(session.id, *state)
-            stored = await Task.filter(session_id=session.pk).values_list(
-                "id", "public_id", "event_seq"
-            )
-            for task_pk, public_id, latest in stored:
-                if latest > last.get(task_pk, 0):
-                    ref = TaskRef(task_pk, public_id, session.pk)
-                    async for event in stored_events(ref, last.get(task_pk, 0)):
-                        yield event
-                        last[task_pk] = event.seq
+                state = await (
+                    Session.filter(id=session.pk).first().values_list("status", "expires_at")
+                )
+                if state is None:
+                    return  # the session was deleted
+                _refuse_expired(session.id, *state)
+                # Only the tasks changed since the last catch-up (and a margin for
+                # other processes' clocks), never the whole session again.
+                since, watch.since = watch.since - MARGIN, utcnow()
+                stored = await Task.filter(
+                    session_id=session.pk, updated_at__gte=since
+                ).values_list("id", "public_id", "event_seq")
+                for task_pk, public_id, latest in stored:
+                    if latest > last.get(task_pk, 0):
+                        ref = TaskRef(task_pk, public_id, session.pk)
+                        async for event in stored_events(ref, last.get(task_pk, 0)):
+                            yield event
+                            last[task_pk] = event.seq

@@ -1,0 +1,143 @@
+"""One head check per interval for every quiet live stream of this process.
+
+A taskProgress or sessionActivity stream that hears nothing must still learn of
+what the broker lost. Each used to read the database itself every few seconds:
+2,000 idle streams took half a core with no writes at all. Here, every
+``interval`` seconds, one statement per 500 watched tasks reads their heads
+(latest seq, and their session's status and expiry), and one or two per 500
+watched sessions find those with tasks changed lately; only the streams that are
+behind, or whose session has expired or gone, are flagged for a resync and read
+anything themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from runstate.enums import SessionStatus
+from runstate.models import Session, Task
+from runstate.pubsub.broker import Subscription
+from runstate.services.clock import utcnow
+
+log = logging.getLogger(__name__)
+
+CHUNK = 500
+"""Ids per statement (SQLite binds at most 999 variables)."""
+
+MARGIN = timedelta(seconds=10)
+"""How far back a session's catch-up looks past its last one: clocks of several
+server processes may disagree by this much."""
+
+
+@dataclass(eq=False)
+class Watch:
+    """One live stream: the inbox to flag, and how far it has got."""
+
+    inbox: Subscription
+    task_pk: int | None = None
+    """The task of a taskProgress stream."""
+    session_pk: int | None = None
+    """The session of a sessionActivity stream."""
+    last: int = 0
+    """taskProgress: the last seq it sent."""
+    since: datetime = field(default_factory=utcnow)
+    """sessionActivity: when it last caught up."""
+
+
+def ended(status: object, expires_at: datetime, now: datetime) -> bool:
+    """Whether a session with this status and expiry has expired."""
+    return status == SessionStatus.EXPIRED or expires_at <= now
+
+
+class Heads:
+    """The watched tasks and sessions of this process, checked together."""
+
+    def __init__(self) -> None:
+        self.interval = 3.0
+        self.rounds = 0
+        """Checks run so far."""
+        self._tasks: defaultdict[int, set[Watch]] = defaultdict(set)
+        self._sessions: defaultdict[int, set[Watch]] = defaultdict(set)
+        self._runner: asyncio.Task[None] | None = None
+
+    @contextmanager
+    def watching(self, watch: Watch, interval: float) -> Iterator[None]:
+        """Check ``watch`` every ``interval`` seconds while the block runs."""
+        registry, key = self._entry(watch)
+        self.interval = interval
+        registry[key].add(watch)
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.create_task(self._run(), name="runstate-heads")
+        try:
+            yield
+        finally:
+            held = registry.get(key)
+            if held is not None:
+                held.discard(watch)
+                if not held:
+                    del registry[key]
+            if not self._tasks and not self._sessions and self._runner is not None:
+                self._runner.cancel()
+                self._runner = None
+
+    def _entry(self, watch: Watch) -> tuple[defaultdict[int, set[Watch]], int]:
+        if watch.task_pk is not None:
+            return self._tasks, watch.task_pk
+        if watch.session_pk is not None:
+            return self._sessions, watch.session_pk
+        raise ValueError("a watch names a task or a session")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.check()
+            except Exception:  # the next round tries again; the streams keep going
+                log.exception("head check of live streams failed")
+
+    async def check(self) -> None:
+        """Flag for a resync every stream that is behind, or whose session ended."""
+        self.rounds += 1
+        now = utcnow()
+        for chunk in _chunks(list(self._tasks)):
+            rows = await Task.filter(id__in=chunk).values_list(
+                "id", "event_seq", "session__status", "session__expires_at"
+            )
+            heads = {int(r[0]): (int(r[1]), ended(r[2], r[3], now)) for r in rows}
+            for pk in chunk:
+                seq, gone = heads.get(pk, (0, True))
+                for watch in tuple(self._tasks.get(pk, ())):
+                    if gone or seq > watch.last:
+                        watch.inbox.request_resync()
+        for chunk in _chunks(list(self._sessions)):
+            watches = [w for pk in chunk for w in self._sessions.get(pk, ())]
+            if not watches:
+                continue
+            states = await Session.filter(id__in=chunk).values_list("id", "status", "expires_at")
+            live = {int(r[0]) for r in states if not ended(r[1], r[2], now)}
+            since = min(w.since for w in watches) - MARGIN
+            changed = await (
+                Task.filter(session_id__in=chunk, updated_at__gte=since)
+                .distinct()
+                .values_list("session_id")
+            )
+            busy = {int(r[0]) for r in changed}
+            for pk in chunk:
+                if pk not in live or pk in busy:
+                    for watch in tuple(self._sessions.get(pk, ())):
+                        watch.inbox.request_resync()
+
+
+def _chunks(ids: Sequence[int]) -> Iterator[list[int]]:
+    for start in range(0, len(ids), CHUNK):
+        yield list(ids[start : start + CHUNK])
+
+
+HEADS = Heads()
+"""This process's head checks."""

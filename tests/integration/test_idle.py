@@ -1,0 +1,117 @@
+"""Idle costs little: quiet live streams share one head check per interval, and a
+session's catch-up reads only the tasks changed lately.
+
+Counted in database statements (SQLite's trace hook), not in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from tortoise import connections
+from tortoise.backends.base.executor import EXECUTOR_CACHE
+
+from runstate import pubsub
+from runstate.db import close_database, open_database
+from runstate.pubsub import Hub, MemoryBroker, Publisher
+from runstate.services import progress, sessions, tasks
+from runstate.services.heads import HEADS
+from runstate.services.validation import StepPlan
+from tests.integration.test_write_cost import Statements
+
+USER = "idler"
+INTERVAL = 0.05
+STREAMS = 2000
+TASKS = 20
+
+
+@pytest.fixture
+async def hub(tmp_path: Path) -> AsyncIterator[Hub]:
+    EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
+    await open_database(f"sqlite://{tmp_path / 'idle.db'}")
+    broker = MemoryBroker()
+    publisher = Publisher(broker)
+    await publisher.start()
+    installed = Hub(broker, publisher)
+    pubsub.install(installed)
+    try:
+        yield installed
+    finally:
+        pubsub.uninstall()
+        await publisher.close()
+        await close_database()
+
+
+async def wait_for_rounds(rounds: int) -> None:
+    """Until HEADS has run ``rounds`` more checks."""
+    target = HEADS.rounds + rounds
+    async with asyncio.timeout(60):
+        while HEADS.rounds < target:  # noqa: ASYNC110 - a poll, with a deadline, of a counter
+            await asyncio.sleep(INTERVAL / 2)
+
+
+async def test_2000_idle_streams_cost_one_statement_per_interval(hub: Hub) -> None:
+    """Guards the shared head check: 2,000 quiet taskProgress streams over 20 tasks
+    run exactly one SELECT per check between them (each stream used to run its own,
+    2,000 per interval), and a write still reaches every one of them."""
+    session = await sessions.start_session(USER, default_ttl=3600)
+    ids = [
+        (await tasks.create_task(USER, session.id, goal="g", steps=[StepPlan("a")])).id
+        for _ in range(TASKS)
+    ]
+    streams = [
+        progress.task_progress(USER, ids[i % TASKS], None, interval=INTERVAL)
+        for i in range(STREAMS)
+    ]
+    for stream in streams:
+        assert (await anext(stream)).kind.value == "SNAPSHOT"
+    pending = [asyncio.ensure_future(anext(stream)) for stream in streams]
+    await wait_for_rounds(1)
+    async with Statements() as statements:
+        before = HEADS.rounds
+        await wait_for_rounds(10)
+        rounds = HEADS.rounds - before
+    selects = [s for s in statements.seen if s.startswith("SELECT")]
+    assert len(selects) in (rounds - 1, rounds, rounds + 1)  # a round may straddle an edge
+    assert all('FROM "tasks"' in s for s in selects)
+    await tasks.start_step(USER, ids[0], 0, expected_version=1)
+    woken = await asyncio.gather(*pending[::TASKS])  # the streams of the first task
+    assert {event.seq for event in woken} == {2}
+    for future in pending:
+        future.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for stream in streams:
+        await stream.aclose()
+
+
+async def test_a_session_catch_up_reads_only_tasks_changed_lately(hub: Hub) -> None:
+    """Guards sessionActivity's catch-up: a write the broker never carried (held back
+    here) reaches a quiet stream through HEADS, and the catch-up asks only for tasks
+    updated since the last one, by the (session_id, updated_at) index, never for
+    all 300 tasks of the session."""
+    session = await sessions.start_session(USER, default_ttl=3600)
+    ids = [
+        (await tasks.create_task(USER, session.id, goal="g", steps=[StepPlan("a")])).id
+        for _ in range(300)
+    ]
+    stream = progress.session_activity(USER, session.id, interval=INTERVAL)
+    waiting = asyncio.ensure_future(anext(stream))
+    await wait_for_rounds(1)
+    with progress.held():  # committed, never announced: as if the broker lost it
+        await tasks.start_step(USER, ids[7], 0, expected_version=1)
+    async with Statements() as statements:
+        event = await asyncio.wait_for(waiting, 30)
+    assert (event.task_id, event.seq) == (ids[7], 2)
+    catch_up = [
+        s
+        for s in statements.seen
+        if s.startswith("SELECT") and '"public_id"' in s and 'FROM "tasks"' in s
+    ]
+    assert len(catch_up) == 1
+    assert '"updated_at">=' in catch_up[0]
+    _, plan = await connections.get("default").execute_query(f"EXPLAIN QUERY PLAN {catch_up[0]}")
+    assert any("USING INDEX tasks_session_updated" in str(row[-1]) for row in plan), plan
+    await stream.aclose()
