@@ -3,6 +3,8 @@ validation cache hits on every repeat of a document."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from strawberry.extensions.validation_cache import DEFAULT_MAXSIZE, _get_validate_cache
 
 from runstate.schema.build import schema
@@ -12,7 +14,7 @@ async def test_a_repeated_document_is_validated_once() -> None:
     """Guards building the limit rules once (``build_schema``): rule classes made per
     request, as Strawberry's limiter extensions make them, key every lookup apart,
     and every request was validated again (0 hits; 32% of a server's time)."""
-    cache = _get_validate_cache(DEFAULT_MAXSIZE)
+    cache: Any = _get_validate_cache(DEFAULT_MAXSIZE)  # an lru_cache: cache_info()
     document = "query Repeat { __typename }"
     await schema.execute(document)
     before = cache.cache_info()
