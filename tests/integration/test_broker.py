@@ -165,3 +165,44 @@ async def test_subscribers_that_leave_while_subscribing_leave_nothing_behind(
     _, pending = await asyncio.wait(tasks, timeout=20)
     assert not pending, f"{len(pending)} subscribers never ended"
     assert broker.channels == frozenset()
+
+
+async def test_subscribers_that_leave_while_subscribing_leave_no_redis_subscription() -> None:
+    """Guards the Redis side of the leak (``RedisBroker._reconcile``): after 200
+    subscriptions cancelled at random moments while subscribing, Redis itself
+    counts no subscriber on any of their channels (PUBSUB NUMSUB) once the broker
+    has settled. With SUBSCRIBE sent from the cancelled caller, as before, Redis
+    kept some subscribed for good."""
+    import random
+
+    from redis.asyncio import Redis
+
+    require_service("Redis", "127.0.0.1", 6379)
+    prefix = f"test:{uuid.uuid4().hex}:"
+    broker = RedisBroker(REDIS_URL, prefix)
+    await broker.start()
+    channels = [f"leak-{i}" for i in range(10)]
+    client = Redis.from_url(REDIS_URL)
+    try:
+
+        async def watch(channel: str) -> None:
+            async with broker.subscription([channel]):
+                await asyncio.Event().wait()
+
+        tasks = [asyncio.create_task(watch(channels[i % 10])) for i in range(200)]
+        for task in tasks:
+            await asyncio.sleep(random.choice([0, 0, 0.0005, 0.001]))
+            task.cancel()
+        _, pending = await asyncio.wait(tasks, timeout=20)
+        assert not pending
+
+        async def subscribed() -> int:
+            counts = await client.pubsub_numsub(*(prefix + c for c in channels))
+            return sum(int(n) for _, n in counts)
+
+        async with asyncio.timeout(10):
+            while await subscribed():  # noqa: ASYNC110 - a poll, with a deadline, of Redis
+                await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+        await broker.close()

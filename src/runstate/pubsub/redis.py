@@ -5,7 +5,10 @@ reconnects and resubscribes on its own (on the next read after a failure). Its
 ``on_connect`` hook is where the broker learns of every such reconnect, and it
 flags every local subscription for a resync, so readers catch up from the
 database. Channels whose SUBSCRIBE failed (Redis was down) are subscribed again
-by the reader as soon as Redis answers, followed by a resync as well.
+by the reader as soon as Redis answers, followed by a resync as well. Every
+SUBSCRIBE and UNSUBSCRIBE goes through ``_reconcile``, one at a time and out of
+reach of a leaving caller's cancellation, so Redis ends subscribed to exactly
+the channels that have local subscribers.
 """
 
 from __future__ import annotations
@@ -60,10 +63,15 @@ class RedisBroker(Broker):
         self._pubsub = _PubSub(self._reconnected, connection_pool=self._client.connection_pool)
         self._wake = asyncio.Event()
         self._confirmations: dict[str, asyncio.Future[None]] = {}
+        self._confirmed: set[str] = set()
+        """Channels Redis has confirmed and not since unsubscribed."""
+        self._commands = asyncio.Lock()
+        """One SUBSCRIBE or UNSUBSCRIBE at a time (see ``_reconcile``)."""
         self._reader: asyncio.Task[None] | None = None
 
     def _reconnected(self) -> None:
         self.reconnects += 1
+        self._confirmed.clear()  # redis-py subscribes again; Redis confirms again
         log.warning("redis pub/sub reconnected; subscribers catch up from the database")
         self._resync_all()
 
@@ -97,18 +105,16 @@ class RedisBroker(Broker):
         name = self.prefix + channel
         confirmed = self._confirmations.setdefault(name, asyncio.get_running_loop().create_future())
         try:
+            await self._settle()
+            if name in self._confirmed:
+                return  # subscribed already: an UNSUBSCRIBE was about to be sent
             # asyncio.timeout, not wait_for: on Python 3.11, wait_for can swallow a
             # cancellation that lands as the awaited call completes.
-            async with asyncio.timeout(SUBSCRIBE_TIMEOUT):
-                await self._pubsub.subscribe(name)
-            self._wake.set()
             async with asyncio.timeout(SUBSCRIBE_TIMEOUT):
                 await asyncio.shield(confirmed)
         except _FAILURES as error:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
-                # redis-py may answer a cancellation with a TimeoutError of its own:
-                # the caller left, and must not be left subscribed.
                 raise asyncio.CancelledError from error
             log.warning("redis subscribe failed (%s); retrying when redis answers", error)
             self._wake.set()
@@ -117,24 +123,48 @@ class RedisBroker(Broker):
 
     async def _unlisten(self, channel: str) -> None:
         with contextlib.suppress(*_FAILURES):
-            await asyncio.wait_for(
-                self._pubsub.unsubscribe(self.prefix + channel), SUBSCRIBE_TIMEOUT
-            )
+            await self._settle()
+
+    async def _settle(self) -> None:
+        """``_reconcile`` in a task of its own: a caller that leaves meanwhile (its
+        client disconnected) does not stop it halfway through a command."""
+        await asyncio.shield(asyncio.ensure_future(self._reconcile()))
+
+    async def _reconcile(self) -> None:
+        """Make the pub/sub connection's channels the wanted ones: SUBSCRIBE those
+        missing, UNSUBSCRIBE those no longer wanted.
+
+        Each call works from the wanted channels as they are when it runs, one at a
+        time, so however subscribers come and go (and are cancelled), the last call
+        leaves Redis subscribed to exactly the wanted channels. A SUBSCRIBE
+        interrupted inside redis-py used to leave Redis subscribed with no local
+        subscriber at all: redis-py had lost track of it.
+        """
+        async with self._commands:
+            wanted = {self.prefix + c for c in self.channels}
+            pending = {_text(c) for c in self._pubsub.pending_unsubscribe_channels}
+            have = {_text(c) for c in self._pubsub.channels} - pending
+            missing, extra = sorted(wanted - have), sorted(have - wanted)
+            async with asyncio.timeout(SUBSCRIBE_TIMEOUT):
+                if missing:
+                    await self._pubsub.subscribe(*missing)
+                    self._wake.set()
+                if extra:
+                    self._confirmed.difference_update(extra)
+                    await self._pubsub.unsubscribe(*extra)
 
     def _missing(self) -> list[str]:
         """Wanted channels that the pub/sub connection is not subscribed to, leaving
         out those a ``_listen`` is subscribing right now."""
-        have = {c.decode() if isinstance(c, bytes) else c for c in self._pubsub.channels}
-        have |= self._confirmations.keys()
+        have = {_text(c) for c in self._pubsub.channels} | self._confirmations.keys()
         return [name for c in self.channels if (name := self.prefix + c) not in have]
 
     async def _read(self) -> None:
         backoff = FIRST_BACKOFF
         while True:
             try:
-                missing = self._missing()
-                if missing:
-                    await asyncio.wait_for(self._pubsub.subscribe(*missing), SUBSCRIBE_TIMEOUT)
+                if self._missing():
+                    await self._settle()
                     self._resync_all()
                 if not self._pubsub.subscribed:
                     self._wake.clear()
@@ -153,8 +183,16 @@ class RedisBroker(Broker):
     def _handle(self, message: dict[str, Any]) -> None:
         channel = message["channel"].decode()
         if message["type"] == "subscribe":
+            self._confirmed.add(channel)
             confirmed = self._confirmations.get(channel)
             if confirmed is not None and not confirmed.done():
                 confirmed.set_result(None)
+        elif message["type"] == "unsubscribe":
+            self._confirmed.discard(channel)
         elif message["type"] == "message" and channel.startswith(self.prefix):
             self._dispatch(channel[len(self.prefix) :], message["data"])
+
+
+def _text(channel: str | bytes) -> str:
+    """A channel name as redis-py may hold it (bytes once Redis has confirmed it)."""
+    return channel.decode() if isinstance(channel, bytes) else channel
