@@ -30,6 +30,7 @@ from runstate.models import KEY_LENGTH, IdempotencyKey
 from runstate.services import progress
 from runstate.services.clock import utcnow
 from runstate.services.errors import IdempotencyKeyReusedError, InvalidInputError
+from runstate.services.retry import retried
 from runstate.services.views import decode_as, to_json
 
 V = TypeVar("V")
@@ -61,7 +62,14 @@ async def once(
     call: KeyedCall | None, ttl_seconds: int, kind: Any, write: Callable[[], Awaitable[V]]
 ) -> V:
     """``write()`` at most once per key within ``ttl_seconds``; ``kind`` is the type of
-    its answer, for answering a repeat from the stored JSON."""
+    its answer, for answering a repeat from the stored JSON. A transaction the
+    database aborted (a deadlock's victim) is tried again (``services.retry``)."""
+    return await retried(lambda: _once(call, ttl_seconds, kind, write))
+
+
+async def _once(
+    call: KeyedCall | None, ttl_seconds: int, kind: Any, write: Callable[[], Awaitable[V]]
+) -> V:
     if call is None:
         return await write()
     stored = await _stored(call)
