@@ -16,7 +16,7 @@ from tests.integration.test_api import (
     step,
     update_session,
 )
-from tests.support import SESSION, TASK, Api, Server, mutate
+from tests.support import PROBLEM, SESSION, TASK, Api, Server, mutate
 
 
 def stored(api: Api, task_id: str) -> dict[str, Any]:
@@ -284,3 +284,63 @@ def test_ids_longer_than_any_stored_answer_not_found(alice: Api) -> None:
         alice, "startStep", "StepRefInput", taskId=long_id, expectedVersion=1, stepIndex=0
     )
     assert started["__typename"] == "NotFound"
+
+
+LIMIT = 65_536
+
+
+def sized(size: int) -> str:
+    """A JSON string value of exactly ``size`` bytes once encoded."""
+    return "x" * (size - 2)
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_json_payloads_at_the_limits_pass_and_one_past_is_refused(alice: Api) -> None:
+    """Guards ``validation.json_payload``: 64 KiB and 32 levels pass; one byte or one
+    level more answers InvalidInput naming the field, and writes nothing."""
+    assert start_session(alice, metadata=sized(LIMIT))["__typename"] == "AgentSession"
+    assert start_session(alice, metadata=nested(32))["__typename"] == "AgentSession"
+    big = start_session(alice, metadata=sized(LIMIT + 1))
+    assert (big["__typename"], big["field"]) == ("InvalidInput", "metadata")
+    assert big["message"] == "metadata: is 65537 bytes of JSON, more than the 65536 allowed"
+    deep = start_session(alice, metadata=nested(33))
+    assert (deep["__typename"], deep["field"]) == ("InvalidInput", "metadata")
+
+
+@pytest.mark.parametrize(
+    ("name", "input_type", "extra", "field"),
+    [
+        ("completeStep", "CompleteStepInput", {"stepIndex": 0, "output": "big"}, "output"),
+        (
+            "checkpointTask",
+            "CheckpointTaskInput",
+            {"steps": [{"index": 0, "status": "SUCCESS", "output": "big"}]},
+            "steps[0].output",
+        ),
+        (
+            "recordToolCall",
+            "RecordToolCallInput",
+            {"toolName": "t", "outcome": "SUCCESS", "result": "big"},
+            "result",
+        ),
+    ],
+)
+def test_every_json_payload_is_bounded(
+    alice: Api, name: str, input_type: str, extra: dict[str, Any], field: str
+) -> None:
+    t = new_task(alice, steps=1)
+    payload = json.loads(json.dumps(extra).replace('"big"', json.dumps(sized(LIMIT + 1))))
+    r = mutate(alice, name, input_type, PROBLEM, taskId=t["id"], expectedVersion=1, **payload)
+    assert (r["__typename"], r["field"]) == ("InvalidInput", field)
+    assert stored(alice, t["id"]) == t
+    session = alice("query($id: ID!) { task(id: $id) { ... on Task { sessionId } } }", id=t["id"])
+    plan = create_task(
+        alice, session["task"]["sessionId"], steps=[{"action": "a", "input": sized(LIMIT + 1)}]
+    )
+    assert (plan["__typename"], plan["field"]) == ("InvalidInput", "steps[0].input")

@@ -104,6 +104,7 @@ async def decide_step(
     version check means two people deciding at once cannot both win.
     """
     validation.non_negative(step_index, "stepIndex")
+    validation.json_payload(output, "output")
 
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()

@@ -36,6 +36,7 @@ async def start_session(
     """Start a session; starting a client-chosen id again returns the stored one unchanged."""
     public_id = validation.object_id(session_id)
     ttl = validation.ttl_seconds(ttl_seconds, default_ttl)
+    validation.json_payload(metadata, "metadata")
     now = utcnow()
     try:
         row = await Session.create(
@@ -89,6 +90,7 @@ async def update_session(
 ) -> SessionView:
     """Change a session's own fields if its version is still ``expected_version``."""
     validation.known_id(session_id, "session")
+    validation.json_payload(metadata, "metadata")
     delta = validation.non_negative(message_count_delta or 0, "messageCountDelta")
     room = MAX_COUNT - delta
     now = utcnow()

@@ -296,6 +296,7 @@ async def complete_step(
 ) -> TaskView:
     """RUNNING -> SUCCESS with its output; the last one completes the task (STEP_SUCCEEDED)."""
     validation.non_negative(step_index, "stepIndex")
+    validation.json_payload(output, "output")
 
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
@@ -356,6 +357,7 @@ async def checkpoint_task(
         seen.add(patch.index)
         if patch.error is not None:
             validation.error_text(patch.error, f"steps[{i}].error")
+        validation.json_payload(patch.output, f"steps[{i}].output")
     if not patches and status is None:
         raise InvalidInputError("steps", "a checkpoint changes at least one step or the status")
 

@@ -22,7 +22,7 @@ from runstate.services.errors import (
 )
 from runstate.services.loading import tool_state_view
 from runstate.services.taskwrite import Change, Draft, versioned, write_task
-from runstate.services.validation import error_text
+from runstate.services.validation import error_text, json_payload
 from runstate.services.views import ToolStateView
 
 DEFAULT_MAX_RETRIES = 3
@@ -72,6 +72,7 @@ async def record_tool_call(
     after. A tool is created IDLE at version 0 by its first report.
     """
     _check(tool_name, outcome, error, retry_after_seconds, max_retries)
+    json_payload(result, "result")
     written: list[ToolStateView] = []
 
     async def apply(draft: Draft) -> Change:

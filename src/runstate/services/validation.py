@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Sequence
@@ -18,6 +19,9 @@ MAX_STEPS = 1000
 MAX_PAGE = 100
 """The most items one page of any list may hold (``first``)."""
 MAX_ERROR_LENGTH = 10_000
+MAX_JSON_BYTES = 65_536
+"""The largest JSON payload (metadata, a step's input or output, a tool result)."""
+MAX_JSON_DEPTH = 32
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]*")
 
@@ -92,6 +96,7 @@ def step_plans(plans: Sequence[StepPlan], existing: int = 0) -> Sequence[StepPla
             raise InvalidInputError(
                 f"steps[{i}].action", f"must be at most {MAX_ACTION_LENGTH} characters"
             )
+        json_payload(plan.input, f"steps[{i}].input")
     return plans
 
 
@@ -108,6 +113,29 @@ def error_text(value: str, field: str = "error") -> str:
         raise InvalidInputError(field, "must not be empty")
     if len(value) > MAX_ERROR_LENGTH:
         raise InvalidInputError(field, f"must be at most {MAX_ERROR_LENGTH} characters")
+    return value
+
+
+def json_payload(value: Any, field: str) -> Any:
+    """A client's JSON value: at most ``MAX_JSON_DEPTH`` levels deep and
+    ``MAX_JSON_BYTES`` bytes as compact JSON."""
+    if value is None:
+        return None
+    depth, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        depth = max(depth, level)
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidInputError(field, f"must nest at most {MAX_JSON_DEPTH} levels deep")
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_JSON_BYTES:
+        raise InvalidInputError(
+            field, f"is {size} bytes of JSON, more than the {MAX_JSON_BYTES} allowed"
+        )
     return value
 
 
