@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from cross_web import HTTPException
+from graphql import GraphQLError, OperationType, get_operation_ast, parse
 from starlette.datastructures import Headers, QueryParams
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -25,6 +26,7 @@ from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
+    Operation,
 )
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import ConnectionInitMessage
 
@@ -81,6 +83,20 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         await self.send_message({"type": "connection_ack"})
         self.connection_acknowledged = True
 
+    async def run_operation(self, operation: Operation[Context, None]) -> None:
+        """Strawberry's, with a query or mutation stopped after ``operation_seconds``
+        and answered with an error, as over HTTP; a subscription runs as long as its
+        client wants it."""
+        if _is_subscription(operation.query, operation.operation_name):
+            await super().run_operation(operation)
+            return
+        seconds = self.view.settings.operation_seconds
+        try:
+            async with asyncio.timeout(seconds):
+                await super().run_operation(operation)
+        except TimeoutError:
+            await operation.send_initial_errors([GraphQLError(stopped_after(seconds))])
+
     async def shutdown(self) -> None:
         """End the connection's operations, then stop counting it."""
         try:
@@ -88,6 +104,21 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         finally:
             if self.connection is not None:
                 self.view.connections.remove(self.connection)
+
+
+def _is_subscription(query: str, operation_name: str | None) -> bool:
+    """Whether the document's operation is a subscription (False if it does not parse:
+    Strawberry answers that)."""
+    try:
+        operation = get_operation_ast(parse(query), operation_name)
+    except GraphQLError:
+        return False
+    return operation is not None and operation.operation is OperationType.SUBSCRIPTION
+
+
+def stopped_after(seconds: float) -> str:
+    """What an operation stopped by the time limit answers."""
+    return f"stopped after {seconds:g} s: ask for less"
 
 
 class GraphQLView(GraphQL[Context, None]):
@@ -344,8 +375,7 @@ class CancelOnDisconnect:
                 await work
             if not started:
                 await JSONResponse(
-                    {"errors": [{"message": f"stopped after {self.seconds:g} s: ask for less"}]},
-                    status_code=503,
+                    {"errors": [{"message": stopped_after(self.seconds)}]}, status_code=503
                 )(scope, receive, send)
         except asyncio.CancelledError:
             work.cancel()

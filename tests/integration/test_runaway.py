@@ -8,20 +8,24 @@ limit) are raised here so that it runs, for half a minute or more.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
 
-from tests.integration.test_api import new_task
+from tests.integration.test_api import new_task, step
 from tests.integration.test_progress import drive
-from tests.support import Api, Server, create_token, wait_until
+from tests.support import GRAPHQL_WS, Api, Server, create_token, wait_until
 
 UNLIMITED = {
     "RUNSTATE_MAX_ALIASES": "100000",
@@ -82,7 +86,8 @@ def test_a_client_that_leaves_stops_its_work(server: Server) -> None:
 
 
 def test_an_operation_past_the_time_limit_is_stopped_and_answered_503(tmp_path: Path) -> None:
-    """Guards RUNSTATE_OPERATION_SECONDS (1 s here)."""
+    """Guards RUNSTATE_OPERATION_SECONDS (1 s here): over HTTP a 503, over a WebSocket
+    an error message for the operation, the socket staying open."""
     server = Server(
         f"sqlite://{tmp_path / 'slow.db'}",
         tmp_path / "server.log",
@@ -97,9 +102,45 @@ def test_an_operation_past_the_time_limit_is_stopped_and_answered_503(tmp_path: 
             {"errors": [{"message": "stopped after 1 s: ask for less"}]},
         )
         assert api("{ __typename }") == {"__typename": "Query"}
+        stopped = [{"message": "stopped after 1 s: ask for less"}]
+        watched = new_task(api, steps=1)["id"]
+        answers = asyncio.run(over_websocket(api, server, costly(task_id)["query"], watched))
+        assert answers == [
+            {"id": "slow", "type": "error", "payload": stopped},
+            {"id": "quick", "type": "next", "payload": {"data": {"__typename": "Query"}}},
+            {"id": "watch", "type": "next", "payload": {"data": {"taskProgress": {"seq": 2}}}},
+        ]
         api.close()
     finally:
         server.stop()
+
+
+async def over_websocket(
+    api: Api, server: Server, query: str, watched: str
+) -> list[dict[str, Any]]:
+    """Over one WebSocket, with a subscription to ``watched`` open throughout: the
+    answer to ``query``, then to a quick one, then the subscription's next event
+    (a step started after both, so past the time limit)."""
+    url = server.url.replace("http://", "ws://") + "/graphql"
+    async with connect(url, subprotocols=GRAPHQL_WS, max_size=None) as ws:
+        init = {"authorization": f"Bearer {api.token}"}
+        await ws.send(json.dumps({"type": "connection_init", "payload": init}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        watch = f'subscription {{ taskProgress(taskId: "{watched}") {{ seq }} }}'
+        await ws.send(json.dumps({"id": "watch", "type": "subscribe", "payload": {"query": watch}}))
+        assert json.loads(await ws.recv())["payload"]["data"]["taskProgress"]["seq"] == 1
+        answers = []
+        for id_, text in (("slow", query), ("quick", "{ __typename }")):
+            await ws.send(json.dumps({"id": id_, "type": "subscribe", "payload": {"query": text}}))
+            answers.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
+        await asyncio.to_thread(
+            step, api, "startStep", "StepRefInput", taskId=watched, expectedVersion=1, stepIndex=0
+        )
+        while True:  # past the quick query's "complete"
+            message = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            if message["id"] == "watch":
+                answers.append(message)
+                return answers
 
 
 def test_sigterm_during_costly_work_stops_the_server_within_5_seconds(server: Server) -> None:
