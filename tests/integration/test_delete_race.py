@@ -53,9 +53,12 @@ def drive(api: Api, task_id: str, answers: list[Any], stop: threading.Event) -> 
 
 
 def test_deleting_a_session_while_its_tasks_are_written_never_errs(server: Server) -> None:
-    """Guards the delete/write lock order: without it, PostgreSQL found deadlocks
-    between the cascade of deleteSession (session, then tasks) and the writes
-    (task, then session), and a write answered "Unexpected error."."""
+    """Guards the delete/write lock order (``sessions.delete_session`` locks the
+    tasks, then the session, as writes do): with the session deleted first,
+    PostgreSQL found deadlocks between its cascade (session, then tasks) and the
+    writes (task, then session) in 3 runs out of 3, and the victim answered
+    "Unexpected error."; retrying the victim (``services.retry``) alone still
+    failed once in CI, after five deadlocks in a row."""
     token = create_token(server.database_url, "racer")
     answers: list[Any] = []
     for _ in range(ROUNDS):

@@ -10,7 +10,7 @@ from tortoise.expressions import F
 from tortoise.transactions import in_transaction
 
 from runstate.enums import SessionStatus
-from runstate.models import Session, box
+from runstate.models import Session, Task, box
 from runstate.services import validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import (
@@ -138,9 +138,27 @@ MAX_COUNT = 2**31 - 1
 
 
 async def delete_session(user_id: str, session_id: str) -> str:
-    """Delete a session and, by cascade, its tasks, steps, tool states and events."""
+    """Delete a session and, by cascade, its tasks, steps, tool states and events.
+
+    The session's task rows are locked first, in id order, then the session is
+    deleted: the order every task write takes its locks in (its task, then its
+    session's ``lastActiveAt``). Deleting the session first locked the session and
+    then, by cascade, the tasks, and on PostgreSQL a write in between deadlocked
+    with it. (SQLite has one writer at a time, and no row locks to order.)
+    """
     validation.known_id(session_id, "session")
-    deleted = await Session.filter(user_id=user_id, public_id=session_id).delete()
+    async with in_transaction() as conn:
+        row = await Session.filter(user_id=user_id, public_id=session_id).using_db(conn).first()
+        if row is None:
+            raise NotFoundError("session", session_id)
+        await (
+            Task.filter(session_id=row.id)
+            .order_by("id")
+            .select_for_update()
+            .only("id")
+            .using_db(conn)
+        )
+        deleted = await Session.filter(id=row.id).using_db(conn).delete()
     if not deleted:
         raise NotFoundError("session", session_id)
     return session_id
