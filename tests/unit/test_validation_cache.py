@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from strawberry.extensions.parser_cache import _get_parse_cache
 from strawberry.extensions.validation_cache import DEFAULT_MAXSIZE, _get_validate_cache
 
 from runstate.schema.build import schema
@@ -23,3 +24,21 @@ async def test_a_repeated_document_is_validated_once() -> None:
         assert result.errors is None
     after = cache.cache_info()
     assert (after.hits - before.hits, after.misses - before.misses) == (5, 0)
+
+
+async def test_a_long_document_is_never_cached() -> None:
+    """Guards CACHED_DOCUMENT_CHARS: a document over 16 KiB (here a comment makes it
+    long) is parsed and validated each time and kept by neither cache, so the
+    128-entry caches stay small in bytes too."""
+    validations: Any = _get_validate_cache(DEFAULT_MAXSIZE)
+    parses: Any = _get_parse_cache(DEFAULT_MAXSIZE)
+    document = "# " + "x" * 17_000 + "\nquery Long { __typename }"
+    before = (validations.cache_info(), parses.cache_info())
+    for _ in range(3):
+        result = await schema.execute(document)
+        assert result.errors is None
+    after = (validations.cache_info(), parses.cache_info())
+    assert [(a.hits - b.hits, a.misses - b.misses) for a, b in zip(after, before, strict=True)] == [
+        (0, 0),
+        (0, 0),
+    ]

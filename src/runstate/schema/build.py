@@ -34,8 +34,15 @@ def _should_mask(error: GraphQLError) -> bool:
     return original is not None and not isinstance(original, DomainError | GraphQLError)
 
 
+CACHED_DOCUMENT_CHARS = 16_384
+"""Documents longer than this are parsed and validated each time, never cached:
+the caches hold 128 entries each, so their size stays bounded in bytes too
+(about 128 x 16 KiB of text, with the parsed trees), whatever clients send."""
+
+
 class ParseOnce(ParserCache):
-    """Strawberry's ParserCache, leaving a document it cannot parse to Strawberry.
+    """Strawberry's ParserCache, leaving a document it cannot parse (or a long one)
+    to Strawberry.
 
     ParserCache raises the syntax error (or "more than N tokens") from its hook,
     where the HTTP path catches it but the WebSocket path does not: the operation
@@ -46,11 +53,26 @@ class ParseOnce(ParserCache):
 
     def on_parse(self) -> Iterator[None]:
         context = self.execution_context
+        if context.query is not None and len(context.query) > CACHED_DOCUMENT_CHARS:
+            yield
+            return
         with contextlib.suppress(GraphQLError):
             context.graphql_document = self.cached_parse_document(
                 context.query, **context.parse_options
             )
         yield
+
+
+class SmallValidationCache(ValidationCache):
+    """Strawberry's ValidationCache for documents up to ``CACHED_DOCUMENT_CHARS``;
+    a longer one is validated by Strawberry itself, each time."""
+
+    def on_validate(self) -> Iterator[None]:
+        query = self.execution_context.query
+        if query is not None and len(query) > CACHED_DOCUMENT_CHARS:
+            yield
+            return
+        yield from super().on_validate()
 
 
 class MaskUnexpectedErrors(MaskErrors):
@@ -97,7 +119,7 @@ def build_schema(settings: Settings | None = None) -> strawberry.Schema:
     # Classes or factories, never instances: Strawberry builds a fresh one per request.
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         ParseOnce,
-        ValidationCache,
+        SmallValidationCache,
         partial(AddValidationRules, rules),
         partial(MaxTokensLimiter, max_token_count=settings.max_tokens),
         partial(MaskUnexpectedErrors, should_mask_error=_should_mask),
