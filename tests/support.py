@@ -15,8 +15,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +178,22 @@ class Server:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextmanager
+def sqlite_server(
+    tmp_path_factory: pytest.TempPathFactory, name: str, **env: str
+) -> Iterator[Server]:
+    """A server on a fresh SQLite file, for a module whose subject is not the database."""
+    tmp = tmp_path_factory.mktemp(name)
+    with Server(f"sqlite://{tmp / f'{name}.db'}", tmp / "server.log", **env) as srv:
+        yield srv
 
 
 class GraphQLError(AssertionError):
@@ -450,3 +466,32 @@ def restart(server: Server) -> None:
     """Stop the server and start it again on the same port and database."""
     server.stop()
     server.start()
+
+
+@asynccontextmanager
+async def opened(database_url: str, *, live: bool = False) -> AsyncIterator[None]:
+    """The database opened in this process, for tests that call the services
+    directly; with ``live``, an in-process broker installed too, so that events
+    are announced and streams can be read."""
+    from tortoise.backends.base.executor import EXECUTOR_CACHE
+
+    from runstate import pubsub
+    from runstate.db import close_database, open_database
+
+    # Tortoise caches each model's INSERT per connection name, not per dialect: a
+    # process that moves from SQLite to PostgreSQL must forget the SQLite ones.
+    EXECUTOR_CACHE.clear()
+    await open_database(database_url)
+    publisher = None
+    if live:
+        broker = pubsub.MemoryBroker()
+        publisher = pubsub.Publisher(broker)
+        await publisher.start()
+        pubsub.install(pubsub.Hub(broker, publisher))
+    try:
+        yield
+    finally:
+        if publisher is not None:
+            pubsub.uninstall()
+            await publisher.close()
+        await close_database()

@@ -22,6 +22,7 @@ from tests.support import (
     SubscriptionError,
     create_token,
     runstate,
+    sqlite_server,
 )
 
 PATHS = ["/graphql", "/graphql/", "/GraphQL", "/nope", "/graphql%00"]
@@ -39,17 +40,13 @@ ACCEPTS = ["text/html", "application/json", "*/*"]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("auth")
-    srv = Server(
-        f"sqlite://{tmp / 'auth.db'}",
-        tmp / "server.log",
+    with sqlite_server(
+        tmp_path_factory,
+        "auth",
         RUNSTATE_AUTH_CHECK_SECONDS="0.2",
         RUNSTATE_CATCH_UP_SECONDS="0.2",
-    ).start()
-    try:
+    ) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def authorizations(server: Server) -> list[str | None]:

@@ -149,22 +149,26 @@ async def test_subscribers_that_leave_while_subscribing_leave_nothing_behind(
     ``Broker.subscribe`` inboxes stayed registered; without re-raising the
     cancellation that redis-py turns into a TimeoutError, some subscribers never
     ended at all."""
-    import random
-
     broker = await make_broker()
-    channels = [f"leak-{i}" for i in range(10)]
+    await leave_while_subscribing(broker, [f"leak-{i}" for i in range(10)])
+    assert broker.channels == frozenset()
+
+
+async def leave_while_subscribing(broker: Broker, channels: list[str]) -> None:
+    """200 subscribers of ``channels``, each cancelled at a random moment, many while
+    Redis is still confirming their SUBSCRIBE; fails unless every one of them ends."""
+    import random
 
     async def watch(channel: str) -> None:
         async with broker.subscription([channel]):
             await asyncio.Event().wait()
 
-    tasks = [asyncio.create_task(watch(channels[i % 10])) for i in range(200)]
+    tasks = [asyncio.create_task(watch(channels[i % len(channels)])) for i in range(200)]
     for task in tasks:
         await asyncio.sleep(random.choice([0, 0, 0.0005, 0.001]))
         task.cancel()
     _, pending = await asyncio.wait(tasks, timeout=20)
     assert not pending, f"{len(pending)} subscribers never ended"
-    assert broker.channels == frozenset()
 
 
 async def test_subscribers_that_leave_while_subscribing_leave_no_redis_subscription() -> None:
@@ -173,8 +177,6 @@ async def test_subscribers_that_leave_while_subscribing_leave_no_redis_subscript
     counts no subscriber on any of their channels (PUBSUB NUMSUB) once the broker
     has settled. With SUBSCRIBE sent from the cancelled caller, as before, Redis
     kept some subscribed for good."""
-    import random
-
     from redis.asyncio import Redis
 
     require_service("Redis", "127.0.0.1", 6379)
@@ -184,17 +186,7 @@ async def test_subscribers_that_leave_while_subscribing_leave_no_redis_subscript
     channels = [f"leak-{i}" for i in range(10)]
     client = Redis.from_url(REDIS_URL)
     try:
-
-        async def watch(channel: str) -> None:
-            async with broker.subscription([channel]):
-                await asyncio.Event().wait()
-
-        tasks = [asyncio.create_task(watch(channels[i % 10])) for i in range(200)]
-        for task in tasks:
-            await asyncio.sleep(random.choice([0, 0, 0.0005, 0.001]))
-            task.cancel()
-        _, pending = await asyncio.wait(tasks, timeout=20)
-        assert not pending
+        await leave_while_subscribing(broker, channels)
 
         async def subscribed() -> int:
             counts = await client.pubsub_numsub(*(prefix + c for c in channels))

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runstate.schema.build import schema
-from tests.support import Api, Server, create_token
+from tests.support import Api, create_token, sqlite_server
 
 NAMES = sorted(
     {name for type_ in schema._schema.type_map.values() for name in getattr(type_, "fields", {})}
@@ -62,15 +62,11 @@ bodies = (
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    tmp = tmp_path_factory.mktemp("fuzz")
-    server = Server(
-        f"sqlite://{tmp / 'fuzz.db'}", tmp / "server.log", RUNSTATE_RATE_LIMIT="false"
-    ).start()
-    try:
-        with Api(server.url, create_token(server.database_url, "fuzzer")) as api:
-            yield api
-    finally:
-        server.stop()
+    with (
+        sqlite_server(tmp_path_factory, "fuzz", RUNSTATE_RATE_LIMIT="false") as server,
+        Api(server.url, create_token(server.database_url, "fuzzer")) as api,
+    ):
+        yield api
 
 
 @settings(

@@ -17,14 +17,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from tortoise.backends.base.executor import EXECUTOR_CACHE
 from tortoise.exceptions import IntegrityError
 
 from runstate import pubsub
-from runstate.db import close_database, open_database
 from runstate.enums import StepDecision, StepStatus, TaskEventKind, TaskStatus, ToolOutcome
 from runstate.models import Step, StepVersion, Task, TaskEvent
-from runstate.pubsub import Hub, MemoryBroker, Publisher
 from runstate.services import history, leases, lifecycle, progress, sessions, tasks, tools
 from runstate.services.clock import utcnow
 from runstate.services.errors import DomainError
@@ -32,7 +29,7 @@ from runstate.services.loading import task_views
 from runstate.services.taskwrite import StepPatch
 from runstate.services.validation import StepPlan
 from runstate.services.views import EventView, TaskView, current_step
-from tests.support import database
+from tests.support import database, opened
 
 USER = "historian"
 _ids = itertools.count()
@@ -50,20 +47,8 @@ def database_url(
 async def db(database_url: str) -> AsyncIterator[str]:
     """The module's database, opened in this test's event loop, with an in-process
     broker installed so that the live events can be read too."""
-    # Tortoise caches each model's INSERT per connection name, not per dialect: a
-    # process that moves from SQLite to PostgreSQL must forget the SQLite ones.
-    EXECUTOR_CACHE.clear()
-    await open_database(database_url)
-    broker = MemoryBroker()
-    publisher = Publisher(broker)
-    await publisher.start()
-    pubsub.install(Hub(broker, publisher))
-    try:
+    async with opened(database_url, live=True):
         yield database_url
-    finally:
-        pubsub.uninstall()
-        await publisher.close()
-        await close_database()
 
 
 async def recorded(task_id: str) -> TaskView:

@@ -12,15 +12,12 @@ from pathlib import Path
 
 import pytest
 from tortoise import connections
-from tortoise.backends.base.executor import EXECUTOR_CACHE
 
-from runstate import pubsub
-from runstate.db import close_database, open_database
-from runstate.pubsub import Hub, MemoryBroker, Publisher
 from runstate.services import progress, sessions, tasks
 from runstate.services.heads import HEADS
 from runstate.services.validation import StepPlan
 from tests.integration.test_write_cost import Statements
+from tests.support import opened
 
 USER = "idler"
 INTERVAL = 0.05
@@ -29,20 +26,9 @@ TASKS = 20
 
 
 @pytest.fixture
-async def hub(tmp_path: Path) -> AsyncIterator[Hub]:
-    EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
-    await open_database(f"sqlite://{tmp_path / 'idle.db'}")
-    broker = MemoryBroker()
-    publisher = Publisher(broker)
-    await publisher.start()
-    installed = Hub(broker, publisher)
-    pubsub.install(installed)
-    try:
-        yield installed
-    finally:
-        pubsub.uninstall()
-        await publisher.close()
-        await close_database()
+async def live(tmp_path: Path) -> AsyncIterator[None]:
+    async with opened(f"sqlite://{tmp_path / 'idle.db'}", live=True):
+        yield
 
 
 async def wait_for_rounds(rounds: int) -> None:
@@ -53,7 +39,7 @@ async def wait_for_rounds(rounds: int) -> None:
             await asyncio.sleep(INTERVAL / 2)
 
 
-async def test_2000_idle_streams_cost_one_statement_per_interval(hub: Hub) -> None:
+async def test_2000_idle_streams_cost_one_statement_per_interval(live: None) -> None:
     """Guards the shared head check: 2,000 quiet taskProgress streams over 20 tasks
     run exactly one SELECT per check between them (each stream used to run its own,
     2,000 per interval), and a write still reaches every one of them."""
@@ -87,7 +73,7 @@ async def test_2000_idle_streams_cost_one_statement_per_interval(hub: Hub) -> No
         await stream.aclose()
 
 
-async def test_a_session_catch_up_reads_only_tasks_changed_lately(hub: Hub) -> None:
+async def test_a_session_catch_up_reads_only_tasks_changed_lately(live: None) -> None:
     """Guards sessionActivity's catch-up: a write the broker never carried (held back
     here) reaches a quiet stream through HEADS, and the catch-up asks only for tasks
     updated since the last one, by the (session_id, updated_at) index, never for

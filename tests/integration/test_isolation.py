@@ -21,6 +21,7 @@ from graphql import (
     GraphQLInputType,
     GraphQLList,
     GraphQLNonNull,
+    GraphQLObjectType,
     GraphQLScalarType,
     GraphQLUnionType,
     get_named_type,
@@ -28,19 +29,15 @@ from graphql import (
 
 from runstate.schema.build import schema
 from tests.integration.test_api import create_task, start_session, step
-from tests.support import Api, Server, Subscriber, SubscriptionError, create_token
+from tests.support import Api, Server, Subscriber, SubscriptionError, create_token, sqlite_server
 
 GRAPHQL = schema._schema
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("isolation")
-    srv = Server(f"sqlite://{tmp / 'iso.db'}", tmp / "server.log").start()
-    try:
+    with sqlite_server(tmp_path_factory, "isolation") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
@@ -79,16 +76,21 @@ def takes_an_id(type_: GraphQLInputType, seen: frozenset[str] = frozenset()) -> 
     return False
 
 
-def operations(kind: str) -> list[str]:
-    root = {
+def root(kind: str) -> GraphQLObjectType:
+    """The schema's query, mutation or subscription type."""
+    found = {
         "query": GRAPHQL.query_type,
         "mutation": GRAPHQL.mutation_type,
         "subscription": GRAPHQL.subscription_type,
     }[kind]
-    assert root is not None
+    assert found is not None
+    return found
+
+
+def operations(kind: str) -> list[str]:
     return sorted(
         name
-        for name, field in root.fields.items()
+        for name, field in root(kind).fields.items()
         if any(takes_an_id(arg.type) for arg in field.args.values())
     )
 
@@ -134,13 +136,7 @@ def selection(field: GraphQLField) -> str:
 
 
 def document(kind: str, name: str, ids: dict[str, str]) -> tuple[str, dict[str, Any]]:
-    root = {
-        "query": GRAPHQL.query_type,
-        "mutation": GRAPHQL.mutation_type,
-        "subscription": GRAPHQL.subscription_type,
-    }[kind]
-    assert root is not None
-    field = root.fields[name]
+    field = root(kind).fields[name]
     variables = {
         arg: value(a.type, arg, name, ids)
         for arg, a in field.args.items()

@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Origin
 
 from tests.integration.test_api import new_task
-from tests.support import GRAPHQL_WS, Api, Server, create_token
+from tests.support import GRAPHQL_WS, Api, Server, create_token, sqlite_server
 
 MAX_CONNECTIONS = 3
 MAX_SUBSCRIPTIONS = 2
@@ -29,19 +29,15 @@ ALLOWED = "https://agents.example"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("limits")
-    srv = Server(
-        f"sqlite://{tmp / 'limits.db'}",
-        tmp / "server.log",
+    with sqlite_server(
+        tmp_path_factory,
+        "limits",
         RUNSTATE_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
         RUNSTATE_MAX_SUBSCRIPTIONS=str(MAX_SUBSCRIPTIONS),
         RUNSTATE_CONNECTION_INIT_SECONDS="1",
         RUNSTATE_ALLOWED_ORIGINS=ALLOWED,
-    ).start()
-    try:
+    ) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

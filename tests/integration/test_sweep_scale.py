@@ -11,15 +11,13 @@ from pathlib import Path
 
 import pytest
 from tortoise import connections
-from tortoise.backends.base.executor import EXECUTOR_CACHE
 
-from runstate.db import close_database, open_database
 from runstate.services import leases, sessions, sweep, tasks
 from runstate.services.clock import utcnow
 from runstate.services.validation import StepPlan
 from tests.integration.test_api import create_task, start_session, step
 from tests.integration.test_write_cost import Statements
-from tests.support import Api, Server, create_token, query_value, wait_until
+from tests.support import Api, Server, create_token, opened, query_value, wait_until
 
 USER = "sweeper"
 
@@ -27,12 +25,8 @@ USER = "sweeper"
 @pytest.fixture
 async def db(tmp_path: Path) -> AsyncIterator[str]:
     url = f"sqlite://{tmp_path / 'sweep.db'}"
-    EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
-    await open_database(url)
-    try:
+    async with opened(url):
         yield url
-    finally:
-        await close_database()
 
 
 async def plans(statements: list[str]) -> list[str]:

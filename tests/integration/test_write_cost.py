@@ -10,15 +10,14 @@ from pathlib import Path
 import aiosqlite
 import pytest
 from tortoise import connections
-from tortoise.backends.base.executor import EXECUTOR_CACHE
 
-from runstate.db import close_database, open_database
 from runstate.enums import StepStatus
 from runstate.services import sessions, tasks, taskwrite
 from runstate.services.clock import utcnow
 from runstate.services.taskwrite import StepPatch
 from runstate.services.validation import StepPlan
 from runstate.services.views import TaskView
+from tests.support import opened
 
 USER = "counter"
 STEPS = 1000
@@ -28,12 +27,8 @@ KB = 1024
 @pytest.fixture
 async def db(tmp_path: Path) -> AsyncIterator[str]:
     url = f"sqlite://{tmp_path / 'cost.db'}"
-    EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
-    await open_database(url)
-    try:
+    async with opened(url):
         yield url
-    finally:
-        await close_database()
 
 
 @pytest.fixture

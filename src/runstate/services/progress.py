@@ -24,6 +24,7 @@ from runstate import pubsub
 from runstate.bounded import BoundedCache
 from runstate.enums import TaskEventKind
 from runstate.models import Session, Task
+from runstate.pubsub import Resync
 from runstate.services import history
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, SessionExpiredError
@@ -183,11 +184,8 @@ async def task_progress(
             async for event in stored_events(ref, watch.last):
                 yield event
                 watch.last = event.seq
-        with HEADS.watching(watch, interval) if gap_fill else contextlib.nullcontext():
-            while True:
-                message = await inbox.next(QUIET_SECONDS)
-                if message is None:
-                    continue  # quiet: HEADS flags a resync if anything was missed
+        async with contextlib.aclosing(_heard(watch, interval, gap_fill)) as heard:
+            async for message in heard:
                 if isinstance(message, bytes):
                     live = decode(message)
                     if live is None or live.task_pk != view.pk or live.seq <= watch.last:
@@ -205,6 +203,18 @@ async def task_progress(
                     async for event in stored_events(ref, watch.last):
                         yield event
                         watch.last = event.seq
+
+
+async def _heard(
+    watch: Watch, interval: float, gap_fill: bool
+) -> AsyncGenerator[bytes | Resync, None]:
+    """What a stream's inbox receives, messages and resyncs; while ``gap_fill``,
+    ``HEADS`` checks the quiet spells and flags a resync when one missed anything."""
+    with HEADS.watching(watch, interval) if gap_fill else contextlib.nullcontext():
+        while True:
+            message = await watch.inbox.next(QUIET_SECONDS)
+            if message is not None:
+                yield message
 
 
 async def _task_head(view: TaskView) -> int | None:
@@ -238,11 +248,8 @@ async def session_activity(
         last: dict[int, int] = dict(
             await Task.filter(session_id=session.pk).values_list("id", "event_seq")
         )
-        with HEADS.watching(watch, interval) if gap_fill else contextlib.nullcontext():
-            while True:
-                message = await inbox.next(QUIET_SECONDS)
-                if message is None:
-                    continue  # quiet: HEADS flags a resync if anything was missed
+        async with contextlib.aclosing(_heard(watch, interval, gap_fill)) as heard:
+            async for message in heard:
                 if isinstance(message, bytes):
                     live = decode(message)
                     if live is None or live.session_pk != session.pk:
