@@ -21,7 +21,9 @@ from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
 from runstate.pubsub.redis import RedisBroker
 from runstate.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from runstate.schema.build import build_schema
+from runstate.services import validation
 from runstate.services.sweep import sweep_forever
+from runstate.services.validation import ContentLimits
 from runstate.settings import Settings
 from runstate.web import routes as web_routes
 
@@ -33,6 +35,16 @@ def create_app(settings: Settings) -> Starlette:
     ``redis_url`` is set, in-process otherwise) and the publisher in front of it,
     and starts the expiry sweep and the token check of open connections.
     """
+    validation.configure(
+        ContentLimits(
+            goal_chars=settings.max_goal_chars,
+            action_chars=settings.max_action_chars,
+            steps=settings.max_steps,
+            error_chars=settings.max_error_chars,
+            json_bytes=settings.max_json_bytes,
+            json_depth=settings.max_json_depth,
+        )
+    )
     connections = Connections(settings.max_connections)
     graphql = GraphQLView(build_schema(settings), settings, connections)
 

@@ -60,6 +60,14 @@ class Settings:
     subscription 5; see ``runstate.ratelimit``)."""
     rate_burst: float = 2000.0
     """The most points a user's budget holds."""
+    max_goal_chars: int = 10_000
+    max_action_chars: int = 200
+    max_steps: int = 1000
+    """Steps one task may have."""
+    max_error_chars: int = 10_000
+    max_json_bytes: int = 65_536
+    """The largest JSON payload: metadata, a step's input or output, a tool result."""
+    max_json_depth: int = 32
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -103,6 +111,12 @@ class Settings:
             rate_limit=_flag(env, "RUNSTATE_RATE_LIMIT", True),
             rate_per_second=_positive_float(env, "RUNSTATE_RATE_PER_SECOND", 200.0),
             rate_burst=_positive_float(env, "RUNSTATE_RATE_BURST", 2000.0),
+            max_goal_chars=_positive_int(env, "RUNSTATE_MAX_GOAL_CHARS", 10_000),
+            max_action_chars=_positive_int(env, "RUNSTATE_MAX_ACTION_CHARS", 200),
+            max_steps=_positive_int(env, "RUNSTATE_MAX_STEPS", 1000),
+            max_error_chars=_positive_int(env, "RUNSTATE_MAX_ERROR_CHARS", 10_000),
+            max_json_bytes=_positive_int(env, "RUNSTATE_MAX_JSON_BYTES", 65_536),
+            max_json_depth=_positive_int(env, "RUNSTATE_MAX_JSON_DEPTH", 32),
         )
         if not developing:
             settings.check_production()

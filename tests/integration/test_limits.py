@@ -19,7 +19,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Origin
 
-from tests.integration.test_api import new_task
+from tests.integration.test_api import create_task, new_task, start_session
 from tests.support import GRAPHQL_WS, Api, Server, create_token, sqlite_server
 
 MAX_CONNECTIONS = 3
@@ -331,3 +331,29 @@ def test_only_allowed_origins_get_cors_headers(server: Server) -> None:
     )
     assert other.status_code == 400
     assert "access-control-allow-origin" not in other.headers
+
+
+def test_content_limits_are_settings(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Guards the content limits' settings: with RUNSTATE_MAX_STEPS=3,
+    RUNSTATE_MAX_GOAL_CHARS=5 and RUNSTATE_MAX_JSON_BYTES=10, each at its limit
+    passes and one past answers InvalidInput naming the field."""
+    env = {
+        "RUNSTATE_MAX_STEPS": "3",
+        "RUNSTATE_MAX_GOAL_CHARS": "5",
+        "RUNSTATE_MAX_JSON_BYTES": "10",
+    }
+    with (
+        sqlite_server(tmp_path_factory, "content", **env) as server,
+        Api(server.url, create_token(server.database_url, "erin")) as api,
+    ):
+        session = start_session(api)["id"]
+
+        def refused(**input: Any) -> str | None:
+            answer = create_task(api, session, **input)
+            return answer.get("field") if answer["__typename"] == "InvalidInput" else None
+
+        assert refused(steps=3, goal="abcde") is None
+        assert refused(steps=4, goal="abcde") == "steps"
+        assert refused(steps=1, goal="abcdef") == "goal"
+        assert refused(steps=[{"action": "a", "input": "x" * 8}], goal="g") is None
+        assert refused(steps=[{"action": "a", "input": "x" * 9}], goal="g") == "steps[0].input"

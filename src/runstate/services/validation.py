@@ -13,15 +13,33 @@ from runstate.models import ID_LENGTH
 from runstate.services.errors import InvalidInputError, NotFoundError
 
 MAX_TTL_SECONDS = 366 * 24 * 3600
-MAX_GOAL_LENGTH = 10_000
-MAX_ACTION_LENGTH = 200
-MAX_STEPS = 1000
 MAX_PAGE = 100
 """The most items one page of any list may hold (``first``)."""
-MAX_ERROR_LENGTH = 10_000
-MAX_JSON_BYTES = 65_536
-"""The largest JSON payload (metadata, a step's input or output, a tool result)."""
-MAX_JSON_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class ContentLimits:
+    """How large what clients store may be; the server sets them from its settings
+    (``configure``), and they hold for the whole process."""
+
+    goal_chars: int = 10_000
+    action_chars: int = 200
+    steps: int = 1000
+    """Steps one task may have."""
+    error_chars: int = 10_000
+    json_bytes: int = 65_536
+    """The largest JSON payload (metadata, a step's input or output, a tool result)."""
+    json_depth: int = 32
+
+
+LIMITS = ContentLimits()
+
+
+def configure(limits: ContentLimits) -> None:
+    """Use ``limits`` from now on, in this process."""
+    global LIMITS
+    LIMITS = limits
+
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]*")
 
@@ -80,21 +98,21 @@ def goal(value: str) -> str:
     """A task goal: some text, not too long."""
     if not value.strip():
         raise InvalidInputError("goal", "must not be empty")
-    if len(value) > MAX_GOAL_LENGTH:
-        raise InvalidInputError("goal", f"must be at most {MAX_GOAL_LENGTH} characters")
+    if len(value) > LIMITS.goal_chars:
+        raise InvalidInputError("goal", f"must be at most {LIMITS.goal_chars} characters")
     return value
 
 
 def step_plans(plans: Sequence[StepPlan], existing: int = 0) -> Sequence[StepPlan]:
     """Steps to add to a plan that already has ``existing`` steps."""
-    if existing + len(plans) > MAX_STEPS:
-        raise InvalidInputError("steps", f"a task has at most {MAX_STEPS} steps")
+    if existing + len(plans) > LIMITS.steps:
+        raise InvalidInputError("steps", f"a task has at most {LIMITS.steps} steps")
     for i, plan in enumerate(plans):
         if not plan.action.strip():
             raise InvalidInputError(f"steps[{i}].action", "must not be empty")
-        if len(plan.action) > MAX_ACTION_LENGTH:
+        if len(plan.action) > LIMITS.action_chars:
             raise InvalidInputError(
-                f"steps[{i}].action", f"must be at most {MAX_ACTION_LENGTH} characters"
+                f"steps[{i}].action", f"must be at most {LIMITS.action_chars} characters"
             )
         json_payload(plan.input, f"steps[{i}].input")
     return plans
@@ -111,30 +129,30 @@ def error_text(value: str, field: str = "error") -> str:
     """A step's error message."""
     if not value.strip():
         raise InvalidInputError(field, "must not be empty")
-    if len(value) > MAX_ERROR_LENGTH:
-        raise InvalidInputError(field, f"must be at most {MAX_ERROR_LENGTH} characters")
+    if len(value) > LIMITS.error_chars:
+        raise InvalidInputError(field, f"must be at most {LIMITS.error_chars} characters")
     return value
 
 
 def json_payload(value: Any, field: str) -> Any:
-    """A client's JSON value: at most ``MAX_JSON_DEPTH`` levels deep and
-    ``MAX_JSON_BYTES`` bytes as compact JSON."""
+    """A client's JSON value: at most ``LIMITS.json_depth`` levels deep and
+    ``LIMITS.json_bytes`` bytes as compact JSON."""
     if value is None:
         return None
     depth, stack = 0, [(value, 1)]
     while stack:
         item, level = stack.pop()
         depth = max(depth, level)
-        if depth > MAX_JSON_DEPTH:
-            raise InvalidInputError(field, f"must nest at most {MAX_JSON_DEPTH} levels deep")
+        if depth > LIMITS.json_depth:
+            raise InvalidInputError(field, f"must nest at most {LIMITS.json_depth} levels deep")
         if isinstance(item, dict):
             stack.extend((v, level + 1) for v in item.values())
         elif isinstance(item, list):
             stack.extend((v, level + 1) for v in item)
     size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-    if size > MAX_JSON_BYTES:
+    if size > LIMITS.json_bytes:
         raise InvalidInputError(
-            field, f"is {size} bytes of JSON, more than the {MAX_JSON_BYTES} allowed"
+            field, f"is {size} bytes of JSON, more than the {LIMITS.json_bytes} allowed"
         )
     return value
 
