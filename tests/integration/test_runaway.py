@@ -23,7 +23,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.integration.test_api import new_task, step
+from tests.integration.test_api import new_task, start_session, step
 from tests.integration.test_progress import drive
 from tests.support import GRAPHQL_WS, Api, Server, create_token, wait_until
 
@@ -167,3 +167,56 @@ def test_sigterm_during_costly_work_stops_the_server_within_5_seconds(server: Se
     assert "timeout graceful shutdown exceeded" in log
     assert "Application shutdown complete." in log
     api.close()
+
+
+UPDATE = (
+    "mutation($input: UpdateSessionInput!) { updateSession(input: $input) { __typename"
+    " ... on AgentSession { version } ... on VersionConflict { currentVersion } } }"
+)
+
+
+async def abandon_writes(server: Server, token: str, session_id: str) -> None:
+    """Ten clients racing compare-and-swap writes on one session, all dropped at once
+    with their requests in flight (as a failing test's client is)."""
+
+    async def write_forever(client: httpx.AsyncClient) -> None:
+        version = 1
+        while True:
+            input = {"id": session_id, "expectedVersion": version, "messageCountDelta": 1}
+            response = await client.post(
+                "/graphql", json={"query": UPDATE, "variables": {"input": input}}
+            )
+            answer = response.json()["data"]["updateSession"]
+            version = answer.get("version") or answer["currentVersion"]
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as client:
+        writers = [asyncio.create_task(write_forever(client)) for _ in range(10)]
+        await asyncio.sleep(1.0)  # the point is writes in flight, whichever they are
+        for writer in writers:
+            writer.cancel()
+        await asyncio.gather(*writers, return_exceptions=True)
+
+
+def test_writes_whose_clients_left_finish_and_the_next_write_goes_through(tmp_path: Path) -> None:
+    """Guards finishing an abandoned write (``idempotency.once``): cancelled halfway,
+    a transaction on SQLite's one connection stayed open, and every later write
+    waited until the time limit stopped it (503), from the first round on."""
+    server = Server(
+        f"sqlite://{tmp_path / 'abandoned.db'}",
+        tmp_path / "server.log",
+        RUNSTATE_RATE_LIMIT="false",
+        RUNSTATE_OPERATION_SECONDS="8",
+    ).start()
+    try:
+        with Api(server.url, create_token(server.database_url, "leaver")) as api:
+            session = start_session(api)["id"]
+            for _ in range(3):
+                asyncio.run(abandon_writes(server, api.token, session))
+                after = api.post({"query": "mutation { startSession(input: {}) { __typename } }"})
+                assert (after.status_code, after.json()) == (
+                    200,
+                    {"data": {"startSession": {"__typename": "AgentSession"}}},
+                )
+    finally:
+        server.stop()

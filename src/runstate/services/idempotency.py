@@ -16,6 +16,7 @@ subscriber hears of a write that a failed key row rolled back.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
@@ -63,8 +64,21 @@ async def once(
 ) -> V:
     """``write()`` at most once per key within ``ttl_seconds``; ``kind`` is the type of
     its answer, for answering a repeat from the stored JSON. A transaction the
-    database aborted (a deadlock's victim) is tried again (``services.retry``)."""
-    return await retried(lambda: _once(call, ttl_seconds, kind, write))
+    database aborted (a deadlock's victim) is tried again (``services.retry``).
+
+    A write, once begun, is finished even when its caller is cancelled (its client
+    left): cancelled halfway, a transaction on SQLite's single connection could be
+    left open, and every later write then waited for it until stopped."""
+    work = asyncio.ensure_future(retried(lambda: _once(call, ttl_seconds, kind, write)))
+    work.add_done_callback(_retrieve)
+    return await asyncio.shield(work)
+
+
+def _retrieve(work: asyncio.Future[Any]) -> None:
+    """Take a finished write's exception, so that one whose caller left is not
+    reported as never retrieved (its caller has its own cancellation to handle)."""
+    if not work.cancelled():
+        work.exception()
 
 
 async def _once(
