@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +14,26 @@ from runstate.db import close_database, open_database
 from runstate.models import Session, Task, ToolState
 from runstate.services import sessions
 from tests.integration.test_api import events, new_task, start_session
-from tests.support import Api, Server
+from tests.support import Api, Server, database
 
 WRITERS = 20
 INCREMENTS = 10
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """The shared server of conftest.py, without the per-user rate limit: one user
+    races hundreds of writes here (each retried conflict costs again), and what is
+    under test is compare-and-swap, not the budget (tests/integration/test_ratelimit.py)."""
+    tmp = tmp_path_factory.mktemp(f"concurrency-{request.param}")
+    with (
+        database(request.param, tmp) as url,
+        Server(url, tmp / "server.log", RUNSTATE_RATE_LIMIT="false") as srv,
+    ):
+        yield srv
+
 
 UPDATE = """
 mutation($input: UpdateSessionInput!) {
