@@ -15,20 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from runstate.enums import SessionStatus
 from runstate.models import Session, Task
 from runstate.pubsub.broker import Subscription
 from runstate.services.clock import utcnow
+from runstate.services.loading import expired
+from runstate.services.sql import chunks
 
 log = logging.getLogger(__name__)
-
-CHUNK = 500
-"""Ids per statement (SQLite binds at most 999 variables)."""
 
 MARGIN = timedelta(seconds=10)
 """How far back a session's catch-up looks past its last one: clocks of several
@@ -48,11 +46,6 @@ class Watch:
     """taskProgress: the last seq it sent."""
     since: datetime = field(default_factory=utcnow)
     """sessionActivity: when it last caught up."""
-
-
-def ended(status: object, expires_at: datetime, now: datetime) -> bool:
-    """Whether a session with this status and expiry has expired."""
-    return status == SessionStatus.EXPIRED or expires_at <= now
 
 
 class Heads:
@@ -105,22 +98,22 @@ class Heads:
         """Flag for a resync every stream that is behind, or whose session ended."""
         self.rounds += 1
         now = utcnow()
-        for chunk in _chunks(list(self._tasks)):
+        for chunk in chunks(list(self._tasks)):
             rows = await Task.filter(id__in=chunk).values_list(
                 "id", "event_seq", "session__status", "session__expires_at"
             )
-            heads = {int(r[0]): (int(r[1]), ended(r[2], r[3], now)) for r in rows}
+            heads = {int(r[0]): (int(r[1]), expired(r[2], r[3], now)) for r in rows}
             for pk in chunk:
                 seq, gone = heads.get(pk, (0, True))
                 for watch in tuple(self._tasks.get(pk, ())):
                     if gone or seq > watch.last:
                         watch.inbox.request_resync()
-        for chunk in _chunks(list(self._sessions)):
+        for chunk in chunks(list(self._sessions)):
             watches = [w for pk in chunk for w in self._sessions.get(pk, ())]
             if not watches:
                 continue
             states = await Session.filter(id__in=chunk).values_list("id", "status", "expires_at")
-            live = {int(r[0]) for r in states if not ended(r[1], r[2], now)}
+            live = {int(r[0]) for r in states if not expired(r[1], r[2], now)}
             since = min(w.since for w in watches) - MARGIN
             changed = await (
                 Task.filter(session_id__in=chunk, updated_at__gte=since)
@@ -132,11 +125,6 @@ class Heads:
                 if pk not in live or pk in busy:
                     for watch in tuple(self._sessions.get(pk, ())):
                         watch.inbox.request_resync()
-
-
-def _chunks(ids: Sequence[int]) -> Iterator[list[int]]:
-    for start in range(0, len(ids), CHUNK):
-        yield list(ids[start : start + CHUNK])
 
 
 HEADS = Heads()

@@ -12,7 +12,7 @@ costs what reading the task costs, however long its history.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,7 +32,6 @@ from runstate.services.views import (
     from_json,
 )
 
-_CHUNK = 500
 _VERSION_FIELDS = (
     "position",
     "status",
@@ -42,11 +41,6 @@ _VERSION_FIELDS = (
     "started_at",
     "completed_at",
 )
-
-
-def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
-    for start in range(0, len(items), _CHUNK):
-        yield items[start : start + _CHUNK]
 
 
 def _versioned(step: Step, version: dict[str, Any] | None) -> StepView:
@@ -84,7 +78,7 @@ async def _versions_at(task_pk: int, positions: Sequence[int], seq: int) -> dict
     found: dict[int, Any] = {}
     conn = Step._meta.db
     columns = ", ".join(f'v."{name}"' for name in _VERSION_FIELDS)
-    for chunk in _chunks(positions):
+    for chunk in sql.chunks(positions):
         marks = ", ".join("?" for _ in chunk)
         rows = await sql.fetch(
             conn,
@@ -116,7 +110,7 @@ async def tool_states_at(task_pk: int, task_id: str, seq: int) -> tuple[ToolStat
     rows = await ToolState.filter(task_id=task_pk, created_seq__lte=seq).order_by("tool_name")
     later = [r.tool_name for r in rows if r.changed_seq > seq]
     earlier: dict[str, ToolStateView] = {}
-    for chunk in _chunks(later):
+    for chunk in sql.chunks(later):
         marks = ", ".join("?" for _ in chunk)
         kind = TaskEventKind.TOOL_STATE_CHANGED.value
         found = await sql.fetch(
@@ -201,7 +195,7 @@ async def events(task: TaskRef | TaskView, after_seq: int, first: int) -> list[E
     positions = {v.position for v in versions} - {s.position for s in added}
     fixed = {s.position: s for s in added}
     if positions:
-        for chunk in _chunks(sorted(positions)):
+        for chunk in sql.chunks(sorted(positions)):
             for step in await Step.filter(task_id=task.pk, position__in=chunk):
                 fixed[step.position] = step
     changed: dict[int, dict[int, StepView]] = defaultdict(dict)

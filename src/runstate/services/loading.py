@@ -15,7 +15,12 @@ from runstate.services.views import LockView, SessionView, StepView, TaskView, T
 
 def is_expired(row: Session, now: datetime) -> bool:
     """Past its expiry, or already marked EXPIRED."""
-    return row.status is SessionStatus.EXPIRED or row.expires_at <= now
+    return expired(row.status, row.expires_at, now)
+
+
+def expired(status: object, expires_at: datetime, now: datetime) -> bool:
+    """``is_expired`` of a session read as its status and expiry alone."""
+    return status == SessionStatus.EXPIRED or expires_at <= now
 
 
 def session_view(row: Session, now: datetime) -> SessionView:

@@ -28,8 +28,9 @@ from runstate.pubsub import Resync
 from runstate.services import history
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, SessionExpiredError
-from runstate.services.heads import HEADS, MARGIN, Watch, ended
+from runstate.services.heads import HEADS, MARGIN, Watch
 from runstate.services.history import TaskRef
+from runstate.services.loading import expired
 from runstate.services.queries import get_task
 from runstate.services.sessions import get_session
 from runstate.services.views import EventView, TaskView, from_json, to_json
@@ -233,7 +234,7 @@ async def _task_head(view: TaskView) -> int | None:
 
 
 def _refuse_expired(session_id: str, status: object, expires_at: datetime) -> None:
-    if ended(status, expires_at, utcnow()):
+    if expired(status, expires_at, utcnow()):
         raise SessionExpiredError(session_id)
 
 

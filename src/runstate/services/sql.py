@@ -12,14 +12,25 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.models import Model
 from tortoise.queryset import DeleteQuery, UpdateQuery
 
 _QMARK = re.compile(r"\?")
+
+CHUNK = 500
+"""Values per ``IN (...)``: SQLite binds at most 999 variables in one statement."""
+
+T = TypeVar("T")
+
+
+def chunks(items: Sequence[T]) -> Iterator[list[T]]:
+    """``items`` in slices of at most ``CHUNK``, one statement's worth each."""
+    for start in range(0, len(items), CHUNK):
+        yield list(items[start : start + CHUNK])
 
 
 def numbered(conn: BaseDBAsyncClient, sql: str) -> str:

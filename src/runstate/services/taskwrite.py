@@ -25,7 +25,7 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.expressions import F, Q
 from tortoise.transactions import in_transaction
 
-from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus
+from runstate.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, StepVersion, Task, TaskEvent
 from runstate.services import progress, sql, validation
 from runstate.services.clock import utcnow
@@ -39,7 +39,7 @@ from runstate.services.errors import (
     UnmatchedWriteError,
     VersionConflictError,
 )
-from runstate.services.loading import is_expired, lock_view, step_view, task_view
+from runstate.services.loading import expired, is_expired, lock_view, step_view, task_view
 from runstate.services.queries import get_task, no_live_lease
 from runstate.services.rules import (
     FINAL_TASKS,
@@ -398,7 +398,7 @@ async def _touch_session(
 ) -> None:
     """Refuse if the session has expired; else move its ``lastActiveAt`` to now, unless
     it moved less than ``TOUCH_EVERY`` ago."""
-    if session["status"] is SessionStatus.EXPIRED or session["expires_at"] <= now:
+    if expired(session["status"], session["expires_at"], now):
         raise _ExpiredSessionError(session_pk, session["public_id"])
     if now - session["last_active_at"] >= TOUCH_EVERY:
         await (

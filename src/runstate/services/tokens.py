@@ -9,6 +9,7 @@ import secrets
 from runstate.models import USER_LENGTH, ApiToken
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError
+from runstate.services.sql import chunks
 
 PREFIX = "rs_"
 _USER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]*")
@@ -41,13 +42,12 @@ async def revoke_token(token: str) -> bool:
 
 async def live_digests(digests: set[str]) -> set[str]:
     """Which of these token digests belong to live (unrevoked) tokens."""
-    ordered = sorted(digests)
     live: set[str] = set()
-    for start in range(0, len(ordered), 500):  # SQLite binds at most 999 variables
+    for chunk in chunks(sorted(digests)):
         live.update(
             str(found)
             for found in await ApiToken.filter(
-                token_hash__in=ordered[start : start + 500], revoked_at__isnull=True
+                token_hash__in=chunk, revoked_at__isnull=True
             ).values_list("token_hash", flat=True)
         )
     return live
