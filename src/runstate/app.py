@@ -23,7 +23,6 @@ from runstate.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from runstate.schema.build import build_schema
 from runstate.services import validation
 from runstate.services.sweep import sweep_forever
-from runstate.services.validation import ContentLimits
 from runstate.settings import Settings
 from runstate.web import routes as web_routes
 
@@ -35,16 +34,7 @@ def create_app(settings: Settings) -> Starlette:
     ``redis_url`` is set, in-process otherwise) and the publisher in front of it,
     and starts the expiry sweep and the token check of open connections.
     """
-    validation.configure(
-        ContentLimits(
-            goal_chars=settings.max_goal_chars,
-            action_chars=settings.max_action_chars,
-            steps=settings.max_steps,
-            error_chars=settings.max_error_chars,
-            json_bytes=settings.max_json_bytes,
-            json_depth=settings.max_json_depth,
-        )
-    )
+    validation.configure(settings.content)
     connections = Connections(settings.max_connections)
     graphql = GraphQLView(build_schema(settings), settings, connections)
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
+
+from runstate.services.validation import ContentLimits
 
 DEFAULT_DATABASE_URL = "sqlite://runstate.db"
 ENVIRONMENTS = ("development", "production")
@@ -40,7 +42,7 @@ class Settings:
     max_tokens: int = 2000
     max_nodes: int = 20_000
     """The most nodes a query may ask for, estimated from its ``first`` arguments
-    before it runs (see ``schema.cost``)."""
+    before it runs (see ``schema.limits``)."""
     max_ws_message_bytes: int = 1_048_576
     max_subscriptions: int = 20
     """Operations one WebSocket connection may run at once."""
@@ -60,14 +62,8 @@ class Settings:
     subscription 5; see ``runstate.ratelimit``)."""
     rate_burst: float = 2000.0
     """The most points a user's budget holds."""
-    max_goal_chars: int = 10_000
-    max_action_chars: int = 200
-    max_steps: int = 1000
-    """Steps one task may have."""
-    max_error_chars: int = 10_000
-    max_json_bytes: int = 65_536
-    """The largest JSON payload: metadata, a step's input or output, a tool result."""
-    max_json_depth: int = 32
+    content: ContentLimits = field(default_factory=ContentLimits)
+    """How large what clients store may be (goals, actions, steps, JSON payloads)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -111,12 +107,12 @@ class Settings:
             rate_limit=_flag(env, "RUNSTATE_RATE_LIMIT", True),
             rate_per_second=_positive_float(env, "RUNSTATE_RATE_PER_SECOND", 200.0),
             rate_burst=_positive_float(env, "RUNSTATE_RATE_BURST", 2000.0),
-            max_goal_chars=_positive_int(env, "RUNSTATE_MAX_GOAL_CHARS", 10_000),
-            max_action_chars=_positive_int(env, "RUNSTATE_MAX_ACTION_CHARS", 200),
-            max_steps=_positive_int(env, "RUNSTATE_MAX_STEPS", 1000),
-            max_error_chars=_positive_int(env, "RUNSTATE_MAX_ERROR_CHARS", 10_000),
-            max_json_bytes=_positive_int(env, "RUNSTATE_MAX_JSON_BYTES", 65_536),
-            max_json_depth=_positive_int(env, "RUNSTATE_MAX_JSON_DEPTH", 32),
+            content=ContentLimits(
+                **{
+                    name: _positive_int(env, f"RUNSTATE_MAX_{name.upper()}", default)
+                    for name, default in asdict(ContentLimits()).items()
+                }
+            ),
         )
         if not developing:
             settings.check_production()

@@ -20,7 +20,8 @@ MAX_PAGE = 100
 @dataclass(frozen=True)
 class ContentLimits:
     """How large what clients store may be; the server sets them from its settings
-    (``configure``), and they hold for the whole process."""
+    (``configure``), and they hold for the whole process. Each is read from
+    ``RUNSTATE_MAX_`` and its name in capitals (``RUNSTATE_MAX_GOAL_CHARS``)."""
 
     goal_chars: int = 10_000
     action_chars: int = 200
