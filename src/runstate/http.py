@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from cross_web import HTTPException
-from graphql import GraphQLError, OperationType, get_operation_ast, parse
+from graphql import GraphQLError, OperationType, get_operation_ast
 from starlette.datastructures import Headers, QueryParams
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -33,6 +33,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import Connec
 from runstate.auth import Principal, principal_from_header
 from runstate.connections import Connection, Connections, TooManyConnectionsError
 from runstate.ratelimit import RateLimiter
+from runstate.schema.build import parse_document
 from runstate.schema.context import Context
 from runstate.schema.fanout import SHARED
 from runstate.services.validation import storable_text
@@ -87,15 +88,26 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         """Strawberry's, with a query or mutation stopped after ``operation_seconds``
         and answered with an error, as over HTTP; a subscription runs as long as its
         client wants it."""
-        if _is_subscription(operation.query, operation.operation_name):
+        seconds = self.view.settings.operation_seconds
+        if self._is_subscription(operation):
             await super().run_operation(operation)
             return
-        seconds = self.view.settings.operation_seconds
         try:
             async with asyncio.timeout(seconds):
                 await super().run_operation(operation)
         except TimeoutError:
             await operation.send_initial_errors([GraphQLError(stopped_after(seconds))])
+
+    def _is_subscription(self, operation: Operation[Context, None]) -> bool:
+        """Whether the operation is a subscription (False if its document does not
+        parse: Strawberry answers that). Parsed within the token limit and through
+        the schema's parser cache, so Strawberry does not parse it again."""
+        try:
+            document = parse_document(operation.query, self.view.settings.max_tokens)
+        except GraphQLError:
+            return False
+        found = get_operation_ast(document, operation.operation_name)
+        return found is not None and found.operation is OperationType.SUBSCRIPTION
 
     async def shutdown(self) -> None:
         """End the connection's operations, then stop counting it."""
@@ -104,16 +116,6 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         finally:
             if self.connection is not None:
                 self.view.connections.remove(self.connection)
-
-
-def _is_subscription(query: str, operation_name: str | None) -> bool:
-    """Whether the document's operation is a subscription (False if it does not parse:
-    Strawberry answers that)."""
-    try:
-        operation = get_operation_ast(parse(query), operation_name)
-    except GraphQLError:
-        return False
-    return operation is not None and operation.operation is OperationType.SUBSCRIPTION
 
 
 def stopped_after(seconds: float) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 
 import strawberry
-from graphql import GraphQLError
+from graphql import DocumentNode, GraphQLError, parse
 from strawberry.extensions import (
     AddValidationRules,
     DisableIntrospection,
@@ -17,6 +17,7 @@ from strawberry.extensions import (
     SchemaExtension,
     ValidationCache,
 )
+from strawberry.extensions.parser_cache import DEFAULT_MAXSIZE, _get_parse_cache
 from strawberry.types import ExecutionContext
 
 from runstate.resolvers.mutations import Mutation
@@ -61,6 +62,16 @@ class ParseOnce(ParserCache):
                 context.query, **context.parse_options
             )
         yield
+
+
+def parse_document(query: str, max_tokens: int) -> DocumentNode:
+    """``query`` parsed as the schema parses it (within ``max_tokens``, through the
+    same parser cache unless it is long), for a transport that must see a document
+    before executing it; raises GraphQLError as the parser does."""
+    if len(query) > CACHED_DOCUMENT_CHARS:
+        return parse(query, max_tokens=max_tokens)
+    document: DocumentNode = _get_parse_cache(DEFAULT_MAXSIZE)(query, max_tokens=max_tokens)
+    return document
 
 
 class SmallValidationCache(ValidationCache):
