@@ -137,6 +137,10 @@ class Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
+MAX_INT = 2**31 - 1
+"""GraphQL's Int: the largest setting, since some (quotas) are answered by the API."""
+
+
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return _positive(env, name, default, int, "a whole number")
 
@@ -158,6 +162,8 @@ def _positive(env: Mapping[str, str], name: str, default: N, parse: type[N], wha
         raise SettingsError(f"{name} must be {what}, not {raw!r}") from None
     if not value > 0:
         raise SettingsError(f"{name} must be positive, not {raw}")
+    if value > MAX_INT:
+        raise SettingsError(f"{name} must be at most {MAX_INT} (the API's Int), not {raw}")
     return value
 
 

@@ -92,7 +92,8 @@ def check_history(states: dict[int, TaskView], events: list[EventView]) -> None:
     assert [e.seq for e in events] == list(range(2, len(states) + 1))
     state = states[1]
     for event in events:
-        state = replay(state, event)
+        # Events do not carry storedBytes (bookkeeping, not the task's state).
+        state = replace(replay(state, event), stored_bytes=states[event.seq].stored_bytes)
         assert state == states[event.seq], f"replayed to seq {event.seq}"
 
 
@@ -248,7 +249,9 @@ async def test_every_state_is_read_back_and_replayed(
             states[now.event_seq] = now
         head = states[max(states)]
         for seq, state in states.items():
-            assert await history.task_at(head, seq) == state, f"taskAt seq {seq}"
+            # storedBytes is not history: taskAt answers the task's figure as it stands.
+            past = replace(state, stored_bytes=head.stored_bytes)
+            assert await history.task_at(head, seq) == past, f"taskAt seq {seq}"
         check_history(states, await history.events(head, 1, 1000))
         check_history(states, (await live_events(inbox, head.pk, head.event_seq))[1:])
 

@@ -102,15 +102,16 @@ async def test_a_write_costs_the_same_at_step_5_and_at_step_995(
 ) -> None:
     """Guards the write path: no read of all steps, no re-read after the opening
     compare-and-swap, and a session touched at most once a second. A single-step
-    write is at most 7 statements:
+    write is 8 statements:
 
     - BEGIN and COMMIT;
     - UPDATE tasks ... RETURNING: the compare-and-swap (version, owner, lease), which
       also returns the task, its session's expiry, the step and the next unfinished;
     - UPDATE steps: the step's new state;
-    - UPDATE tasks: status and currentStep, only when they moved (completeStep);
     - INSERT step_versions: the step as the event left it (history);
-    - INSERT task_events: the event.
+    - UPDATE tasks: its stored bytes, and status and currentStep when they moved;
+    - INSERT task_events: the event;
+    - UPDATE user_usage ... RETURNING: the user's byte count, within the quota.
     """
     task_id = await long_task()
     version = (await tasks.start_step(USER, task_id, 0, expected_version=1)).version
@@ -122,23 +123,18 @@ async def test_a_write_costs_the_same_at_step_5_and_at_step_995(
     late, version = await costs(task_id, 985, version)
     assert early == late
     checkpoint, start, complete = early
-    assert start == [
-        "BEGIN",
-        "UPDATE tasks SET",
-        "UPDATE steps SET",
-        "INSERT INTO step_versions",
-        "INSERT INTO task_events",
-        "COMMIT",
-    ]
-    assert complete == [
+    single = [
         "BEGIN",
         "UPDATE tasks SET",
         "UPDATE steps SET",
         "INSERT INTO step_versions",
         "UPDATE tasks SET",
         "INSERT INTO task_events",
+        "UPDATE user_usage SET",
         "COMMIT",
     ]
+    assert start == single
+    assert complete == single
     assert checkpoint.count("UPDATE steps SET") == 10
     assert len(checkpoint) == len(late[0])
 
@@ -150,7 +146,7 @@ async def test_the_opening_statement_reads_steps_by_index(db: str) -> None:
     task_id = await long_task(50)
     async with Statements() as statements:
         await tasks.start_step(USER, task_id, 0, expected_version=1)
-    (opening,) = [s for s in statements.seen if s.startswith("UPDATE") and "RETURNING" in s]
+    (opening,) = [s for s in statements.seen if s.startswith('UPDATE "tasks"') and "RETURNING" in s]
     client = connections.get("default")
     _, plan = await client.execute_query(f"EXPLAIN QUERY PLAN {opening}")
     details = [str(row[-1]) for row in plan]

@@ -51,6 +51,17 @@ class ApiToken(Model):
         table = "api_tokens"
 
 
+class Usage(Model):
+    """How many bytes one user's sessions and tasks hold, kept by every write that
+    adds or deletes some (``services/quota.py``) and checked against the user's quota."""
+
+    user_id = fields.CharField(max_length=USER_LENGTH, primary_key=True)
+    stored_bytes = fields.BigIntField(default=0)
+
+    class Meta:
+        table = "user_usage"
+
+
 class Session(Model):
     """One user's conversation. ``expires_at`` is kept as ``last_active_at + ttl_seconds``.
 
@@ -68,6 +79,8 @@ class Session(Model):
     created_at = fields.DatetimeField()
     last_active_at = fields.DatetimeField()
     expires_at = fields.DatetimeField()
+    stored_bytes = fields.BigIntField(default=0, db_default=0)
+    """What the session's own row holds, counted toward its user's quota (``quota``)."""
 
     class Meta:
         table = "sessions"
@@ -101,6 +114,8 @@ class Task(Model):
     lock_expires_at = fields.DatetimeField(null=True)
     created_at = fields.DatetimeField()
     updated_at = fields.DatetimeField()
+    stored_bytes = fields.BigIntField(default=0, db_default=0)
+    """What the task and its history hold (``quota``): grows with every event."""
 
     class Meta:
         table = "tasks"

@@ -8,8 +8,8 @@ from runstate.enums import SessionStatus, TaskStatus
 from runstate.ratelimit import READ_COST
 from runstate.resolvers.results import SessionResult, TaskResult, answer
 from runstate.schema.context import Info
-from runstate.schema.types import AgentSession, SessionConnection, Task, TaskConnection
-from runstate.services import queries, sessions
+from runstate.schema.types import AgentSession, SessionConnection, Task, TaskConnection, Usage
+from runstate.services import queries, quota, sessions, validation
 
 
 @strawberry.type
@@ -74,3 +74,12 @@ class Query:
             after=after,
         )
         return TaskConnection.of(page)
+
+    @strawberry.field(description="How much the caller's sessions and tasks hold, and may hold.")
+    async def usage(self, info: Info) -> Usage:
+        await info.context.charge(READ_COST)
+        return Usage(
+            stored_bytes=await quota.held(info.context.user_id),
+            max_stored_bytes=validation.LIMITS.user_bytes,
+            max_task_bytes=validation.LIMITS.task_bytes,
+        )

@@ -210,6 +210,13 @@ class Task:
     event_seq: int = strawberry.field(
         description="Sequence number of the task's latest event (see TaskEvent.seq)."
     )
+    stored_bytes: int = strawberry.field(
+        description=(
+            "Bytes the task holds with its history (content plus a fixed cost per row), "
+            "counted toward RUNSTATE_MAX_TASK_BYTES and the caller's quota (Query.usage). "
+            "taskAt answers the figure as it stands now."
+        )
+    )
 
     @classmethod
     def of(cls, view: TaskView) -> Task:
@@ -228,6 +235,7 @@ class Task:
             created_at=view.created_at,
             updated_at=view.updated_at,
             event_seq=view.event_seq,
+            stored_bytes=view.stored_bytes,
         )
 
     @strawberry.field
@@ -444,3 +452,18 @@ class Deleted:
     """What a delete removed."""
 
     id: strawberry.ID
+
+
+@strawberry.type(description="How much the caller's sessions and tasks hold, and may hold.")
+class Usage:
+    """The caller's byte quota (``services/quota.py``)."""
+
+    stored_bytes: int = strawberry.field(
+        description="Bytes the caller's sessions and tasks hold, their history included."
+    )
+    max_stored_bytes: int = strawberry.field(
+        description="What they may hold together (RUNSTATE_MAX_USER_BYTES)."
+    )
+    max_task_bytes: int = strawberry.field(
+        description="What one task may hold (RUNSTATE_MAX_TASK_BYTES)."
+    )

@@ -113,6 +113,7 @@ def task_view(
         created_at=row.created_at,
         updated_at=row.updated_at,
         lock=lock_view(row, now),
+        stored_bytes=row.stored_bytes,
         stalled=is_stalled(row.status, row.lock_token > 0, lock_view(row, now)),
         steps=None
         if steps is None

@@ -6,12 +6,12 @@ from datetime import timedelta
 from typing import Any
 
 from tortoise.exceptions import IntegrityError
-from tortoise.expressions import F
+from tortoise.expressions import F, Q, Subquery
 from tortoise.transactions import in_transaction
 
 from runstate.enums import SessionStatus
 from runstate.models import Session, Task, box
-from runstate.services import validation
+from runstate.services import quota, sql, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import (
     InvalidInputError,
@@ -21,6 +21,7 @@ from runstate.services.errors import (
     VersionConflictError,
 )
 from runstate.services.loading import is_expired, session_view
+from runstate.services.retry import retried
 from runstate.services.rules import check_session_move
 from runstate.services.views import SessionView
 
@@ -37,20 +38,25 @@ async def start_session(
     public_id = validation.object_id(session_id)
     ttl = validation.ttl_seconds(ttl_seconds, default_ttl)
     validation.json_payload(metadata, "metadata")
+    stored = quota.ROW_BYTES + quota.json_bytes(metadata)
     now = utcnow()
     try:
-        row = await Session.create(
-            public_id=public_id,
-            user_id=user_id,
-            status=SessionStatus.ACTIVE,
-            version=1,
-            message_count=0,
-            ttl_seconds=ttl,
-            metadata=box(metadata),
-            created_at=now,
-            last_active_at=now,
-            expires_at=now + timedelta(seconds=ttl),
-        )
+        async with in_transaction() as conn:
+            row = await Session.create(
+                public_id=public_id,
+                user_id=user_id,
+                status=SessionStatus.ACTIVE,
+                version=1,
+                message_count=0,
+                ttl_seconds=ttl,
+                metadata=box(metadata),
+                created_at=now,
+                last_active_at=now,
+                expires_at=now + timedelta(seconds=ttl),
+                stored_bytes=stored,
+                using_db=conn,
+            )
+            await quota.charge(conn, user_id, stored, "metadata")
     except IntegrityError:
         return await get_session(user_id, public_id)
     return session_view(row, now)
@@ -99,8 +105,18 @@ async def update_session(
         "last_active_at": now,
         "message_count": F("message_count") + delta,
     }
+    resized = 0
     if set_metadata:
         changes["metadata"] = box(metadata)
+        changes["stored_bytes"] = quota.ROW_BYTES + quota.json_bytes(metadata)
+        # Read before the transaction (SQLite's write lock comes with its first
+        # statement); the UPDATE below matches only this same version of the row.
+        held = await (
+            Session.filter(user_id=user_id, public_id=session_id, version=expected_version)
+            .only("id", "stored_bytes")
+            .first()
+        )
+        resized = changes["stored_bytes"] - (0 if held is None else held.stored_bytes)
     try:
         async with in_transaction() as conn:
             matched = (
@@ -123,6 +139,8 @@ async def update_session(
                 row.status = status
             row.expires_at = now + timedelta(seconds=row.ttl_seconds)
             await row.save(using_db=conn, update_fields=["status", "expires_at"])
+            if resized:
+                await quota.charge(conn, user_id, resized, "metadata")
     except UnmatchedWriteError:
         current = await get_session(user_id, session_id)
         if current.version == expected_version and current.message_count > room:
@@ -138,27 +156,36 @@ MAX_COUNT = 2**31 - 1
 
 
 async def delete_session(user_id: str, session_id: str) -> str:
-    """Delete a session and, by cascade, its tasks, steps, tool states and events.
-
-    The session's task rows are locked first, in id order, then the session is
-    deleted: the order every task write takes its locks in (its task, then its
-    session's ``lastActiveAt``). Deleting the session first locked the session and
-    then, by cascade, the tasks, and on PostgreSQL a write in between deadlocked
-    with it. (SQLite has one writer at a time, and no row locks to order.)
-    """
+    """Delete a session and, by cascade, its tasks, steps, tool states and events;
+    their bytes come off the user's quota."""
     validation.known_id(session_id, "session")
-    async with in_transaction() as conn:
-        row = await Session.filter(user_id=user_id, public_id=session_id).using_db(conn).first()
-        if row is None:
-            raise NotFoundError("session", session_id)
-        await (
-            Task.filter(session_id=row.id)
-            .order_by("id")
-            .select_for_update()
-            .only("id")
-            .using_db(conn)
-        )
-        deleted = await Session.filter(id=row.id).using_db(conn).delete()
+    select = Session.filter(user_id=user_id, public_id=session_id).values("id")
+    deleted = await retried(lambda: remove_sessions(Subquery(select)))
     if not deleted:
         raise NotFoundError("session", session_id)
     return session_id
+
+
+async def remove_sessions(ids: Subquery | list[int], *, still: Q | None = None) -> int:
+    """Delete the sessions ``ids`` (those still matching ``still``) with everything
+    below them, and take their bytes off their users' counts; how many went.
+
+    One transaction, in the order every task write takes its locks (its task, then
+    its session, then the usage row): the tasks first, each returning what it held;
+    then the sessions, locked, so that a task created meanwhile is waited for and
+    deleted too; then the counts. Deleting a session first, with its tasks by
+    cascade, took the locks the other way round, and on PostgreSQL a write in
+    between deadlocked with it. The first statement writes, as SQLite needs when
+    several processes share the file.
+    """
+    condition = Q(id__in=ids) if still is None else Q(id__in=ids) & still
+    async with in_transaction() as conn:
+        tasks = Task.filter(session_id__in=Subquery(Session.filter(condition).values("id")))
+        freed = await sql.update_returning(conn, tasks.delete(), '"user_id", "stored_bytes"')
+        await Session.filter(condition).select_for_update().only("id").using_db(conn)
+        freed += await sql.update_returning(conn, tasks.delete(), '"user_id", "stored_bytes"')
+        gone = await sql.update_returning(
+            conn, Session.filter(condition).delete(), '"user_id", "stored_bytes"'
+        )
+        await quota.release(conn, quota.add_up(freed + gone))
+    return len(gone)

@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from tortoise import connections
-from tortoise.expressions import F, Subquery
+from tortoise.expressions import F, Q, Subquery
 from tortoise.queryset import ValuesListQuery
 
 from runstate.enums import SessionStatus
 from runstate.models import Session, Task
-from runstate.services import sql
 from runstate.services.clock import utcnow
 from runstate.services.idempotency import sweep_keys
+from runstate.services.retry import retried
+from runstate.services.sessions import remove_sessions
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +96,8 @@ async def delete_batch(ids: list[int], cutoff: datetime, now: datetime) -> int:
     free = [i for i in ids if i not in leased]
     if not free:
         return 0
-    query = Session.filter(id__in=free, status=SessionStatus.EXPIRED, expires_at__lte=cutoff)
-    conn = connections.get("default")
-    # The rows it deleted, counted by RETURNING: the count a DELETE reports on
-    # SQLite includes the rows its cascade deleted below them.
-    return len(await sql.update_returning(conn, query.delete(), "id"))
+    still = Q(status=SessionStatus.EXPIRED, expires_at__lte=cutoff)
+    return await retried(lambda: remove_sessions(free, still=still))
 
 
 async def sweep_forever(retention_seconds: int, every_seconds: float) -> None:

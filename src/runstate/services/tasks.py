@@ -12,7 +12,7 @@ from tortoise.transactions import in_transaction
 
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, Task, box
-from runstate.services import progress, queries, validation
+from runstate.services import progress, queries, quota, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, InvalidTransitionError, UnmatchedWriteError
 from runstate.services.loading import step_view, task_view
@@ -154,6 +154,11 @@ async def _insert_task(
     row at seq 1.
     """
     validation.known_id(session_id, "session")
+    histories = [r for r in steps if r.changed_seq]
+    stored = 2 * quota.ROW_BYTES + quota.text_bytes(goal)  # the task row and its event
+    stored += sum(quota.new_step_bytes(r) for r in steps) + quota.versions_bytes(histories)
+    field = "steps" if steps else "goal"
+    quota.check_task(public_id, 0, stored, field)
     now = utcnow()
     try:
         async with in_transaction() as conn:
@@ -187,16 +192,18 @@ async def _insert_task(
                 lock_token=0,
                 created_at=now,
                 updated_at=now,
+                stored_bytes=stored,
                 using_db=conn,
             )
             for step in steps:
                 step.task_id = task.id
             if steps:
                 await Step.bulk_create(steps, using_db=conn)
-            await record_versions(conn, task.id, 1, [r for r in steps if r.changed_seq])
+            await record_versions(conn, task.id, 1, histories)
             view = task_view(task, session.public_id, now, steps=steps, tool_states=())
             event = created_event(view, now, origin)
             await log_event(conn, event)
+            await quota.charge(conn, user_id, stored, field)
     except IntegrityError:
         return await get_task(user_id, public_id)
     except UnmatchedWriteError:

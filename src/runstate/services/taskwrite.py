@@ -9,9 +9,10 @@ another process wrote in between, while one that writes first waits its turn.
 The cost of a write follows its change, not the task's size. The opening UPDATE
 returns the task row as it left it, the session's expiry and, for a write to one
 step, that step and the first unfinished step after it, so a single-step write
-reads nothing else. Then: the step's UPDATE, the task's own columns when they
-moved, the step's history row and the event row: at most seven statements with
-BEGIN and COMMIT. The session's ``lastActiveAt`` moves at most once a second.
+reads nothing else. Then: the step's UPDATE, the task's own columns (its stored
+bytes always, the rest when they moved), the step's history row, the event row and
+the user's byte count (``quota``): eight statements with BEGIN and COMMIT. The
+session's ``lastActiveAt`` moves at most once a second.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tortoise.transactions import in_transaction
 
 from runstate.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, StepVersion, Task, TaskEvent
-from runstate.services import progress, sql, validation
+from runstate.services import progress, quota, sql, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import (
     DomainError,
@@ -81,6 +82,7 @@ TASK_FIELDS = (
     "lock_expires_at",
     "created_at",
     "updated_at",
+    "stored_bytes",
 )
 SESSION_FIELDS = ("public_id", "status", "expires_at", "last_active_at", "ttl_seconds")
 STEP_FIELDS = (
@@ -411,11 +413,13 @@ async def _touch_session(
 async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventView | None]:
     """Save the draft's changes and its event; the task as it now stands."""
     task = draft.task
-    if change is not None:
-        await _settle(draft)
-    view = _task_view(draft)
     if change is None:
-        return view, None
+        return _task_view(draft), None
+    adding = _added_bytes(draft)
+    field = quota.CONTENT_FIELDS.get(change.kind, "taskId")
+    quota.check_task(task.public_id, task.stored_bytes, adding, field)
+    await _settle(draft, task.stored_bytes + adding)
+    view = _task_view(draft)
     steps = [draft.steps[p] for p in sorted(draft.changed)] + draft.added
     event = EventView(
         task_pk=task.id,
@@ -434,12 +438,25 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
         lock=view.lock if change.kind in _LOCK_KINDS else None,
     )
     await log_event(draft.conn, event)
+    await quota.charge(draft.conn, task.user_id, adding, field)
     return view, event
 
 
-async def _settle(draft: Draft) -> None:
+def _added_bytes(draft: Draft) -> int:
+    """What the write adds to the task's stored bytes: its event row, the history
+    rows of the steps it changed, the steps it added and the tool state it logged."""
+    adding = quota.ROW_BYTES + quota.versions_bytes(draft.steps[p] for p in draft.changed)
+    adding += sum(quota.new_step_bytes(s) for s in draft.added)
+    if draft.tool_state is not None:
+        tool = draft.tool_state
+        adding += quota.json_bytes(tool.last_result) + quota.text_bytes(tool.last_error)
+    return adding
+
+
+async def _settle(draft: Draft, stored_bytes: int) -> None:
     """Write the changed and added steps, their history rows, and the task's own
-    columns when they moved; complete the task when its last step finished."""
+    columns (``stored_bytes`` always, the others when they moved); complete the task
+    when its last step finished."""
     task, conn = draft.task, draft.conn
     seq = task.event_seq
     changed = [draft.steps[p] for p in sorted(draft.changed)]
@@ -468,16 +485,15 @@ async def _settle(draft: Draft) -> None:
         raise InvalidTransitionError("task", task.status, TaskStatus.COMPLETED)
     if 0 < draft.total == current and draft.complete_when_done and draft.status not in FINAL_TASKS:
         draft.move_task(TaskStatus.COMPLETED, jump=True)
-    moved: dict[str, Any] = {}
+    moved: dict[str, Any] = {"stored_bytes": stored_bytes}
     if draft.status is not task.status:
         moved["status"] = draft.status
     if current != task.current_step:
         moved["current_step"] = current
     if draft.total != task.total_steps:
         moved["total_steps"] = draft.total
-    if moved:
-        await Task.filter(id=task.id).using_db(conn).update(**moved)
-        task.update_from_dict(moved)
+    await Task.filter(id=task.id).using_db(conn).update(**moved)
+    task.update_from_dict(moved)
 
 
 async def record_versions(

@@ -31,6 +31,10 @@ class ContentLimits:
     json_bytes: int = 65_536
     """The largest JSON payload (metadata, a step's input or output, a tool result)."""
     json_depth: int = 32
+    task_bytes: int = 16 * 1_048_576
+    """What one task may hold, its history included (``quota``)."""
+    user_bytes: int = 1_073_741_824
+    """What one user's sessions and tasks may hold together."""
 
 
 LIMITS = ContentLimits()

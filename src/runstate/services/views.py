@@ -110,6 +110,8 @@ class TaskView:
     """RUNNING or WAITING_TOOL, leased once, and no lease live: its agent is gone."""
     steps: tuple[StepView, ...] | None = None
     tool_states: tuple[ToolStateView, ...] | None = None
+    stored_bytes: int = 0
+    """What the task holds, its history included (``quota``)."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,211 @@
+"""Byte quotas, per task and per user, on both databases: at the limit a write
+passes, one byte past it answers InvalidInput naming the field and writes nothing;
+deleting a session (by hand or by the sweep) gives its bytes back, and a user's
+count always equals what their sessions and tasks hold."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from runstate.services.quota import ROW_BYTES
+from tests.integration.test_api import create_task, start_session, step, update_session
+from tests.support import Api, Server, create_token, database, query_value, runstate, wait_until
+
+TASK_LIMIT = 5_000
+USER_LIMIT = 20_000
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp(f"quota-{request.param}")
+    with (
+        database(request.param, tmp) as url,
+        Server(
+            url,
+            tmp / "server.log",
+            RUNSTATE_MAX_TASK_BYTES=str(TASK_LIMIT),
+            RUNSTATE_MAX_USER_BYTES=str(USER_LIMIT),
+            RUNSTATE_MAX_GOAL_CHARS=str(USER_LIMIT),
+        ) as srv,
+    ):
+        yield srv
+
+
+def caller(server: Server, name: str) -> Api:
+    return Api(server.url, create_token(server.database_url, name))
+
+
+def stored(api: Api, task_id: str) -> tuple[int, int]:
+    """The task's storedBytes and version."""
+    task = api(
+        "query($id: ID!) { task(id: $id) { ... on Task { storedBytes version } } }", id=task_id
+    )
+    return task["task"]["storedBytes"], task["task"]["version"]
+
+
+def usage(api: Api) -> int:
+    held: int = api("{ usage { storedBytes maxStoredBytes maxTaskBytes } }")["usage"]["storedBytes"]
+    return held
+
+
+def started(api: Api, session_id: str) -> str:
+    """A task of one step, that step RUNNING."""
+    task = create_task(api, session_id, steps=1, goal="g")
+    step(api, "startStep", "StepRefInput", taskId=task["id"], stepIndex=0, expectedVersion=1)
+    return str(task["id"])
+
+
+def complete(api: Api, task_id: str, output: str) -> dict[str, Any]:
+    version = stored(api, task_id)[1]
+    return step(
+        api,
+        "completeStep",
+        "CompleteStepInput",
+        taskId=task_id,
+        stepIndex=0,
+        expectedVersion=version,
+        output=output,
+    )
+
+
+def completion_bytes(output: str) -> int:
+    """What completing a step with ``output`` adds: its event row, the step's history
+    row and the output as JSON."""
+    return 2 * ROW_BYTES + len(json.dumps(output).encode())
+
+
+def test_a_task_holds_up_to_its_limit(server: Server) -> None:
+    """Guards RUNSTATE_MAX_TASK_BYTES (the check in the write path's ``_finish``):
+    a completion that brings the task to exactly its limit passes; the same on a
+    twin task with one byte more answers InvalidInput ``output`` and leaves the
+    task, its history and the user's count as they were."""
+    with caller(server, "tess") as api:
+        session = start_session(api)["id"]
+        fits, past = started(api, session), started(api, session)
+        held, _ = stored(api, fits)
+        assert stored(api, past)[0] == held
+        output = "x" * (TASK_LIMIT - held - completion_bytes(""))
+        assert held + completion_bytes(output) == TASK_LIMIT
+
+        assert complete(api, fits, output)["__typename"] == "Task"
+        assert stored(api, fits)[0] == TASK_LIMIT
+
+        before, user_before = stored(api, past), usage(api)
+        refused = complete(api, past, output + "y")
+        assert refused["__typename"] == "InvalidInput"
+        assert refused["field"] == "output"
+        assert str(TASK_LIMIT) in refused["message"]
+        assert stored(api, past) == before
+        assert usage(api) == user_before
+
+
+def test_a_user_holds_up_to_the_limit_and_deleting_gives_room(server: Server) -> None:
+    """Guards RUNSTATE_MAX_USER_BYTES (``quota.charge``) and the release on delete
+    (``sessions.remove_sessions``): a task that brings the user to exactly the limit
+    passes, one byte more answers InvalidInput ``goal`` and creates nothing, another
+    user is not affected, and deleting a session gives back exactly its bytes."""
+    with caller(server, "uma") as api, caller(server, "vic") as other:
+        spare = start_session(api)["id"]
+        filler = create_task(api, spare, steps=0, goal="f" * 4_000)
+        assert filler["__typename"] == "Task"
+        session = start_session(api)["id"]
+        held = usage(api)
+        room = USER_LIMIT - held
+        # A task without steps holds its row, its TASK_CREATED event and its goal;
+        # tasks of up to the per-task limit fill the room exactly.
+        goals = []
+        while room:
+            size = min(room - 2 * ROW_BYTES, TASK_LIMIT - 2 * ROW_BYTES)
+            goals.append(size)
+            room -= size + 2 * ROW_BYTES
+        *first, last = goals
+        for size in first:
+            assert create_task(api, session, steps=0, goal="a" * size)["__typename"] == "Task"
+        tasks_before = query_value(server.database_url, "SELECT count(*) FROM tasks")
+
+        over = create_task(api, session, steps=0, goal="b" * (last + 1))
+        assert over["__typename"] == "InvalidInput"
+        assert over["field"] == "goal"
+        assert str(USER_LIMIT) in over["message"]
+        assert query_value(server.database_url, "SELECT count(*) FROM tasks") == tasks_before
+        assert usage(api) == USER_LIMIT - last - 2 * ROW_BYTES
+
+        assert create_task(api, session, steps=0, goal="b" * last)["__typename"] == "Task"
+        assert usage(api) == USER_LIMIT
+        assert create_task(other, start_session(other)["id"], steps=0)["__typename"] == "Task"
+
+        freed = stored(api, filler["id"])[0]
+        deleted = api(
+            "mutation($id: ID!) { deleteSession(input: {id: $id}) { __typename } }", id=spare
+        )
+        assert deleted["deleteSession"]["__typename"] == "Deleted"
+        assert usage(api) == USER_LIMIT - freed - ROW_BYTES  # the task and its session
+
+
+def test_metadata_counts_what_it_now_holds(server: Server) -> None:
+    """Guards the session's share (``sessions.update_session``): replacing metadata
+    counts the new size instead of the old, so a shrinking write lowers the count."""
+    with caller(server, "wes") as api:
+        session = start_session(api, metadata={"note": "x" * 1_000})
+        assert usage(api) == ROW_BYTES + len(
+            json.dumps({"note": "x" * 1_000}, separators=(",", ":"))
+        )
+        update_session(api, session["id"], session["version"], metadata=[1])
+        assert usage(api) == ROW_BYTES + len("[1]")
+
+
+def test_the_count_is_what_the_rows_hold_and_the_sweep_gives_it_back(server: Server) -> None:
+    """Guards the count's bookkeeping across every kind of write and the sweep's
+    release: a tool report counts its result; after plans, steps, checkpoints, tool
+    reports and metadata, the user's count equals the sum of their tasks' and
+    sessions' stored bytes; once the sweep deletes the expired sessions it is 0."""
+    with caller(server, "xia") as api:
+        session = start_session(api, ttlSeconds=2, metadata={"k": 1})
+        task = create_task(api, session["id"], steps=[{"action": "a", "input": {"q": 1}}] * 3)
+        tid = task["id"]
+        step(
+            api, "addSteps", "AddStepsInput", taskId=tid, expectedVersion=1, steps=[{"action": "z"}]
+        )
+        step(api, "startStep", "StepRefInput", taskId=tid, stepIndex=0, expectedVersion=2)
+        step(
+            api,
+            "checkpointTask",
+            "CheckpointTaskInput",
+            taskId=tid,
+            expectedVersion=3,
+            steps=[
+                {"index": 0, "status": "SUCCESS", "output": [1, 2]},
+                {"index": 1, "status": "FAILED", "error": "boom"},
+            ],
+        )
+        before = stored(api, tid)[0]
+        api(
+            'mutation($t: ID!) { recordToolCall(input: {taskId: $t, toolName: "web",'
+            ' outcome: SUCCESS, result: {r: "ok"}}) { __typename } }',
+            t=tid,
+        )
+        # A tool report keeps the tool's state in its event: its row and its result.
+        assert stored(api, tid)[0] == before + ROW_BYTES + len('{"r":"ok"}')
+        sql = (
+            "SELECT (SELECT coalesce(sum(stored_bytes), 0) FROM tasks WHERE user_id = 'xia')"
+            " + (SELECT coalesce(sum(stored_bytes), 0) FROM sessions WHERE user_id = 'xia')"
+        )
+        assert usage(api) == query_value(server.database_url, sql) > 8 * ROW_BYTES
+
+        def swept() -> bool:
+            runstate("sweep", "--retention", "0", database_url=server.database_url)
+            return bool(
+                query_value(
+                    server.database_url, "SELECT count(*) FROM sessions WHERE user_id = 'xia'"
+                )
+                == 0
+            )
+
+        wait_until(swept, 30, "the session to expire and be swept")
+        assert usage(api) == 0
