@@ -46,6 +46,19 @@ async def fetch(conn: BaseDBAsyncClient, sql: str, params: Sequence[Any]) -> lis
     return [dict(r) for r in await conn.execute_query_dict(numbered(conn, sql), list(params))]
 
 
+async def execute(conn: BaseDBAsyncClient, sql: str, params: Sequence[Any]) -> None:
+    """Run ``sql`` (``?`` placeholders) for its effect."""
+    await conn.execute_query(numbered(conn, sql), list(params))
+
+
+def update_row(model: type[Model], pk: int, columns: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    """``UPDATE`` of one row by primary key, and its parameters: on the write path,
+    where building the same statement through the ORM costs more than running it."""
+    sets = ", ".join(f'"{name}" = ?' for name in columns)
+    params = [db_value(model, name, value) for name, value in columns.items()]
+    return f'UPDATE "{model._meta.db_table}" SET {sets} WHERE "id" = ?', [*params, pk]
+
+
 def db_value(model: type[Model], field: str, value: Any) -> Any:
     """A Python value as Tortoise writes it to ``model.field``'s column."""
     return model._meta.fields_map[field].to_db_value(value, model)

@@ -492,7 +492,7 @@ async def _settle(draft: Draft, stored_bytes: int) -> None:
         moved["current_step"] = current
     if draft.total != task.total_steps:
         moved["total_steps"] = draft.total
-    await Task.filter(id=task.id).using_db(conn).update(**moved)
+    await sql.execute(conn, *sql.update_row(Task, task.id, moved))
     task.update_from_dict(moved)
 
 
