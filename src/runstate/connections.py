@@ -16,9 +16,13 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
+from runstate import memory
 from runstate.services.tokens import live_digests
 
 log = logging.getLogger(__name__)
+
+TRIM_AFTER = 100
+"""Connections that end between two checks before the process gives memory back."""
 
 REVOKED = 4403
 """The close code of a connection whose token was revoked (as for a refused one)."""
@@ -45,6 +49,8 @@ class Connections:
     def __init__(self, per_user: int) -> None:
         self.per_user = per_user
         self._by_user: dict[str, set[Connection]] = defaultdict(set)
+        self.ended = 0
+        """Connections that ended since memory was last given back."""
 
     def add(self, connection: Connection) -> None:
         """Count a new connection; TooManyConnectionsError past ``per_user``."""
@@ -56,8 +62,9 @@ class Connections:
     def remove(self, connection: Connection) -> None:
         """Forget a connection that has ended (idempotent)."""
         held = self._by_user.get(connection.user_id)
-        if held is not None:
-            held.discard(connection)
+        if held is not None and connection in held:
+            held.remove(connection)
+            self.ended += 1
             if not held:
                 del self._by_user[connection.user_id]
 
@@ -83,7 +90,8 @@ class Connections:
         return closed
 
     async def watch(self, every_seconds: float) -> None:
-        """``close_revoked`` every ``every_seconds`` until cancelled."""
+        """``close_revoked`` every ``every_seconds`` until cancelled; after that, give
+        memory back when ``TRIM_AFTER`` connections or more have ended since last time."""
         while True:
             await asyncio.sleep(every_seconds)
             try:
@@ -93,3 +101,7 @@ class Connections:
                 continue
             if closed:
                 log.info("closed %d connections whose token was revoked", closed)
+            if self.ended >= TRIM_AFTER:
+                self.ended = 0
+                memory.collect()
+                await asyncio.to_thread(memory.trim)
