@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import Api, Server, create_token, database
+from tests.support import Api, Server, create_token, server_on
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -14,13 +14,8 @@ def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
     """A running server on a fresh database of each backend."""
-    tmp = tmp_path_factory.mktemp(f"server-{request.param}")
-    with database(request.param, tmp) as url:
-        srv = Server(url, tmp / "server.log").start()
-        try:
-            yield srv
-        finally:
-            srv.stop()
+    with server_on(request.param, tmp_path_factory, "server") as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")

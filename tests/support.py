@@ -187,6 +187,16 @@ class Server:
 
 
 @contextmanager
+def server_on(
+    kind: str, tmp_path_factory: pytest.TempPathFactory, name: str, **env: str
+) -> Iterator[Server]:
+    """A server on a fresh database of ``kind`` (sqlite or postgres), with ``env``."""
+    tmp = tmp_path_factory.mktemp(f"{name}-{kind}")
+    with database(kind, tmp) as url, Server(url, tmp / "server.log", **env) as srv:
+        yield srv
+
+
+@contextmanager
 def sqlite_server(
     tmp_path_factory: pytest.TempPathFactory, name: str, **env: str
 ) -> Iterator[Server]:

@@ -14,7 +14,7 @@ from runstate.db import close_database, open_database
 from runstate.models import Session, Task, ToolState
 from runstate.services import sessions
 from tests.integration.test_api import events, new_task, start_session
-from tests.support import Api, Server, database
+from tests.support import Api, Server, server_on
 
 WRITERS = 20
 INCREMENTS = 10
@@ -27,11 +27,9 @@ def server(
     """The shared server of conftest.py, without the per-user rate limit: one user
     races hundreds of writes here (each retried conflict costs again), and what is
     under test is compare-and-swap, not the budget (tests/integration/test_ratelimit.py)."""
-    tmp = tmp_path_factory.mktemp(f"concurrency-{request.param}")
-    with (
-        database(request.param, tmp) as url,
-        Server(url, tmp / "server.log", RUNSTATE_RATE_LIMIT="false") as srv,
-    ):
+    with server_on(
+        request.param, tmp_path_factory, "concurrency", RUNSTATE_RATE_LIMIT="false"
+    ) as srv:
         yield srv
 
 

@@ -13,7 +13,15 @@ import pytest
 
 from runstate.services.quota import ROW_BYTES
 from tests.integration.test_api import create_task, start_session, step, update_session
-from tests.support import Api, Server, create_token, database, query_value, runstate, wait_until
+from tests.support import (
+    Api,
+    Server,
+    create_token,
+    query_value,
+    runstate,
+    server_on,
+    wait_until,
+)
 
 TASK_LIMIT = 5_000
 USER_LIMIT = 20_000
@@ -23,17 +31,14 @@ USER_LIMIT = 20_000
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp(f"quota-{request.param}")
-    with (
-        database(request.param, tmp) as url,
-        Server(
-            url,
-            tmp / "server.log",
-            RUNSTATE_MAX_TASK_BYTES=str(TASK_LIMIT),
-            RUNSTATE_MAX_USER_BYTES=str(USER_LIMIT),
-            RUNSTATE_MAX_GOAL_CHARS=str(USER_LIMIT),
-        ) as srv,
-    ):
+    with server_on(
+        request.param,
+        tmp_path_factory,
+        "quota",
+        RUNSTATE_MAX_TASK_BYTES=str(TASK_LIMIT),
+        RUNSTATE_MAX_USER_BYTES=str(USER_LIMIT),
+        RUNSTATE_MAX_GOAL_CHARS=str(USER_LIMIT),
+    ) as srv:
         yield srv
 
 
