@@ -18,8 +18,10 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# Figures of what a task's size costs; never part of `make test`.
+# Figures side by side with their baselines; never part of `make test`.
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m bench.writes
 	$(BIN)/python bench/deltas.py
 	$(BIN)/python bench/fanout.py
 
