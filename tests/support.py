@@ -109,12 +109,14 @@ def query_value(database_url: str, sql: str) -> Any:
     return asyncio.run(fetch())
 
 
-def runstate(*args: str, database_url: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run the ``runstate`` command line against ``database_url``."""
-    env = {**os.environ, "RUNSTATE_DATABASE_URL": database_url}
+def runstate(
+    *args: str, database_url: str, check: bool = True, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``runstate`` command line against ``database_url``, with ``env``."""
+    environment = {**os.environ, "RUNSTATE_DATABASE_URL": database_url, **env}
     return subprocess.run(
         [sys.executable, "-m", "runstate", *args],
-        env=env,
+        env=environment,
         capture_output=True,
         text=True,
         timeout=120,

@@ -14,6 +14,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from runstate import pubsub
+from runstate.auth import Tokens, forget_revoked
 from runstate.connections import Connections
 from runstate.db import close_database, open_database
 from runstate.http import BearerAuth, BodyLimit, CancelOnDisconnect, GraphQLView
@@ -36,7 +37,8 @@ def create_app(settings: Settings) -> Starlette:
     """
     validation.configure(settings.content)
     connections = Connections(settings.max_connections)
-    graphql = GraphQLView(build_schema(settings), settings, connections)
+    tokens = Tokens(settings.auth_check_seconds)
+    graphql = GraphQLView(build_schema(settings), settings, connections, tokens)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -73,6 +75,9 @@ def create_app(settings: Settings) -> Starlette:
             asyncio.create_task(
                 connections.watch(settings.auth_check_seconds), name="runstate-token-check"
             ),
+            asyncio.create_task(
+                forget_revoked(broker, tokens, connections), name="runstate-revocations"
+            ),
         ]
         try:
             yield
@@ -91,7 +96,7 @@ def create_app(settings: Settings) -> Starlette:
     middleware = [
         Middleware(CancelOnDisconnect, seconds=settings.operation_seconds),
         Middleware(BodyLimit, limit=settings.max_body_bytes),
-        Middleware(BearerAuth, graphiql=settings.graphiql),
+        Middleware(BearerAuth, graphiql=settings.graphiql, tokens=tokens),
     ]
     if settings.allowed_origins:
         middleware.insert(

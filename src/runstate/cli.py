@@ -8,6 +8,7 @@ import contextlib
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 
+from runstate.auth import announce_revoked
 from runstate.db import close_database, open_database
 from runstate.services import tokens
 from runstate.services.errors import DomainError
@@ -73,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("migrations applied")
     elif args.command == "sweep":
 
-        async def run_sweep() -> None:
+        async def run_sweep(_installation: str) -> None:
             result = await sweep(settings.retention)
             print(
                 f"{result.expired} sessions expired, {result.deleted} deleted,"
@@ -84,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.token_command == "create":
         user = args.user
 
-        async def create() -> None:
+        async def create(_installation: str) -> None:
             print(f"token for {user} (shown once, stored hashed):", file=sys.stderr)
             print(await tokens.create_token(user))
 
@@ -92,9 +93,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         token = args.token
 
-        async def revoke() -> None:
+        async def revoke(installation: str) -> None:
             if not await tokens.revoke_token(token):
                 sys.exit("runstate: no such live token")
+            if settings.redis_url:  # servers drop it now, not within their cache time
+                await announce_revoked(settings.redis_url, installation, tokens.digest(token))
             print("revoked")
 
         _with_database(settings, revoke)
@@ -120,15 +123,17 @@ def _serve(settings: Settings, host: str, port: int) -> None:
     )
 
 
-async def _noop() -> None:
+async def _noop(_installation: str) -> None:
     return None
 
 
-def _with_database(settings: Settings, work: Callable[[], Awaitable[None]]) -> None:
+def _with_database(settings: Settings, work: Callable[[str], Awaitable[None]]) -> None:
+    """Run ``work`` with the database open, given the database's installation id."""
+
     async def run() -> None:
-        await open_database(settings.database_url)
+        installation = await open_database(settings.database_url)
         try:
-            await work()
+            await work(installation)
         finally:
             await close_database()
 

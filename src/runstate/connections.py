@@ -89,6 +89,13 @@ class Connections:
                 closed += 1
         return closed
 
+    async def close_token(self, token_digest: str) -> None:
+        """Close every connection opened with this token (it was revoked)."""
+        for connection in self.all():
+            if connection.token_digest == token_digest:
+                self.remove(connection)
+                await connection.close(REVOKED, "token revoked")
+
     async def watch(self, every_seconds: float) -> None:
         """``close_revoked`` every ``every_seconds`` until cancelled; after that, give
         memory back when ``TRIM_AFTER`` connections or more have ended since last time."""

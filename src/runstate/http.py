@@ -30,7 +30,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 )
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import ConnectionInitMessage
 
-from runstate.auth import Principal, principal_from_header
+from runstate.auth import Principal, Tokens
 from runstate.connections import Connection, Connections, TooManyConnectionsError
 from runstate.ratelimit import RateLimiter
 from runstate.schema.build import parse_document
@@ -67,7 +67,7 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             return
         self.connection_init_received = True
         header = payload.get("authorization", payload.get("Authorization"))
-        principal = await principal_from_header(header if isinstance(header, str) else None)
+        principal = await self.view.tokens.principal(header if isinstance(header, str) else None)
         if principal is None:
             await self.websocket.close(4403, "Forbidden: missing or invalid bearer token")
             return
@@ -134,6 +134,7 @@ class GraphQLView(GraphQL[Context, None]):
         schema: Any,
         settings: Settings,
         connections: Connections,
+        tokens: Tokens,
         limiter: RateLimiter | None = None,
     ) -> None:
         super().__init__(
@@ -147,6 +148,7 @@ class GraphQLView(GraphQL[Context, None]):
         )
         self.settings = settings
         self.connections = connections
+        self.tokens = tokens
         self.limiter = limiter
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Context:
@@ -262,16 +264,17 @@ class BearerAuth:
     without one, on every route but the public ones. WebSockets authenticate in
     ``connection_init`` (``GraphQLView.on_ws_connect``)."""
 
-    def __init__(self, app: ASGIApp, *, graphiql: bool) -> None:
+    def __init__(self, app: ASGIApp, *, graphiql: bool, tokens: Tokens) -> None:
         self.app = app
         self.graphiql = graphiql
+        self.tokens = tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or _is_public(scope, self.graphiql):
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        principal = await principal_from_header(header)
+        principal = await self.tokens.principal(header)
         if principal is None:
             response: Response = JSONResponse(
                 {"errors": [{"message": "missing or invalid bearer token"}]},

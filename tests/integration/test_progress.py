@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -115,18 +116,42 @@ async def test_a_cursor_past_the_head_gets_a_snapshot_then_live_events(
             await negative.next()
 
 
+async def until_live(watch: Subscriber, api: Api, task_id: str) -> None:
+    """Until ``watch``'s sessionActivity delivers: it follows events from when the
+    server has subscribed, which the client cannot see, so a tool report on
+    ``task_id`` is sent each round until one arrives (a poll with a deadline)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        api(
+            'mutation($t: ID!) { recordToolCall(input: {taskId: $t, toolName: "ping",'
+            " outcome: CALLING}) { __typename } }",
+            t=task_id,
+        )
+        try:
+            await watch.next(wait=0.5)
+        except TimeoutError:
+            continue
+        while True:  # the reports sent before it, if they did arrive
+            try:
+                await watch.next(wait=0.5)
+            except TimeoutError:
+                return
+    raise AssertionError("sessionActivity delivered nothing for 10 s")
+
+
 async def test_session_activity_includes_tasks_created_later(server: Server, alice: Api) -> None:
     session = start_session(alice)
     before = create_task(alice, session["id"], steps=1)
     async with Subscriber(server.url, alice.token, ACTIVITY, {"id": session["id"]}) as watch:
-        step(
+        await until_live(watch, alice, before["id"])
+        started = step(
             alice, "startStep", "StepRefInput", taskId=before["id"], stepIndex=0, expectedVersion=1
         )
         later = create_task(alice, session["id"], steps=1)
         step(alice, "startStep", "StepRefInput", taskId=later["id"], stepIndex=0, expectedVersion=1)
         got = [(await watch.next())["sessionActivity"] for _ in range(3)]
     assert got == [
-        {"taskId": before["id"], "seq": 2, "kind": "STEP_STARTED"},
+        {"taskId": before["id"], "seq": started["eventSeq"], "kind": "STEP_STARTED"},
         {"taskId": later["id"], "seq": 1, "kind": "TASK_CREATED"},
         {"taskId": later["id"], "seq": 2, "kind": "STEP_STARTED"},
     ]
