@@ -21,7 +21,7 @@ from pathlib import Path
 from tortoise import connections
 
 from runstate.db import close_database, open_database
-from runstate.services import queries, sessions, tasks
+from runstate.services import history, queries, sessions, tasks
 from runstate.services.validation import StepPlan
 
 USER = "bench"
@@ -76,7 +76,7 @@ async def main() -> None:
                 began = time.perf_counter()
                 log = []
                 for page in range(10):  # a page holds at most 100 events
-                    log += await queries.list_events(head, after_seq=100 * page, first=100)
+                    log += await history.events(head, 100 * page, 100)
                 print(
                     f"events, 10 pages of 100: {len(log)} events in"
                     f" {(time.perf_counter() - began) * 1000:.1f} ms"

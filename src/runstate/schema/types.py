@@ -9,7 +9,7 @@ from strawberry.scalars import JSON
 
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
 from runstate.schema.context import Info
-from runstate.services import history, queries
+from runstate.services import history, validation
 from runstate.services.lifecycle import ResumePlanView
 from runstate.services.views import (
     EventView,
@@ -73,14 +73,8 @@ class AgentSession:
         first: int | None = 50,
         after: str | None = None,
     ) -> TaskConnection:
-        page = await queries.list_tasks(
-            info.context.user_id,
-            session_pk=self.view.pk,
-            status=status,
-            first=50 if first is None else first,
-            after=after,
-        )
-        return TaskConnection.of(page)
+        key = (info.context.user_id, self.view.pk, status, 50 if first is None else first, after)
+        return TaskConnection.of(await info.context.loaders.tasks.load(key))
 
 
 @strawberry.type
@@ -253,8 +247,8 @@ class Task:
         return [ToolState.of(t) for t in views]
 
     @strawberry.field
-    async def session(self) -> AgentSession:
-        return AgentSession.of(await queries.session_of(self.view))
+    async def session(self, info: Info) -> AgentSession:
+        return AgentSession.of(await info.context.loaders.sessions.load(self.view.session_pk))
 
     @strawberry.field(
         description=(
@@ -262,10 +256,11 @@ class Task:
             "its steps, its tool states or its lock."
         )
     )
-    async def events(self, after_seq: int | None = 0, first: int | None = 100) -> list[TaskEvent]:
-        views = await queries.list_events(
-            self.view, after_seq=after_seq or 0, first=100 if first is None else first
-        )
+    async def events(
+        self, info: Info, after_seq: int | None = 0, first: int | None = 100
+    ) -> list[TaskEvent]:
+        size = validation.page_size(100 if first is None else first)
+        views = await info.context.loaders.events.load((self.view, after_seq or 0, size))
         return [TaskEvent.of(v) for v in views]
 
 

@@ -16,6 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tortoise import connections
+from tortoise.expressions import Q
+
 from runstate.enums import StepStatus, TaskEventKind
 from runstate.models import Step, StepVersion, Task, TaskEvent, ToolState, unbox
 from runstate.services import sql
@@ -186,27 +189,83 @@ class TaskRef:
 
 async def events(task: TaskRef | TaskView, after_seq: int, first: int) -> list[EventView]:
     """The task's events after ``after_seq``, oldest first, each with its delta."""
-    rows = await TaskEvent.filter(task_id=task.pk, seq__gt=after_seq).order_by("seq").limit(first)
-    if not rows:
-        return []
-    low, high = rows[0].seq, rows[-1].seq
-    versions = await StepVersion.filter(task_id=task.pk, seq__gte=low, seq__lte=high)
-    added = await Step.filter(task_id=task.pk, created_seq__gte=low, created_seq__lte=high)
-    positions = {v.position for v in versions} - {s.position for s in added}
-    fixed = {s.position: s for s in added}
-    if positions:
-        for chunk in sql.chunks(sorted(positions)):
-            for step in await Step.filter(task_id=task.pk, position__in=chunk):
-                fixed[step.position] = step
-    changed: dict[int, dict[int, StepView]] = defaultdict(dict)
+    return (await events_of([task], after_seq, first))[0]
+
+
+_EVENT_FIELDS = (
+    "id",
+    "task_id",
+    "seq",
+    "task_version",
+    "kind",
+    "step_index",
+    "tool_name",
+    "at",
+    "status",
+    "delta",
+)
+
+
+async def events_of(
+    tasks: Sequence[TaskRef | TaskView], after_seq: int, first: int
+) -> list[list[EventView]]:
+    """``events`` of several tasks at once (a page of tasks that each show their
+    log): four queries, however many tasks. At most ``MAX_PAGE`` tasks."""
+    if not tasks or first <= 0:
+        return [[] for _ in tasks]
+    pks = [t.pk for t in tasks]
+    marks = ", ".join("?" for _ in pks)
+    found = await sql.fetch(
+        connections.get("default"),
+        'SELECT * FROM (SELECT "task_events".*, ROW_NUMBER() OVER'
+        ' (PARTITION BY "task_id" ORDER BY "seq") AS "rank" FROM "task_events"'
+        f' WHERE "task_id" IN ({marks}) AND "seq" > ?) AS "ranked"'
+        ' WHERE "rank" <= ? ORDER BY "task_id", "seq"',
+        [*pks, after_seq, first],
+    )
+    rows: dict[int, list[TaskEvent]] = defaultdict(list)
+    for raw in found:
+        row = TaskEvent(**sql.decode(TaskEvent, raw, _EVENT_FIELDS))
+        rows[row.task_id].append(row)
+    spans = {pk: (r[0].seq, r[-1].seq) for pk, r in rows.items()}
+    if not spans:
+        return [[] for _ in tasks]
+
+    def within(column: str) -> Q:
+        """Rows of each task whose ``column`` lies in that task's span of seqs."""
+        spans_of: list[dict[str, Any]] = [
+            {"task_id": pk, f"{column}__gte": low, f"{column}__lte": high}
+            for pk, (low, high) in spans.items()
+        ]
+        return Q(*(Q(**span) for span in spans_of), join_type=Q.OR)
+
+    versions = await StepVersion.filter(within("seq"))
+    added = await Step.filter(within("created_seq"))
+    fixed = {(s.task_id, s.position): s for s in added}
+    wanted = {(v.task_id, v.position) for v in versions} - fixed.keys()
+    if wanted:
+        by_task: dict[int, set[int]] = defaultdict(set)
+        for pk, position in wanted:
+            by_task[pk].add(position)
+        where = Q(
+            *(Q(task_id=pk, position__in=sorted(p)) for pk, p in by_task.items()),
+            join_type=Q.OR,
+        )
+        for step in await Step.filter(where):
+            fixed[(step.task_id, step.position)] = step
+    changed: dict[tuple[int, int], dict[int, StepView]] = defaultdict(dict)
     for step in added:
-        changed[step.created_seq][step.position] = _versioned(step, None)
+        changed[step.task_id, step.created_seq][step.position] = _versioned(step, None)
     for version in versions:
-        step = fixed[version.position]
+        step = fixed[version.task_id, version.position]
         values = {name: getattr(version, name) for name in _VERSION_FIELDS}
-        changed[version.seq][step.position] = _versioned(step, values)
+        changed[version.task_id, version.seq][step.position] = _versioned(step, values)
     return [
-        event_view(row, task, tuple(v for _, v in sorted(changed[row.seq].items()))) for row in rows
+        [
+            event_view(row, task, tuple(v for _, v in sorted(changed[task.pk, row.seq].items())))
+            for row in rows.get(task.pk, [])
+        ]
+        for task in tasks
     ]
 
 

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import base64
+from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TypeVar
 
+from tortoise import connections
 from tortoise.expressions import Q
 from tortoise.queryset import QuerySet
 
 from runstate.enums import SessionStatus, TaskStatus
 from runstate.models import ID_LENGTH, Session, Task
-from runstate.services import history, validation
+from runstate.services import history, sql, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, NotFoundError, SessionExpiredError
 from runstate.services.loading import is_expired, session_view, task_view
 from runstate.services.sessions import mark_expired
-from runstate.services.views import EventView, Page, SessionView, TaskView
+from runstate.services.views import Page, SessionView, TaskView
 
 WORKING = (TaskStatus.RUNNING, TaskStatus.WAITING_TOOL)
 
@@ -66,9 +69,11 @@ async def get_task(user_id: str, task_id: str) -> TaskView:
     return task_view(row, row.session.public_id, now)
 
 
-async def session_of(task: TaskView) -> SessionView:
-    """The session a task belongs to, as it stands (EXPIRED included)."""
-    return session_view(await Session.get(id=task.session_pk), utcnow())
+async def sessions_by_pk(pks: Sequence[int]) -> list[SessionView]:
+    """The sessions of these row ids, as they stand (EXPIRED included), in order."""
+    rows = {r.id: r for r in await Session.filter(id__in=list(set(pks)))}
+    now = utcnow()
+    return [session_view(rows[pk], now) for pk in pks]
 
 
 async def list_sessions(
@@ -92,7 +97,6 @@ async def list_sessions(
 async def list_tasks(
     user_id: str,
     *,
-    session_pk: int | None = None,
     session_id: str | None = None,
     status: TaskStatus | None,
     stalled_only: bool | None = None,
@@ -105,8 +109,6 @@ async def list_tasks(
     An unknown session id gives an empty page, exactly like a session with no tasks.
     """
     query = Task.filter(user_id=user_id)
-    if session_pk is not None:
-        query = query.filter(session_id=session_pk)
     if session_id is not None:
         if len(session_id) > ID_LENGTH:  # no such session
             return Page(items=(), cursors=(), has_next_page=False)
@@ -126,10 +128,57 @@ async def list_tasks(
     )
 
 
-async def list_events(task: TaskView, *, after_seq: int, first: int) -> list[EventView]:
-    """The task's events after ``after_seq``, oldest first."""
+_TASK_COLUMNS = (*Task._meta.fields_db_projection, "session_id")
+
+
+async def session_task_pages(
+    user_id: str,
+    session_pks: Sequence[int],
+    *,
+    status: TaskStatus | None,
+    first: int,
+    after: str | None,
+) -> list[Page[TaskView]]:
+    """``list_tasks`` of several of the caller's sessions at once (a page of
+    sessions that each show their tasks): one query, newest first in each."""
     validation.page_size(first)
-    return await history.events(task, after_seq, first)
+    after_pk = decode_cursor(after)
+    if not session_pks:
+        return []
+    marks = ", ".join("?" for _ in session_pks)
+    where = [f't."user_id" = ? AND t."session_id" IN ({marks})']
+    params: list[object] = [user_id, *session_pks]
+    if status is not None:
+        where.append('t."status" = ?')
+        params.append(status.value)
+    if after_pk is not None:
+        where.append('t."id" < ?')
+        params.append(after_pk)
+    found = await sql.fetch(
+        connections.get("default"),
+        'SELECT * FROM (SELECT t.*, s."public_id" AS "session_public_id", ROW_NUMBER()'
+        ' OVER (PARTITION BY t."session_id" ORDER BY t."id" DESC) AS "rank"'
+        ' FROM "tasks" t JOIN "sessions" s ON s."id" = t."session_id"'
+        f' WHERE {" AND ".join(where)}) AS "ranked" WHERE "rank" <= ?'
+        ' ORDER BY "session_id", "id" DESC',
+        [*params, first + 1],
+    )
+    rows: dict[int, list[tuple[Task, str]]] = defaultdict(list)
+    for raw in found:
+        row = Task(**sql.decode(Task, raw, _TASK_COLUMNS))
+        rows[row.session_id].append((row, raw["session_public_id"]))
+    now = utcnow()
+    pages = []
+    for pk in session_pks:
+        held = rows.get(pk, [])[:first]
+        pages.append(
+            Page(
+                items=tuple(task_view(r, public_id, now) for r, public_id in held),
+                cursors=tuple(encode_cursor(r.id) for r, _ in held),
+                has_next_page=len(rows.get(pk, [])) > first,
+            )
+        )
+    return pages
 
 
 async def get_task_at(user_id: str, task_id: str, seq: int) -> TaskView:

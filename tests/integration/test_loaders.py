@@ -1,0 +1,98 @@
+"""A field asked of every item of a page costs one batch of queries for the page,
+not one per item (``schema/context.Loaders``). Counted in SQLite statements, in
+process, through the schema itself."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runstate.auth import Principal
+from runstate.schema.build import build_schema
+from runstate.schema.context import Context
+from runstate.services import sessions, tasks
+from runstate.services.validation import StepPlan
+from runstate.settings import Settings
+from tests.integration.test_write_cost import Statements
+from tests.support import opened
+
+USER = "pager"
+TASKS = 50
+PAGE = """{ tasks(first: 50) { edges { node { id
+  session { id status }
+  events(first: 3) { seq kind steps { index status } } } } } }"""
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[None]:
+    async with opened(f"sqlite://{tmp_path / 'loaders.db'}"):
+        yield
+
+
+async def run(query: str) -> dict[str, Any]:
+    schema = build_schema(Settings(rate_limit=False))
+    context = Context(principal=Principal(USER, "digest"), settings=Settings())
+    result = await schema.execute(query, context_value=context)
+    assert result.errors is None, result.errors
+    assert result.data is not None
+    return result.data
+
+
+async def test_a_page_of_tasks_reads_sessions_and_events_in_batches(db: None) -> None:
+    """Guards the session and events loaders: a page of 50 tasks, each with its
+    session and its first 3 events with their steps, runs 5 SELECTs (it ran 201:
+    one per task for the session, three for its events), and every task shows its
+    own session and events."""
+    made = []
+    for i in range(TASKS):
+        session = await sessions.start_session(USER, default_ttl=3600, session_id=f"s{i % 5}")
+        task = await tasks.create_task(USER, session.id, goal="g", steps=[StepPlan("a")] * 2)
+        task = await tasks.start_step(USER, task.id, 0, expected_version=1)
+        made.append((task.id, session.id))
+    async with Statements() as statements:
+        data = await run(PAGE)
+    nodes = [edge["node"] for edge in data["tasks"]["edges"]]
+    assert sorted((n["id"], n["session"]["id"]) for n in nodes) == sorted(made)
+    for node in nodes:
+        assert node["events"] == [
+            {
+                "seq": 1,
+                "kind": "TASK_CREATED",
+                "steps": [{"index": 0, "status": "PENDING"}, {"index": 1, "status": "PENDING"}],
+            },
+            {"seq": 2, "kind": "STEP_STARTED", "steps": [{"index": 0, "status": "RUNNING"}]},
+        ]
+    reads = [s for s in statements.seen if s.startswith("SELECT")]
+    assert len(reads) == 5, reads
+
+
+DASHBOARD = """{ sessions(first: 20) { edges { node { id
+  tasks(first: 2) { edges { cursor node { id } } pageInfo { hasNextPage } } } } } }"""
+
+
+async def test_the_dashboard_poll_reads_every_sessions_tasks_in_one_query(db: None) -> None:
+    """Guards the tasks loader (``queries.session_task_pages``): the dashboard's poll
+    of 20 sessions with their tasks runs 2 SELECTs (it ran 21: one per session), and
+    each session shows its own newest tasks, 2 at most, with hasNextPage true exactly
+    where it has more."""
+    made: dict[str, list[str]] = {}
+    for i in range(20):
+        session = await sessions.start_session(USER, default_ttl=3600, session_id=f"d{i}")
+        made[session.id] = [
+            (await tasks.create_task(USER, session.id, goal="g", steps=[])).id for _ in range(i % 4)
+        ]
+    async with Statements() as statements:
+        data = await run(DASHBOARD)
+    shown = {
+        edge["node"]["id"]: (
+            [e["node"]["id"] for e in edge["node"]["tasks"]["edges"]],
+            edge["node"]["tasks"]["pageInfo"]["hasNextPage"],
+        )
+        for edge in data["sessions"]["edges"]
+    }
+    assert shown == {s: (ids[::-1][:2], len(ids) > 2) for s, ids in made.items()}
+    reads = [s for s in statements.seen if s.startswith("SELECT")]
+    assert len(reads) == 2, reads
