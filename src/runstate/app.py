@@ -18,6 +18,8 @@ from runstate.auth import Tokens, forget_revoked
 from runstate.connections import Connections
 from runstate.db import close_database, open_database
 from runstate.http import BearerAuth, BodyLimit, CancelOnDisconnect, GraphQLView
+from runstate.logs import RequestLog
+from runstate.metrics import WEBSOCKETS
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
 from runstate.pubsub.redis import RedisBroker
 from runstate.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
@@ -37,6 +39,7 @@ def create_app(settings: Settings) -> Starlette:
     """
     validation.configure(settings.content)
     connections = Connections(settings.max_connections)
+    WEBSOCKETS.set_function(lambda: len(connections))
     tokens = Tokens(settings.auth_check_seconds)
     graphql = GraphQLView(build_schema(settings), settings, connections, tokens)
 
@@ -105,15 +108,17 @@ def create_app(settings: Settings) -> Starlette:
                 CORSMiddleware,
                 allow_origins=settings.allowed_origins,
                 allow_methods=["GET", "POST"],
-                allow_headers=["Authorization", "Content-Type"],
+                allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
                 max_age=600,
             ),
         )
+    middleware.insert(0, Middleware(RequestLog))  # outermost: it sees every answer
     return Starlette(
         routes=[
             Route("/", web_routes.index),
             Route("/healthz", web_routes.health),
             Route("/readyz", web_routes.ready),
+            Route("/metrics", web_routes.metrics),
             Mount("/static", StaticFiles(packages=[("runstate.web", "static")]), name="static"),
             Route("/graphql", graphql),
             WebSocketRoute("/graphql", graphql),

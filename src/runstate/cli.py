@@ -8,6 +8,7 @@ import contextlib
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 
+from runstate import logs
 from runstate.auth import announce_revoked
 from runstate.db import close_database, open_database
 from runstate.services import tokens
@@ -108,11 +109,14 @@ def _serve(settings: Settings, host: str, port: int) -> None:
 
     from runstate.app import create_app
 
+    logs.configure(settings.log_format)
     uvicorn.run(
         create_app(settings),
         host=host,
         port=port,
         log_level="info",
+        log_config=None,  # the handler logs.configure set up, for uvicorn's lines too
+        access_log=False,  # it prints query strings; RequestLog writes the line instead
         ws_max_size=settings.max_ws_message_bytes,  # uvicorn default: 16 MiB a message
         # Events are small deltas: compressing each one for each watcher cost 6% of
         # a server's time with 100 watchers (py-spy), and memory per socket.

@@ -30,6 +30,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 )
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import ConnectionInitMessage
 
+from runstate import logs
 from runstate.auth import Principal, Tokens
 from runstate.connections import Connection, Connections, TooManyConnectionsError
 from runstate.ratelimit import RateLimiter
@@ -283,6 +284,9 @@ class BearerAuth:
             )
             await response(scope, receive, send)
             return
+        request = logs.CURRENT.get()
+        if request is not None:
+            request.user = principal.user_id
         await self.app({**scope, "runstate.principal": principal}, receive, send)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
+from runstate.logs import FORMATS
 from runstate.services.validation import ContentLimits
 
 DEFAULT_DATABASE_URL = "sqlite://runstate.db"
@@ -64,6 +65,8 @@ class Settings:
     """The most points a user's budget holds."""
     content: ContentLimits = field(default_factory=ContentLimits)
     """How large what clients store may be (goals, actions, steps, JSON payloads)."""
+    log_format: str = "text"
+    """``text`` for people, ``json`` (one object per line) for log collectors."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -107,6 +110,7 @@ class Settings:
             rate_limit=_flag(env, "RUNSTATE_RATE_LIMIT", True),
             rate_per_second=_positive_float(env, "RUNSTATE_RATE_PER_SECOND", 200.0),
             rate_burst=_positive_float(env, "RUNSTATE_RATE_BURST", 2000.0),
+            log_format=_choice(env, "RUNSTATE_LOG_FORMAT", FORMATS, FORMATS[not developing]),
             content=ContentLimits(
                 **{
                     name: _positive_int(env, f"RUNSTATE_MAX_{name.upper()}", default)
@@ -165,6 +169,13 @@ def _positive(env: Mapping[str, str], name: str, default: N, parse: type[N], wha
     if value > MAX_INT:
         raise SettingsError(f"{name} must be at most {MAX_INT} (the API's Int), not {raw}")
     return value
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = env.get(name) or default
+    if raw not in choices:
+        raise SettingsError(f"{name} must be one of {', '.join(choices)}, not {raw!r}")
+    return raw
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:

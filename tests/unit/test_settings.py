@@ -42,6 +42,26 @@ def test_bad_numbers_are_refused(value: str) -> None:
         Settings.from_env({"RUNSTATE_SESSION_TTL": value})
 
 
+def test_log_format_is_text_for_people_and_json_in_production() -> None:
+    """Guards RUNSTATE_LOG_FORMAT: text by default, JSON in production unless asked
+    otherwise, anything else refused by name."""
+    assert Settings.from_env({}).log_format == "text"
+    production = {"RUNSTATE_ENV": "production", "RUNSTATE_ALLOWED_ORIGINS": ""}
+    assert Settings.from_env(production).log_format == "json"
+    assert Settings.from_env({**production, "RUNSTATE_LOG_FORMAT": "text"}).log_format == "text"
+    with pytest.raises(SettingsError, match="RUNSTATE_LOG_FORMAT"):
+        Settings.from_env({"RUNSTATE_LOG_FORMAT": "xml"})
+
+
+def test_numbers_past_the_api_int_are_refused() -> None:
+    """Guards the cap on whole-number settings: quotas are answered as GraphQL Ints."""
+    with pytest.raises(SettingsError, match="RUNSTATE_MAX_USER_BYTES must be at most"):
+        Settings.from_env({"RUNSTATE_MAX_USER_BYTES": str(2**31)})
+    assert Settings.from_env({"RUNSTATE_MAX_USER_BYTES": str(2**31 - 1)}).content.user_bytes == (
+        2**31 - 1
+    )
+
+
 def test_sqlite_waits_for_other_writers() -> None:
     url = tortoise_config("sqlite://x.db")["connections"]["default"]
     assert url == "sqlite://x.db?busy_timeout=30000"

@@ -6,6 +6,7 @@ from collections.abc import AsyncGenerator
 
 import strawberry
 
+from runstate.metrics import SUBSCRIPTIONS
 from runstate.ratelimit import SUBSCRIBE_COST
 from runstate.schema.context import Info
 from runstate.schema.types import TaskEvent
@@ -31,14 +32,15 @@ class Subscription:
     ) -> AsyncGenerator[TaskEvent, None]:
         await info.context.charge(SUBSCRIBE_COST)
         settings = info.context.settings
-        async for event in progress.task_progress(
-            info.context.user_id,
-            task_id,
-            after_seq,
-            interval=settings.catch_up_seconds,
-            gap_fill=settings.gap_fill,
-        ):
-            yield TaskEvent.of(event)
+        with SUBSCRIPTIONS.track_inprogress():
+            async for event in progress.task_progress(
+                info.context.user_id,
+                task_id,
+                after_seq,
+                interval=settings.catch_up_seconds,
+                gap_fill=settings.gap_fill,
+            ):
+                yield TaskEvent.of(event)
 
     @strawberry.subscription(
         description="Events of every task in the session (tasks created, status changes, steps)."
@@ -48,10 +50,11 @@ class Subscription:
     ) -> AsyncGenerator[TaskEvent, None]:
         await info.context.charge(SUBSCRIBE_COST)
         settings = info.context.settings
-        async for event in progress.session_activity(
-            info.context.user_id,
-            session_id,
-            interval=settings.catch_up_seconds,
-            gap_fill=settings.gap_fill,
-        ):
-            yield TaskEvent.of(event)
+        with SUBSCRIPTIONS.track_inprogress():
+            async for event in progress.session_activity(
+                info.context.user_id,
+                session_id,
+                interval=settings.catch_up_seconds,
+                gap_fill=settings.gap_fill,
+            ):
+                yield TaskEvent.of(event)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Set
 from functools import partial
 
 import strawberry
-from graphql import DocumentNode, GraphQLError, parse
+from graphql import DocumentNode, FieldNode, GraphQLError, OperationDefinitionNode, parse
 from strawberry.extensions import (
     AddValidationRules,
     DisableIntrospection,
@@ -20,6 +21,7 @@ from strawberry.extensions import (
 from strawberry.extensions.parser_cache import DEFAULT_MAXSIZE, _get_parse_cache
 from strawberry.types import ExecutionContext
 
+from runstate.metrics import OPERATIONS, WRITE_SECONDS
 from runstate.resolvers.mutations import Mutation
 from runstate.resolvers.queries import Query
 from runstate.resolvers.subscriptions import Subscription
@@ -102,6 +104,45 @@ class MaskUnexpectedErrors(MaskErrors):
             result.errors = self._process_errors(errors)  # type: ignore[attr-defined]
 
 
+class Measured(SchemaExtension):
+    """Counts every operation by its top-level fields and outcome, and times
+    mutations (``runstate.metrics``). A field the schema does not have counts as
+    "-": label values stay few whatever clients send."""
+
+    def __init__(self, known: Set[str]) -> None:
+        self.known = known
+
+    def on_operation(self) -> Iterator[None]:
+        began = time.perf_counter()
+        yield
+        context = self.execution_context
+        try:
+            kind = context.operation_type.value
+        except RuntimeError:  # no document: it did not parse
+            kind = "-"
+        errors = getattr(context.result, "errors", None)
+        outcome = "error" if errors or context.pre_execution_errors else "ok"
+        for field in _top_fields(context.graphql_document):
+            field = field if field in self.known else "-"
+            OPERATIONS.labels(kind, field, outcome).inc()
+            if kind == "mutation":
+                WRITE_SECONDS.labels(field).observe(time.perf_counter() - began)
+
+
+def _top_fields(document: DocumentNode | None) -> list[str]:
+    """The top-level field names of a document's operations ("-" when there are none)."""
+    if document is None:
+        return ["-"]
+    names = [
+        selection.name.value
+        for definition in document.definitions
+        if isinstance(definition, OperationDefinitionNode)
+        for selection in definition.selection_set.selections
+        if isinstance(selection, FieldNode)
+    ]
+    return names or ["-"]
+
+
 class Schema(strawberry.Schema):
     """Strawberry's Schema, logging only unexpected errors.
 
@@ -127,6 +168,7 @@ def build_schema(settings: Settings | None = None) -> strawberry.Schema:
     rules = limit_rules(
         max_depth=settings.max_depth, max_aliases=settings.max_aliases, max_nodes=settings.max_nodes
     )
+    known: set[str] = {"__typename", "__schema", "__type"}  # filled once the schema is built
     # Classes or factories, never instances: Strawberry builds a fresh one per request.
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         ParseOnce,
@@ -134,16 +176,20 @@ def build_schema(settings: Settings | None = None) -> strawberry.Schema:
         partial(AddValidationRules, rules),
         partial(MaxTokensLimiter, max_token_count=settings.max_tokens),
         partial(MaskUnexpectedErrors, should_mask_error=_should_mask),
+        partial(Measured, known),
     ]
     if not settings.introspection:
         extensions.append(DisableIntrospection)
-    return Schema(
+    built = Schema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,
         extensions=extensions,
         execution_context_class=SharedEventExecutor,
     )
+    roots = (built._schema.query_type, built._schema.mutation_type, built._schema.subscription_type)
+    known.update(name for root in roots if root is not None for name in root.fields)
+    return built
 
 
 schema = build_schema()

@@ -23,6 +23,7 @@ from datetime import datetime
 from runstate import pubsub
 from runstate.bounded import BoundedCache
 from runstate.enums import TaskEventKind
+from runstate.metrics import DELIVERY_SECONDS, GAP_FILLED
 from runstate.models import Session, Task
 from runstate.pubsub import Resync
 from runstate.services import history
@@ -42,6 +43,12 @@ CATCH_UP_PAGE = 200
 QUIET_SECONDS = 60.0
 """How long a stream's inbox waits at a time; quiet streams are checked by
 ``HEADS``, never by themselves."""
+
+
+def lag(event: EventView) -> float:
+    """Seconds from the write of a live event to now (clocks of servers differ a
+    little: never below 0)."""
+    return max(0.0, (utcnow() - event.at).total_seconds())
 
 
 def task_channel(task_pk: int) -> str:
@@ -192,6 +199,7 @@ async def task_progress(
                     if live is None or live.task_pk != view.pk or live.seq <= watch.last:
                         continue
                     if live.seq == watch.last + 1 or not gap_fill:
+                        DELIVERY_SECONDS.observe(lag(live))
                         yield live
                         watch.last = live.seq
                         continue
@@ -202,6 +210,7 @@ async def task_progress(
                     return  # the task was deleted with its session
                 if head > watch.last:
                     async for event in stored_events(ref, watch.last):
+                        GAP_FILLED.inc()
                         yield event
                         watch.last = event.seq
 
@@ -259,6 +268,7 @@ async def session_activity(
                     if live.seq <= seen:
                         continue
                     if live.seq == seen + 1 or not gap_fill:
+                        DELIVERY_SECONDS.observe(lag(live))
                         yield live
                         last[live.task_pk] = live.seq
                         continue
@@ -280,5 +290,6 @@ async def session_activity(
                     if latest > last.get(task_pk, 0):
                         ref = TaskRef(task_pk, public_id, session.pk)
                         async for event in stored_events(ref, last.get(task_pk, 0)):
+                            GAP_FILLED.inc()
                             yield event
                             last[task_pk] = event.seq

@@ -21,6 +21,7 @@ from tortoise.expressions import F, Q, Subquery
 from tortoise.queryset import ValuesListQuery
 
 from runstate.enums import SessionStatus
+from runstate.metrics import SWEPT
 from runstate.models import Session, Task
 from runstate.services.clock import utcnow
 from runstate.services.idempotency import sweep_keys
@@ -109,6 +110,9 @@ async def sweep_forever(retention_seconds: int, every_seconds: float) -> None:
         except Exception:  # the next round tries again; the server keeps serving
             log.exception("expiry sweep failed")
             continue
+        SWEPT.labels("sessions_expired").inc(result.expired)
+        SWEPT.labels("sessions_deleted").inc(result.deleted)
+        SWEPT.labels("idempotency_keys_deleted").inc(result.keys)
         if result.expired or result.deleted or result.keys:
             log.info(
                 "sweep: %d sessions expired, %d deleted, %d idempotency keys deleted",

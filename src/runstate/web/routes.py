@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from importlib.resources import files
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from tortoise import Tortoise
 
 from runstate import pubsub
+from runstate.metrics import REGISTRY
 
 _INDEX = files("runstate.web").joinpath("index.html").read_text(encoding="utf-8")
 
@@ -22,6 +24,12 @@ async def index(_: Request) -> Response:
 async def health(_: Request) -> Response:
     """Liveness for scripts and tests: answers once the database is open."""
     return PlainTextResponse("ok")
+
+
+async def metrics(_: Request) -> Response:
+    """This process's metrics in Prometheus's text format (``runstate.metrics``);
+    behind the bearer token like every route that is not public."""
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
 async def ready(_: Request) -> Response:

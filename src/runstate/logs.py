@@ -1,0 +1,134 @@
+"""The server's log: one line per HTTP request with its request id, as JSON or text.
+
+``RequestLog`` gives each request an id (the client's ``X-Request-ID`` when it is
+a plain token of at most 64 characters, else a new one), answers it in the
+``X-Request-ID`` header, and logs one line when the request ends: method, path,
+status, milliseconds, user and the id. Never the query string, a header or a
+body, so no token and no payload reaches the log. Every other line logged while
+the request runs carries the same id. uvicorn's access log, which prints query
+strings, is off (``cli.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+FORMATS = ("text", "json")
+
+log = logging.getLogger("runstate.request")
+
+
+@dataclass
+class Request:
+    """What the log line of the request running in this context will say."""
+
+    id: str
+    user: str | None = None
+
+
+CURRENT: ContextVar[Request | None] = ContextVar("runstate_request", default=None)
+"""The request being served; a mutable record, so that the auth middleware, which
+runs in a task of its own, can fill in the user."""
+
+_CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+class _WithRequestId(logging.Filter):
+    """Adds the current request's id to every record (None outside a request)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request = CURRENT.get()
+        record.request_id = None if request is None else request.id
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, request id, the
+    record's ``fields`` and, for an exception, its traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        request_id = getattr(record, "request_id", None)
+        if request_id is not None:
+            line["request_id"] = request_id
+        line.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def configure(fmt: str, level: int = logging.INFO) -> None:
+    """Send every logger's records to stderr, as ``fmt`` (text or json)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_WithRequestId())
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+class RequestLog:
+    """The request id and the one log line of every HTTP request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request = Request(given if _CLIENT_ID.fullmatch(given) else uuid.uuid4().hex)
+        token = CURRENT.set(request)
+        status = 500
+        began = time.perf_counter()
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"x-request-id", request.id.encode()),
+                ]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            fields = {
+                "method": scope["method"],
+                "path": scope["path"],
+                "status": status,
+                "ms": round((time.perf_counter() - began) * 1000, 2),
+                "user": request.user,
+            }
+            log.info(
+                "%s %s %d %.1f ms (%s)",
+                scope["method"],
+                scope["path"],
+                status,
+                fields["ms"],
+                request.user or "anonymous",
+                extra={"fields": fields},
+            )
+            CURRENT.reset(token)

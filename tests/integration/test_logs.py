@@ -1,0 +1,72 @@
+"""The server's log as JSON: one line per request, with its request id, and never a
+token or a payload (``runstate.logs``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support import Server, create_token, sqlite_server, wait_until
+
+MARKER = "secret-payload-7f3a"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with sqlite_server(tmp_path_factory, "logs", RUNSTATE_LOG_FORMAT="json") as srv:
+        yield srv
+
+
+def lines(server: Server) -> list[dict[str, Any]]:
+    """Every line of the server's log, each of which must be a JSON object."""
+    return [json.loads(line) for line in server.log().splitlines() if line.strip()]
+
+
+def requests_logged(server: Server, request_id: str) -> list[dict[str, Any]]:
+    return [
+        line
+        for line in lines(server)
+        if line.get("logger") == "runstate.request" and line.get("request_id") == request_id
+    ]
+
+
+def test_one_json_line_per_request_with_its_id_and_no_secrets(server: Server) -> None:
+    """Guards RequestLog and the JSON format: a request's line carries the client's
+    X-Request-ID (answered back), method, path, status and user; a request without
+    one gets a fresh id, answered and logged alike; every line of the log is JSON;
+    neither the token nor the payload (in the body and in a GET query string)
+    appears anywhere in the log."""
+    token = create_token(server.database_url, "lou")
+    headers = {"Authorization": f"Bearer {token}", "X-Request-ID": "req-42"}
+    body = {
+        "query": "mutation($m: JSON) { startSession(input: {metadata: $m}) { __typename } }",
+        "variables": {"m": {"note": MARKER}},
+    }
+    answer = httpx.post(f"{server.url}/graphql", json=body, headers=headers)
+    assert answer.status_code == 200
+    assert answer.headers["x-request-id"] == "req-42"
+    fresh = httpx.get(
+        f"{server.url}/graphql",
+        params={"query": f'{{ session(id: "{MARKER}") {{ __typename }} }}'},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    fresh_id = fresh.headers["x-request-id"]
+    assert len(fresh_id) == 32
+
+    wait_until(lambda: requests_logged(server, fresh_id), 5, "the GET's log line")
+    (line,) = requests_logged(server, "req-42")
+    assert {k: line[k] for k in ("method", "path", "status", "user")} == {
+        "method": "POST",
+        "path": "/graphql",
+        "status": 200,
+        "user": "lou",
+    }
+    assert line["level"] == "INFO"
+    assert requests_logged(server, fresh_id)[0]["path"] == "/graphql"
+    text = server.log()
+    assert token not in text
+    assert MARKER not in text
