@@ -13,7 +13,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
-from runstate import pubsub
+from runstate import logs, pubsub
 from runstate.auth import Tokens, forget_revoked
 from runstate.connections import Connections
 from runstate.db import close_database, open_database
@@ -28,6 +28,14 @@ from runstate.services import validation
 from runstate.services.sweep import sweep_forever
 from runstate.settings import Settings
 from runstate.web import routes as web_routes
+
+
+def from_environment() -> Starlette:
+    """The app of one of ``runstate serve --workers N``'s processes: its settings
+    from the environment, where the command line's overrides were put."""
+    settings = Settings.from_env()
+    logs.configure(settings.log_format)
+    return create_app(settings)
 
 
 def create_app(settings: Settings) -> Starlette:

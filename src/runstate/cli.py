@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -28,6 +29,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--redis-url", help="overrides RUNSTATE_REDIS_URL")
     serve.add_argument("--session-ttl", type=int, help="overrides RUNSTATE_SESSION_TTL")
     serve.add_argument("--retention", type=int, help="overrides RUNSTATE_RETENTION")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port (more than 1 needs Redis: RUNSTATE_REDIS_URL)",
+    )
 
     token = commands.add_parser("token", help="manage API tokens")
     token_commands = token.add_subparsers(dest="token_command", required=True)
@@ -60,7 +67,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     except SettingsError as e:
         sys.exit(f"runstate: {e}")
     if args.command == "serve":
-        _serve(settings, args.host, args.port)
+        if args.workers < 1:
+            sys.exit("runstate: --workers must be 1 or more")
+        if args.workers > 1 and not settings.redis_url:
+            sys.exit(
+                f"runstate: --workers {args.workers} needs Redis (RUNSTATE_REDIS_URL or"
+                " --redis-url): without it each process sees only its own events live"
+                " and keeps its own rate limits"
+            )
+        _serve(settings, args.host, args.port, args.workers)
     elif args.command == "demo":
         from runstate.demo import serve_with_demo
 
@@ -104,14 +119,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         _with_database(settings, revoke)
 
 
-def _serve(settings: Settings, host: str, port: int) -> None:
+def _serve(settings: Settings, host: str, port: int, workers: int) -> None:
+    """Serve until stopped; with ``workers`` > 1, that many processes (uvicorn's
+    supervisor starts them, each building the app from the environment, which
+    carries the command line's overrides)."""
     import uvicorn
 
     from runstate.app import create_app
 
     logs.configure(settings.log_format)
+    if workers > 1:
+        os.environ.update(settings.environment())
     uvicorn.run(
-        create_app(settings),
+        create_app(settings) if workers == 1 else "runstate.app:from_environment",
+        factory=workers > 1,
+        workers=workers,
         host=host,
         port=port,
         log_level="info",

@@ -136,6 +136,18 @@ class Settings:
         if unsafe:
             raise SettingsError("unsafe in production: " + "; ".join(unsafe))
 
+    def environment(self) -> dict[str, str]:
+        """The variables of the settings the command line may override, so that
+        processes started from the environment (``serve --workers``) get them too."""
+        env = {
+            "RUNSTATE_DATABASE_URL": self.database_url,
+            "RUNSTATE_SESSION_TTL": str(self.session_ttl),
+            "RUNSTATE_RETENTION": str(self.retention),
+        }
+        if self.redis_url:
+            env["RUNSTATE_REDIS_URL"] = self.redis_url
+        return env
+
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with the given fields replaced; ``None`` values are ignored."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import httpx
 
-from tests.support import Api, Server, create_token, free_port, runstate, wait_until
+from tests.support import (
+    Api,
+    Server,
+    create_token,
+    free_port,
+    require_service,
+    runstate,
+    wait_until,
+)
 
 
 def test_token_create_prints_the_token_last_and_stores_only_its_hash(tmp_path: Path) -> None:
@@ -193,3 +201,43 @@ def test_a_restarted_demo_picks_up_the_task_it_left(tmp_path: Path) -> None:
         api.close()
         second.terminate()
         second.communicate(timeout=30)
+
+
+def test_serve_workers_runs_several_processes_with_redis(tmp_path: Path) -> None:
+    """Guards ``serve --workers``: without Redis it refuses in one line; with Redis,
+    two server processes start on one port, answer, and all stop on SIGTERM."""
+    url = f"sqlite://{tmp_path / 'workers.db'}"
+    env = {**os.environ, "RUNSTATE_DATABASE_URL": url, "RUNSTATE_REDIS_URL": ""}
+    port = str(free_port())
+    command = [sys.executable, "-m", "runstate", "serve", "--port", port, "--workers", "2"]
+    refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    assert "--workers 2 needs Redis (RUNSTATE_REDIS_URL" in refused.stderr
+
+    require_service("Redis", "127.0.0.1", 6379)
+    log = tmp_path / "workers.log"
+    with log.open("w") as out:
+        serving = subprocess.Popen(
+            [*command, "--redis-url", "redis://127.0.0.1:6379/0"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(
+            lambda: log.read_text().count("Application startup complete.") == 2,
+            60,
+            "two server processes to start",
+        )
+        token = create_token(url, "wes")
+        headers = {"Authorization": f"Bearer {token}"}
+        query = {"query": "{ sessions { edges { cursor } } }"}
+        for _ in range(10):
+            answer = httpx.post(f"http://127.0.0.1:{port}/graphql", json=query, headers=headers)
+            assert answer.json() == {"data": {"sessions": {"edges": []}}}
+        started = log.read_text().count("Started server process")
+        assert started == 2
+    finally:
+        serving.terminate()
+        serving.wait(timeout=20)
+    assert log.read_text().count("Finished server process") == 2
