@@ -24,6 +24,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.writes
 	$(BIN)/python bench/deltas.py
 	$(BIN)/python bench/fanout.py
+	$(BIN)/python -m bench.memory
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

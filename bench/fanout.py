@@ -161,8 +161,8 @@ would refuse that, are not what is measured."""
 
 
 @contextmanager
-def serving(count: int, **env: str) -> Iterator[tuple[list[str], str]]:
-    """``count`` servers on one fresh SQLite file, and a token for them."""
+def serving(count: int, **env: str) -> Iterator[tuple[list[str], str, list[int]]]:
+    """``count`` servers on one fresh SQLite file, a token for them, their pids."""
     with tempfile.TemporaryDirectory() as tmp:
         database_url = f"sqlite://{Path(tmp) / 'fanout.db'}"
         runstate(database_url, "migrate")
@@ -187,7 +187,7 @@ def serving(count: int, **env: str) -> Iterator[tuple[list[str], str]]:
                         break
                     except httpx.TransportError:
                         time.sleep(0.1)
-            yield urls, token
+            yield urls, token, [server.pid for server in servers]
         finally:
             for server in servers:
                 server.terminate()
@@ -210,7 +210,7 @@ def main() -> None:
         f"fan-out benchmark: {WATCHERS} watchers in this process, {2 * STEPS} writes a round,"
         f" SQLite, load average {os.getloadavg()[0]:.2f}"
     )
-    with serving(1) as (urls, token):
+    with serving(1) as (urls, token, _):
         alone = asyncio.run(round_(urls, token, 0))
         watched = asyncio.run(round_(urls, token, WATCHERS))
     print(
@@ -218,7 +218,7 @@ def main() -> None:
         f" {watched['rate']:.1f}: ratio {watched['rate'] / alone['rate']:.2f}x (target 1.0x)"
     )
     print(f"  {delays(watched)}")
-    with serving(2, RUNSTATE_REDIS_URL=REDIS_URL) as (urls, token):
+    with serving(2, RUNSTATE_REDIS_URL=REDIS_URL) as (urls, token, _):
         paced = asyncio.run(round_(urls, token, WATCHERS, pace=PACE))
     print(
         f"2 servers + Redis, writer at {PACE:.0f}/s, {WATCHERS // 2} watchers on each:"

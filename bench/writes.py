@@ -154,7 +154,7 @@ def main() -> None:
         f" {os.cpu_count()} cores, load average {load[0]:.2f} at start"
     )
     found: dict[str, list[dict[str, float]]] = {}
-    with tempfile.TemporaryDirectory() as tmp, serving(1) as (urls, token):
+    with tempfile.TemporaryDirectory() as tmp, serving(1) as (urls, token, _):
         for round_ in range(ROUNDS):
             base = Path(tmp) / f"round{round_}"
             base.mkdir()
