@@ -72,6 +72,9 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         if principal is None:
             await self.websocket.close(4403, "Forbidden: missing or invalid bearer token")
             return
+        request = logs.CURRENT.get()
+        if request is not None:
+            request.user = principal.user_id
         connection = Connection(principal.user_id, principal.token_digest, self.websocket.close)
         try:
             self.view.connections.add(connection)

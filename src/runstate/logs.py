@@ -1,4 +1,5 @@
-"""The server's log: one line per HTTP request with its request id, as JSON or text.
+"""The server's log: one line per HTTP request and per WebSocket connection, with its
+request id, as JSON or text.
 
 ``RequestLog`` gives each request an id (the client's ``X-Request-ID`` when it is
 a plain token of at most 64 characters, else a new one), answers it in the
@@ -87,13 +88,15 @@ def configure(fmt: str, level: int = logging.INFO) -> None:
 
 
 class RequestLog:
-    """The request id and the one log line of every HTTP request."""
+    """The request id and the one log line of every HTTP request, and of every
+    WebSocket connection when it ends (method ``WS``; status 101 while accepted, or
+    the close code the server sent)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
@@ -101,22 +104,25 @@ class RequestLog:
         token = CURRENT.set(request)
         status = 500
         began = time.perf_counter()
+        method = scope.get("method", "WS")
 
         async def sending(message: Message) -> None:
             nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
+            if message["type"] in ("http.response.start", "websocket.accept"):
+                status = message.get("status", 101)
                 message["headers"] = [
                     *message.get("headers", []),
                     (b"x-request-id", request.id.encode()),
                 ]
+            elif message["type"] == "websocket.close":
+                status = message.get("code", 1000)
             await send(message)
 
         try:
             await self.app(scope, receive, sending)
         finally:
             fields = {
-                "method": scope["method"],
+                "method": method,
                 "path": scope["path"],
                 "status": status,
                 "ms": round((time.perf_counter() - began) * 1000, 2),
@@ -124,7 +130,7 @@ class RequestLog:
             }
             log.info(
                 "%s %s %d %.1f ms (%s)",
-                scope["method"],
+                method,
                 scope["path"],
                 status,
                 fields["ms"],

@@ -9,8 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
 
-from tests.support import Server, create_token, sqlite_server, wait_until
+from tests.support import GRAPHQL_WS, Server, create_token, sqlite_server, wait_until
 
 MARKER = "secret-payload-7f3a"
 
@@ -70,3 +71,25 @@ def test_one_json_line_per_request_with_its_id_and_no_secrets(server: Server) ->
     text = server.log()
     assert token not in text
     assert MARKER not in text
+
+
+async def test_a_websocket_connection_is_one_line_when_it_ends(server: Server) -> None:
+    """Guards RequestLog for WebSockets: a connection is logged once, when it ends,
+    with its X-Request-ID, method WS, the user its connection_init named, and the
+    token nowhere in the log."""
+    token = create_token(server.database_url, "lou")
+    url = server.url.replace("http://", "ws://") + "/graphql"
+    async with connect(
+        url, subprotocols=GRAPHQL_WS, additional_headers={"X-Request-ID": "ws-7"}
+    ) as ws:
+        init = {"type": "connection_init", "payload": {"authorization": f"Bearer {token}"}}
+        await ws.send(json.dumps(init))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+    wait_until(lambda: requests_logged(server, "ws-7"), 5, "the WebSocket's log line")
+    (line,) = requests_logged(server, "ws-7")
+    assert {k: line[k] for k in ("method", "path", "user")} == {
+        "method": "WS",
+        "path": "/graphql",
+        "user": "lou",
+    }
+    assert token not in server.log()
