@@ -10,9 +10,12 @@ task, in three rounds:
    writer kept (target: 20/s).
 
 For each watched round: commit-to-receipt delay (median, 99th percentile) and the
-watchers that missed an event or saw one out of order (must be 0). The watchers
-run in this process; its CPU time is printed, so that it is known not to be the
-bottleneck. Run with ``make bench``; never part of ``make test``.
+watchers that missed an event or saw one out of order (must be 0). Then the
+baseline, in the same run: raw redis-py pub/sub with as many subscribers, each on
+a connection of its own, at the same pace; the ratio of the 99th percentiles
+(target: 3x or less). The watchers run in this process; its CPU time is printed,
+so that it is known not to be the bottleneck. ``BENCH_WATCHERS=1000`` for the
+large round. Run with ``make bench``; never part of ``make test``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from redis.asyncio import Redis
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
@@ -194,6 +198,46 @@ def serving(count: int, **env: str) -> Iterator[tuple[list[str], str, list[int]]
                 server.wait()
 
 
+async def raw_redis(watchers: int, pace: float) -> dict[str, Any]:
+    """The baseline of the paced round: redis-py alone, ``watchers`` subscribers on
+    connections of their own, a publisher at ``pace`` messages a second, the same
+    number of messages as the round's writes."""
+    last = 1 + 2 * STEPS
+    subscribers = []
+    for _ in range(watchers):
+        pubsub = Redis.from_url(REDIS_URL).pubsub()
+        await pubsub.subscribe("bench:raw")
+        subscribers.append(pubsub)
+    got: list[list[tuple[int, float]]] = [[] for _ in subscribers]
+    committed: dict[int, float] = {}
+
+    async def read(pubsub: Any, into: list[tuple[int, float]]) -> None:
+        while not into or into[-1][0] < last:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
+            if message is not None:
+                into.append((int(message["data"]), time.perf_counter()))
+
+    cpu = time.process_time()
+    readers = [asyncio.create_task(read(p, g)) for p, g in zip(subscribers, got, strict=True)]
+    publisher = Redis.from_url(REDIS_URL)
+    began = time.perf_counter()
+    for seq in range(2, last + 1):
+        await asyncio.sleep(max(0.0, began + (seq - 2) / pace - time.perf_counter()))
+        committed[seq] = time.perf_counter()
+        await publisher.publish("bench:raw", str(seq))
+    await asyncio.wait_for(asyncio.gather(*readers), 120)
+    cpu = time.process_time() - cpu
+    for pubsub in subscribers:
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+    await publisher.aclose()
+    return {
+        "rate": (last - 1) / (time.perf_counter() - began),
+        "delays": sorted(t - committed[seq] for g in got for seq, t in g),
+        "wrong": sum([seq for seq, _ in g] != list(range(2, last + 1)) for g in got),
+        "cpu": cpu,
+    }
+
+
 def delays(result: dict[str, Any]) -> str:
     found = result["delays"]
     p50 = statistics.median(found) * 1000
@@ -225,6 +269,12 @@ def main() -> None:
         f" writer kept {paced['rate']:.1f}/s (target {PACE:.0f})"
     )
     print(f"  {delays(paced)}")
+    raw = asyncio.run(raw_redis(WATCHERS, PACE))
+    print(f"raw redis-py, {WATCHERS} subscribers, {PACE:.0f} messages/s, in this process:")
+    print(f"  {delays(raw)}")
+    p99 = paced["delays"][int(0.99 * (len(paced["delays"]) - 1))]
+    raw_p99 = raw["delays"][int(0.99 * (len(raw["delays"]) - 1))]
+    print(f"  runstate p99 / redis-py p99: {p99 / raw_p99:.1f}x (target <= 3x)")
 
 
 if __name__ == "__main__":
