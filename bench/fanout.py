@@ -79,12 +79,13 @@ class Graph:
         return body["data"]  # type: ignore[no-any-return]
 
 
-async def new_task(api: Graph) -> str:
+async def new_task(api: Graph, steps: int = STEPS) -> str:
+    """A new session with a task of ``steps`` steps; the task's id."""
     session = await api("mutation { startSession(input: {}) { ... on AgentSession { id } } }")
-    steps = [{"action": f"step-{i}"} for i in range(STEPS)]
+    plan = [{"action": f"step-{i}"} for i in range(steps)]
     task = await api(
         "mutation($input: CreateTaskInput!) { createTask(input: $input) { ... on Task { id } } }",
-        input={"sessionId": session["startSession"]["id"], "goal": "bench", "steps": steps},
+        input={"sessionId": session["startSession"]["id"], "goal": "bench", "steps": plan},
     )
     return str(task["createTask"]["id"])
 

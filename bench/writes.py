@@ -34,7 +34,7 @@ import aiosqlite
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from bench.fanout import Graph, serving
+from bench.fanout import STEP, Graph, new_task, serving
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 WRITES = int(os.environ.get("BENCH_WRITES", "400"))
@@ -86,19 +86,6 @@ async def raw_cas(path: Path) -> dict[str, float]:
         return {"rate": WRITES / (time.perf_counter() - began), "synchronous": sync}
 
 
-TASK = "mutation($input: {kind}!) {{ {name}(input: $input) {{ ... on Task {{ version }} }} }}"
-
-
-async def new_task(api: Graph, steps: int) -> str:
-    session = await api("mutation { startSession(input: {}) { ... on AgentSession { id } } }")
-    plan = [{"action": f"step-{i}"} for i in range(steps)]
-    task = await api(
-        "mutation($input: CreateTaskInput!) { createTask(input: $input) { ... on Task { id } } }",
-        input={"sessionId": session["startSession"]["id"], "goal": "bench", "steps": plan},
-    )
-    return str(task["createTask"]["id"])
-
-
 async def drive(api: Graph, task_id: str) -> None:
     """``WRITES`` single-step writes: steps started and completed, one by one."""
     version = 1
@@ -107,7 +94,7 @@ async def drive(api: Graph, task_id: str) -> None:
         kind = "StepRefInput" if name == 0 else "CompleteStepInput"
         mutation = ("startStep", "completeStep")[name]
         data = await api(
-            TASK.format(name=mutation, kind=kind),
+            STEP.format(name=mutation, kind=kind),
             input={"taskId": task_id, "stepIndex": index, "expectedVersion": version}
             | ({"output": OUTPUT} if name else {}),
         )
@@ -123,7 +110,7 @@ async def checkpoints(api: Graph, task_id: str) -> None:
             for i in range(first, first + PATCHES)
         ]
         data = await api(
-            TASK.format(name="checkpointTask", kind="CheckpointTaskInput"),
+            STEP.format(name="checkpointTask", kind="CheckpointTaskInput"),
             input={"taskId": task_id, "expectedVersion": version, "steps": patches},
         )
         version = data["checkpointTask"]["version"]
