@@ -2,9 +2,9 @@
 
 In-process on SQLite, through the service layer: for tasks of 10, 300 and 1,000
 steps whose steps each get a 1 KB output, the bytes of stored history per event
-and the median time of a step write (start + complete); for the 1,000-step task, the median time of a step write (start + complete) near
-step 5 and near step 995, and their ratio (1.0x: the write does not grow with the
-task); and the time to read its whole log and one past state. Run with
+and the median time of a step write (start + complete); for the 1,000-step task,
+that time near step 5 and near step 995, and their ratio (1.0x: the write does not
+grow with the task); and the time to read its whole log and one past state. Run with
 ``make bench``; never part of ``make test``.
 """
 

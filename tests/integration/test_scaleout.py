@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_api import new_task, step
+from tests.integration.test_metrics import samples, value
 from tests.integration.test_progress import PROGRESS, completed, drive, seqs
 from tests.support import (
     Api,
@@ -143,8 +144,9 @@ class Outage:
         assert done["status"] == "COMPLETED", done
 
 
-async def run_outage(tmp_path: Path, gap_fill: bool) -> tuple[list[list[int]], list[int]]:
-    """Every watcher's seq list, and the seqs committed while Redis was down."""
+async def run_outage(tmp_path: Path, gap_fill: bool) -> tuple[list[list[int]], list[int], float]:
+    """Every watcher's seq list, the seqs committed while Redis was down, and the
+    events the servers' /metrics count as gap-filled."""
     redis = RedisServer(tmp_path / "redis.log").start()
     url = f"sqlite://{tmp_path / 'shared.db'}"
     token = create_token(url, "alice")
@@ -181,8 +183,12 @@ async def run_outage(tmp_path: Path, gap_fill: bool) -> tuple[list[list[int]], l
                 await watcher.__aexit__()
         if outage.error is not None:
             raise outage.error
+        filled = sum(
+            value(samples(server, api.token), "runstate_gap_filled_events_total")
+            for server in servers
+        )
         api.close()
-        return [seqs(r) for r in results], outage.written_while_down
+        return [seqs(r) for r in results], outage.written_while_down, filled
     finally:
         for server in servers:
             server.stop()
@@ -190,17 +196,20 @@ async def run_outage(tmp_path: Path, gap_fill: bool) -> tuple[list[list[int]], l
 
 
 async def test_redis_outage_mid_stream_leaves_no_watcher_with_a_gap(tmp_path: Path) -> None:
-    streams, written_while_down = await run_outage(tmp_path, gap_fill=True)
+    streams, written_while_down, filled = await run_outage(tmp_path, gap_fill=True)
     assert len(written_while_down) == UP_AT - DOWN_AT
     assert len(streams) == 2 * WATCHERS_PER_SERVER
     for stream in streams:
         assert stream == list(range(2, 501))
+    # /metrics counts what was filled in: at least what Redis never carried, per watcher.
+    assert filled >= len(streams) * len(written_while_down)
 
 
 async def test_control_without_gap_filling_the_outage_leaves_a_gap(tmp_path: Path) -> None:
     """Control: the same run relaying broker messages only loses what Redis never carried."""
-    streams, written_while_down = await run_outage(tmp_path, gap_fill=False)
+    streams, written_while_down, filled = await run_outage(tmp_path, gap_fill=False)
     for stream in streams:
         assert stream[-1] == 500
         missing = set(range(2, 501)) - set(stream)
         assert set(written_while_down) <= missing
+    assert filled == 0
