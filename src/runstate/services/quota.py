@@ -21,7 +21,6 @@ rows in user order. No cycle, so no deadlock between them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -45,13 +44,6 @@ CONTENT_FIELDS = {
 """The input field a refused write is named by, per the event it would have logged."""
 
 
-def json_bytes(value: Any) -> int:
-    """The size of a client's JSON value as compact UTF-8 JSON (None: 0)."""
-    if value is None:
-        return 0
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-
-
 def text_bytes(value: str | None) -> int:
     """The UTF-8 size of a text (None: 0)."""
     return 0 if value is None else len(value.encode())
@@ -59,12 +51,12 @@ def text_bytes(value: str | None) -> int:
 
 def new_step_bytes(step: Step) -> int:
     """A step added to a plan: its row, action and input."""
-    return ROW_BYTES + text_bytes(step.action) + json_bytes(unbox(step.input))
+    return ROW_BYTES + text_bytes(step.action) + validation.json_size(unbox(step.input))
 
 
 def version_bytes(step: Step) -> int:
     """A step's history row for one change: its output and error as they now stand."""
-    return ROW_BYTES + json_bytes(unbox(step.output)) + text_bytes(step.error)
+    return ROW_BYTES + validation.json_size(unbox(step.output)) + text_bytes(step.error)
 
 
 def versions_bytes(steps: Iterable[Step]) -> int:
@@ -125,10 +117,9 @@ async def release(conn: BaseDBAsyncClient, freed: Mapping[str, int]) -> None:
     """Take deleted bytes off their users' counts, in user order (the lock order)."""
     for user_id in sorted(freed):
         if freed[user_id]:
-            await sql.fetch(
+            await sql.execute(
                 conn,
-                'UPDATE "user_usage" SET "stored_bytes" = "stored_bytes" - ?'
-                ' WHERE "user_id" = ? RETURNING "user_id"',
+                'UPDATE "user_usage" SET "stored_bytes" = "stored_bytes" - ? WHERE "user_id" = ?',
                 [freed[user_id], user_id],
             )
 

@@ -38,7 +38,7 @@ async def start_session(
     public_id = validation.object_id(session_id)
     ttl = validation.ttl_seconds(ttl_seconds, default_ttl)
     validation.json_payload(metadata, "metadata")
-    stored = quota.ROW_BYTES + quota.json_bytes(metadata)
+    stored = quota.ROW_BYTES + validation.json_size(metadata)
     now = utcnow()
     try:
         async with in_transaction() as conn:
@@ -108,7 +108,7 @@ async def update_session(
     resized = 0
     if set_metadata:
         changes["metadata"] = box(metadata)
-        changes["stored_bytes"] = quota.ROW_BYTES + quota.json_bytes(metadata)
+        changes["stored_bytes"] = quota.ROW_BYTES + validation.json_size(metadata)
         # Read before the transaction (SQLite's write lock comes with its first
         # statement); the UPDATE below matches only this same version of the row.
         held = await (

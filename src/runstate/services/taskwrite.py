@@ -449,7 +449,7 @@ def _added_bytes(draft: Draft) -> int:
     adding += sum(quota.new_step_bytes(s) for s in draft.added)
     if draft.tool_state is not None:
         tool = draft.tool_state
-        adding += quota.json_bytes(tool.last_result) + quota.text_bytes(tool.last_error)
+        adding += validation.json_size(tool.last_result) + quota.text_bytes(tool.last_error)
     return adding
 
 

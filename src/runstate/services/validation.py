@@ -139,6 +139,14 @@ def error_text(value: str, field: str = "error") -> str:
     return value
 
 
+def json_size(value: Any) -> int:
+    """The size of a client's JSON value as compact UTF-8 JSON (None: 0): what the
+    payload limit and the byte quotas (``quota``) both measure."""
+    if value is None:
+        return 0
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
 def json_payload(value: Any, field: str) -> Any:
     """A client's JSON value: at most ``LIMITS.json_depth`` levels deep and
     ``LIMITS.json_bytes`` bytes as compact JSON."""
@@ -154,7 +162,7 @@ def json_payload(value: Any, field: str) -> Any:
             stack.extend((v, level + 1) for v in item.values())
         elif isinstance(item, list):
             stack.extend((v, level + 1) for v in item)
-    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    size = json_size(value)
     if size > LIMITS.json_bytes:
         raise InvalidInputError(
             field, f"is {size} bytes of JSON, more than the {LIMITS.json_bytes} allowed"
