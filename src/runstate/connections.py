@@ -81,20 +81,20 @@ class Connections:
         if not connections:
             return 0
         live = await live_digests({c.token_digest for c in connections})
-        closed = 0
-        for connection in connections:
-            if connection.token_digest not in live:
-                self.remove(connection)
-                await connection.close(REVOKED, "token revoked")
-                closed += 1
-        return closed
+        return await self._close(c for c in connections if c.token_digest not in live)
 
     async def close_token(self, token_digest: str) -> None:
         """Close every connection opened with this token (it was revoked)."""
-        for connection in self.all():
-            if connection.token_digest == token_digest:
-                self.remove(connection)
-                await connection.close(REVOKED, "token revoked")
+        await self._close(c for c in self.all() if c.token_digest == token_digest)
+
+    async def _close(self, connections: Iterable[Connection]) -> int:
+        """Forget and close (4403) these connections; how many there were."""
+        closed = 0
+        for connection in connections:
+            self.remove(connection)
+            await connection.close(REVOKED, "token revoked")
+            closed += 1
+        return closed
 
     async def watch(self, every_seconds: float) -> None:
         """``close_revoked`` every ``every_seconds`` until cancelled; after that, give

@@ -72,9 +72,7 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         if principal is None:
             await self.websocket.close(4403, "Forbidden: missing or invalid bearer token")
             return
-        request = logs.CURRENT.get()
-        if request is not None:
-            request.user = principal.user_id
+        logs.name_user(principal.user_id)
         connection = Connection(principal.user_id, principal.token_digest, self.websocket.close)
         try:
             self.view.connections.add(connection)
@@ -287,9 +285,7 @@ class BearerAuth:
             )
             await response(scope, receive, send)
             return
-        request = logs.CURRENT.get()
-        if request is not None:
-            request.user = principal.user_id
+        logs.name_user(principal.user_id)
         await self.app({**scope, "runstate.principal": principal}, receive, send)
 
 

@@ -42,6 +42,14 @@ CURRENT: ContextVar[Request | None] = ContextVar("runstate_request", default=Non
 """The request being served; a mutable record, so that the auth middleware, which
 runs in a task of its own, can fill in the user."""
 
+
+def name_user(user_id: str) -> None:
+    """Record who the request being served is from, for its log line."""
+    request = CURRENT.get()
+    if request is not None:
+        request.user = user_id
+
+
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 

@@ -11,10 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
-import logging
 from functools import cache
-
-log = logging.getLogger(__name__)
 
 
 @cache
