@@ -22,7 +22,7 @@ from runstate.services.tokens import live_digests
 log = logging.getLogger(__name__)
 
 TRIM_AFTER = 100
-"""Connections that end between two checks before the process gives memory back."""
+"""Connections that must have ended before the process gives memory back."""
 
 REVOKED = 4403
 """The close code of a connection whose token was revoked (as for a refused one)."""
@@ -51,6 +51,8 @@ class Connections:
         self._by_user: dict[str, set[Connection]] = defaultdict(set)
         self.ended = 0
         """Connections that ended since memory was last given back."""
+        self._ended_at_check = 0
+        """``ended`` as the previous check saw it."""
 
     def add(self, connection: Connection) -> None:
         """Count a new connection; TooManyConnectionsError past ``per_user``."""
@@ -98,7 +100,11 @@ class Connections:
 
     async def watch(self, every_seconds: float) -> None:
         """``close_revoked`` every ``every_seconds`` until cancelled; after that, give
-        memory back when ``TRIM_AFTER`` connections or more have ended since last time."""
+        memory back when ``TRIM_AFTER`` connections or more have ended since last time
+        and none ended since the previous check. A drop of many connections takes more
+        than one interval to wind down: given back while it still ran, most of its
+        memory was still held, and later ones, fewer than ``TRIM_AFTER``, never
+        triggered another."""
         while True:
             await asyncio.sleep(every_seconds)
             try:
@@ -108,7 +114,9 @@ class Connections:
                 continue
             if closed:
                 log.info("closed %d connections whose token was revoked", closed)
-            if self.ended >= TRIM_AFTER:
-                self.ended = 0
+            settled = self.ended == self._ended_at_check
+            self._ended_at_check = self.ended
+            if self.ended >= TRIM_AFTER and settled:
+                self.ended = self._ended_at_check = 0
                 memory.collect()
                 await asyncio.to_thread(memory.trim)
