@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import strawberry
 from strawberry.dataloader import DataLoader
@@ -17,40 +18,49 @@ from runstate.services.history import TaskRef
 from runstate.services.views import EventView, Page, SessionView, TaskView
 from runstate.settings import Settings
 
-EventsKey = tuple[TaskRef | TaskView, int, int]
-"""A task, ``afterSeq`` and ``first``."""
-TasksKey = tuple[str, int, TaskStatus | None, int, str | None]
-"""The caller, a session's row id, and the ``status``, ``first`` and ``after`` asked."""
+A = TypeVar("A", bound=Hashable)
+Item = TypeVar("Item")
+V = TypeVar("V")
+
+EventsKey = tuple[tuple[int, int], TaskRef | TaskView]
+"""The ``afterSeq`` and ``first`` asked, and a task."""
+TasksKey = tuple[tuple[str, TaskStatus | None, int, str | None], int]
+"""The caller and the ``status``, ``first`` and ``after`` asked, and a session's row id."""
+
+
+async def _per_arguments(
+    keys: Sequence[tuple[A, Item]], load: Callable[[A, list[Item]], Awaitable[list[V]]]
+) -> list[V]:
+    """``load`` once per distinct arguments among ``keys`` (a field asked alike of
+    every item of a page), with those items; the answers in the keys' order."""
+    groups: dict[A, list[int]] = defaultdict(list)
+    for i, (arguments, _) in enumerate(keys):
+        groups[arguments].append(i)
+    found: dict[int, V] = {}
+    for arguments, indexes in groups.items():
+        answers = await load(arguments, [keys[i][1] for i in indexes])
+        found.update(zip(indexes, answers, strict=True))
+    return [found[i] for i in range(len(keys))]
 
 
 async def _tasks(keys: Sequence[TasksKey]) -> list[Page[TaskView]]:
     """``AgentSession.tasks`` of every session of a page: one query per set of
     arguments."""
-    groups: dict[tuple[str, TaskStatus | None, int, str | None], list[int]] = defaultdict(list)
-    for i, (user_id, _, status, first, after) in enumerate(keys):
-        groups[user_id, status, first, after].append(i)
-    found: list[Page[TaskView]] = [Page((), (), False) for _ in keys]
-    for (user_id, status, first, after), indexes in groups.items():
-        pks = [keys[i][1] for i in indexes]
-        pages = await queries.session_task_pages(
+
+    async def load(
+        arguments: tuple[str, TaskStatus | None, int, str | None], pks: list[int]
+    ) -> list[Page[TaskView]]:
+        user_id, status, first, after = arguments
+        return await queries.session_task_pages(
             user_id, pks, status=status, first=first, after=after
         )
-        for i, page in zip(indexes, pages, strict=True):
-            found[i] = page
-    return found
+
+    return await _per_arguments(keys, load)
 
 
 async def _events(keys: Sequence[EventsKey]) -> list[list[EventView]]:
     """``Task.events`` of every task of a page: one batch per (afterSeq, first)."""
-    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for i, (_, after_seq, first) in enumerate(keys):
-        groups[after_seq, first].append(i)
-    found: list[list[EventView]] = [[] for _ in keys]
-    for (after_seq, first), indexes in groups.items():
-        batch = await history.events_of([keys[i][0] for i in indexes], after_seq, first)
-        for i, events in zip(indexes, batch, strict=True):
-            found[i] = events
-    return found
+    return await _per_arguments(keys, lambda arguments, tasks: history.events_of(tasks, *arguments))
 
 
 @dataclass

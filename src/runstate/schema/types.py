@@ -73,8 +73,8 @@ class AgentSession:
         first: int | None = 50,
         after: str | None = None,
     ) -> TaskConnection:
-        key = (info.context.user_id, self.view.pk, status, 50 if first is None else first, after)
-        return TaskConnection.of(await info.context.loaders.tasks.load(key))
+        arguments = (info.context.user_id, status, 50 if first is None else first, after)
+        return TaskConnection.of(await info.context.loaders.tasks.load((arguments, self.view.pk)))
 
 
 @strawberry.type
@@ -260,7 +260,7 @@ class Task:
         self, info: Info, after_seq: int | None = 0, first: int | None = 100
     ) -> list[TaskEvent]:
         size = validation.page_size(100 if first is None else first)
-        views = await info.context.loaders.events.load((self.view, after_seq or 0, size))
+        views = await info.context.loaders.events.load(((after_seq or 0, size), self.view))
         return [TaskEvent.of(v) for v in views]
 
 
