@@ -21,7 +21,7 @@ from runstate.http import BearerAuth, BodyLimit, CancelOnDisconnect, GraphQLView
 from runstate.logs import RequestLog
 from runstate.metrics import WEBSOCKETS
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
-from runstate.pubsub.redis import RedisBroker
+from runstate.pubsub.redis import RedisBroker, key_prefix
 from runstate.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from runstate.schema.build import build_schema
 from runstate.services import validation
@@ -58,7 +58,7 @@ def create_app(settings: Settings) -> Starlette:
         if settings.redis_url:
             broker = RedisBroker(
                 settings.redis_url,
-                f"runstate:{installation}:",
+                key_prefix(installation),
                 settings.subscriber_queue,
                 settings.subscriber_queue_bytes,
             )
@@ -69,7 +69,7 @@ def create_app(settings: Settings) -> Starlette:
         if settings.rate_limit and settings.redis_url:
             limiter = RedisRateLimiter(
                 settings.redis_url,
-                f"runstate:{installation}:",
+                key_prefix(installation),
                 settings.rate_per_second,
                 settings.rate_burst,
             )

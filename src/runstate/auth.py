@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 
 from runstate.connections import Connections
 from runstate.pubsub import Broker
+from runstate.pubsub.redis import key_prefix
 from runstate.services.tokens import digest, user_for_token
 
 REVOKED_CHANNEL = "tokens:revoked"
@@ -86,6 +87,6 @@ async def announce_revoked(redis_url: str, installation: str, token_digest: str)
     """Tell every server sharing this Redis that a token was revoked."""
     client = Redis.from_url(redis_url)
     try:
-        await client.publish(f"runstate:{installation}:{REVOKED_CHANNEL}", token_digest.encode())
+        await client.publish(key_prefix(installation) + REVOKED_CHANNEL, token_digest.encode())
     finally:
         await client.aclose()

@@ -45,6 +45,12 @@ class _PubSub(PubSub):
         self._on_reconnect()
 
 
+def key_prefix(installation: str) -> str:
+    """What every Redis key and channel of one database's servers starts with, so
+    that several databases may share one Redis without mixing."""
+    return f"runstate:{installation}:"
+
+
 class RedisBroker(Broker):
     """Pub/sub across server processes through one Redis."""
 

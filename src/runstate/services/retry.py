@@ -3,7 +3,7 @@
 PostgreSQL breaks a deadlock by aborting one of its transactions (SQLSTATE
 40P01), and may refuse to serialize one (40001); both are meant to be retried.
 Writes take their row locks in one order (a task, then its session; see
-``sessions.delete_session``), so none is expected; this is the safety net for
+``sessions.remove_sessions``), so none is expected; this is the safety net for
 any that remains: tried again, the victim answers as of after the other (a
 write then finds NotFound) instead of the client getting "Unexpected error.".
 """
