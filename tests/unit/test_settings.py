@@ -62,7 +62,10 @@ def test_numbers_past_the_api_int_are_refused() -> None:
     )
 
 
-def test_sqlite_waits_for_other_writers() -> None:
+def test_sqlite_waits_for_other_writers_and_caches_64_mib() -> None:
+    """Guards ``db.SQLITE_PRAGMAS``: added unless the URL sets them itself."""
     url = tortoise_config("sqlite://x.db")["connections"]["default"]
-    assert url == "sqlite://x.db?busy_timeout=30000"
+    assert url == "sqlite://x.db?busy_timeout=30000&cache_size=-65536"
+    url = tortoise_config("sqlite://x.db?cache_size=-2000")["connections"]["default"]
+    assert url == "sqlite://x.db?cache_size=-2000&busy_timeout=30000"
     assert tortoise_config("postgres://h/db")["connections"]["default"] == "postgres://h/db"

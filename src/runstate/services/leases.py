@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tortoise.expressions import F, Q, Subquery
+from tortoise.queryset import QuerySet
 
 from runstate.enums import SessionStatus, TaskEventKind, TaskStatus
 from runstate.models import USER_LENGTH, Task
@@ -23,7 +24,7 @@ from runstate.services.errors import (
     LockNotHeldError,
     NotFoundError,
 )
-from runstate.services.queries import no_live_lease, stalled
+from runstate.services.queries import WORKING, no_live_lease, stalled
 from runstate.services.taskwrite import (
     Change,
     Draft,
@@ -149,29 +150,16 @@ async def claim_task(
     ``holder_id``, with the next fencing token (LOCK_ACQUIRED); NotFound when no
     task needs a worker.
 
-    One conditional UPDATE picks and leases it: its WHERE names the task by a
-    subquery (the oldest claimable) and checks again that it is claimable, so two
-    workers never get the same task. On SQLite the write lock serializes claims; on
-    PostgreSQL a claim that waited for another's row finds it no longer claimable,
-    matches nothing, and is tried again while candidates remain (each round, some
-    claim wins, so the rounds are bounded by the claims racing).
+    The oldest candidate is picked first (``_oldest_claimable``), then one
+    conditional UPDATE leases it, checking again in its WHERE that it is still
+    claimable, so two workers never get the same task. A claim that lost its pick
+    to another (on PostgreSQL it waited for the other's row lock; across SQLite
+    processes the other committed in between) matches nothing and picks again:
+    each round some claim wins, so the rounds are bounded by the claims racing.
     """
     _checked(holder_id, ttl_seconds)
-
     if session_id is not None:
         validation.known_id(session_id, "session")
-
-    def candidates(now: datetime) -> Q:
-        query = Task.filter(
-            claimable(now),
-            user_id=user_id,
-            session__status__in=_OPEN_SESSIONS,
-            session__expires_at__gt=now,
-        )
-        if session_id is not None:
-            query = query.filter(session__public_id=session_id)
-        oldest = query.order_by("id").limit(1)
-        return Q(id__in=Subquery(oldest.values("id"))) & claimable(now)
 
     def grant(now: datetime) -> dict[str, Any]:
         return {
@@ -182,16 +170,51 @@ async def claim_task(
             "updated_at": now,
         }
 
-    async def explain() -> DomainError | None:
-        now = utcnow()
-        left = Task.filter(candidates(now))
-        return None if await left.exists() else NotFoundError("task", "(none to claim)")
+    async def taken() -> DomainError | None:
+        raise _Taken
 
-    guard = Guard(where=candidates, sets=grant, refusal=_not_held)
-    view = await write_selected(
-        Q(user_id=user_id), _granted, guard, explain, attempts=CLAIM_ATTEMPTS
+    for _ in range(CLAIM_ATTEMPTS):
+        pick = await _oldest_claimable(user_id, session_id, utcnow())
+        if pick is None:
+            raise NotFoundError("task", "(none to claim)")
+
+        def still_claimable(now: datetime, pick: int = pick) -> Q:
+            in_open_session = _candidates(user_id, session_id, now).filter(id=pick)
+            return Q(id__in=Subquery(in_open_session.values("id"))) & claimable(now)
+
+        guard = Guard(where=still_claimable, sets=grant, refusal=_not_held)
+        try:
+            view = await write_selected(Q(user_id=user_id), _granted, guard, taken, attempts=1)
+        except _Taken:
+            continue
+        return _lock(view)
+    raise RuntimeError("a claim kept losing its pick with tasks left to claim")
+
+
+class _Taken(Exception):  # noqa: N818 - a signal, not an error
+    """Another claim leased the picked task first: pick again."""
+
+
+def _candidates(user_id: str, session_id: str | None, now: datetime) -> QuerySet[Task]:
+    """The caller's tasks in open sessions (of one session, if given)."""
+    query = Task.filter(
+        user_id=user_id, session__status__in=_OPEN_SESSIONS, session__expires_at__gt=now
     )
-    return _lock(view)
+    return query if session_id is None else query.filter(session__public_id=session_id)
+
+
+async def _oldest_claimable(user_id: str, session_id: str | None, now: datetime) -> int | None:
+    """The id of the oldest claimable task: the oldest of one lookup per status
+    (PLANNED with no live lease, RUNNING and WAITING_TOOL stalled), each walking the
+    (user, status, id) index from its oldest task. One lookup for all three would
+    walk every task of the user in id order, finished ones and all (SQLite picks
+    that plan), so a claim would cost more the longer the user's history."""
+    found: list[int] = []
+    for status in (TaskStatus.PLANNED, *WORKING):
+        condition = no_live_lease(now) if status is TaskStatus.PLANNED else stalled(now)
+        oldest = _candidates(user_id, session_id, now).filter(condition, status=status)
+        found += [row["id"] for row in await oldest.order_by("id").limit(1).values("id")]
+    return min(found, default=None)
 
 
 CLAIM_ATTEMPTS = 1000

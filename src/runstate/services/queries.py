@@ -113,14 +113,14 @@ async def list_tasks(
         if len(session_id) > ID_LENGTH:  # no such session
             return Page(items=(), cursors=(), has_next_page=False)
         query = query.filter(session__public_id=session_id, session__user_id=user_id)
-    if status is not None:
-        query = query.filter(status=status)
     now = utcnow()
+    statuses: tuple[TaskStatus | None, ...] = (status,)
     if stalled_only is True:
         query = query.filter(stalled(now))
+        statuses = WORKING if status is None else (status,)
     elif stalled_only is False:
         query = query.exclude(stalled(now))
-    rows, has_next = await _page(query.select_related("session"), first, after)
+    rows, has_next = await _page_by_status(query.select_related("session"), statuses, first, after)
     return Page(
         items=tuple(task_view(r, r.session.public_id, now) for r in rows),
         cursors=tuple(encode_cursor(r.id) for r in rows),
@@ -184,6 +184,24 @@ async def session_task_pages(
 async def get_task_at(user_id: str, task_id: str, seq: int) -> TaskView:
     """The caller's task exactly as it stood just after event ``seq``."""
     return await history.task_at(await get_task(user_id, task_id), seq)
+
+
+async def _page_by_status(
+    query: QuerySet[Task], statuses: Sequence[TaskStatus | None], first: int, after: str | None
+) -> tuple[list[Task], bool]:
+    """A newest-first page of tasks in any of ``statuses`` (None: any status), one
+    query per status, merged. Each walks the (user, status, id) index from the newest
+    task of its status; one ``status IN (...)`` ordered by id would walk every task of
+    the user instead, finished ones and all (SQLite picks that plan).
+    """
+    pages = [
+        await _page(query if s is None else query.filter(status=s), first, after)
+        for s in statuses
+    ]
+    if len(pages) == 1:
+        return pages[0]
+    rows = sorted((r for page, _ in pages for r in page), key=lambda r: r.id, reverse=True)
+    return rows[:first], len(rows) > first or any(more for _, more in pages)
 
 
 async def _page(query: QuerySet[M], first: int, after: str | None) -> tuple[list[M], bool]:
