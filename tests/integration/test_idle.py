@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from tortoise import connections
 
+from runstate.pubsub import RESYNC
+from runstate.pubsub.broker import Subscription
 from runstate.services import progress, sessions, tasks
-from runstate.services.heads import HEADS
+from runstate.services.heads import HEADS, Heads, Watch
 from runstate.services.validation import StepPlan
 from tests.integration.test_write_cost import Statements
 from tests.support import opened
@@ -101,3 +103,24 @@ async def test_a_session_catch_up_reads_only_tasks_changed_lately(live: None) ->
     _, plan = await connections.get("default").execute_query(f"EXPLAIN QUERY PLAN {catch_up[0]}")
     assert any("USING INDEX tasks_session_updated" in str(row[-1]) for row in plan), plan
     await stream.aclose()
+
+
+async def test_the_head_check_leaves_a_stream_an_interval_to_hear_an_event(live: None) -> None:
+    """Guards ``Heads.check``'s grace: a stream short of an event committed since the
+    previous check is not flagged (the event is on its way; flagging it sent every
+    watcher of a busy task to the database at each check), one still short of it a
+    check later is. The control: a stream that heard it in between is never flagged."""
+    session = await sessions.start_session(USER, default_ttl=3600)
+    task = await tasks.create_task(USER, session.id, goal="g", steps=[StepPlan("a")])
+    await tasks.start_step(USER, task.id, 0, expected_version=1)  # seq 2, not yet heard
+    heads = Heads()
+    late = Watch(Subscription(["late"]), task_pk=task.pk, last=1)
+    hearing = Watch(Subscription(["hearing"]), task_pk=task.pk, last=1)
+    with heads.watching(late, 3600), heads.watching(hearing, 3600):
+        await heads.check()
+        assert await late.inbox.next(0) is None
+        assert await hearing.inbox.next(0) is None
+        hearing.last = 2
+        await heads.check()
+        assert await late.inbox.next(0) is RESYNC
+        assert await hearing.inbox.next(0) is None

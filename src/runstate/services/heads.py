@@ -6,8 +6,9 @@ what the broker lost. Each used to read the database itself every few seconds:
 ``interval`` seconds, one statement per 500 watched tasks reads their heads
 (latest seq, and their session's status and expiry), and one or two per 500
 watched sessions find those with tasks changed lately; only the streams that are
-behind, or whose session has expired or gone, are flagged for a resync and read
-anything themselves.
+behind (by an event already stored one check earlier), or whose session has
+expired or gone, are flagged for a resync and read anything themselves. So the
+broker losing an event is noticed within two intervals.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class Heads:
         self._tasks: defaultdict[int, set[Watch]] = defaultdict(set)
         self._sessions: defaultdict[int, set[Watch]] = defaultdict(set)
         self._runner: asyncio.Task[None] | None = None
+        self._previous: dict[int, int] = {}
+        """Each watched task's latest seq at the previous check."""
 
     @contextmanager
     def watching(self, watch: Watch, interval: float) -> Iterator[None]:
@@ -95,9 +98,15 @@ class Heads:
                 log.exception("head check of live streams failed")
 
     async def check(self) -> None:
-        """Flag for a resync every stream that is behind, or whose session ended."""
+        """Flag for a resync every stream whose session ended, and every taskProgress
+        stream still short of an event stored by the previous check: one whole
+        interval has passed without it. An event committed since is on its way
+        through the broker (or queued in the stream's inbox while the process is
+        busy); flagging for it would send every watcher of a busy task to the
+        database at each check, just when the process has the least time to spare."""
         self.rounds += 1
         now = utcnow()
+        previous, self._previous = self._previous, {}
         for chunk in chunks(list(self._tasks)):
             rows = await Task.filter(id__in=chunk).values_list(
                 "id", "event_seq", "session__status", "session__expires_at"
@@ -105,8 +114,9 @@ class Heads:
             heads = {int(r[0]): (int(r[1]), expired(r[2], r[3], now)) for r in rows}
             for pk in chunk:
                 seq, gone = heads.get(pk, (0, True))
+                self._previous[pk] = seq
                 for watch in tuple(self._tasks.get(pk, ())):
-                    if gone or seq > watch.last:
+                    if gone or previous.get(pk, 0) > watch.last:
                         watch.inbox.request_resync()
         for chunk in chunks(list(self._sessions)):
             watches = [w for pk in chunk for w in self._sessions.get(pk, ())]
