@@ -22,9 +22,11 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench.writes
-	$(BIN)/python bench/deltas.py
-	$(BIN)/python bench/fanout.py
+	$(BIN)/python -m bench.deltas
+	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.memory
+	$(BIN)/python -m bench.scale
+	$(BIN)/python -m bench.policies
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -13,8 +13,9 @@ For each watched round: commit-to-receipt delay (median, 99th percentile) and th
 watchers that missed an event or saw one out of order (must be 0). Then the
 baseline, in the same run: raw redis-py pub/sub with as many subscribers, each on
 a connection of its own, at the same pace; the ratio of the 99th percentiles
-(target: 3x or less). The watchers run in this process; its CPU time is printed,
-so that it is known not to be the bottleneck. ``BENCH_WATCHERS=1000`` for the
+(target: 3x or less). The watchers run in BENCH_CLIENTS processes (4), apart from
+the writer; their CPU time is printed, so that it is known not to be the
+bottleneck. ``BENCH_WATCHERS=1000`` for the
 large round. Run with ``make bench``; never part of ``make test``.
 """
 
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -128,33 +129,109 @@ async def receive(socket_: ClientConnection, got: list[tuple[int, float]], last:
             got.append((message["payload"]["data"]["taskProgress"]["seq"], time.perf_counter()))
 
 
-async def round_(
-    urls: list[str], token: str, watchers: int, pace: float | None = None
-) -> dict[str, Any]:
-    """One round: the writer on ``urls[0]``, the watchers spread over ``urls``."""
-    api = Graph(urls[0], token)
-    task_id = await new_task(api)
-    sockets = [
-        await watch(urls[i % len(urls)].replace("http", "ws", 1) + "/graphql", token, task_id)
-        for i in range(watchers)
-    ]
-    got: list[list[tuple[int, float]]] = [[] for _ in sockets]
-    committed: dict[int, float] = {}
-    cpu = time.process_time()
+async def subscribe_redis(channel: str) -> Any:
+    """A raw redis-py subscriber on a connection of its own."""
+    pubsub = Redis.from_url(REDIS_URL).pubsub()
+    await pubsub.subscribe(channel)
+    return pubsub
+
+
+async def read_redis(pubsub: Any, got: list[tuple[int, float]], last: int) -> None:
+    while not got or got[-1][0] < last:
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
+        if message is not None:
+            got.append((int(message["data"]), time.perf_counter()))
+
+
+async def watchers(kind: str, first: int, count: int, target: str, token: str, urls: str) -> None:
+    """A client process: ``count`` watchers (``runstate`` WebSockets of task
+    ``target``, the ``first``-th and on spread over ``urls``; or ``redis``
+    subscribers of channel ``target``). Prints "ready" once all are listening, then
+    each watcher's (seq, receipt time) list and this process's CPU seconds as JSON.
+    ``time.perf_counter`` is the system's monotonic clock, the writer's too."""
     last = 1 + 2 * STEPS
-    readers = [asyncio.create_task(receive(s, g, last)) for s, g in zip(sockets, got, strict=True)]
-    rate = await write(api, task_id, committed, pace)
-    await asyncio.wait_for(asyncio.gather(*readers), 120)
-    cpu = time.process_time() - cpu
+    servers = urls.split(",")
+    sockets: list[Any]
+    if kind == "runstate":
+        sockets = [
+            await watch(
+                servers[i % len(servers)].replace("http", "ws", 1) + "/graphql", token, target
+            )
+            for i in range(first, first + count)
+        ]
+    else:
+        sockets = [await subscribe_redis(target) for _ in range(count)]
+    print("ready", flush=True)
+    cpu = time.process_time()
+    got: list[list[tuple[int, float]]] = [[] for _ in sockets]
+    read = receive if kind == "runstate" else read_redis
+    await asyncio.wait_for(
+        asyncio.gather(*(read(s, g, last) for s, g in zip(sockets, got, strict=True))), 120
+    )
+    print(json.dumps({"got": got, "cpu": time.process_time() - cpu}), flush=True)
     for s in sockets:
-        await s.close()
-    await api.http.aclose()
+        await s.aclose() if kind == "redis" else await s.close()
+
+
+Writer = Callable[[dict[int, float]], Awaitable[float]]
+"""Writes every event, noting each one's commit time by seq; returns its rate."""
+
+CLIENTS = int(os.environ.get("BENCH_CLIENTS", "4"))
+"""Processes the watchers run in (on this machine's 2 cores, more add nothing)."""
+
+
+async def watched(
+    kind: str, count: int, target: str, token: str, urls: list[str], writer: Writer
+) -> dict[str, Any]:
+    """``count`` watchers in CLIENTS processes, ready before ``writer`` starts; the
+    writer's rate, each receipt's delay after its commit, the watchers that missed
+    or misordered an event, and the client processes' CPU seconds."""
+    share = max(1, -(-count // CLIENTS))
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.fanout",
+            "watchers",
+            kind,
+            str(first),
+            str(min(share, count - first)),
+            target,
+            token,
+            ",".join(urls),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for first in range(0, count, share)
+    ]
+    for process in processes:
+        assert process.stdout is not None
+        assert await process.stdout.readline() == b"ready\n"
+    committed: dict[int, float] = {}
+    rate = await writer(committed)
+    reports = [json.loads((await p.communicate())[0]) for p in processes]
+    got = [g for report in reports for g in report["got"]]
+    last = 1 + 2 * STEPS
     return {
         "rate": rate,
         "delays": sorted(t - committed[seq] for g in got for seq, t in g),
         "wrong": sum([seq for seq, _ in g] != list(range(2, last + 1)) for g in got),
-        "cpu": cpu,
+        "cpu": sum(r["cpu"] for r in reports),
+        "clients": len(processes),
     }
+
+
+async def round_(
+    urls: list[str], token: str, count: int, pace: float | None = None
+) -> dict[str, Any]:
+    """One round: the writer on ``urls[0]``, ``count`` watchers spread over ``urls``."""
+    api = Graph(urls[0], token)
+    task_id = await new_task(api)
+    try:
+        return await watched(
+            "runstate", count, task_id, token, urls, lambda c: write(api, task_id, c, pace)
+        )
+    finally:
+        await api.http.aclose()
 
 
 UNLIMITED = {
@@ -199,44 +276,24 @@ def serving(count: int, **env: str) -> Iterator[tuple[list[str], str, list[int]]
                 server.wait()
 
 
-async def raw_redis(watchers: int, pace: float) -> dict[str, Any]:
-    """The baseline of the paced round: redis-py alone, ``watchers`` subscribers on
-    connections of their own, a publisher at ``pace`` messages a second, the same
-    number of messages as the round's writes."""
-    last = 1 + 2 * STEPS
-    subscribers = []
-    for _ in range(watchers):
-        pubsub = Redis.from_url(REDIS_URL).pubsub()
-        await pubsub.subscribe("bench:raw")
-        subscribers.append(pubsub)
-    got: list[list[tuple[int, float]]] = [[] for _ in subscribers]
-    committed: dict[int, float] = {}
-
-    async def read(pubsub: Any, into: list[tuple[int, float]]) -> None:
-        while not into or into[-1][0] < last:
-            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
-            if message is not None:
-                into.append((int(message["data"]), time.perf_counter()))
-
-    cpu = time.process_time()
-    readers = [asyncio.create_task(read(p, g)) for p, g in zip(subscribers, got, strict=True)]
+async def raw_redis(count: int, pace: float) -> dict[str, Any]:
+    """The baseline of the paced round: redis-py alone, ``count`` subscribers on
+    connections of their own in the same client processes, a publisher at ``pace``
+    messages a second, as many messages as the round's writes."""
     publisher = Redis.from_url(REDIS_URL)
-    began = time.perf_counter()
-    for seq in range(2, last + 1):
-        await asyncio.sleep(max(0.0, began + (seq - 2) / pace - time.perf_counter()))
-        committed[seq] = time.perf_counter()
-        await publisher.publish("bench:raw", str(seq))
-    await asyncio.wait_for(asyncio.gather(*readers), 120)
-    cpu = time.process_time() - cpu
-    for pubsub in subscribers:
-        await pubsub.aclose()  # type: ignore[no-untyped-call]
-    await publisher.aclose()
-    return {
-        "rate": (last - 1) / (time.perf_counter() - began),
-        "delays": sorted(t - committed[seq] for g in got for seq, t in g),
-        "wrong": sum([seq for seq, _ in g] != list(range(2, last + 1)) for g in got),
-        "cpu": cpu,
-    }
+
+    async def publish(committed: dict[int, float]) -> float:
+        began = time.perf_counter()
+        for seq in range(2, 2 * STEPS + 2):
+            await asyncio.sleep(max(0.0, began + (seq - 2) / pace - time.perf_counter()))
+            committed[seq] = time.perf_counter()
+            await publisher.publish("bench:raw", str(seq))
+        return 2 * STEPS / (time.perf_counter() - began)
+
+    try:
+        return await watched("redis", count, "bench:raw", "-", [], publish)
+    finally:
+        await publisher.aclose()
 
 
 def delays(result: dict[str, Any]) -> str:
@@ -245,14 +302,15 @@ def delays(result: dict[str, Any]) -> str:
     p99 = found[int(0.99 * (len(found) - 1))] * 1000
     return (
         f"commit to receipt p50 {p50:.1f} ms, p99 {p99:.1f} ms; watchers with a missing or"
-        f" misordered event: {result['wrong']} (must be 0); this process's CPU"
-        f" {result['cpu']:.1f} s"
+        f" misordered event: {result['wrong']} (must be 0); CPU of the"
+        f" {result['clients']} client processes {result['cpu']:.1f} s"
     )
 
 
 def main() -> None:
     print(
-        f"fan-out benchmark: {WATCHERS} watchers in this process, {2 * STEPS} writes a round,"
+        f"fan-out benchmark: {WATCHERS} watchers in {CLIENTS} client processes,"
+        f" {2 * STEPS} writes a round,"
         f" SQLite, load average {os.getloadavg()[0]:.2f}"
     )
     with serving(1) as (urls, token, _):
@@ -271,7 +329,7 @@ def main() -> None:
     )
     print(f"  {delays(paced)}")
     raw = asyncio.run(raw_redis(WATCHERS, PACE))
-    print(f"raw redis-py, {WATCHERS} subscribers, {PACE:.0f} messages/s, in this process:")
+    print(f"raw redis-py, {WATCHERS} subscribers, {PACE:.0f} messages/s, same processes:")
     print(f"  {delays(raw)}")
     p99 = paced["delays"][int(0.99 * (len(paced["delays"]) - 1))]
     raw_p99 = raw["delays"][int(0.99 * (len(raw["delays"]) - 1))]
@@ -279,4 +337,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["watchers"]:
+        kind, first, count, target, token, urls = sys.argv[2:]
+        asyncio.run(watchers(kind, int(first), int(count), target, token, urls))
+    else:
+        main()
