@@ -8,15 +8,14 @@ previous value + 1, so a holder whose lease lapsed carries a stale token.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
-from tortoise.expressions import F, Q, Subquery
 from tortoise.queryset import QuerySet
 
 from runstate.enums import SessionStatus, TaskEventKind, TaskStatus
 from runstate.models import USER_LENGTH, Task
-from runstate.services import validation
+from runstate.services import sql, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import (
     DomainError,
@@ -29,7 +28,9 @@ from runstate.services.taskwrite import (
     Change,
     Draft,
     Guard,
+    at,
     lease_refusal,
+    no_live_lease_sql,
     write_selected,
     write_task,
 )
@@ -45,8 +46,9 @@ def _checked(holder_id: str, ttl_seconds: int | None = None) -> None:
         raise InvalidInputError("ttlSeconds", f"must be between 1 and {MAX_TTL_SECONDS}")
 
 
-def _live_for(holder_id: str, now: datetime) -> Q:
-    return Q(lock_holder=holder_id, lock_expires_at__gt=now)
+def _live_for(holder_id: str, now: datetime) -> sql.Fragment:
+    """The holder's lease is live."""
+    return '"lock_holder" = ? AND "lock_expires_at" > ?', [holder_id, at(now)]
 
 
 def _held_elsewhere(task: Task, now: datetime) -> DomainError | None:
@@ -82,8 +84,8 @@ async def acquire_task_lock(
     a free task is granted with the next token (LOCK_ACQUIRED); else LockHeld."""
     _checked(holder_id, ttl_seconds)
 
-    def until(now: datetime) -> dict[str, Any]:
-        return {"lock_expires_at": now + timedelta(seconds=ttl_seconds)}
+    def until(now: datetime) -> sql.Fragment:
+        return sql.assignments(Task, {"lock_expires_at": now + timedelta(seconds=ttl_seconds)})
 
     extend = Guard(where=lambda now: _live_for(holder_id, now), sets=until, refusal=_not_held)
     try:
@@ -91,16 +93,9 @@ async def acquire_task_lock(
     except LockNotHeldError:
         pass  # not this holder's live lease: try a grant
 
-    def grant(now: datetime) -> dict[str, Any]:
-        return {
-            **until(now),
-            "lock_holder": holder_id,
-            "lock_token": F("lock_token") + 1,
-            "event_seq": F("event_seq") + 1,
-            "updated_at": now,
-        }
-
-    guard = Guard(where=no_live_lease, sets=grant, refusal=_held_elsewhere)
+    guard = Guard(
+        where=no_live_lease_sql, sets=_grant(holder_id, ttl_seconds), refusal=_held_elsewhere
+    )
     return _lock(await write_task(user_id, task_id, _granted, guard))
 
 
@@ -109,7 +104,9 @@ async def renew_task_lock(user_id: str, task_id: str, holder_id: str, ttl_second
     _checked(holder_id, ttl_seconds)
     guard = Guard(
         where=lambda now: _live_for(holder_id, now),
-        sets=lambda now: {"lock_expires_at": now + timedelta(seconds=ttl_seconds)},
+        sets=lambda now: sql.assignments(
+            Task, {"lock_expires_at": now + timedelta(seconds=ttl_seconds)}
+        ),
         refusal=_not_held,
     )
     return _lock(await write_task(user_id, task_id, _heartbeat, guard))
@@ -123,21 +120,15 @@ async def release_task_lock(user_id: str, task_id: str, holder_id: str) -> TaskV
     """
     guard = Guard(
         where=lambda now: _live_for(holder_id, now),
-        sets=lambda now: {
-            "lock_holder": None,
-            "lock_expires_at": None,
-            "event_seq": F("event_seq") + 1,
-            "updated_at": now,
-        },
+        sets=lambda now: sql.assignments(
+            Task,
+            {"lock_holder": None, "lock_expires_at": None, "updated_at": now},
+            increments=("event_seq",),
+        ),
         refusal=_not_held,
         touch_session=False,
     )
     return await write_task(user_id, task_id, _released, guard)
-
-
-def claimable(now: datetime) -> Q:
-    """A task a worker may claim: PLANNED with no live lease, or stalled."""
-    return (Q(status=TaskStatus.PLANNED) & no_live_lease(now)) | stalled(now)
 
 
 _OPEN_SESSIONS = (SessionStatus.ACTIVE, SessionStatus.PAUSED)
@@ -161,15 +152,6 @@ async def claim_task(
     if session_id is not None:
         validation.known_id(session_id, "session")
 
-    def grant(now: datetime) -> dict[str, Any]:
-        return {
-            "lock_expires_at": now + timedelta(seconds=ttl_seconds),
-            "lock_holder": holder_id,
-            "lock_token": F("lock_token") + 1,
-            "event_seq": F("event_seq") + 1,
-            "updated_at": now,
-        }
-
     async def taken() -> DomainError | None:
         raise _Taken
 
@@ -178,17 +160,51 @@ async def claim_task(
         if pick is None:
             raise NotFoundError("task", "(none to claim)")
 
-        def still_claimable(now: datetime, pick: int = pick) -> Q:
-            in_open_session = _candidates(user_id, session_id, now).filter(id=pick)
-            return Q(id__in=Subquery(in_open_session.values("id"))) & claimable(now)
-
-        guard = Guard(where=still_claimable, sets=grant, refusal=_not_held)
+        guard = Guard(
+            where=_still_claimable, sets=_grant(holder_id, ttl_seconds), refusal=_not_held
+        )
+        select = '"user_id" = ? AND "id" = ?', [user_id, pick]
         try:
-            view = await write_selected(Q(user_id=user_id), _granted, guard, taken, attempts=1)
+            view = await write_selected(select, _granted, guard, taken, attempts=1)
         except _Taken:
             continue
         return _lock(view)
     raise RuntimeError("a claim kept losing its pick with tasks left to claim")
+
+
+def _grant(holder_id: str, ttl_seconds: int) -> Callable[[datetime], sql.Fragment]:
+    """The SET list of a new lease: the next fencing token, an event."""
+
+    def grant(now: datetime) -> sql.Fragment:
+        values = {
+            "lock_expires_at": now + timedelta(seconds=ttl_seconds),
+            "lock_holder": holder_id,
+            "updated_at": now,
+        }
+        return sql.assignments(Task, values, increments=("lock_token", "event_seq"))
+
+    return grant
+
+
+def _still_claimable(now: datetime) -> sql.Fragment:
+    """A task a worker may claim, as SQL on the task row: PLANNED with no live
+    lease, or stalled (``queries.stalled``), in an open session. What the claim's
+    UPDATE checks again of the task it picked."""
+    live = no_live_lease_sql(now)
+    working = ", ".join("?" for _ in WORKING)
+    return (
+        f'(("status" = ? AND ({live[0]})) OR ("status" IN ({working}) AND "lock_token" > 0'
+        f' AND ({live[0]}))) AND EXISTS (SELECT 1 FROM "sessions" s WHERE'
+        ' s."id" = "tasks"."session_id" AND s."status" IN (?, ?) AND s."expires_at" > ?)',
+        [
+            TaskStatus.PLANNED.value,
+            *live[1],
+            *(s.value for s in WORKING),
+            *live[1],
+            *(s.value for s in _OPEN_SESSIONS),
+            at(now),
+        ],
+    )
 
 
 class _Taken(Exception):  # noqa: N818 - a signal, not an error

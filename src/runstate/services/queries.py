@@ -195,8 +195,7 @@ async def _page_by_status(
     the user instead, finished ones and all (SQLite picks that plan).
     """
     pages = [
-        await _page(query if s is None else query.filter(status=s), first, after)
-        for s in statuses
+        await _page(query if s is None else query.filter(status=s), first, after) for s in statuses
     ]
     if len(pages) == 1:
         return pages[0]

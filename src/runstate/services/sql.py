@@ -10,12 +10,15 @@ the model fields' own decoding.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from tortoise.backends.base.client import BaseDBAsyncClient
+from tortoise.fields import DatetimeField, Field
 from tortoise.models import Model
 from tortoise.queryset import DeleteQuery, UpdateQuery
 
@@ -51,12 +54,41 @@ async def execute(conn: BaseDBAsyncClient, sql: str, params: Sequence[Any]) -> N
     await conn.execute_query(numbered(conn, sql), list(params))
 
 
+Fragment = tuple[str, list[Any]]
+"""A piece of SQL with ``?`` placeholders, and its parameters in order."""
+
+
+def both(*parts: Fragment) -> Fragment:
+    """Conditions joined with AND."""
+    return " AND ".join(f"({text})" for text, _ in parts), [p for _, ps in parts for p in ps]
+
+
+def assignments(
+    model: type[Model], values: Mapping[str, Any], increments: Sequence[str] = ()
+) -> Fragment:
+    """An UPDATE's SET list: ``values`` as Tortoise writes them, ``increments`` raised by 1."""
+    sets = [f'"{name}" = "{name}" + 1' for name in increments]
+    sets += [f'"{name}" = ?' for name in values]
+    return ", ".join(sets), [db_value(model, name, value) for name, value in values.items()]
+
+
 def update_row(model: type[Model], pk: int, columns: Mapping[str, Any]) -> tuple[str, list[Any]]:
     """``UPDATE`` of one row by primary key, and its parameters: on the write path,
     where building the same statement through the ORM costs more than running it."""
     sets = ", ".join(f'"{name}" = ?' for name in columns)
     params = [db_value(model, name, value) for name, value in columns.items()]
     return f'UPDATE "{model._meta.db_table}" SET {sets} WHERE "id" = ?', [*params, pk]
+
+
+def insert_rows(model: type[Model], rows: Sequence[Mapping[str, Any]]) -> tuple[str, list[Any]]:
+    """One ``INSERT`` of ``rows`` (each with the same columns, ids left to the
+    database), and its parameters: the write path's history and event rows."""
+    names = list(rows[0])
+    marks = "(" + ", ".join("?" for _ in names) + ")"
+    params = [db_value(model, name, row[name]) for row in rows for name in names]
+    columns = ", ".join(f'"{model._meta.fields_db_projection[name]}"' for name in names)
+    values = ", ".join(marks for _ in rows)
+    return f'INSERT INTO "{model._meta.db_table}" ({columns}) VALUES {values}', params
 
 
 def db_value(model: type[Model], field: str, value: Any) -> Any:
@@ -69,7 +101,18 @@ def decode(
 ) -> dict[str, Any]:
     """The named fields of ``model`` from a raw row whose columns carry ``prefix``."""
     fields_map = model._meta.fields_map
-    return {name: fields_map[name].to_python_value(row[prefix + name]) for name in names}
+    return {name: _python(fields_map[name], row[prefix + name]) for name in names}
+
+
+def _python(field: Field[Any], value: Any) -> Any:
+    """A column's value as the field gives it. SQLite keeps times as ISO 8601 text,
+    which the field parses in pure Python (iso8601), a tenth of a write's time on
+    the write path; ``datetime.fromisoformat`` reads Tortoise's own format in C,
+    and the field still sets the time zone."""
+    if isinstance(value, str) and isinstance(field, DatetimeField):
+        with contextlib.suppress(ValueError):  # not Tortoise's format: the field parses it
+            value = datetime.fromisoformat(value)
+    return field.to_python_value(value)
 
 
 async def update_returning(
