@@ -7,7 +7,8 @@ step takes WORK seconds of work, and every LIMITED_EVERY-th step meets a
 rate-limited tool (reported, then its retry's success: a key point). It prints a
 line for every step the SDK has accepted as done. First a whole run (steps a
 second, events it wrote); then KILLS runs, each killed with SIGKILL as soon as
-it has printed a random number of steps, after which the task is read over the
+it has printed a random number of steps (drawn with a fixed seed: every run and
+every policy is killed at the same points), after which the task is read over the
 API: steps the agent had done that the server does not hold as SUCCESS are
 lost, to be run again on resume. Run with ``make bench``; never part of ``make test``.
 """
