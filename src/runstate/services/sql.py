@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
@@ -113,6 +114,23 @@ def _python(field: Field[Any], value: Any) -> Any:
         with contextlib.suppress(ValueError):  # not Tortoise's format: the field parses it
             value = datetime.fromisoformat(value)
     return field.to_python_value(value)
+
+
+def packed(dialect: str, alias: str, names: Sequence[str], source: str, table: str) -> str:
+    """A scalar subquery returning the columns ``names`` of the one row of ``table``
+    that ``source`` (its alias and WHERE clause) picks, as one JSON array named
+    ``alias``: one lookup for all of them (None when there is no such row)."""
+    pack = "json_array" if dialect == "sqlite" else "json_build_array"
+    alias_ = source.split()[0]
+    values = ", ".join(f'{alias_}."{name}"' for name in names)
+    return f'(SELECT {pack}({values}) FROM "{table}" {source}) AS "{alias}"'
+
+
+def unpacked(model: type[Model], value: Any, names: Sequence[str]) -> dict[str, Any]:
+    """The fields ``names`` of ``model`` from a ``packed`` column (JSON text, or the
+    list a driver already decoded)."""
+    values = json.loads(value) if isinstance(value, str | bytes) else value
+    return decode(model, dict(zip(names, values, strict=True)), names)
 
 
 async def update_returning(

@@ -375,15 +375,20 @@ async def write_selected(
 
 
 @functools.lru_cache(maxsize=256)
-def _returning(step: int | None) -> str:
+def _returning(step: int | None, dialect: str) -> str:
     """The RETURNING list of the opening UPDATE: the task row, its session's expiry,
-    and the one step a single-step write changes with the first unfinished one after."""
+    and the one step a single-step write changes with the first unfinished one after.
+    The session's and the step's columns come packed in one JSON array each
+    (``sql.packed``): one subquery per column cost ten times the UPDATE itself."""
     columns = [f'"{name}"' for name in TASK_FIELDS]
-    session = 'FROM "sessions" s WHERE s."id" = "tasks"."session_id"'
-    columns += [f'(SELECT s."{name}" {session}) AS "session_{name}"' for name in SESSION_FIELDS]
+    columns.append(
+        sql.packed(
+            dialect, "session", SESSION_FIELDS, 's WHERE s."id" = "tasks"."session_id"', "sessions"
+        )
+    )
     if step is not None:
-        row = f'FROM "steps" p WHERE p."task_id" = "tasks"."id" AND p."position" = {int(step)}'
-        columns += [f'(SELECT p."{name}" {row}) AS "step_{name}"' for name in STEP_FIELDS]
+        row = f'p WHERE p."task_id" = "tasks"."id" AND p."position" = {int(step)}'
+        columns.append(sql.packed(dialect, "step", STEP_FIELDS, row, "steps"))
         unfinished = ", ".join(f"'{s}'" for s in _UNFINISHED)
         columns.append(
             '(SELECT n."position" FROM "steps" n WHERE n."task_id" = "tasks"."id"'
@@ -401,21 +406,22 @@ async def _open(
     where, params = sql.both(select, guard.where(now))
     rows = await sql.fetch(
         conn,
-        f'UPDATE "tasks" SET {sets} WHERE {where} RETURNING {_returning(guard.step)}',
+        f'UPDATE "tasks" SET {sets} WHERE {where}'
+        f" RETURNING {_returning(guard.step, conn.capabilities.dialect)}",
         [*values, *params],
     )
     if not rows:
         raise UnmatchedWriteError
     (row,) = rows
     task = Task(**sql.decode(Task, row, TASK_FIELDS))
-    session = sql.decode(Session, row, SESSION_FIELDS, "session_")
+    session = sql.unpacked(Session, row["session"], SESSION_FIELDS)
     if guard.touch_session:
         await _touch_session(conn, task.session_id, session, now)
     draft = Draft(
         task=task, session_id=session["public_id"], now=now, conn=conn, status=task.status
     )
-    if guard.step is not None and row["step_id"] is not None:
-        step = Step(task_id=task.id, **sql.decode(Step, row, STEP_FIELDS, "step_"))
+    if guard.step is not None and row["step"] is not None:
+        step = Step(task_id=task.id, **sql.unpacked(Step, row["step"], STEP_FIELDS))
         draft.steps[step.position] = step
         draft.opened_step = step.position
         draft.next_unfinished = row["next_unfinished"]
