@@ -25,7 +25,6 @@ from typing import Any
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.expressions import Q
-from tortoise.transactions import in_transaction
 
 from runstate.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, StepVersion, Task, TaskEvent
@@ -41,6 +40,7 @@ from runstate.services.errors import (
     UnmatchedWriteError,
     VersionConflictError,
 )
+from runstate.services.group import GROUP
 from runstate.services.loading import expired, is_expired, lock_view, step_view, task_view
 from runstate.services.queries import get_task
 from runstate.services.rules import (
@@ -354,13 +354,14 @@ async def write_selected(
 ) -> TaskView:
     """``write_task`` for the one task the condition ``select`` picks (``claimTask``
     names it by id); ``explain`` gives the refusal for a miss, None to try again."""
+
+    async def write(conn: BaseDBAsyncClient) -> tuple[TaskView, EventView | None]:
+        draft = await _open(conn, select, guard, utcnow())
+        return await _finish(draft, await apply(draft))
+
     for _ in range(attempts):
-        now = utcnow()
         try:
-            async with in_transaction() as conn:
-                draft = await _open(conn, select, guard, now)
-                change = await apply(draft)
-                view, event = await _finish(draft, change)
+            view, event = await GROUP.run(write)
             if event is not None:
                 progress.announce(event)
             return view

@@ -1,0 +1,84 @@
+"""Group commit on SQLite (in-process): writes that arrive together share one
+transaction and one COMMIT, and a refused one among them rolls back only itself."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from runstate.enums import TaskStatus
+from runstate.services import queries, sessions, tasks
+from runstate.services.errors import InvalidInputError, VersionConflictError
+from runstate.services.group import GROUP
+from runstate.services.validation import StepPlan
+from tests.integration.test_write_cost import Statements
+from tests.support import opened
+
+USER = "grouper"
+WRITERS = 16
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[None]:
+    async with opened(f"sqlite://{tmp_path / 'group.db'}"):
+        yield
+
+
+async def new_tasks(count: int) -> list[str]:
+    session = await sessions.start_session(USER, default_ttl=3600)
+    plan = [StepPlan("a"), StepPlan("b")]
+    return [
+        (await tasks.create_task(USER, session.id, goal="g", steps=plan)).id for _ in range(count)
+    ]
+
+
+def commits(statements: Statements) -> int:
+    return sum(s.startswith("COMMIT") for s in statements.seen)
+
+
+async def test_writes_that_arrive_together_share_one_commit(db: None) -> None:
+    """Guards ``group.Group``: 16 concurrent step writes run in one transaction with
+    one COMMIT, and every one of them is stored. The control: the same writes one
+    after the other take a COMMIT each (without grouping, so would concurrent ones)."""
+    ids = await new_tasks(2 * WRITERS)
+    together, apart = ids[:WRITERS], ids[WRITERS:]
+    before = GROUP.transactions
+    async with Statements() as grouped:
+        await asyncio.gather(*(tasks.start_step(USER, i, 0, expected_version=1) for i in together))
+    assert (commits(grouped), GROUP.transactions - before) == (1, 1)
+    async with Statements() as one_by_one:
+        for task_id in apart:
+            await tasks.start_step(USER, task_id, 0, expected_version=1)
+    assert commits(one_by_one) == WRITERS
+    for task_id in ids:
+        task = await queries.get_task(USER, task_id)
+        assert (task.version, task.event_seq) == (2, 2)
+
+
+async def test_a_refused_write_rolls_back_only_itself(db: None) -> None:
+    """Guards the savepoint of each write in a shared transaction: of 8 writes sent
+    together, a stale version and a step that does not exist are refused with their own
+    errors and leave their tasks as they were (the missing step's write had already
+    raised its task's version when it was refused); the 6 others are stored."""
+    ids = await new_tasks(8)
+    stale, impossible, fine = ids[0], ids[1], ids[2:]
+    before = GROUP.transactions
+    results = await asyncio.gather(
+        tasks.start_step(USER, stale, 0, expected_version=7),
+        tasks.start_step(USER, impossible, 5, expected_version=1),  # no step 5
+        *(tasks.start_step(USER, i, 0, expected_version=1) for i in fine),
+        return_exceptions=True,
+    )
+    assert GROUP.transactions - before == 1
+    assert isinstance(results[0], VersionConflictError)
+    assert isinstance(results[1], InvalidInputError)
+    for task_id in (stale, impossible):
+        task = await queries.get_task(USER, task_id)
+        assert (task.version, task.event_seq) == (1, 1)
+    for task_id in fine:
+        task = await queries.get_task(USER, task_id)
+        assert (task.version, task.event_seq) == (2, 2)
+        assert task.status is TaskStatus.RUNNING
