@@ -4,16 +4,17 @@ transaction and one COMMIT, and a refused one among them rolls back only itself.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import pytest
 
 from runstate.enums import TaskStatus
-from runstate.services import queries, sessions, tasks
+from runstate.services import idempotency, queries, sessions, tasks
 from runstate.services.errors import InvalidInputError, VersionConflictError
 from runstate.services.group import GROUP
 from runstate.services.validation import StepPlan
+from runstate.services.views import TaskView
 from tests.integration.test_write_cost import Statements
 from tests.support import opened
 
@@ -82,3 +83,29 @@ async def test_a_refused_write_rolls_back_only_itself(db: None) -> None:
         task = await queries.get_task(USER, task_id)
         assert (task.version, task.event_seq) == (2, 2)
         assert task.status is TaskStatus.RUNNING
+
+
+async def test_keyed_writes_share_a_commit_and_a_key_writes_once(db: None) -> None:
+    """Guards the idempotency key's transaction going through the group (the SDK
+    sends a key with every write): 16 keyed writes sent together share COMMITs (each
+    first looks its key up, so they reach the group a few at a time: one or two
+    transactions here, sixteen without the group), and two calls with one key among
+    them answer alike and write once."""
+    ids = await new_tasks(WRITERS)
+
+    def call(task_id: str, key: str) -> Awaitable[TaskView]:
+        keyed = idempotency.keyed(USER, key, "startStep", {"taskId": task_id})
+        return idempotency.once(
+            keyed, 60, TaskView, lambda: tasks.start_step(USER, task_id, 0, expected_version=1)
+        )
+
+    async with Statements() as statements:
+        answers = await asyncio.gather(
+            *(call(task_id, f"key-{task_id}") for task_id in ids),
+            call(ids[0], f"key-{ids[0]}"),
+        )
+    assert commits(statements) <= WRITERS // 4
+    assert answers[0] == answers[-1]
+    for task_id in ids:
+        task = await queries.get_task(USER, task_id)
+        assert (task.version, task.event_seq) == (2, 2)

@@ -10,8 +10,9 @@ failed write rolls back only itself), one COMMIT, and only then is any of them
 answered. A write alone runs in a plain transaction, exactly as before.
 
 PostgreSQL writes keep transactions of their own: its pool runs them side by
-side. A write already inside a transaction (under an idempotency key) runs in it,
-as a savepoint, as it always did.
+side. A write inside another's transaction (a task write inside the transaction
+of its idempotency key, which goes through the group itself) runs in it, as a
+savepoint, as it always did.
 """
 
 from __future__ import annotations

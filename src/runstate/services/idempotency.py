@@ -7,8 +7,9 @@ together with the answer (the service's view, as JSON). A repeat finds the row
 and answers from it; the same key with other input is IdempotencyKeyReused. Two
 calls with one key at the same moment are decided by the UNIQUE (user_id, key)
 index: the transaction opens by inserting the row, so the second call waits for
-the first (PostgreSQL) or for the write lock (SQLite), fails on the index, and
-answers from the row the first one committed. Never a check-then-insert.
+the first (PostgreSQL), or for the write lock or in the same shared transaction
+(SQLite, ``services.group``), fails on the index, and answers from the row the
+first one committed. Never a check-then-insert.
 
 Events of a write under a key are announced after the outer commit, so no
 subscriber hears of a write that a failed key row rolled back.
@@ -24,15 +25,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import IntegrityError
-from tortoise.transactions import in_transaction
 
 from runstate.models import KEY_LENGTH, IdempotencyKey
 from runstate.services import progress
 from runstate.services.clock import utcnow
 from runstate.services.errors import IdempotencyKeyReusedError, InvalidInputError
+from runstate.services.group import GROUP
 from runstate.services.retry import retried
-from runstate.services.views import decode_as, to_json
+from runstate.services.views import EventView, decode_as, to_json
 
 V = TypeVar("V")
 
@@ -90,32 +92,34 @@ async def _once(
     if stored is not None:
         replayed: V = _replay(stored, call, kind)
         return replayed
+    events: list[EventView] = []
+
+    async def keyed_write(conn: BaseDBAsyncClient) -> V:
+        # Writes first: SQLite takes its write lock at once; an expired row of this
+        # key (not swept yet) makes way.
+        now = utcnow()
+        await (
+            IdempotencyKey.filter(user_id=call.user_id, key=call.key, expires_at__lte=now)
+            .using_db(conn)
+            .delete()
+        )
+        row = await IdempotencyKey.create(
+            user_id=call.user_id,
+            key=call.key,
+            operation=call.operation,
+            fingerprint=call.fingerprint,
+            created_at=now,
+            expires_at=now + timedelta(seconds=ttl_seconds),
+            using_db=conn,
+        )
+        with progress.held() as held:
+            result = await write()
+        await IdempotencyKey.filter(id=row.id).using_db(conn).update(answer={"v": to_json(result)})
+        events.extend(held)
+        return result
+
     try:
-        async with in_transaction() as conn:
-            # Writes first: SQLite takes its write lock at once; an expired row of
-            # this key (not swept yet) makes way.
-            now = utcnow()
-            await (
-                IdempotencyKey.filter(user_id=call.user_id, key=call.key, expires_at__lte=now)
-                .using_db(conn)
-                .delete()
-            )
-            row = await IdempotencyKey.create(
-                user_id=call.user_id,
-                key=call.key,
-                operation=call.operation,
-                fingerprint=call.fingerprint,
-                created_at=now,
-                expires_at=now + timedelta(seconds=ttl_seconds),
-                using_db=conn,
-            )
-            with progress.held() as events:
-                result = await write()
-            await (
-                IdempotencyKey.filter(id=row.id)
-                .using_db(conn)
-                .update(answer={"v": to_json(result)})
-            )
+        result = await GROUP.run(keyed_write)
     except IntegrityError:
         stored = await _stored(call)
         if stored is None:
