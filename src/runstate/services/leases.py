@@ -192,10 +192,11 @@ def _still_claimable(now: datetime) -> sql.Fragment:
     UPDATE checks again of the task it picked."""
     live = no_live_lease_sql(now)
     working = ", ".join("?" for _ in WORKING)
+    opened = ", ".join("?" for _ in _OPEN_SESSIONS)
     return (
         f'(("status" = ? AND ({live[0]})) OR ("status" IN ({working}) AND "lock_token" > 0'
         f' AND ({live[0]}))) AND EXISTS (SELECT 1 FROM "sessions" s WHERE'
-        ' s."id" = "tasks"."session_id" AND s."status" IN (?, ?) AND s."expires_at" > ?)',
+        f' s."id" = "tasks"."session_id" AND s."status" IN ({opened}) AND s."expires_at" > ?)',
         [
             TaskStatus.PLANNED.value,
             *live[1],
