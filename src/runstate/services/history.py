@@ -35,15 +35,10 @@ from runstate.services.views import (
     from_json,
 )
 
-_VERSION_FIELDS = (
-    "position",
-    "status",
-    "output",
-    "attempts",
-    "error",
-    "started_at",
-    "completed_at",
-)
+VERSIONED = ("status", "output", "attempts", "error", "started_at", "completed_at")
+"""What a step's history row keeps of the step after a change (``taskwrite``
+writes these columns, this module reads them back)."""
+_VERSION_FIELDS = ("position", *VERSIONED)
 
 
 def _versioned(step: Step, version: dict[str, Any] | None) -> StepView:

@@ -41,6 +41,7 @@ from runstate.services.errors import (
     VersionConflictError,
 )
 from runstate.services.group import GROUP
+from runstate.services.history import VERSIONED
 from runstate.services.loading import expired, is_expired, lock_view, step_view, task_view
 from runstate.services.queries import get_task
 from runstate.services.rules import (
@@ -102,9 +103,7 @@ STEP_FIELDS = (
     "changed_seq",
 )
 _UNFINISHED = tuple(s.value for s in StepStatus if s not in FINISHED_STEPS)
-_VERSIONED = ("status", "output", "attempts", "error", "started_at", "completed_at")
-"""What a step's history row keeps of it."""
-_CHANGING = (*_VERSIONED, "changed_seq")
+_CHANGING = (*VERSIONED, "changed_seq")
 """The columns of a step that a write changes."""
 
 
@@ -525,7 +524,7 @@ async def record_versions(
     """The history rows of steps as they stand after event ``seq``."""
     versions = [
         {"task_id": task_pk, "position": s.position, "seq": seq}
-        | {name: getattr(s, name) for name in _VERSIONED}
+        | {name: getattr(s, name) for name in VERSIONED}
         for s in steps
     ]
     if versions:
