@@ -19,16 +19,18 @@ from cross_web import HTTPException
 from graphql import GraphQLError, OperationType, get_operation_ast
 from starlette.datastructures import Headers, QueryParams
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
+from strawberry.http import GraphQLRequestData
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
 )
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import ConnectionInitMessage
+from strawberry.types import ExecutionResult
 
 from runstate import logs
 from runstate.auth import Principal, Tokens
@@ -39,6 +41,7 @@ from runstate.schema.context import Context
 from runstate.schema.fanout import SHARED
 from runstate.services.validation import storable_text
 from runstate.settings import Settings
+from runstate.web.routes import GRAPHIQL
 
 
 class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
@@ -101,15 +104,10 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             await operation.send_initial_errors([GraphQLError(stopped_after(seconds))])
 
     def _is_subscription(self, operation: Operation[Context, None]) -> bool:
-        """Whether the operation is a subscription (False if its document does not
-        parse: Strawberry answers that). Parsed within the token limit and through
-        the schema's parser cache, so Strawberry does not parse it again."""
-        try:
-            document = parse_document(operation.query, self.view.settings.max_tokens)
-        except GraphQLError:
-            return False
-        found = get_operation_ast(document, operation.operation_name)
-        return found is not None and found.operation is OperationType.SUBSCRIPTION
+        """Whether the operation is a subscription (see ``_subscribes``). Parsed
+        within the token limit and through the schema's parser cache, so Strawberry
+        does not parse it again."""
+        return _subscribes(operation.query, operation.operation_name, self.view.settings.max_tokens)
 
     async def shutdown(self) -> None:
         """End the connection's operations, then stop counting it."""
@@ -118,6 +116,24 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         finally:
             if self.connection is not None:
                 self.view.connections.remove(self.connection)
+
+
+SUBSCRIPTIONS_OVER_HTTP = (
+    "Subscriptions run over a WebSocket: connect to /graphql with graphql-transport-ws"
+)
+
+
+def _subscribes(query: str | None, operation_name: str | None, max_tokens: int) -> bool:
+    """Whether the operation is a subscription (False if the document does not parse
+    or has no such operation: Strawberry answers those)."""
+    if query is None:
+        return False
+    try:
+        document = parse_document(query, max_tokens)
+    except GraphQLError:
+        return False
+    found = get_operation_ast(document, operation_name)
+    return found is not None and found.operation is OperationType.SUBSCRIPTION
 
 
 def stopped_after(seconds: float) -> str:
@@ -162,6 +178,29 @@ class GraphQLView(GraphQL[Context, None]):
             settings=self.settings,
             limiter=self.limiter,
         )
+
+    async def execute_single(
+        self,
+        request: Request,
+        request_adapter: Any,
+        sub_response: Any,
+        context: Context,
+        root_value: None,
+        request_data: GraphQLRequestData,
+    ) -> ExecutionResult:
+        """An operation over HTTP; a subscription is refused with 400 naming the
+        WebSocket, where subscriptions run (over HTTP Strawberry would answer an
+        unexplained "Unexpected error")."""
+        if _subscribes(request_data.query, request_data.operation_name, self.settings.max_tokens):
+            raise HTTPException(400, SUBSCRIPTIONS_OVER_HTTP)
+        return await super().execute_single(
+            request, request_adapter, sub_response, context, root_value, request_data
+        )
+
+    async def render_graphql_ide(self, request: Request) -> Response:
+        """runstate's GraphiQL page (``web/graphiql.html``), whose scripts the package
+        serves itself: it works without internet, with the token from the link."""
+        return HTMLResponse(GRAPHIQL)
 
     def encode_json(self, data: object) -> str | bytes:
         """A subscription's ``next`` message around the event's shared rendering

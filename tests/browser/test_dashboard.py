@@ -5,18 +5,14 @@ out a server restart without a reload. Screenshots land in test-artifacts/browse
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 
+from tests.browser.pages import ARTIFACTS
 from tests.integration.test_api import step
-from tests.support import IN_CI, TASK, Api, Server, create_token, mutate, restart
+from tests.support import TASK, Api, Server, mutate, restart
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).parent.parent.parent / "test-artifacts" / "browser"
 STEPS = [
     {"action": "search flights"},
     {"action": "search hotels"},
@@ -24,38 +20,6 @@ STEPS = [
     {"action": "book hotel"},
     {"action": "send confirmation"},
 ]
-
-
-@pytest.fixture
-def dashboard(tmp_path: Path) -> Iterator[tuple[Server, str]]:
-    url = f"sqlite://{tmp_path / 'browser.db'}"
-    token = create_token(url, "watcher")
-    server = Server(url, tmp_path / "server.log", RUNSTATE_CATCH_UP_SECONDS="1").start()
-    try:
-        yield server, token
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def chromium_path() -> Path:
-    if not CHROMIUM.exists():
-        message = f"{CHROMIUM} is missing (apt-get install chromium); browser tests need it"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(f"SKIPPED LOUDLY: {message}")
-    return CHROMIUM
-
-
-@pytest.fixture
-async def browser(chromium_path: Path) -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        chromium = await playwright.chromium.launch(
-            executable_path=str(chromium_path),
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield chromium
-        await chromium.close()
 
 
 async def open_task(browser: Browser, base: str, token: str, task_id: str) -> Page:

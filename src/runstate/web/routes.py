@@ -13,6 +13,8 @@ from runstate import pubsub
 from runstate.metrics import REGISTRY
 
 _INDEX = files("runstate.web").joinpath("index.html").read_text(encoding="utf-8")
+GRAPHIQL = files("runstate.web").joinpath("graphiql.html").read_text(encoding="utf-8")
+"""GraphiQL at ``GET /graphql`` (``http.GraphQLView``), on files in ``static/vendor``."""
 
 
 async def index(_: Request) -> Response:

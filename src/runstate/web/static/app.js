@@ -294,6 +294,8 @@ readFragment();
 if (!token) {
   signOut();
 } else {
+  // GraphiQL opens in a new tab, signed in: the token rides in the fragment.
+  document.getElementById("graphiql").href = "/graphql#token=" + encodeURIComponent(token);
   $("tasks").hidden = false;
   loadTasks();
   route();
