@@ -1,19 +1,29 @@
 # `make run` and `make test` work on a fresh machine: each creates .venv first.
+# `make run` installs what running needs; test and lint tools come with the rest.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+RUNTIME := $(VENV)/.runtime-installed
 STAMP := $(VENV)/.installed
+PORT ?= 8000
+PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off
 
 .PHONY: run test bench lint fmt clean migrations
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+$(RUNTIME): pyproject.toml
+	@echo "runstate: setting up $(VENV) (first run only; about a minute)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "runstate: installing what running needs (pip prints each package)"
+	@$(PIP) -e . | grep --line-buffered -E '^(Collecting|Successfully)' || true
+	@$(BIN)/python -c 'import runstate.app' || { echo "runstate: install failed"; exit 1; }
+	@touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
+	$(PIP) --quiet -e '.[dev]'
 	touch $(STAMP)
 
-run: $(STAMP)
-	$(BIN)/runstate demo
+run: $(RUNTIME)
+	@$(BIN)/runstate demo --port $(PORT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

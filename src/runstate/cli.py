@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -75,12 +77,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                 " --redis-url): without it each process sees only its own events live"
                 " and keeps its own rate limits"
             )
+        _require_free_port(args.host, args.port)
         _serve(settings, args.host, args.port, args.workers)
     elif args.command == "demo":
         from runstate.demo import serve_with_demo
 
+        _require_free_port(args.host, args.port)
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve_with_demo(args.host, args.port, settings.database_url))
+        print("runstate: stopped", flush=True)
     elif args.command == "export-schema":
         from runstate.schema.build import schema
 
@@ -117,6 +122,23 @@ def main(argv: Sequence[str] | None = None) -> None:
             print("revoked")
 
         _with_database(settings, revoke)
+
+
+def _require_free_port(host: str, port: int) -> None:
+    """Exit with one line suggesting ``--port`` when ``host:port`` cannot be bound
+    (uvicorn would log the error, then a traceback). Bound as uvicorn binds it, with
+    SO_REUSEADDR, and let go at once."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            reason = (
+                "is in use" if e.errno == errno.EADDRINUSE else f"cannot be used ({e.strerror})"
+            )
+            sys.exit(
+                f"runstate: port {port} on {host} {reason}; choose another with --port {port + 1}"
+            )
 
 
 def _serve(settings: Settings, host: str, port: int, workers: int) -> None:

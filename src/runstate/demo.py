@@ -143,6 +143,10 @@ async def _spawn(url: str, token: str, task_id: str, *args: str) -> asyncio.subp
         env={**os.environ, "RUNSTATE_DEMO_TOKEN": token},
         stdin=asyncio.subprocess.PIPE,  # closed when the demo ends, however it ends
         stdout=asyncio.subprocess.PIPE,
+        # Out of the terminal's process group: Ctrl-C reaches the demo alone, which
+        # stops its agents itself, so no agent prints a KeyboardInterrupt traceback
+        # (one still starting up could not even catch it).
+        start_new_session=True,
     )
 
 

@@ -1,0 +1,185 @@
+"""A newcomer's first minutes: `make run` in a fresh clone says what it does while it
+installs, then prints the link; Ctrl-C stops everything with one line; a busy port
+is one line that suggests --port."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import free_port, wait_until
+
+REPO = Path(__file__).parents[2]
+
+
+class Output:
+    """The lines a process prints (stderr merged into stdout), read as they come."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        assert process.stdout is not None
+        stream = process.stdout
+
+        def pump() -> None:
+            with stream:
+                for line in stream:
+                    self._queue.put(line)
+            self._queue.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def next_line(self, timeout: float) -> str:
+        """The next line, failing after ``timeout`` seconds or at the end."""
+        try:
+            line = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no line within {timeout} s; so far: {self.lines}") from None
+        assert line is not None, f"the process ended; it printed: {self.lines}"
+        self.lines.append(line)
+        return line
+
+    def until(self, text: str, timeout: float) -> str:
+        """Read up to the first line holding ``text``; that line."""
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self.next_line(max(deadline - time.monotonic(), 0.01))
+            if text in line:
+                return line
+
+    def rest(self, timeout: float) -> list[str]:
+        """Every line left once the process has ended."""
+        deadline = time.monotonic() + timeout
+        while (line := self._queue.get(timeout=max(deadline - time.monotonic(), 0.01))) is not None:
+            self.lines.append(line)
+        return self.lines
+
+
+def family(pid: int) -> set[int]:
+    """Process ``pid`` and every live process descended from it (zombies not counted)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended while looked at
+        if fields[0] != "Z":
+            parents[int(entry.name)] = int(fields[1])
+    found = {pid} if pid in parents else set()
+    while grown := {child for child, parent in parents.items() if parent in found} - found:
+        found |= grown
+    return found
+
+
+def read_banner(output: Output) -> None:
+    """Read the rest of the demo's banner, which ends with a blank line."""
+    output.until("Ctrl-C stops everything", 10)
+    assert output.next_line(10) == "\n"
+
+
+def start(command: list[str], cwd: Path, **env: str) -> tuple[subprocess.Popen[str], Output]:
+    """``command`` in its own process group, as a terminal runs it."""
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    return process, Output(process)
+
+
+def ctrl_c(process: subprocess.Popen[str], output: Output) -> list[str]:
+    """Press Ctrl-C (SIGINT to the process group, as a terminal does); every line
+    printed after it, once the process and all it started have ended."""
+    before = len(output.lines)
+    started = family(process.pid)
+    os.killpg(process.pid, signal.SIGINT)
+    process.wait(timeout=60)
+    after = output.rest(timeout=10)[before:]
+    wait_until(lambda: not started & family(1), 10, "every process it started to end")
+    return after
+
+
+def test_ctrl_c_stops_the_demo_and_its_agents_with_one_line(tmp_path: Path) -> None:
+    """Guards the agents' own process group (``demo._spawn``): in the terminal's,
+    each agent prints a KeyboardInterrupt traceback of some 50 lines."""
+    demo, output = start(
+        [sys.executable, "-m", "runstate", "demo", "--port", str(free_port())],
+        tmp_path,
+        RUNSTATE_DATABASE_URL=f"sqlite://{tmp_path / 'demo.db'}",
+    )
+    try:
+        output.until("#token=", 60)
+        read_banner(output)
+        wait_until(lambda: len(family(demo.pid)) >= 2, 30, "the demo to start an agent")
+        assert ctrl_c(demo, output) == ["runstate: stopped\n"]
+        assert demo.returncode == 0
+        assert not any("Traceback" in line for line in output.lines), output.lines
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("command", ["serve", "demo"])
+def test_a_busy_port_is_one_line_that_suggests_another(tmp_path: Path, command: str) -> None:
+    """Guards ``cli._require_free_port``: without it uvicorn logs the bind error,
+    then a traceback of some 37 lines."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "runstate", command, "--port", str(port)],
+            env={**os.environ, "RUNSTATE_DATABASE_URL": f"sqlite://{tmp_path / 'x.db'}"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"runstate: port {port} on 127.0.0.1 is in use; choose another with --port {port + 1}\n"
+    )
+
+
+def test_make_run_in_a_fresh_clone_shows_progress_then_the_link(tmp_path: Path) -> None:
+    """`make run PORT=...` in a fresh clone (no .venv): its first line comes within
+    seconds, while it installs, the link follows, and Ctrl-C ends it all in one line.
+    Guards the Makefile's run target: silent installs, the test and lint tools it
+    once installed (checked absent), and PORT."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+    port = free_port()
+    run, output = start(
+        ["make", "run", f"PORT={port}", f"PYTHON={sys.executable}"],
+        clone,
+        RUNSTATE_DATABASE_URL=f"sqlite://{tmp_path / 'first.db'}",
+    )
+    try:
+        assert output.next_line(timeout=10).startswith("runstate: ")
+        link = output.until("#token=", 600).strip()
+        assert link.startswith(f"http://127.0.0.1:{port}/#token=rs_")
+        read_banner(output)
+        installed = clone / ".venv" / "bin"
+        assert (installed / "runstate").exists()
+        assert not (installed / "pytest").exists(), "make run installs only what running needs"
+        assert not (installed / "mypy").exists()
+        assert ctrl_c(run, output) == ["runstate: stopped\n"]
+        assert not any("Traceback" in line for line in output.lines), output.lines
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
