@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from playwright.async_api import Browser, BrowserContext, Route
+from playwright.async_api import Browser, BrowserContext, Page, Route, expect
 
 ARTIFACTS = Path(__file__).parent.parent.parent / "test-artifacts" / "browser"
 """Screenshots of the browser tests, for a person to look at after a run."""
@@ -31,3 +31,28 @@ async def offline_context(
 
     await context.route("**/*", only_local)
     return context
+
+
+DESK = {"width": 1400, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+
+async def open_dashboard(browser: Browser, url: str, size: dict[str, int]) -> Page:
+    """The dashboard at ``url`` in a new page of ``size``, once it follows a task live."""
+    page = await browser.new_page(viewport={"width": size["width"], "height": size["height"]})
+    await page.goto(url)
+    await expect(page.get_by_test_id("conn")).to_have_attribute("data-state", "live")
+    return page
+
+
+async def assert_fits_the_screen(page: Page, *test_ids: str) -> None:
+    """No sideways scrolling: the document is no wider than the viewport, and each of
+    ``test_ids`` is shown inside it, left to right."""
+    width = page.viewport_size["width"] if page.viewport_size else 0
+    scroll_width = await page.evaluate("document.documentElement.scrollWidth")
+    assert scroll_width <= width, f"the page is {scroll_width} px wide on a {width} px screen"
+    for test_id in test_ids:
+        box = await page.get_by_test_id(test_id).bounding_box()
+        assert box is not None, f"{test_id} is not shown"
+        assert box["x"] >= 0, f"{test_id} starts left of the screen: {box}"
+        assert box["x"] + box["width"] <= width, f"{test_id} ends right of the screen: {box}"

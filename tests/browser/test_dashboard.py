@@ -31,7 +31,7 @@ async def open_task(browser: Browser, base: str, token: str, task_id: str) -> Pa
 
 
 async def statuses(page: Page) -> list[str | None]:
-    rows = page.locator("tr[data-testid^='step-']")
+    rows = page.locator("li[data-testid^='step-']")
     return [await rows.nth(i).get_attribute("data-status") for i in range(await rows.count())]
 
 
@@ -108,7 +108,7 @@ async def test_two_pages_follow_a_task_through_a_decision_and_a_restart(
     for index in (3, 4):
         await asyncio.to_thread(drive, index)
     await both(pages, lambda p: expect(p.get_by_test_id("progress")).to_have_text("100%"))
-    await both(pages, lambda p: expect(p.get_by_test_id("status")).to_have_text("COMPLETED"))
+    await both(pages, lambda p: expect(p.get_by_test_id("status")).to_have_text("completed"))
 
     final = api(
         "query($id: ID!) { task(id: $id) { ... on Task { eventSeq steps { status } } } }", id=tid
@@ -128,9 +128,17 @@ async def test_two_pages_follow_a_task_through_a_decision_and_a_restart(
 async def test_without_a_token_the_page_asks_for_one(
     dashboard: tuple[Server, str], browser: Browser
 ) -> None:
+    """Guards the sign-in form's check of the token: a refused one is said so, and
+    the form stays (it once went back to an empty form without a word)."""
     server, token = dashboard
     page = await browser.new_page()
     await page.goto(server.url)
+    await expect(page.locator("#signin")).to_be_visible()
+    await page.fill("#token", "rs_not-a-token")
+    await page.click("#signin button")
+    await expect(page.get_by_test_id("signin-error")).to_have_text(
+        "That token was refused: it is mistyped, revoked, or from another runstate."
+    )
     await expect(page.locator("#signin")).to_be_visible()
     await page.fill("#token", token)
     await page.click("#signin button")

@@ -1,43 +1,109 @@
 "use strict";
-// The runstate dashboard: the caller's tasks, and one task followed live over
-// graphql-transport-ws. A task opens with its SNAPSHOT and the last page of its
-// log; each later event is a delta applied to the task held here. After a dropped
-// socket or a server restart it resubscribes with afterSeq, so the page never
-// needs a reload and never shows a gap.
+// The runstate dashboard: the caller's sessions and tasks, and one task followed
+// live over graphql-transport-ws. A task opens with its SNAPSHOT and the last page
+// of its log; each later event is a delta applied to the task held here. After a
+// dropped socket or a server restart it resubscribes with afterSeq, so the page
+// never needs a reload and never shows a gap. Renewing a lease writes no event, so
+// the lease of an active task is also read every few seconds: that is how the page
+// sees an agent die (its lease stops moving, runs out, and the task stalls).
 
 const TOKEN_KEY = "runstate-token";
 const STEP_FIELDS = "index action status idempotent attempts error output startedAt completedAt";
-const TOOL_FIELDS = "toolName status retryCount maxRetries lastError rateLimitResetAt";
+const TOOL_FIELDS = "toolName status retryCount maxRetries lastError lastResult rateLimitResetAt";
 const LOCK_FIELDS = "holderId fencingToken expiresAt";
-const TASK_FIELDS = `id goal status version currentStep totalSteps eventSeq stalled
+const TASK_FIELDS = `id goal status version currentStep totalSteps eventSeq stalled createdAt
   steps { ${STEP_FIELDS} } toolStates { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} }`;
+const DELTA_FIELDS = `seq kind taskVersion stepIndex toolName at status stalled
+  steps { ${STEP_FIELDS} } toolState { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} }`;
 const PROGRESS = `subscription($taskId: ID!, $afterSeq: Int) {
-  taskProgress(taskId: $taskId, afterSeq: $afterSeq) {
-    seq kind taskVersion stepIndex toolName at status stalled steps { ${STEP_FIELDS} }
-    toolState { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} } task { ${TASK_FIELDS} } }
+  taskProgress(taskId: $taskId, afterSeq: $afterSeq) { ${DELTA_FIELDS} task { ${TASK_FIELDS} } }
 }`;
 const LOG_PAGE = `query($id: ID!, $after: Int!, $first: Int!) { task(id: $id) {
-  ... on Task { events(afterSeq: $after, first: $first) { seq kind stepIndex toolName at } } } }`;
+  ... on Task { events(afterSeq: $after, first: $first) { ${DELTA_FIELDS} } } } }`;
+const TASK_AT = `query($id: ID!, $seq: Int!) { taskAt(id: $id, seq: $seq) {
+  __typename ... on Task { ${TASK_FIELDS} } ... on Problem { message } } }`;
+const LEASE = `query($id: ID!) { task(id: $id) { ... on Task { stalled lock { ${LOCK_FIELDS} } } } }`;
+const LIST = `{ sessions(first: 20) { edges { node { id status lastActiveAt
+  tasks(first: 20) { edges { node { id goal status currentStep totalSteps stalled } } } } } } }`;
+const PROBLEM = "... on Problem { message }";
+
 const FINISHED = new Set(["SUCCESS", "SKIPPED"]);
+const FINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
+const AGENT_STATUSES = new Set(["RUNNING", "WAITING_TOOL"]); // a lapsed lease stalls these
 const LEASE_EVENTS = new Set(["LOCK_ACQUIRED", "LOCK_RELEASED"]);
 const PAGE = 100; // the most a list may return at once
-const LOG_LINES = 500; // the event log keeps the newest lines; the server keeps them all
+const LOG_LINES = 500; // the log keeps the newest events; the server keeps them all
+const LEASE_CHECK_MS = 2000;
+const EMPTY_TASK = { status: "PLANNED", steps: [], toolStates: [], lock: null, stalled: false };
 
 const $ = (id) => document.getElementById(id);
 let token = null;
-let current = null; // { id, task, lastSeq }
+let current = null; // { id, task, lastSeq, entries, doubts, past }
+let following = false; // opened on no task in particular: follow the newest active one
 let socket = null;
 let retryDelay = 500;
+let listed = []; // tasks in the session list, newest session first
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
     if (key === "class") node.className = value;
-    else node.setAttribute(key, value);
+    else node.setAttribute(key, value === true ? "" : value);
   }
-  for (const child of children) node.append(child instanceof Node ? child : String(child ?? ""));
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  }
   return node;
 }
+
+// ------------------------------------------------------------- words and times
+
+const clock = (iso) => new Date(iso).toLocaleTimeString();
+const ms = (iso) => (iso ? Date.parse(iso) : null);
+
+function seconds(milliseconds) {
+  const s = Math.max(0, milliseconds) / 1000;
+  if (s < 10) return `${s.toFixed(1)} s`;
+  if (s < 120) return `${Math.round(s)} s`;
+  const m = Math.floor(s / 60);
+  return m < 120 ? `${m} min ${Math.round(s % 60)} s` : `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+function words(status) {
+  return status.toLowerCase().replace(/_/g, " ");
+}
+
+function json(value) {
+  return value === null || value === undefined ? "" : JSON.stringify(value);
+}
+
+function stepName(step) {
+  return `step ${step.index} ${step.action}`;
+}
+
+// ------------------------------------------------------------- the server
+
+async function graphql(query, variables, asToken) {
+  const response = await fetch("/graphql", {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: "Bearer " + (asToken ?? token) },
+    body: JSON.stringify({ query, variables }),
+  });
+  if (response.status === 401) {
+    if (asToken === undefined) signOut("This page's token was refused (revoked or expired). Sign in again.");
+    throw new Refused();
+  }
+  const body = await response.json();
+  if (body.errors) throw new Error(body.errors[0].message);
+  return body.data;
+}
+
+class Refused extends Error {
+  constructor() { super("token refused"); }
+}
+
+// ------------------------------------------------------------- signing in
 
 function readFragment() {
   // The token arrives in the fragment (never sent to a server, never logged) and is
@@ -49,26 +115,46 @@ function readFragment() {
     history.replaceState(null, "", location.pathname + (params.toString() ? "#" + params : ""));
   }
   token = sessionStorage.getItem(TOKEN_KEY);
-  return params.get("task");
 }
 
-async function graphql(query, variables) {
-  const response = await fetch("/graphql", {
-    method: "POST",
-    headers: { "content-type": "application/json", authorization: "Bearer " + token },
-    body: JSON.stringify({ query, variables }),
-  });
-  if (response.status === 401) { signOut(); throw new Error("signed out"); }
-  const body = await response.json();
-  if (body.errors) throw new Error(body.errors[0].message);
-  return body.data;
-}
-
-function signOut() {
+function signOut(why) {
   sessionStorage.removeItem(TOKEN_KEY);
   token = null;
+  current = null;
+  if (socket) { const old = socket; socket = null; old.close(); }
+  setConnection("idle", "not connected");
   $("signin").hidden = false;
-  $("tasks").hidden = $("task").hidden = $("empty").hidden = true;
+  $("signin-error").hidden = !why;
+  $("signin-error").textContent = why || "";
+  $("tasks").hidden = $("task").hidden = $("empty").hidden = $("signout").hidden = true;
+  $("needs").hidden = true;
+  document.title = "runstate";
+}
+
+async function signIn(candidate) {
+  try {
+    await graphql("{ sessions(first: 1) { edges { cursor } } }", {}, candidate);
+  } catch (error) {
+    $("signin-error").hidden = false;
+    $("signin-error").textContent = error instanceof Refused
+      ? "That token was refused: it is mistyped, revoked, or from another runstate."
+      : "Could not reach runstate: " + error.message;
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, candidate);
+  token = candidate;
+  start();
+}
+
+function start() {
+  $("signin").hidden = true;
+  $("signout").hidden = false;
+  $("tasks").hidden = false;
+  // GraphiQL opens in a new tab, signed in: the token rides in the fragment.
+  $("graphiql").href = "/graphql#token=" + encodeURIComponent(token);
+  if (matchMedia("(max-width: 760px)").matches) $("tasks").open = false;
+  loadTasks();
+  route();
 }
 
 function setConnection(state, text) {
@@ -77,45 +163,110 @@ function setConnection(state, text) {
   conn.textContent = text;
 }
 
-// ------------------------------------------------------------- task list
+// ------------------------------------------------------------- sessions and tasks
 
 async function loadTasks() {
   if (!token) return;
   try {
-    const data = await graphql(`{ sessions(first: 20) { edges { node {
-      id status messageCount lastActiveAt
-      tasks(first: 20) { edges { node { id goal status currentStep totalSteps } } } } } } }`);
-    $("task-list").replaceChildren(...data.sessions.edges.map(({ node: session }) => el("li",
-      { class: "session", "data-session": session.id },
-      el("div", { class: "session-head" }, el("span", {}, session.id),
-        el("span", { class: "badge s-" + session.status }, session.status)),
-      el("ul", {}, ...session.tasks.edges.map(({ node }) => taskLink(node))))));
+    const data = await graphql(LIST);
+    const sessions = data.sessions.edges.map((e) => e.node);
+    listed = sessions.flatMap((s) => s.tasks.edges.map((e) => e.node));
+    $("task-list").replaceChildren(...sessions.map(sessionItem));
+    markNeeds();
+    follow();
   } catch (error) {
+    if (error instanceof Refused) return;
     console.warn("task list:", error.message);
   }
   setTimeout(loadTasks, 3000);
 }
 
+function sessionItem(session) {
+  const tasks = session.tasks.edges.map((e) => e.node);
+  const waiting = tasks.some(needsYou);
+  return el("li", { class: "session", "data-session": session.id },
+    el("div", { class: "session-head" },
+      el("span", { class: "session-id" }, session.id),
+      waiting ? el("span", { class: "needs-mark" }, "needs you") : null,
+      el("span", { class: "badge s-" + session.status }, words(session.status))),
+    el("ul", {}, tasks.map(taskLink)));
+}
+
+function needsYou(task) {
+  return task.status === "AWAITING_DECISION";
+}
+
 function taskLink(task) {
   const pct = percent(task.currentStep, task.totalSteps);
-  const link = el("a", { href: "#task=" + encodeURIComponent(task.id), "data-task": task.id },
-    task.goal, el("small", {}, `${task.status.toLowerCase()} · ${pct}%`));
-  if (current && current.id === task.id) link.classList.add("current");
-  return el("li", {}, link);
+  const state = task.stalled ? "no agent" : words(task.status);
+  return el("li", {}, el("a", {
+    href: "#task=" + encodeURIComponent(task.id), "data-task": task.id,
+    class: current && current.id === task.id ? "current" : null,
+  }, el("span", { class: "dot s-" + (task.stalled ? "STALLED" : task.status) }),
+  el("span", { class: "goal" }, task.goal),
+  needsYou(task) ? el("span", { class: "needs-mark" }, "needs you") : null,
+  el("small", {}, `${state} · ${pct}%`)));
 }
 
 function percent(done, total) {
   return total ? Math.round((100 * done) / total) : 0;
 }
 
+// The header and the title say when a decision waits, on this task or another.
+function markNeeds() {
+  const waiting = listed.filter(needsYou);
+  const here = current && current.task && current.task.steps.some((s) => s.status === "IN_DOUBT");
+  const count = new Set([...waiting.map((t) => t.id), ...(here ? [current.id] : [])]).size;
+  $("needs").hidden = count === 0;
+  if (count) {
+    $("needs").textContent = count === 1 ? "1 task needs you" : `${count} tasks need you`;
+    $("needs").href = "#task=" + encodeURIComponent(here ? current.id : waiting[0].id);
+  }
+  const goal = current && current.task ? current.task.goal : null;
+  document.title = (count ? `(${count}) Decision needed · ` : "") + (goal ? goal + " · " : "") + "runstate";
+}
+
+// Opened on no task in particular: the most recent active task, and the next one
+// when it finishes (the demo books trip after trip).
+function follow() {
+  if (!following || (current && current.past)) return;
+  const active = listed.find((t) => !FINAL.has(t.status));
+  const finished = !current || !current.task || FINAL.has(current.task.status);
+  const next = active || (!current ? listed[0] : null);
+  if (!next) { if (!current) showEmpty(); return; }
+  if (current && current.id === next.id) return;
+  if (!current || finished) {
+    history.replaceState(null, "", "#task=" + encodeURIComponent(next.id));
+    select(next.id);
+  }
+}
+
+function showEmpty() {
+  $("task").hidden = true;
+  $("empty").hidden = false;
+}
+
 // ------------------------------------------------------------- one task, live
 
+function route() {
+  const taskId = new URLSearchParams(location.hash.slice(1)).get("task");
+  following = !taskId;
+  if (taskId && (!current || current.id !== taskId)) select(taskId);
+  if (!taskId) follow();
+}
+
 function select(taskId) {
-  if (!taskId) { $("task").hidden = true; $("empty").hidden = false; return; }
-  current = { id: taskId, task: null, lastSeq: null };
+  current = { id: taskId, task: null, lastSeq: null, entries: [], doubts: {}, past: null };
   $("empty").hidden = true;
   $("task").hidden = false;
+  $("past").hidden = true;
+  $("decision").hidden = true;
   $("events").replaceChildren();
+  $("complete-output").value = "";
+  $("decision-result").textContent = "";
+  for (const link of document.querySelectorAll("#task-list a[data-task]")) {
+    link.classList.toggle("current", link.dataset.task === taskId);
+  }
   connect();
 }
 
@@ -149,7 +300,7 @@ function connect() {
   ws.onclose = (event) => {
     if (socket !== ws) return;
     socket = null;
-    if (event.code === 4403) { signOut(); return; }
+    if (event.code === 4403) { signOut("This page's token was refused. Sign in again."); return; }
     setConnection("reconnecting", "reconnecting…");
     setTimeout(connect, retryDelay);
     retryDelay = Math.min(retryDelay * 2, 5000);
@@ -160,10 +311,17 @@ function onEvent(watching, event) {
   if (watching !== current) return;
   if (watching.lastSeq !== null && event.seq <= watching.lastSeq) return;
   watching.lastSeq = event.seq;
-  watching.task = applyEvent(watching.task, event);
-  if (event.kind === "SNAPSHOT") loadLog(watching, event.seq);
-  else logLine(event);
-  render(watching.task);
+  if (event.kind === "SNAPSHOT") {
+    watching.task = event.task;
+    loadLog(watching, event.seq);
+  } else {
+    const before = watching.task;
+    watching.task = applyEvent(before, event);
+    record(watching, before, event);
+    renderLog(watching);
+  }
+  render();
+  markNeeds();
 }
 
 // The task as of `event`, from the task as of the event before it (see TaskEvent).
@@ -178,125 +336,426 @@ function applyEvent(task, event) {
   }
   const unfinished = steps.findIndex((s) => !FINISHED.has(s.status));
   return { ...task, status: event.status, version: event.taskVersion, eventSeq: event.seq,
-    stalled: event.stalled,
-    steps, toolStates, totalSteps: steps.length,
+    stalled: event.stalled, steps, toolStates, totalSteps: steps.length,
     currentStep: unfinished === -1 ? steps.length : unfinished,
     lock: LEASE_EVENTS.has(event.kind) ? event.lock : task.lock };
 }
 
-// The log shows the newest events: the last page up to the snapshot, then live ones.
+// The log: the newest events up to the snapshot, each told against the task as it
+// stood just before it (taskAt of the seq before the first one shown).
 async function loadLog(watching, seq) {
   try {
+    const from = Math.max(0, seq - LOG_LINES);
+    let task = EMPTY_TASK;
+    if (from > 0) {
+      const data = await graphql(TASK_AT, { id: watching.id, seq: from });
+      if (data.taskAt.__typename === "Task") task = data.taskAt;
+    }
     const older = [];
-    for (let after = seq - Math.min(LOG_LINES, seq); after < seq; after += PAGE) {
-      const first = Math.min(PAGE, seq - after);
-      const data = await graphql(LOG_PAGE, { id: watching.id, after, first });
+    for (let after = from; after < seq; after += PAGE) {
+      const data = await graphql(LOG_PAGE, { id: watching.id, after, first: Math.min(PAGE, seq - after) });
       if (watching !== current) return;
       older.push(...data.task.events);
     }
-    const live = [...$("events").children];
-    $("events").replaceChildren();
-    for (const event of older) logLine(event);
-    for (const line of live.reverse()) $("events").prepend(line);
+    const live = watching.entries;
+    watching.entries = [];
+    for (const event of older) {
+      const next = applyEvent(task, event);
+      record(watching, task, event);
+      task = next;
+    }
+    watching.entries.push(...live);
+    renderLog(watching);
+    render();
   } catch (error) {
     console.warn("event log:", error.message);
   }
 }
 
-function logLine(event) {
-  $("events").prepend(el("li", { value: event.seq, "data-seq": event.seq },
-    `${event.kind}${event.stepIndex === null ? "" : " step " + event.stepIndex}` +
-    `${event.toolName ? " " + event.toolName : ""} · ${new Date(event.at).toLocaleTimeString()}`));
-  while ($("events").childElementCount > LOG_LINES) $("events").lastElementChild.remove();
+// One log entry for `event`, and what it means for a step's decision time.
+function record(watching, before, event) {
+  const after = applyEvent(before, event);
+  for (const step of event.steps) {
+    const was = before.steps[step.index];
+    if (step.status === "IN_DOUBT" && (!was || was.status !== "IN_DOUBT")) {
+      watching.doubts[step.index] = { since: event.at, decided: null };
+    } else if (was && was.status === "IN_DOUBT" && step.status !== "IN_DOUBT" && watching.doubts[step.index]) {
+      watching.doubts[step.index].decided = event.at;
+    }
+  }
+  watching.entries.push({ seq: event.seq, at: event.at, kind: event.kind,
+    subject: subject(before, event), text: describe(before, after, event), delta: delta(event) });
+  if (watching.entries.length > LOG_LINES) watching.entries.shift();
 }
 
-function render(task) {
+// What an event is about, for grouping the log: its step, or for a tool call the
+// step running when it was made; the lease; else the task.
+function subject(before, event) {
+  const step = event.stepIndex ?? (event.toolState ? before.steps.find((s) => s.status === "RUNNING")?.index : null);
+  if (step !== null && step !== undefined) {
+    const known = before.steps[step] || event.steps.find((s) => s.index === step);
+    return known ? stepName(known) : "step " + step;
+  }
+  if (event.toolName) return event.toolName;
+  if (LEASE_EVENTS.has(event.kind)) return "lease";
+  return "task";
+}
+
+function delta(event) {
+  const shown = { seq: event.seq, kind: event.kind, status: event.status, taskVersion: event.taskVersion };
+  if (event.steps.length) shown.steps = event.steps;
+  if (event.toolState) shown.toolState = event.toolState;
+  if (LEASE_EVENTS.has(event.kind)) shown.lock = event.lock;
+  return shown;
+}
+
+// An event as a sentence: "agent-14182 took over (lease 3)", "hotel-api rate-limited
+// until 10:41:05", "step 3 book flight: RUNNING -> IN_DOUBT".
+function describe(before, after, event) {
+  const parts = [];
+  if (event.kind === "TASK_CREATED") parts.push(`task created with ${after.steps.length} steps`);
+  if (event.kind === "STEPS_ADDED") {
+    const added = event.steps.filter((s) => !before.steps[s.index]);
+    parts.push(`${added.length} step${added.length === 1 ? "" : "s"} added: ${added.map((s) => s.action).join(", ")}`);
+  }
+  if (event.kind === "LOCK_ACQUIRED" && event.lock) {
+    const was = before.lock;
+    const lease = `(lease ${event.lock.fencingToken})`;
+    parts.push(!was ? `${event.lock.holderId} took the task ${lease}`
+      : was.holderId === event.lock.holderId ? `${event.lock.holderId} took the task again ${lease}`
+        : `${event.lock.holderId} took over from ${was.holderId} ${lease}`);
+  }
+  if (event.kind === "LOCK_RELEASED") parts.push(`${before.lock ? before.lock.holderId : "the agent"} let the task go`);
+  if (event.toolState) parts.push(toolSentence(event.toolState));
+  if (event.kind !== "TASK_CREATED" && event.kind !== "STEPS_ADDED") {
+    for (const step of event.steps) {
+      const was = before.steps[step.index];
+      if (was && was.status !== step.status) {
+        let text = `${stepName(step)}: ${was.status} -> ${step.status}`;
+        if (step.status === "FAILED" && step.error) text += ` (${step.error})`;
+        if (step.status === "RUNNING" && step.attempts > 1) text += ` (attempt ${step.attempts})`;
+        parts.push(text);
+      }
+    }
+  }
+  if (before.status !== after.status && event.kind !== "TASK_CREATED") {
+    parts.push(`task: ${before.status} -> ${after.status}`);
+  }
+  if (!parts.length) parts.push(event.kind === "CHECKPOINT" ? "checkpoint, nothing changed" : words(event.kind));
+  return parts.join("; ");
+}
+
+function toolSentence(tool) {
+  if (tool.rateLimitResetAt && tool.status === "RETRYING") {
+    return `${tool.toolName} rate-limited until ${clock(tool.rateLimitResetAt)}`;
+  }
+  if (tool.status === "CALLING") return `${tool.toolName} called`;
+  if (tool.status === "SUCCESS") return `${tool.toolName} answered`;
+  if (tool.status === "RETRYING") return `${tool.toolName} failed (${tool.lastError ?? "no reason given"}), retry ${tool.retryCount} of ${tool.maxRetries}`;
+  if (tool.status === "FAILED") return `${tool.toolName} failed for good: ${tool.lastError ?? "no reason given"}`;
+  return `${tool.toolName}: ${words(tool.status)}`;
+}
+
+// Newest first, consecutive events about one thing (a step and its tool calls,
+// the lease, the task) grouped; each sentence opens to the delta the server sent.
+function renderLog(watching) {
+  const open = new Set([...$("events").querySelectorAll("details[open]")].map((d) => d.dataset.seq));
+  const groups = [];
+  for (const entry of watching.entries.slice().reverse()) {
+    const last = groups[groups.length - 1];
+    if (last && last.subject === entry.subject) last.entries.push(entry);
+    else groups.push({ subject: entry.subject, entries: [entry] });
+  }
+  $("events").replaceChildren(...groups.map((group) => el("li", { class: "group" },
+    el("div", { class: "group-head" }, group.subject,
+      el("span", {}, clock(group.entries[group.entries.length - 1].at))),
+    el("ol", {}, group.entries.map((entry) => el("li", { "data-seq": entry.seq, class: "k-" + entry.kind },
+      el("details", { "data-seq": entry.seq, open: open.has(String(entry.seq)) },
+        el("summary", {}, el("span", { class: "when" }, clock(entry.at)), " ", entry.text),
+        el("pre", {}, JSON.stringify(entry.delta, null, 2)))))))));
+}
+
+// ------------------------------------------------------------- drawing the task
+
+function shown() {
+  return current && (current.past ? current.past.task : current.task);
+}
+
+function render() {
+  const task = shown();
+  if (!task) return;
+  const now = Date.now();
+  const live = !current.past;
   const done = task.steps.filter((s) => FINISHED.has(s.status)).length;
   const pct = percent(done, task.totalSteps);
+  $("task").dataset.seq = task.eventSeq;
   $("goal").textContent = task.goal;
-  $("status").textContent = task.status;
+  $("status").textContent = words(task.status);
   $("status").className = "badge s-" + task.status;
   $("bar").style.width = pct + "%";
   $("percent").textContent = pct + "%";
   $("counts").textContent = `${done} of ${task.totalSteps} steps done`;
   $("version").textContent = task.version;
-  $("lease").textContent = task.lock
-    ? `leased by ${task.lock.holderId} (token ${task.lock.fencingToken}) until ${new Date(task.lock.expiresAt).toLocaleTimeString()}`
-    : task.stalled ? "no agent: its lease lapsed; a worker will claim it" : "no lease";
-  $("steps").replaceChildren(...task.steps.map(stepRow));
-  const listed = document.querySelector(`#task-list a[data-task="${CSS.escape(task.id)}"] small`);
-  if (listed) listed.textContent = `${task.status.toLowerCase()} · ${pct}%`;
-  $("tools").replaceChildren(...task.toolStates.map((t) => el("tr", {},
-    el("td", {}, t.toolName),
-    el("td", {}, el("span", { class: "badge s-" + t.status }, t.status)),
-    el("td", {}, `${t.retryCount} / ${t.maxRetries}`),
-    el("td", {}, t.rateLimitResetAt && new Date(t.rateLimitResetAt) > new Date()
-      ? new Date(t.rateLimitResetAt).toLocaleTimeString() : "—"),
-    el("td", { class: "out err" }, t.lastError ?? ""))));
-  const inDoubt = task.steps.find((s) => s.status === "IN_DOUBT");
+  renderLease(task, now, live);
+  renderDecision(live ? task : null, now);
+  renderSteps(task, now, live);
+  renderTools(task, now, live);
+  renderScrubber();
+  const link = document.querySelector(`#task-list a[data-task="${CSS.escape(current.id)}"] small`);
+  if (link && live) link.textContent = `${lapsed(task, now) ? "no agent" : words(task.status)} · ${pct}%`;
+}
+
+// The lease as it is now: its holder and when it runs out, or that it lapsed and
+// no agent is left (the server's `stalled`, or the page's own clock passing it).
+function lapsed(task, now) {
+  if (!AGENT_STATUSES.has(task.status)) return false;
+  return task.stalled || (task.lock !== null && ms(task.lock.expiresAt) <= now);
+}
+
+function renderLease(task, now, live) {
+  const lock = task.lock;
+  const agent = $("agent");
+  const gone = live && lapsed(task, now);
+  agent.hidden = FINAL.has(task.status) || (!lock && !gone);
+  agent.className = "badge " + (gone ? "s-STALLED" : "s-RUNNING");
+  agent.textContent = gone ? "no agent: lease lapsed" : lock ? lock.holderId : "";
+  let text;
+  if (!live) text = lock ? `${lock.holderId} held the lease (lease ${lock.fencingToken})` : "no lease";
+  else if (gone && lock) {
+    text = `No agent: the lease of ${lock.holderId} (lease ${lock.fencingToken}) lapsed ` +
+      `${seconds(now - ms(lock.expiresAt))} ago. A worker calling claimTask takes it over.`;
+  } else if (gone) text = "No agent: its lease lapsed. A worker calling claimTask takes it over.";
+  else if (lock && ms(lock.expiresAt) > now) {
+    text = `${lock.holderId} holds the lease (lease ${lock.fencingToken}); it runs out in ` +
+      `${seconds(ms(lock.expiresAt) - now)} unless the agent renews it.`;
+  } else text = FINAL.has(task.status) ? "" : "No agent holds the lease.";
+  $("lease").textContent = text;
+  $("lease").dataset.state = gone ? "lapsed" : lock && ms(lock.expiresAt) > now ? "held" : "none";
+}
+
+function renderDecision(task, now) {
+  const inDoubt = task ? task.steps.find((s) => s.status === "IN_DOUBT") : null;
   $("decision").hidden = !inDoubt;
-  if (inDoubt) {
-    $("decision-text").textContent = `"${inDoubt.action}" was running when its agent stopped, ` +
-      "and it is not safe to repeat. Did it happen?";
+  if (!inDoubt) return;
+  $("decision").dataset.step = inDoubt.index;
+  $("question").textContent = `Step ${inDoubt.index} "${inDoubt.action}" was running when its ` +
+    "agent stopped, and it is not safe to run twice. Did it happen?";
+  // While an agent holds a live lease the server refuses anyone else's write.
+  const held = task.lock && ms(task.lock.expiresAt) > now;
+  $("decision-note").hidden = !held;
+  if (held) {
+    $("decision-note").textContent = `${task.lock.holderId} still holds the task for ` +
+      `${seconds(ms(task.lock.expiresAt) - now)}: a decision is refused until it lets go or its lease runs out.`;
   }
 }
 
-function stepRow(step) {
-  const started = step.startedAt && new Date(step.startedAt);
-  const ended = step.completedAt && new Date(step.completedAt);
-  const time = !started ? "" : ended ? `${((ended - started) / 1000).toFixed(1)} s`
-    : `since ${started.toLocaleTimeString()}`;
-  const detail = step.error ?? (step.output === null ? "" : JSON.stringify(step.output));
-  return el("tr", { "data-testid": "step-" + step.index, "data-status": step.status },
-    el("td", {}, step.index),
-    el("td", {}, step.action, step.idempotent ? "" : el("small", {}, " (not idempotent)")),
-    el("td", {}, el("span", { class: "badge s-" + step.status }, step.status)),
-    el("td", {}, step.attempts),
-    el("td", { class: "time" }, time),
-    el("td", { class: step.error ? "out err" : "out" }, detail));
+// Each step as a bar on one time axis (from the first start to now, or to the last
+// end): its run time, and apart from it the time a person took to decide.
+function renderSteps(task, now, live) {
+  const times = task.steps.flatMap((s) => [ms(s.startedAt), ms(s.completedAt)]).filter((t) => t !== null);
+  const from = times.length ? Math.min(...times) : now;
+  const to = live && !FINAL.has(task.status) ? now : Math.max(from + 1000, ...times);
+  const span = Math.max(to - from, 1000);
+  $("axis-from").textContent = times.length ? clock(new Date(from).toISOString()) : "";
+  $("axis-to").textContent = times.length ? (to === now ? "now" : clock(new Date(to).toISOString())) : "";
+  const place = (a, b) => `left:${(100 * (a - from)) / span}%;width:${Math.max(0.6, (100 * (b - a)) / span)}%`;
+  $("steps").replaceChildren(...task.steps.map((step) => {
+    const timing = stepTiming(step, now, live);
+    const bars = [];
+    if (timing.start !== null) {
+      bars.push(el("span", { class: "bar s-" + step.status, style: place(timing.start, timing.runEnd) }));
+      if (timing.waitEnd !== null) {
+        bars.push(el("span", { class: "bar waiting", style: place(timing.runEnd, timing.waitEnd) }));
+      }
+    }
+    const detail = step.error ?? json(step.output);
+    return el("li", { "data-testid": "step-" + step.index, "data-status": step.status, class: "step" },
+      el("div", { class: "step-head" },
+        el("span", { class: "index" }, step.index),
+        el("span", { class: "action" }, step.action),
+        step.idempotent ? null : el("span", { class: "unsafe", title: "needs a person's decision after a crash" }, "not safe to repeat"),
+        el("span", { class: "badge s-" + step.status }, words(step.status))),
+      el("div", { class: "track" }, bars),
+      el("div", { class: "step-foot" },
+        el("span", { class: "time", "data-testid": "time-" + step.index }, timing.text),
+        step.attempts > 1 ? el("span", {}, `${step.attempts} attempts`) : null,
+        detail ? el("code", { class: step.error ? "out err" : "out", "data-testid": "output-" + step.index }, detail) : null));
+  }));
 }
+
+function stepTiming(step, now, live) {
+  const start = ms(step.startedAt);
+  const end = ms(step.completedAt);
+  const doubt = live ? current.doubts[step.index] : null;
+  const none = { start: null, runEnd: null, waitEnd: null };
+  if (step.status === "PENDING") return { ...none, text: step.attempts ? "waiting to run again" : "not started" };
+  if (start === null) return { ...none, text: end ? `done at ${clock(step.completedAt)}` : "" };
+  if (doubt && ms(doubt.since) >= start) {
+    const asked = ms(doubt.since);
+    const answered = doubt.decided ? ms(doubt.decided) : now;
+    const wait = doubt.decided ? `decided after ${seconds(answered - asked)}` : `waiting for you for ${seconds(answered - asked)}`;
+    return { start, runEnd: asked, waitEnd: answered, text: `ran ${seconds(asked - start)} · ${wait}` };
+  }
+  if (step.status === "RUNNING") {
+    return live ? { start, runEnd: now, waitEnd: null, text: `running for ${seconds(now - start)}` }
+      : { start, runEnd: start, waitEnd: null, text: `running since ${clock(step.startedAt)}` };
+  }
+  if (step.status === "IN_DOUBT") return { start, runEnd: start, waitEnd: null, text: `started ${clock(step.startedAt)}` };
+  if (end !== null && end === start) return { start, runEnd: end, waitEnd: null, text: `recorded at ${clock(step.completedAt)} (checkpoint)` };
+  if (end !== null) return { start, runEnd: end, waitEnd: null, text: seconds(end - start) };
+  return { start, runEnd: start, waitEnd: null, text: "" };
+}
+
+function renderTools(task, now, live) {
+  $("no-tools").hidden = task.toolStates.length > 0;
+  $("tools").replaceChildren(...task.toolStates.map((tool) => {
+    const until = ms(tool.rateLimitResetAt);
+    const limited = until !== null && (!live || until > now);
+    return el("li", { class: "tool", "data-testid": "tool-" + tool.toolName, "data-status": tool.status },
+      el("div", { class: "tool-head" },
+        el("span", { class: "name" }, tool.toolName),
+        el("span", { class: "badge s-" + (limited && live ? "LIMITED" : tool.status) },
+          limited && live ? "rate-limited" : words(tool.status))),
+      limited ? el("p", { class: "limit", "data-testid": "limit-" + tool.toolName }, live
+        ? `rate-limited: may be called again in ${seconds(until - now)} (at ${clock(tool.rateLimitResetAt)})`
+        : `rate-limited until ${clock(tool.rateLimitResetAt)}`) : null,
+      el("p", { class: "quiet" }, `${tool.retryCount} of ${tool.maxRetries} retries used`),
+      tool.lastError ? el("p", { class: "out err" }, "last error: " + tool.lastError) : null,
+      tool.lastResult !== null && tool.lastResult !== undefined ? el("code", { class: "out" }, json(tool.lastResult)) : null);
+  }));
+}
+
+// ------------------------------------------------------------- history
+
+function renderScrubber() {
+  const latest = current.task ? current.task.eventSeq : 1;
+  const scrub = $("scrub");
+  scrub.max = Math.max(latest, 1);
+  const seq = current.past ? current.past.seq : latest;
+  if (document.activeElement !== scrub || !current.past) scrub.value = seq;
+  const entry = current.entries.find((e) => e.seq === seq);
+  $("scrub-label").textContent = `event ${seq} of ${latest}` + (entry ? ` · ${clock(entry.at)} · ${entry.text}` : "") +
+    (current.past ? "" : " (live)");
+}
+
+let scrubTimer = null;
+function onScrub() {
+  clearTimeout(scrubTimer);
+  const seq = Number($("scrub").value);
+  scrubTimer = setTimeout(() => showPast(seq), 120);
+}
+
+async function showPast(seq) {
+  const watching = current;
+  if (!watching || !watching.task) return;
+  if (seq >= watching.task.eventSeq) { backToLive(); return; }
+  try {
+    const data = await graphql(TASK_AT, { id: watching.id, seq });
+    if (watching !== current || Number($("scrub").value) !== seq) return;
+    if (data.taskAt.__typename !== "Task") throw new Error(data.taskAt.message);
+    watching.past = { seq, task: data.taskAt };
+    const entry = watching.entries.find((e) => e.seq === seq);
+    $("past-seq").textContent = seq;
+    $("past-at").textContent = entry ? clock(entry.at) : `of ${watching.task.eventSeq}`;
+    $("fork-result").textContent = "";
+    $("past").hidden = false;
+    render();
+  } catch (error) {
+    $("scrub-label").textContent = "could not read the past: " + error.message;
+  }
+}
+
+function backToLive() {
+  if (!current) return;
+  current.past = null;
+  $("past").hidden = true;
+  render();
+}
+
+async function fork() {
+  const watching = current;
+  if (!watching || !watching.past) return;
+  $("fork-result").textContent = "…";
+  try {
+    const data = await graphql(`mutation($input: ForkTaskInput!) { forkTask(input: $input) {
+      __typename ... on Task { id } ${PROBLEM} } }`, { input: { taskId: watching.id, atSeq: watching.past.seq } });
+    const result = data.forkTask;
+    if (result.__typename !== "Task") { $("fork-result").textContent = result.message; return; }
+    location.hash = "#task=" + encodeURIComponent(result.id); // route() opens it
+    loadTasks();
+  } catch (error) {
+    $("fork-result").textContent = error.message;
+  }
+}
+
+// ------------------------------------------------------------- decisions
 
 async function decide(decision) {
   const task = current && current.task;
   const inDoubt = task && task.steps.find((s) => s.status === "IN_DOUBT");
   if (!inDoubt) return;
+  const input = { taskId: task.id, stepIndex: inDoubt.index, expectedVersion: task.version, decision };
+  if (decision === "COMPLETE") {
+    const text = $("complete-output").value.trim();
+    if (text) {
+      try { input.output = JSON.parse(text); } catch { input.output = text; }
+    }
+  }
   $("decision-result").textContent = "…";
   try {
     const data = await graphql(`mutation($input: DecideStepInput!) { decideStep(input: $input) {
-      __typename ... on Problem { message } } }`, { input: {
-        taskId: task.id, stepIndex: inDoubt.index, expectedVersion: task.version, decision } });
+      __typename ${PROBLEM} } }`, { input });
     const result = data.decideStep;
     $("decision-result").textContent = result.__typename === "Task" ? "" : result.message;
+    if (result.__typename === "Task") $("complete-output").value = "";
   } catch (error) {
     $("decision-result").textContent = error.message;
   }
 }
 
-// ------------------------------------------------------------- start
+// ------------------------------------------------------------- the clock
 
-function route() {
-  const params = new URLSearchParams(location.hash.slice(1));
-  const taskId = params.get("task");
-  if (!current || current.id !== taskId) select(taskId);
+// Countdowns and running times move every second; the lease of an active task is
+// read every LEASE_CHECK_MS, since renewals write no event.
+let lastLeaseCheck = 0;
+function tick() {
+  if (current && current.task) {
+    render();
+    markNeeds();
+    const now = Date.now();
+    if (!FINAL.has(current.task.status) && now - lastLeaseCheck >= LEASE_CHECK_MS) {
+      lastLeaseCheck = now;
+      checkLease(current);
+    }
+  }
 }
+
+async function checkLease(watching) {
+  try {
+    const data = await graphql(LEASE, { id: watching.id });
+    if (watching !== current || !data.task || data.task.stalled === undefined) return;
+    watching.task = { ...watching.task, lock: data.task.lock, stalled: data.task.stalled };
+  } catch (error) {
+    if (!(error instanceof Refused)) console.warn("lease:", error.message);
+  }
+}
+
+// ------------------------------------------------------------- start
 
 $("signin-form").addEventListener("submit", (event) => {
   event.preventDefault();
-  sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
-  location.reload();
+  signIn($("token").value.trim());
 });
+$("signout").addEventListener("click", () => signOut(""));
 $("retry").addEventListener("click", () => decide("RETRY"));
 $("skip").addEventListener("click", () => decide("SKIP"));
-$("complete").addEventListener("click", () => decide("COMPLETE"));
+$("complete-form").addEventListener("submit", (event) => { event.preventDefault(); decide("COMPLETE"); });
+$("scrub").addEventListener("input", onScrub);
+$("live").addEventListener("click", backToLive);
+$("fork").addEventListener("click", fork);
 window.addEventListener("hashchange", route);
+setInterval(tick, 1000);
 
 readFragment();
-if (!token) {
-  signOut();
-} else {
-  // GraphiQL opens in a new tab, signed in: the token rides in the fragment.
-  document.getElementById("graphiql").href = "/graphql#token=" + encodeURIComponent(token);
-  $("tasks").hidden = false;
-  loadTasks();
-  route();
-}
+if (token) start();
+else signOut("");

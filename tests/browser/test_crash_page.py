@@ -1,0 +1,123 @@
+"""An agent dies mid-step, seen in Chromium on a desk (1400x900) and on a phone
+(390x844): the page shows the dead agent's lease running out, then "no agent:
+lease lapsed"; once a worker resumes, the step IN_DOUBT with its question; and
+COMPLETE with an output typed on the phone makes the step SUCCESS with that output.
+The phone opens the bare link (no task named) and lands on the most recent active
+task. Screenshots of every stage land in test-artifacts/browser/."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from playwright.async_api import Browser, Page, expect
+
+from tests.browser.pages import ARTIFACTS, DESK, PHONE, assert_fits_the_screen, open_dashboard
+from tests.support import TASK, AgentProcess, Api, Server, mutate
+
+PLAN = [
+    {"action": "search flights"},
+    {"action": "compare prices"},
+    {"action": "book flight", "idempotent": False},
+    {"action": "send confirmation"},
+]
+
+
+def new_task(api: Api, session_id: str, goal: str) -> dict[str, Any]:
+    return mutate(
+        api, "createTask", "CreateTaskInput", TASK, sessionId=session_id, goal=goal, steps=PLAN
+    )
+
+
+async def shoot(pages: dict[str, Page], stage: str) -> None:
+    for name, page in pages.items():
+        await page.screenshot(path=ARTIFACTS / f"crash-{stage}-{name}.png", full_page=True)
+
+
+async def test_a_crash_is_shown_and_decided_from_a_phone(
+    dashboard: tuple[Server, str], browser: Browser
+) -> None:
+    """Guards the lease display (its countdown, the lapse read from the clock and
+    from ``stalled``), the decision panel with its output field, the opening on the
+    most recent active task, and the phone layout."""
+    server, token = dashboard
+    api = Api(server.url, token)
+    session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
+    new_task(api, session["id"], "An older trip")  # PLANNED: active, but older
+    task = new_task(api, session["id"], "Book a trip to Kyoto")
+    tid = task["id"]
+    first = AgentProcess(
+        server.url, token, tid, "--holder", "agent-1", "--ttl", "3", "--pause-at", "book flight"
+    )
+    try:
+        first.until(lambda line: line.get("event") == "paused")
+        done = new_task(api, session["id"], "A cancelled trip")  # newer, but not active
+        cancelled = mutate(
+            api,
+            "setTaskStatus",
+            "SetTaskStatusInput",
+            TASK,
+            taskId=done["id"],
+            expectedVersion=1,
+            status="CANCELLED",
+        )
+        assert cancelled["status"] == "CANCELLED"
+
+        pages = {
+            "desk": await open_dashboard(browser, f"{server.url}/#token={token}&task={tid}", DESK),
+            "phone": await open_dashboard(browser, f"{server.url}/#token={token}", PHONE),
+        }
+        for page in pages.values():
+            await expect(page.locator("#goal")).to_have_text("Book a trip to Kyoto")
+            await expect(page.get_by_test_id("step-2")).to_have_attribute("data-status", "RUNNING")
+            await expect(page.get_by_test_id("lease")).to_have_attribute("data-state", "held")
+            await expect(page.get_by_test_id("lease")).to_contain_text("agent-1 holds the lease")
+            await expect(page.get_by_test_id("time-2")).to_contain_text("running for")
+        assert f"task={tid}" in pages["phone"].url, "the bare link opened the active task"
+        await shoot(pages, "1-running")
+    finally:
+        first.kill()  # SIGKILL while "book flight" is RUNNING
+
+    for page in pages.values():
+        await expect(page.get_by_test_id("agent")).to_have_text(
+            "no agent: lease lapsed", timeout=15_000
+        )
+        await expect(page.get_by_test_id("lease")).to_have_attribute("data-state", "lapsed")
+        await expect(page.get_by_test_id("lease")).to_contain_text("agent-1")
+    await shoot(pages, "2-lapsed")
+
+    second = AgentProcess(server.url, token, tid, "--holder", "agent-2", "--ttl", "3")
+    try:
+        assert second.rest(within=60)[-1] == {"event": "needs-decision", "steps": [2]}
+    finally:
+        second.kill()
+    for page in pages.values():
+        await expect(page.get_by_test_id("decision")).to_be_visible()
+        await expect(page.get_by_test_id("question")).to_contain_text('Step 2 "book flight"')
+        await expect(page.get_by_test_id("step-2")).to_have_attribute("data-status", "IN_DOUBT")
+        await expect(page.get_by_test_id("time-2")).to_contain_text("waiting for you")
+        await expect(page).to_have_title("(1) Decision needed · Book a trip to Kyoto · runstate")
+    for name, page in pages.items():
+        await page.get_by_test_id("retry").scroll_into_view_if_needed()
+        await assert_fits_the_screen(page, "task", "question", "retry", "skip", "complete")
+        await page.screenshot(path=ARTIFACTS / f"crash-3-decision-{name}.png")
+
+    phone = pages["phone"]
+    await expect(phone.get_by_test_id("decision-note")).to_contain_text("agent-2 still holds")
+    await expect(phone.get_by_test_id("decision-note")).to_be_hidden(timeout=10_000)
+    await phone.get_by_test_id("complete-output").fill('{"pnr": "X7K2QM"}')
+    await phone.get_by_test_id("complete").click()
+    for page in pages.values():
+        await expect(page.get_by_test_id("step-2")).to_have_attribute("data-status", "SUCCESS")
+        await expect(page.get_by_test_id("output-2")).to_have_text('{"pnr":"X7K2QM"}')
+        await expect(page.get_by_test_id("decision")).to_be_hidden()
+        await expect(page.get_by_test_id("time-2")).to_contain_text("decided after")
+    await shoot(pages, "4-decided")
+    step = await asyncio.to_thread(
+        api, "query($id: ID!) { task(id: $id) { ... on Task { steps { status output } } } }", id=tid
+    )
+    assert step["task"]["steps"][2] == {"status": "SUCCESS", "output": {"pnr": "X7K2QM"}}
+    for page in pages.values():
+        await assert_fits_the_screen(page, "task")
+        await page.close()
+    api.close()
