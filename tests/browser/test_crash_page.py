@@ -8,11 +8,13 @@ task. Screenshots of every stage land in test-artifacts/browser/."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from playwright.async_api import Browser, Page, expect
 
 from tests.browser.pages import ARTIFACTS, DESK, PHONE, assert_fits_the_screen, open_dashboard
+from tests.integration.test_lifecycle import acquire
 from tests.support import TASK, AgentProcess, Api, Server, mutate
 
 PLAN = [
@@ -120,4 +122,52 @@ async def test_a_crash_is_shown_and_decided_from_a_phone(
     for page in pages.values():
         await assert_fits_the_screen(page, "task")
         await page.close()
+    api.close()
+
+
+async def test_a_renewed_lease_is_not_shown_as_lapsed(
+    dashboard: tuple[Server, str], browser: Browser
+) -> None:
+    """Renewals write no event: the page reads the lease of an active task again
+    (``checkLease``). Without that, a live agent that renews shows 'lease lapsed'
+    once its first expiry passes. Control: when renewals stop, it does lapse."""
+    server, token = dashboard
+    api = Api(server.url, token)
+    session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
+    tid = new_task(api, session["id"], "Renewing")["id"]
+    lease = acquire(api, tid, "agent-r", ttl=2)
+    mutate(
+        api,
+        "startStep",
+        "StepRefInput",
+        TASK,
+        taskId=tid,
+        stepIndex=0,
+        expectedVersion=1,
+        fencingToken=lease["fencingToken"],
+    )
+    page = await open_dashboard(browser, f"{server.url}/#token={token}&task={tid}", DESK)
+    await expect(page.get_by_test_id("lease")).to_have_attribute("data-state", "held")
+    first_expiry = datetime.fromisoformat(lease["expiresAt"])
+    renew = "... on TaskLock { expiresAt }"
+    # Renew as an agent does, until the first expiry is well past (the page reads
+    # the lease every 2 s).
+    while datetime.now(UTC) < first_expiry + timedelta(seconds=3):
+        await asyncio.to_thread(
+            mutate,
+            api,
+            "renewTaskLock",
+            "RenewTaskLockInput",
+            renew,
+            taskId=tid,
+            holderId="agent-r",
+            ttlSeconds=2,
+        )
+        await page.wait_for_timeout(500)  # an agent's heartbeat interval
+    await expect(page.get_by_test_id("lease")).to_have_attribute("data-state", "held")
+    await expect(page.get_by_test_id("agent")).to_have_text("agent-r")
+    await expect(page.get_by_test_id("agent")).to_have_text(
+        "no agent: lease lapsed", timeout=10_000
+    )
+    await page.close()
     api.close()
