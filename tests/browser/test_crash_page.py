@@ -99,6 +99,11 @@ async def test_a_crash_is_shown_and_decided_from_a_phone(
         await expect(page.get_by_test_id("step-2")).to_have_attribute("data-status", "IN_DOUBT")
         await expect(page.get_by_test_id("time-2")).to_contain_text("waiting for you")
         await expect(page).to_have_title("(1) Decision needed · Book a trip to Kyoto · runstate")
+        log = page.get_by_test_id("events")
+        await expect(log).to_contain_text("agent-2 took over from agent-1 (lease 2)")
+        await expect(log).to_contain_text(
+            "step 2 book flight: RUNNING -> IN_DOUBT; task: RUNNING -> AWAITING_DECISION"
+        )
     for name, page in pages.items():
         await page.get_by_test_id("retry").scroll_into_view_if_needed()
         await assert_fits_the_screen(page, "task", "question", "retry", "skip", "complete")

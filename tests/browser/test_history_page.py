@@ -16,7 +16,7 @@ from tests.integration.test_api import step
 from tests.support import TASK, Api, Server, mutate
 
 SHOWN = """ ... on Task { id goal status eventSeq
-  steps { status output } toolStates { toolName status retryCount } } """
+  steps { status output } toolStates { toolName status retryCount rateLimitResetAt } } """
 
 
 def task_at(api: Api, task_id: str, seq: int) -> dict[str, Any]:
@@ -108,6 +108,14 @@ async def test_the_scrubber_shows_taskat_and_forks_from_there(
     page = await open_dashboard(browser, f"{server.url}/#token={token}&task={tid}", DESK)
     await expect(page.get_by_test_id("step-2")).to_have_attribute("data-status", "RUNNING")
     assert await on_page(page) == expected(task_now(api, tid))
+    until = task_now(api, tid)["toolStates"][0]["rateLimitResetAt"]
+    shown_until = await page.evaluate("iso => new Date(iso).toLocaleTimeString()", until)
+    await expect(page.get_by_test_id("limit-slides-api")).to_contain_text(
+        "may be called again in 2"  # 30 s from the call, counting down
+    )
+    await expect(page.get_by_test_id("events")).to_contain_text(
+        f"slides-api rate-limited until {shown_until}"
+    )
     scrubber = page.get_by_test_id("scrubber")
     for seq in (2, 3, 4, 5, latest - 1):
         await scrubber.fill(str(seq))

@@ -88,18 +88,30 @@ def read_banner(output: Output) -> None:
     assert output.next_line(10) == "\n"
 
 
+MAKE_VARIABLES = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")
+"""What `make test` passes down to its commands; a terminal has none of them."""
+
+
 def start(command: list[str], cwd: Path, **env: str) -> tuple[subprocess.Popen[str], Output]:
     """``command`` in its own process group, as a terminal runs it."""
+    terminal = {k: v for k, v in os.environ.items() if k not in MAKE_VARIABLES}
     process = subprocess.Popen(
         command,
         cwd=cwd,
-        env={**os.environ, **env},
+        env={**terminal, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
     )
     return process, Output(process)
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    """Kill what is left of ``process``'s group (after a failed check) and reap it."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
 
 
 def ctrl_c(process: subprocess.Popen[str], output: Output) -> list[str]:
@@ -130,8 +142,7 @@ def test_ctrl_c_stops_the_demo_and_its_agents_with_one_line(tmp_path: Path) -> N
         assert demo.returncode == 0
         assert not any("Traceback" in line for line in output.lines), output.lines
     finally:
-        if demo.poll() is None:
-            os.killpg(demo.pid, signal.SIGKILL)
+        stop(demo)
 
 
 @pytest.mark.parametrize("command", ["serve", "demo"])
@@ -181,5 +192,4 @@ def test_make_run_in_a_fresh_clone_shows_progress_then_the_link(tmp_path: Path) 
         assert ctrl_c(run, output) == ["runstate: stopped\n"]
         assert not any("Traceback" in line for line in output.lines), output.lines
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
+        stop(run)
