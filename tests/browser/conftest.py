@@ -9,7 +9,7 @@ import pytest
 from playwright.async_api import Browser, async_playwright
 
 from tests.browser.pages import ARTIFACTS
-from tests.support import IN_CI, Server, create_token
+from tests.support import IN_CI, Api, Server, create_token
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -24,6 +24,15 @@ def dashboard(tmp_path: Path) -> Iterator[tuple[Server, str]]:
         yield server, token
     finally:
         server.stop()
+
+
+@pytest.fixture
+def api(dashboard: tuple[Server, str]) -> Iterator[Api]:
+    """A client of the dashboard's server with its token, closed even if a test fails."""
+    server, token = dashboard
+    client = Api(server.url, token)
+    yield client
+    client.close()
 
 
 @pytest.fixture

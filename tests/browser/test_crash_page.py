@@ -37,13 +37,12 @@ async def shoot(pages: dict[str, Page], stage: str) -> None:
 
 
 async def test_a_crash_is_shown_and_decided_from_a_phone(
-    dashboard: tuple[Server, str], browser: Browser
+    dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
     """Guards the lease display (its countdown, the lapse read from the clock and
     from ``stalled``), the decision panel with its output field, the opening on the
     most recent active task, and the phone layout."""
     server, token = dashboard
-    api = Api(server.url, token)
     session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
     new_task(api, session["id"], "An older trip")  # PLANNED: active, but older
     task = new_task(api, session["id"], "Book a trip to Kyoto")
@@ -127,17 +126,15 @@ async def test_a_crash_is_shown_and_decided_from_a_phone(
     for page in pages.values():
         await assert_fits_the_screen(page, "task")
         await page.close()
-    api.close()
 
 
 async def test_a_renewed_lease_is_not_shown_as_lapsed(
-    dashboard: tuple[Server, str], browser: Browser
+    dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
     """Renewals write no event: the page reads the lease of an active task again
     (``checkLease``). Without that, a live agent that renews shows 'lease lapsed'
     once its first expiry passes. Control: when renewals stop, it does lapse."""
     server, token = dashboard
-    api = Api(server.url, token)
     session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
     tid = new_task(api, session["id"], "Renewing")["id"]
     lease = acquire(api, tid, "agent-r", ttl=2)
@@ -175,4 +172,3 @@ async def test_a_renewed_lease_is_not_shown_as_lapsed(
         "no agent: lease lapsed", timeout=10_000
     )
     await page.close()
-    api.close()

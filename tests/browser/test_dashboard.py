@@ -46,10 +46,9 @@ async def both(pages: list[Page], check: Any) -> None:
 
 
 async def test_two_pages_follow_a_task_through_a_decision_and_a_restart(
-    dashboard: tuple[Server, str], browser: Browser
+    dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
     server, token = dashboard
-    api = Api(server.url, token)
     session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
     task = mutate(
         api,
@@ -122,7 +121,6 @@ async def test_two_pages_follow_a_task_through_a_decision_and_a_restart(
         assert await seqs(page) == list(range(1, final["eventSeq"] + 1))
         assert await page.evaluate("window.loadedOnce") is True, "the page never reloaded"
         await page.screenshot(path=ARTIFACTS / f"completed-page-{index + 1}.png", full_page=True)
-    api.close()
 
 
 async def test_without_a_token_the_page_asks_for_one(

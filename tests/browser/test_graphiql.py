@@ -35,10 +35,9 @@ async def response(page: Page) -> Any:
 
 
 async def test_graphiql_works_offline_from_the_dashboard_link(
-    dashboard: tuple[Server, str], browser: Browser
+    dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
     server, token = dashboard
-    api = Api(server.url, token)
     session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
     task = mutate(
         api,
@@ -83,4 +82,3 @@ async def test_graphiql_works_offline_from_the_dashboard_link(
     await graphiql.screenshot(path=ARTIFACTS / "graphiql-offline.png")
     assert blocked == [], "every script and style came from the package"
     await context.close()
-    api.close()

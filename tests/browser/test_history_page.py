@@ -66,10 +66,9 @@ def expected(task: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_the_scrubber_shows_taskat_and_forks_from_there(
-    dashboard: tuple[Server, str], browser: Browser
+    dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
     server, token = dashboard
-    api = Api(server.url, token)
     session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
     task = mutate(
         api,
@@ -140,4 +139,3 @@ async def test_the_scrubber_shows_taskat_and_forks_from_there(
     await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "PENDING")
     assert await on_page(page) == expected(fork)
     await page.screenshot(path=ARTIFACTS / "history-fork.png", full_page=True)
-    api.close()

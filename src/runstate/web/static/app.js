@@ -43,6 +43,9 @@ let following = false; // opened on no task in particular: follow the newest act
 let socket = null;
 let retryDelay = 500;
 let listed = []; // tasks in the session list, newest session first
+let scrubTimer = null;
+let scrubTo = null; // the seq the history slider was moved to, until the page shows it
+let lastLeaseCheck = 0;
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -257,6 +260,7 @@ function route() {
 
 function select(taskId) {
   current = { id: taskId, task: null, lastSeq: null, entries: [], doubts: {}, past: null };
+  scrubTo = null;
   $("empty").hidden = true;
   $("task").hidden = false;
   $("past").hidden = true;
@@ -632,26 +636,27 @@ function renderScrubber() {
   const scrub = $("scrub");
   scrub.max = Math.max(latest, 1);
   const seq = current.past ? current.past.seq : latest;
-  if (document.activeElement !== scrub || !current.past) scrub.value = seq;
+  if (scrubTo === null) scrub.value = seq;
   const entry = current.entries.find((e) => e.seq === seq);
   $("scrub-label").textContent = `event ${seq} of ${latest}` + (entry ? ` · ${clock(entry.at)} · ${entry.text}` : "") +
     (current.past ? "" : " (live)");
 }
 
-let scrubTimer = null;
 function onScrub() {
   clearTimeout(scrubTimer);
   const seq = Number($("scrub").value);
+  scrubTo = seq;
   scrubTimer = setTimeout(() => showPast(seq), 120);
 }
 
 async function showPast(seq) {
   const watching = current;
   if (!watching || !watching.task) return;
-  if (seq >= watching.task.eventSeq) { backToLive(); return; }
+  if (seq >= watching.task.eventSeq) { scrubTo = null; backToLive(); return; }
   try {
     const data = await graphql(TASK_AT, { id: watching.id, seq });
-    if (watching !== current || Number($("scrub").value) !== seq) return;
+    if (watching !== current || scrubTo !== seq) return; // moved on since
+    scrubTo = null;
     if (data.taskAt.__typename !== "Task") throw new Error(data.taskAt.message);
     watching.past = { seq, task: data.taskAt };
     const entry = watching.entries.find((e) => e.seq === seq);
@@ -661,6 +666,7 @@ async function showPast(seq) {
     $("past").hidden = false;
     render();
   } catch (error) {
+    scrubTo = null;
     $("scrub-label").textContent = "could not read the past: " + error.message;
   }
 }
@@ -717,7 +723,6 @@ async function decide(decision) {
 
 // Countdowns and running times move every second; the lease of an active task is
 // read every LEASE_CHECK_MS, since renewals write no event.
-let lastLeaseCheck = 0;
 function tick() {
   if (current && current.task) {
     render();
@@ -734,7 +739,10 @@ async function checkLease(watching) {
   try {
     const data = await graphql(LEASE, { id: watching.id });
     if (watching !== current || !data.task || data.task.stalled === undefined) return;
-    watching.task = { ...watching.task, lock: data.task.lock, stalled: data.task.stalled };
+    // The server shows no lock once it lapsed; the page keeps the lapsed one, to
+    // say whose it was (and to tell the next holder's takeover).
+    const lock = data.task.lock ?? (data.task.stalled ? watching.task.lock : null);
+    watching.task = { ...watching.task, lock, stalled: data.task.stalled };
   } catch (error) {
     if (!(error instanceof Refused)) console.warn("lease:", error.message);
   }
