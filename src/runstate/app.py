@@ -123,7 +123,7 @@ def create_app(settings: Settings) -> Starlette:
     middleware.insert(0, Middleware(RequestLog))  # outermost: it sees every answer
     return Starlette(
         routes=[
-            Route("/", web_routes.index),
+            Route("/", web_routes.index(settings.graphiql)),
             Route("/healthz", web_routes.health),
             Route("/readyz", web_routes.ready),
             Route("/metrics", web_routes.metrics),

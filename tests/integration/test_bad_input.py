@@ -196,6 +196,7 @@ def test_graphiql_page_opens_in_a_browser_without_a_token(server: Server) -> Non
     assert script.status_code == 200
     home = httpx.get(server.url)
     assert home.status_code == 200
+    assert '<body data-graphiql="on">' in home.text
     assert 'href="/graphql"' in home.text
 
 

@@ -80,6 +80,8 @@ def test_production_turns_off_graphiql_introspection_and_get_queries(tmp_path: P
     try:
         page = httpx.get(f"{server.url}/graphql", headers={"Accept": "text/html"})
         assert page.status_code == 401
+        home = httpx.get(server.url).text
+        assert '<body data-graphiql="off">' in home, "the dashboard links to no GraphiQL"
         headers = {"Authorization": f"Bearer {token}"}
         page = httpx.get(f"{server.url}/graphql", headers={**headers, "Accept": "text/html"})
         assert page.status_code == 404

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from importlib.resources import files
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -13,14 +14,21 @@ from runstate import pubsub
 from runstate.metrics import REGISTRY
 
 _INDEX = files("runstate.web").joinpath("index.html").read_text(encoding="utf-8")
+_WITHOUT_GRAPHIQL = _INDEX.replace('<body data-graphiql="on">', '<body data-graphiql="off">')
 GRAPHIQL = files("runstate.web").joinpath("graphiql.html").read_text(encoding="utf-8")
 """GraphiQL at ``GET /graphql`` (``http.GraphQLView``), on files in ``static/vendor``."""
 
 
-async def index(_: Request) -> Response:
+def index(graphiql: bool) -> Callable[[Request], Awaitable[Response]]:
     """The dashboard: the caller's tasks, one followed live (HTML, CSS and JS in
-    ``runstate/web``, no build step)."""
-    return HTMLResponse(_INDEX)
+    ``runstate/web``, no build step). Without GraphiQL (``RUNSTATE_GRAPHIQL``) the
+    page says so, and shows no link to it."""
+    page = _INDEX if graphiql else _WITHOUT_GRAPHIQL
+
+    async def dashboard(_: Request) -> Response:
+        return HTMLResponse(page)
+
+    return dashboard
 
 
 async def health(_: Request) -> Response:

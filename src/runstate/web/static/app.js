@@ -155,6 +155,7 @@ function start() {
   $("tasks").hidden = false;
   // GraphiQL opens in a new tab, signed in: the token rides in the fragment.
   $("graphiql").href = "/graphql#token=" + encodeURIComponent(token);
+  $("graphiql").hidden = document.body.dataset.graphiql === "off";
   if (matchMedia("(max-width: 760px)").matches) $("tasks").open = false;
   loadTasks();
   route();
@@ -532,6 +533,8 @@ function renderLease(task, now, live) {
   else if (lock && ms(lock.expiresAt) > now) {
     text = `${lock.holderId} holds the lease (lease ${lock.fencingToken}); it runs out in ` +
       `${seconds(ms(lock.expiresAt) - now)} unless the agent renews it.`;
+  } else if (task.status === "AWAITING_DECISION") {
+    text = "No agent holds the lease: the task waits for a person's decision.";
   } else text = FINAL.has(task.status) ? "" : "No agent holds the lease.";
   $("lease").textContent = text;
   $("lease").dataset.state = gone ? "lapsed" : lock && ms(lock.expiresAt) > now ? "held" : "none";
