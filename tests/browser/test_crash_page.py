@@ -14,21 +14,16 @@ from typing import Any
 from playwright.async_api import Browser, Page, expect
 
 from tests.browser.pages import ARTIFACTS, DESK, PHONE, assert_fits_the_screen, open_dashboard
+from tests.integration.test_api import create_task, start_session
 from tests.integration.test_lifecycle import acquire
 from tests.support import TASK, AgentProcess, Api, Server, mutate
 
-PLAN = [
+PLAN: list[dict[str, Any]] = [
     {"action": "search flights"},
     {"action": "compare prices"},
     {"action": "book flight", "idempotent": False},
     {"action": "send confirmation"},
 ]
-
-
-def new_task(api: Api, session_id: str, goal: str) -> dict[str, Any]:
-    return mutate(
-        api, "createTask", "CreateTaskInput", TASK, sessionId=session_id, goal=goal, steps=PLAN
-    )
 
 
 async def shoot(pages: dict[str, Page], stage: str) -> None:
@@ -43,16 +38,17 @@ async def test_a_crash_is_shown_and_decided_from_a_phone(
     from ``stalled``), the decision panel with its output field, the opening on the
     most recent active task, and the phone layout."""
     server, token = dashboard
-    session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
-    new_task(api, session["id"], "An older trip")  # PLANNED: active, but older
-    task = new_task(api, session["id"], "Book a trip to Kyoto")
+    session = start_session(api)
+    create_task(api, session["id"], PLAN, goal="An older trip")  # PLANNED: active, but older
+    task = create_task(api, session["id"], PLAN, goal="Book a trip to Kyoto")
     tid = task["id"]
     first = AgentProcess(
         server.url, token, tid, "--holder", "agent-1", "--ttl", "3", "--pause-at", "book flight"
     )
     try:
         first.until(lambda line: line.get("event") == "paused")
-        done = new_task(api, session["id"], "A cancelled trip")  # newer, but not active
+        # Newer, but not active:
+        done = create_task(api, session["id"], PLAN, goal="A cancelled trip")
         cancelled = mutate(
             api,
             "setTaskStatus",
@@ -135,8 +131,8 @@ async def test_a_renewed_lease_is_not_shown_as_lapsed(
     (``checkLease``). Without that, a live agent that renews shows 'lease lapsed'
     once its first expiry passes. Control: when renewals stop, it does lapse."""
     server, token = dashboard
-    session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
-    tid = new_task(api, session["id"], "Renewing")["id"]
+    session = start_session(api)
+    tid = create_task(api, session["id"], PLAN, goal="Renewing")["id"]
     lease = acquire(api, tid, "agent-r", ttl=2)
     mutate(
         api,

@@ -10,10 +10,10 @@ from typing import Any
 from playwright.async_api import Browser, Page, expect
 
 from tests.browser.pages import ARTIFACTS
-from tests.integration.test_api import step
-from tests.support import TASK, Api, Server, mutate, restart
+from tests.integration.test_api import create_task, start_session, step
+from tests.support import Api, Server, mutate, restart
 
-STEPS = [
+STEPS: list[dict[str, Any]] = [
     {"action": "search flights"},
     {"action": "search hotels"},
     {"action": "book flight", "idempotent": False},
@@ -49,16 +49,8 @@ async def test_two_pages_follow_a_task_through_a_decision_and_a_restart(
     dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
     server, token = dashboard
-    session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
-    task = mutate(
-        api,
-        "createTask",
-        "CreateTaskInput",
-        TASK,
-        sessionId=session["id"],
-        goal="Trip",
-        steps=STEPS,
-    )
+    session = start_session(api)
+    task = create_task(api, session["id"], STEPS, goal="Trip")
     tid = task["id"]
     pages = [await open_task(browser, server.url, token, tid) for _ in range(2)]
     await both(pages, lambda p: expect(p.get_by_test_id("progress")).to_have_text("0%"))

@@ -13,8 +13,8 @@ from typing import Any
 from playwright.async_api import Browser, Page, expect
 
 from tests.browser.pages import ARTIFACTS, offline_context
-from tests.integration.test_api import step
-from tests.support import TASK, Api, Server, mutate
+from tests.integration.test_api import create_task, start_session, step
+from tests.support import Api, Server
 
 
 async def run_in_graphiql(page: Page, query: str) -> None:
@@ -38,16 +38,8 @@ async def test_graphiql_works_offline_from_the_dashboard_link(
     dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
     server, token = dashboard
-    session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
-    task = mutate(
-        api,
-        "createTask",
-        "CreateTaskInput",
-        TASK,
-        sessionId=session["id"],
-        goal="Offline",
-        steps=[{"action": "look around"}],
-    )
+    session = start_session(api)
+    task = create_task(api, session["id"], [{"action": "look around"}], goal="Offline")
     blocked: list[str] = []
     context = await offline_context(browser, blocked)
     page = await context.new_page()

@@ -12,8 +12,8 @@ from typing import Any
 from playwright.async_api import Browser, Page, expect
 
 from tests.browser.pages import ARTIFACTS, DESK, open_dashboard
-from tests.integration.test_api import step
-from tests.support import TASK, Api, Server, mutate
+from tests.integration.test_api import create_task, start_session, step
+from tests.support import Api, Server, mutate
 
 SHOWN = """ ... on Task { id goal status eventSeq
   steps { status output } toolStates { toolName status retryCount rateLimitResetAt } } """
@@ -69,16 +69,8 @@ async def test_the_scrubber_shows_taskat_and_forks_from_there(
     dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
     server, token = dashboard
-    session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
-    task = mutate(
-        api,
-        "createTask",
-        "CreateTaskInput",
-        TASK,
-        sessionId=session["id"],
-        goal="Plan a talk",
-        steps=[{"action": "outline"}, {"action": "draft"}, {"action": "rehearse"}],
-    )
+    plan = [{"action": "outline"}, {"action": "draft"}, {"action": "rehearse"}]
+    task = create_task(api, start_session(api)["id"], plan, goal="Plan a talk")
     tid = task["id"]
     version = 1
 
