@@ -11,7 +11,7 @@ const TOKEN_KEY = "runstate-token";
 const STEP_FIELDS = "index action status idempotent attempts error output startedAt completedAt";
 const TOOL_FIELDS = "toolName status retryCount maxRetries lastError lastResult rateLimitResetAt";
 const LOCK_FIELDS = "holderId fencingToken expiresAt";
-const TASK_FIELDS = `id goal status version currentStep totalSteps eventSeq stalled createdAt
+const TASK_FIELDS = `id goal status version currentStep totalSteps eventSeq stalled
   steps { ${STEP_FIELDS} } toolStates { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} }`;
 const DELTA_FIELDS = `seq kind taskVersion stepIndex toolName at status stalled
   steps { ${STEP_FIELDS} } toolState { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} }`;
@@ -23,7 +23,7 @@ const LOG_PAGE = `query($id: ID!, $after: Int!, $first: Int!) { task(id: $id) {
 const TASK_AT = `query($id: ID!, $seq: Int!) { taskAt(id: $id, seq: $seq) {
   __typename ... on Task { ${TASK_FIELDS} } ... on Problem { message } } }`;
 const LEASE = `query($id: ID!) { task(id: $id) { ... on Task { stalled lock { ${LOCK_FIELDS} } } } }`;
-const LIST = `{ sessions(first: 20) { edges { node { id status lastActiveAt
+const LIST = `{ sessions(first: 20) { edges { node { id status
   tasks(first: 20) { edges { node { id goal status currentStep totalSteps stalled } } } } } } }`;
 const PROBLEM = "... on Problem { message }";
 
@@ -46,6 +46,7 @@ let listed = []; // tasks in the session list, newest session first
 let scrubTimer = null;
 let scrubTo = null; // the seq the history slider was moved to, until the page shows it
 let lastLeaseCheck = 0;
+let listTimer = null; // the next read of the session list
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -62,8 +63,9 @@ function el(tag, attrs, ...children) {
 
 // ------------------------------------------------------------- words and times
 
-const clock = (iso) => new Date(iso).toLocaleTimeString();
+const clock = (time) => new Date(time).toLocaleTimeString(); // an ISO string or ms
 const ms = (iso) => (iso ? Date.parse(iso) : null);
+const held = (lock, now) => Boolean(lock) && ms(lock.expiresAt) > now; // a live lease
 
 function seconds(milliseconds) {
   const s = Math.max(0, milliseconds) / 1000;
@@ -170,6 +172,7 @@ function setConnection(state, text) {
 // ------------------------------------------------------------- sessions and tasks
 
 async function loadTasks() {
+  clearTimeout(listTimer); // a sign-in, a fork: one loop of reads, never two
   if (!token) return;
   try {
     const data = await graphql(LIST);
@@ -182,7 +185,8 @@ async function loadTasks() {
     if (error instanceof Refused) return;
     console.warn("task list:", error.message);
   }
-  setTimeout(loadTasks, 3000);
+  clearTimeout(listTimer); // another read may have started while this one waited
+  listTimer = setTimeout(loadTasks, 3000);
 }
 
 function sessionItem(session) {
@@ -320,9 +324,7 @@ function onEvent(watching, event) {
     watching.task = event.task;
     loadLog(watching, event.seq);
   } else {
-    const before = watching.task;
-    watching.task = applyEvent(before, event);
-    record(watching, before, event);
+    watching.task = record(watching, watching.task, event);
     renderLog(watching);
   }
   render();
@@ -364,11 +366,7 @@ async function loadLog(watching, seq) {
     }
     const live = watching.entries;
     watching.entries = [];
-    for (const event of older) {
-      const next = applyEvent(task, event);
-      record(watching, task, event);
-      task = next;
-    }
+    for (const event of older) task = record(watching, task, event);
     watching.entries.push(...live);
     renderLog(watching);
     render();
@@ -377,7 +375,8 @@ async function loadLog(watching, seq) {
   }
 }
 
-// One log entry for `event`, and what it means for a step's decision time.
+// One log entry for `event`, and what it means for a step's decision time; the
+// task as of `event`.
 function record(watching, before, event) {
   const after = applyEvent(before, event);
   for (const step of event.steps) {
@@ -391,6 +390,7 @@ function record(watching, before, event) {
   watching.entries.push({ seq: event.seq, at: event.at, kind: event.kind,
     subject: subject(before, event), text: describe(before, after, event), delta: delta(event) });
   if (watching.entries.length > LOG_LINES) watching.entries.shift();
+  return after;
 }
 
 // What an event is about, for grouping the log: its step, or for a tool call the
@@ -514,7 +514,7 @@ function render() {
 // no agent is left (the server's `stalled`, or the page's own clock passing it).
 function lapsed(task, now) {
   if (!AGENT_STATUSES.has(task.status)) return false;
-  return task.stalled || (task.lock !== null && ms(task.lock.expiresAt) <= now);
+  return task.stalled || (task.lock !== null && !held(task.lock, now));
 }
 
 function renderLease(task, now, live) {
@@ -530,14 +530,14 @@ function renderLease(task, now, live) {
     text = `No agent: the lease of ${lock.holderId} (lease ${lock.fencingToken}) lapsed ` +
       `${seconds(now - ms(lock.expiresAt))} ago. A worker calling claimTask takes it over.`;
   } else if (gone) text = "No agent: its lease lapsed. A worker calling claimTask takes it over.";
-  else if (lock && ms(lock.expiresAt) > now) {
+  else if (held(lock, now)) {
     text = `${lock.holderId} holds the lease (lease ${lock.fencingToken}); it runs out in ` +
       `${seconds(ms(lock.expiresAt) - now)} unless the agent renews it.`;
   } else if (task.status === "AWAITING_DECISION") {
     text = "No agent holds the lease: the task waits for a person's decision.";
   } else text = FINAL.has(task.status) ? "" : "No agent holds the lease.";
   $("lease").textContent = text;
-  $("lease").dataset.state = gone ? "lapsed" : lock && ms(lock.expiresAt) > now ? "held" : "none";
+  $("lease").dataset.state = gone ? "lapsed" : held(lock, now) ? "held" : "none";
 }
 
 function renderDecision(task, now) {
@@ -548,9 +548,9 @@ function renderDecision(task, now) {
   $("question").textContent = `Step ${inDoubt.index} "${inDoubt.action}" was running when its ` +
     "agent stopped, and it is not safe to run twice. Did it happen?";
   // While an agent holds a live lease the server refuses anyone else's write.
-  const held = task.lock && ms(task.lock.expiresAt) > now;
-  $("decision-note").hidden = !held;
-  if (held) {
+  const waiting = held(task.lock, now);
+  $("decision-note").hidden = !waiting;
+  if (waiting) {
     $("decision-note").textContent = `${task.lock.holderId} still holds the task for ` +
       `${seconds(ms(task.lock.expiresAt) - now)}: a decision is refused until it lets go or its lease runs out.`;
   }
@@ -563,8 +563,8 @@ function renderSteps(task, now, live) {
   const from = times.length ? Math.min(...times) : now;
   const to = live && !FINAL.has(task.status) ? now : Math.max(from + 1000, ...times);
   const span = Math.max(to - from, 1000);
-  $("axis-from").textContent = times.length ? clock(new Date(from).toISOString()) : "";
-  $("axis-to").textContent = times.length ? (to === now ? "now" : clock(new Date(to).toISOString())) : "";
+  $("axis-from").textContent = times.length ? clock(from) : "";
+  $("axis-to").textContent = times.length ? (to === now ? "now" : clock(to)) : "";
   const place = (a, b) => `left:${(100 * (a - from)) / span}%;width:${Math.max(0.6, (100 * (b - a)) / span)}%`;
   $("steps").replaceChildren(...task.steps.map((step) => {
     const timing = stepTiming(step, now, live);
