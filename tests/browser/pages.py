@@ -1,25 +1,29 @@
-"""What the browser tests share: where screenshots go, and a browser cut off from
-everything but this machine."""
+"""What the browser tests share: where screenshots go, the two screen sizes, the
+dashboard opened and live, a check that nothing sticks out sideways, and a
+browser cut off from everything but this machine."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from playwright.async_api import Browser, BrowserContext, Page, Route, expect
+from playwright.async_api import Browser, BrowserContext, Page, Route, ViewportSize, expect
 
 ARTIFACTS = Path(__file__).parent.parent.parent / "test-artifacts" / "browser"
 """Screenshots of the browser tests, for a person to look at after a run."""
 
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
+DESK: ViewportSize = {"width": 1400, "height": 900}
+PHONE: ViewportSize = {"width": 390, "height": 844}
+
 
 async def offline_context(
-    browser: Browser, blocked: list[str], width: int = 1400, height: int = 900
+    browser: Browser, blocked: list[str], size: ViewportSize = DESK
 ) -> BrowserContext:
     """A browser context in which every request to another host fails, as on a
     machine without internet; the refused URLs are appended to ``blocked``."""
-    context = await browser.new_context(viewport={"width": width, "height": height})
+    context = await browser.new_context(viewport=size)
 
     async def only_local(route: Route) -> None:
         url = route.request.url
@@ -33,13 +37,9 @@ async def offline_context(
     return context
 
 
-DESK = {"width": 1400, "height": 900}
-PHONE = {"width": 390, "height": 844}
-
-
-async def open_dashboard(browser: Browser, url: str, size: dict[str, int]) -> Page:
+async def open_dashboard(browser: Browser, url: str, size: ViewportSize) -> Page:
     """The dashboard at ``url`` in a new page of ``size``, once it follows a task live."""
-    page = await browser.new_page(viewport={"width": size["width"], "height": size["height"]})
+    page = await browser.new_page(viewport=size)
     await page.goto(url)
     await expect(page.get_by_test_id("conn")).to_have_attribute("data-state", "live")
     return page

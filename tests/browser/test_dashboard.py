@@ -9,7 +9,7 @@ from typing import Any
 
 from playwright.async_api import Browser, Page, expect
 
-from tests.browser.pages import ARTIFACTS
+from tests.browser.pages import ARTIFACTS, DESK, open_dashboard
 from tests.integration.test_api import create_task, start_session, step
 from tests.support import Api, Server, mutate, restart
 
@@ -23,9 +23,7 @@ STEPS: list[dict[str, Any]] = [
 
 
 async def open_task(browser: Browser, base: str, token: str, task_id: str) -> Page:
-    page = await browser.new_page(viewport={"width": 1280, "height": 900})
-    await page.goto(f"{base}/#token={token}&task={task_id}")
-    await expect(page.get_by_test_id("conn")).to_have_attribute("data-state", "live")
+    page = await open_dashboard(browser, f"{base}/#token={token}&task={task_id}", DESK)
     await page.evaluate("window.loadedOnce = true")  # gone if the page ever reloads
     return page
 
