@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -28,6 +29,22 @@ from runstate.services import validation
 from runstate.services.sweep import sweep_forever
 from runstate.settings import Settings
 from runstate.web import routes as web_routes
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's options for serving the app, the same under ``serve`` and ``demo``."""
+    return {
+        # uvicorn closes an idle connection after 5 s, as long as httpx keeps one for
+        # reuse: a request sent just then was lost to a reset (settings.py).
+        "timeout_keep_alive": settings.keep_alive_seconds,
+        "ws_max_size": settings.max_ws_message_bytes,  # uvicorn default: 16 MiB a message
+        # Events are small deltas: compressing each one for each watcher cost 6% of
+        # a server's time with 100 watchers (py-spy), and memory per socket.
+        "ws_per_message_deflate": False,
+        # On SIGTERM, requests still running after this many seconds are cancelled,
+        # so the server stops within a few seconds whatever it is doing.
+        "timeout_graceful_shutdown": 3,
+    }
 
 
 def from_environment() -> Starlette:

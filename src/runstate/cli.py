@@ -147,7 +147,7 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> None:
     carries the command line's overrides)."""
     import uvicorn
 
-    from runstate.app import create_app
+    from runstate.app import create_app, server_options
 
     logs.configure(settings.log_format)
     if workers > 1:
@@ -161,13 +161,7 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> None:
         log_level="info",
         log_config=None,  # the handler logs.configure set up, for uvicorn's lines too
         access_log=False,  # it prints query strings; RequestLog writes the line instead
-        ws_max_size=settings.max_ws_message_bytes,  # uvicorn default: 16 MiB a message
-        # Events are small deltas: compressing each one for each watcher cost 6% of
-        # a server's time with 100 watchers (py-spy), and memory per socket.
-        ws_per_message_deflate=False,
-        # On SIGTERM, requests still running after this many seconds are cancelled,
-        # so the server stops within a few seconds whatever it is doing.
-        timeout_graceful_shutdown=3,
+        **server_options(settings),
     )
 
 

@@ -182,7 +182,7 @@ async def serve_with_demo(host: str, port: int, database_url: str) -> None:
     and book trips."""
     import uvicorn
 
-    from runstate.app import create_app
+    from runstate.app import create_app, server_options
     from runstate.services.tokens import create_token
     from runstate.settings import Settings
 
@@ -192,8 +192,7 @@ async def serve_with_demo(host: str, port: int, database_url: str) -> None:
         host,
         port,
         log_level="warning",
-        ws_max_size=settings.max_body_bytes,
-        ws_per_message_deflate=False,  # as `runstate serve` (cli.py)
+        **server_options(settings),
     )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())

@@ -50,6 +50,11 @@ class Settings:
     max_connections: int = 50
     """WebSocket connections one user may hold open on one server process."""
     connection_init_seconds: float = 10.0
+    keep_alive_seconds: int = 75
+    """How long an idle HTTP connection is kept open for its next request. Longer
+    than clients keep theirs (httpx 5 s, aiohttp 15 s, a cloud load balancer 60 s):
+    a server that closes first races a client sending on the connection just then,
+    which sees it reset with its request unanswered."""
     allowed_origins: tuple[str, ...] = ()
     """Origins other than the server's own whose pages may open a WebSocket or call
     the API from a browser; ``*`` allows every origin."""
@@ -102,6 +107,7 @@ class Settings:
             max_subscriptions=_positive_int(env, "RUNSTATE_MAX_SUBSCRIPTIONS", 20),
             max_connections=_positive_int(env, "RUNSTATE_MAX_CONNECTIONS", 50),
             connection_init_seconds=_positive_float(env, "RUNSTATE_CONNECTION_INIT_SECONDS", 10.0),
+            keep_alive_seconds=_positive_int(env, "RUNSTATE_KEEP_ALIVE_SECONDS", 75),
             allowed_origins=tuple(
                 o.strip() for o in env.get("RUNSTATE_ALLOWED_ORIGINS", "").split(",") if o.strip()
             ),

@@ -68,42 +68,44 @@ async def drive(client: httpx.AsyncClient, task_id: str) -> list[str]:
 
 async def test_two_processes_share_one_sqlite_file(two_servers: tuple[Server, Server, str]) -> None:
     first, second, token = two_servers
-    api = Api(first.url, token)
-    shared = start_session(api)
-    tasks = [
-        create_task(api, shared["id"], steps=STEPS)["id"] for _ in range(2 * WRITERS_PER_SERVER)
-    ]
-    headers = {"Authorization": f"Bearer {token}"}
-    async with (
-        httpx.AsyncClient(base_url=first.url, headers=headers, timeout=120) as a,
-        httpx.AsyncClient(base_url=second.url, headers=headers, timeout=120) as b,
-    ):
-        clients = [a] * WRITERS_PER_SERVER + [b] * WRITERS_PER_SERVER
-        drives, _ = await asyncio.gather(
-            asyncio.gather(*(drive(c, t) for c, t in zip(clients, tasks, strict=True))),
-            asyncio.gather(*(cas_increments(c, shared["id"], SHARED_INCREMENTS) for c in clients)),
-        )
-    assert [line for lines in drives for line in lines] == []
-    listed = api(
-        "query($s: ID) { tasks(sessionId: $s, first: 100) { edges { node {"
-        " status version eventSeq currentStep } } } }",
-        s=shared["id"],
-    )["tasks"]["edges"]
-    assert [e["node"] for e in listed] == [
-        {
-            "status": "COMPLETED",
-            "version": 2 * STEPS + 1,
-            "eventSeq": 2 * STEPS + 1,
-            "currentStep": STEPS,
-        }
-    ] * len(tasks)
-    session = api(
-        "query($id: ID!) { session(id: $id) { ... on AgentSession { version messageCount } } }",
-        id=shared["id"],
-    )["session"]
-    total = 2 * WRITERS_PER_SERVER * SHARED_INCREMENTS
-    assert session == {"version": total + 1, "messageCount": total}
-    api.close()
+    # Closed even when a write fails: a leaked socket is reported in a later test.
+    with Api(first.url, token) as api:
+        shared = start_session(api)
+        tasks = [
+            create_task(api, shared["id"], steps=STEPS)["id"] for _ in range(2 * WRITERS_PER_SERVER)
+        ]
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx.AsyncClient(base_url=first.url, headers=headers, timeout=120) as a,
+            httpx.AsyncClient(base_url=second.url, headers=headers, timeout=120) as b,
+        ):
+            clients = [a] * WRITERS_PER_SERVER + [b] * WRITERS_PER_SERVER
+            drives, _ = await asyncio.gather(
+                asyncio.gather(*(drive(c, t) for c, t in zip(clients, tasks, strict=True))),
+                asyncio.gather(
+                    *(cas_increments(c, shared["id"], SHARED_INCREMENTS) for c in clients)
+                ),
+            )
+        assert [line for lines in drives for line in lines] == []
+        listed = api(
+            "query($s: ID) { tasks(sessionId: $s, first: 100) { edges { node {"
+            " status version eventSeq currentStep } } } }",
+            s=shared["id"],
+        )["tasks"]["edges"]
+        assert [e["node"] for e in listed] == [
+            {
+                "status": "COMPLETED",
+                "version": 2 * STEPS + 1,
+                "eventSeq": 2 * STEPS + 1,
+                "currentStep": STEPS,
+            }
+        ] * len(tasks)
+        session = api(
+            "query($id: ID!) { session(id: $id) { ... on AgentSession { version messageCount } } }",
+            id=shared["id"],
+        )["session"]
+        total = 2 * WRITERS_PER_SERVER * SHARED_INCREMENTS
+        assert session == {"version": total + 1, "messageCount": total}
 
 
 # ------------------------------------------------ control: why the write goes first
