@@ -8,14 +8,15 @@ task. Screenshots of every stage land in test-artifacts/browser/."""
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, Page, Route, expect
 
 from tests.browser.pages import ARTIFACTS, DESK, PHONE, assert_fits_the_screen, open_dashboard
-from tests.integration.test_api import create_task, start_session
-from tests.integration.test_lifecycle import acquire
+from tests.integration.test_api import create_task, start_session, step
+from tests.integration.test_lifecycle import acquire, at_second_step, resume
 from tests.support import TASK, AgentProcess, Api, Server, mutate
 
 PLAN: list[dict[str, Any]] = [
@@ -166,5 +167,47 @@ async def test_a_renewed_lease_is_not_shown_as_lapsed(
     await expect(page.get_by_test_id("agent")).to_have_text("agent-r")
     await expect(page.get_by_test_id("agent")).to_have_text(
         "no agent: lease lapsed", timeout=10_000
+    )
+    await page.close()
+
+
+async def test_a_decision_made_while_the_log_loads_keeps_its_time(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the order in which the page tells its log: the events before the
+    snapshot first, then those that came live while they loaded. Told the other way,
+    the older IN_DOUBT event restarts the step's decision clock after the decision,
+    and the decided step says "waiting for you". The log's read is held (Playwright
+    routing) until the page shows the decision live."""
+    server, token = dashboard
+    tid = at_second_step(api, "RUNNING", idempotent=False)["id"]
+    version = resume(api, tid)["task"]["version"]
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def hold_the_log(route: Route) -> None:
+        if "events(afterSeq" in (route.request.post_data or ""):
+            held.set()
+            await release.wait()
+        await route.continue_()
+
+    page = await browser.new_page(viewport=DESK)
+    await page.route("**/graphql", hold_the_log)
+    await page.goto(f"{server.url}/#token={token}&task={tid}")
+    await asyncio.wait_for(held.wait(), 30)
+    await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "IN_DOUBT")
+    decided = step(
+        api,
+        "decideStep",
+        "DecideStepInput",
+        taskId=tid,
+        stepIndex=1,
+        expectedVersion=version,
+        decision="SKIP",
+    )
+    await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "SKIPPED")
+    release.set()
+    await expect(page.locator("#events li[data-seq]")).to_have_count(decided["eventSeq"])
+    await expect(page.get_by_test_id("time-1")).to_have_text(
+        re.compile(r"^ran \d+\.\d s · decided after \d+\.\d s$")
     )
     await page.close()

@@ -38,7 +38,7 @@ const EMPTY_TASK = { status: "PLANNED", steps: [], toolStates: [], lock: null, s
 
 const $ = (id) => document.getElementById(id);
 let token = null;
-let current = null; // { id, task, lastSeq, entries, doubts, past }
+let current = null; // { id, task, lastSeq, entries, doubts, pending, past }
 let following = false; // opened on no task in particular: follow the newest active one
 let socket = null;
 let retryDelay = 500;
@@ -264,7 +264,7 @@ function route() {
 }
 
 function select(taskId) {
-  current = { id: taskId, task: null, lastSeq: null, entries: [], doubts: {}, past: null };
+  current = { id: taskId, task: null, lastSeq: null, entries: [], doubts: {}, pending: null, past: null };
   scrubTo = null;
   $("empty").hidden = true;
   $("task").hidden = false;
@@ -322,7 +322,12 @@ function onEvent(watching, event) {
   watching.lastSeq = event.seq;
   if (event.kind === "SNAPSHOT") {
     watching.task = event.task;
-    loadLog(watching, event.seq);
+    watching.pending = [];
+    loadLog(watching, event);
+  } else if (watching.pending) {
+    // Shown now, told in the log once the events before it are (loadLog).
+    watching.task = applyEvent(watching.task, event);
+    watching.pending.push(event);
   } else {
     watching.task = record(watching, watching.task, event);
     renderLog(watching);
@@ -349,30 +354,37 @@ function applyEvent(task, event) {
 }
 
 // The log: the newest events up to the snapshot, each told against the task as it
-// stood just before it (taskAt of the seq before the first one shown).
-async function loadLog(watching, seq) {
+// stood just before it (taskAt of the seq before the first one shown), then the
+// events that came live meanwhile. Told in seq order, so a step decided while the
+// log loads keeps the time its decision took.
+async function loadLog(watching, snapshot) {
+  const pending = watching.pending;
+  const from = Math.max(0, snapshot.seq - LOG_LINES);
+  const older = [];
+  let task = EMPTY_TASK;
   try {
-    const from = Math.max(0, seq - LOG_LINES);
-    let task = EMPTY_TASK;
     if (from > 0) {
       const data = await graphql(TASK_AT, { id: watching.id, seq: from });
       if (data.taskAt.__typename === "Task") task = data.taskAt;
     }
-    const older = [];
-    for (let after = from; after < seq; after += PAGE) {
-      const data = await graphql(LOG_PAGE, { id: watching.id, after, first: Math.min(PAGE, seq - after) });
+    for (let after = from; after < snapshot.seq; after += PAGE) {
+      const data = await graphql(LOG_PAGE, { id: watching.id, after, first: Math.min(PAGE, snapshot.seq - after) });
       if (watching !== current) return;
       older.push(...data.task.events);
     }
-    const live = watching.entries;
-    watching.entries = [];
-    for (const event of older) task = record(watching, task, event);
-    watching.entries.push(...live);
-    renderLog(watching);
-    render();
   } catch (error) {
     console.warn("event log:", error.message);
+    older.length = 0; // no log with a hole in it: it starts at the snapshot instead
   }
+  if (watching !== current || watching.pending !== pending) return; // left, or a newer snapshot
+  watching.pending = null;
+  watching.entries = [];
+  watching.doubts = {};
+  for (const event of older) task = record(watching, task, event);
+  task = snapshot.task;
+  for (const event of pending) task = record(watching, task, event);
+  renderLog(watching);
+  render();
 }
 
 // One log entry for `event`, and what it means for a step's decision time; the
