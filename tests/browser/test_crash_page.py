@@ -211,3 +211,50 @@ async def test_a_decision_made_while_the_log_loads_keeps_its_time(
         re.compile(r"^ran \d+\.\d s · decided after \d+\.\d s$")
     )
     await page.close()
+
+
+async def test_the_session_list_marks_a_decision_as_its_event_comes(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the session list following the open task's events. The list is read
+    every 3 s; here every read after the first is refused (Playwright routing), so
+    only the task's own events can put "needs you" on its entry and take it off."""
+    server, token = dashboard
+    tid = at_second_step(api, "RUNNING", idempotent=False)["id"]
+    reads = 0
+    refused = asyncio.Event()
+
+    async def first_list_read_only(route: Route) -> None:
+        nonlocal reads
+        if "sessions(first" in (route.request.post_data or ""):
+            reads += 1
+            if reads > 1:
+                refused.set()
+                await route.abort()
+                return
+        await route.continue_()
+
+    page = await browser.new_page(viewport=DESK)
+    await page.route("**/graphql", first_list_read_only)
+    await page.goto(f"{server.url}/#token={token}&task={tid}")
+    entry = page.locator(f'#task-list a[data-task="{tid}"]')
+    await expect(entry).to_contain_text("running")
+    await expect(entry.locator(".needs-mark")).to_have_count(0)
+    await asyncio.wait_for(refused.wait(), 30)  # from here the list is never read again
+    version = resume(api, tid)["task"]["version"]
+    await expect(entry.locator(".needs-mark")).to_have_text("needs you")
+    session = page.locator(".session", has=page.locator(f'a[data-task="{tid}"]'))
+    await expect(session.locator(".session-head .needs-mark")).to_have_text("needs you")
+    step(
+        api,
+        "decideStep",
+        "DecideStepInput",
+        taskId=tid,
+        stepIndex=1,
+        expectedVersion=version,
+        decision="SKIP",
+    )
+    await expect(entry).to_contain_text("completed")
+    await expect(entry.locator(".needs-mark")).to_have_count(0)
+    await expect(session.locator(".session-head .needs-mark")).to_have_count(0)
+    await page.close()

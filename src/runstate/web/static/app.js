@@ -42,7 +42,9 @@ let current = null; // { id, task, lastSeq, entries, doubts, pending, past }
 let following = false; // opened on no task in particular: follow the newest active one
 let socket = null;
 let retryDelay = 500;
-let listed = []; // tasks in the session list, newest session first
+let sessionsRead = []; // the session list as last read, newest session first
+let listed = []; // their tasks
+let listedAs = null; // the followed task as the list last showed it (listKey)
 let scrubTimer = null;
 let scrubTo = null; // the seq the history slider was moved to, until the page shows it
 let lastLeaseCheck = 0;
@@ -176,9 +178,9 @@ async function loadTasks() {
   if (!token) return;
   try {
     const data = await graphql(LIST);
-    const sessions = data.sessions.edges.map((e) => e.node);
-    listed = sessions.flatMap((s) => s.tasks.edges.map((e) => e.node));
-    $("task-list").replaceChildren(...sessions.map(sessionItem));
+    sessionsRead = data.sessions.edges.map((e) => e.node);
+    listed = sessionsRead.flatMap((s) => s.tasks.edges.map((e) => e.node));
+    showList();
     markNeeds();
     follow();
   } catch (error) {
@@ -189,8 +191,26 @@ async function loadTasks() {
   listTimer = setTimeout(loadTasks, 3000);
 }
 
+function showList() {
+  $("task-list").replaceChildren(...sessionsRead.map(sessionItem));
+  listedAs = current && current.task ? listKey(current.task) : null;
+}
+
+// What the list shows of a task.
+function listKey(task) {
+  return [task.id, task.status, task.currentStep, task.totalSteps, task.stalled].join();
+}
+
+// A listed task as the page knows it: the followed one as its events left it (the
+// list is read every 3 s; events come at once).
+function known(task) {
+  if (!current || current.id !== task.id || !current.task) return task;
+  const { status, currentStep, totalSteps, stalled } = current.task;
+  return { ...task, status, currentStep, totalSteps, stalled };
+}
+
 function sessionItem(session) {
-  const tasks = session.tasks.edges.map((e) => e.node);
+  const tasks = session.tasks.edges.map((e) => known(e.node));
   const waiting = tasks.some(needsYou);
   return el("li", { class: "session", "data-session": session.id },
     el("div", { class: "session-head" },
@@ -220,9 +240,12 @@ function percent(done, total) {
   return total ? Math.round((100 * done) / total) : 0;
 }
 
-// The header and the title say when a decision waits, on this task or another.
+// What waits for a person, on this task or another, wherever the page says it: the
+// header, the title, and the session list, drawn again when the followed task
+// changed since it was drawn.
 function markNeeds() {
-  const waiting = listed.filter(needsYou);
+  if (current && current.task && listKey(current.task) !== listedAs) showList();
+  const waiting = listed.map(known).filter(needsYou);
   const here = current && current.task && current.task.steps.some((s) => s.status === "IN_DOUBT");
   const count = new Set([...waiting.map((t) => t.id), ...(here ? [current.id] : [])]).size;
   $("needs").hidden = count === 0;
