@@ -12,7 +12,7 @@ import uvicorn
 from tortoise.backends.base.executor import EXECUTOR_CACHE
 
 from runstate import pubsub
-from runstate.app import create_app
+from runstate.app import create_app, server_options
 from runstate.db import close_database, open_database
 from runstate.pubsub import Hub, MemoryBroker, Publisher
 from runstate.schema.fanout import SHARED
@@ -33,7 +33,8 @@ async def server(tmp_path: Path) -> AsyncIterator[str]:
     EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
     settings = Settings(database_url=f"sqlite://{tmp_path / 'fanout.db'}", catch_up_seconds=60)
     port = free_port()
-    config = uvicorn.Config(create_app(settings), port=port, log_level="warning")
+    app = create_app(settings)
+    config = uvicorn.Config(app, port=port, log_level="warning", **server_options(settings))
     uv = uvicorn.Server(config)
     serving = asyncio.create_task(uv.serve())
     deadline = asyncio.get_running_loop().time() + 30
