@@ -171,6 +171,19 @@ async def test_a_renewed_lease_is_not_shown_as_lapsed(
     await page.close()
 
 
+def skip_step_1(api: Api, task_id: str, version: int) -> dict[str, Any]:
+    """SKIP the step an ``at_second_step`` task has IN_DOUBT once resumed."""
+    return step(
+        api,
+        "decideStep",
+        "DecideStepInput",
+        taskId=task_id,
+        stepIndex=1,
+        expectedVersion=version,
+        decision="SKIP",
+    )
+
+
 async def test_a_decision_made_while_the_log_loads_keeps_its_time(
     dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
@@ -195,15 +208,7 @@ async def test_a_decision_made_while_the_log_loads_keeps_its_time(
     await page.goto(f"{server.url}/#token={token}&task={tid}")
     await asyncio.wait_for(held.wait(), 30)
     await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "IN_DOUBT")
-    decided = step(
-        api,
-        "decideStep",
-        "DecideStepInput",
-        taskId=tid,
-        stepIndex=1,
-        expectedVersion=version,
-        decision="SKIP",
-    )
+    decided = skip_step_1(api, tid, version)
     await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "SKIPPED")
     release.set()
     await expect(page.locator("#events li[data-seq]")).to_have_count(decided["eventSeq"])
@@ -245,15 +250,7 @@ async def test_the_session_list_marks_a_decision_as_its_event_comes(
     await expect(entry.locator(".needs-mark")).to_have_text("needs you")
     session = page.locator(".session", has=page.locator(f'a[data-task="{tid}"]'))
     await expect(session.locator(".session-head .needs-mark")).to_have_text("needs you")
-    step(
-        api,
-        "decideStep",
-        "DecideStepInput",
-        taskId=tid,
-        stepIndex=1,
-        expectedVersion=version,
-        decision="SKIP",
-    )
+    skip_step_1(api, tid, version)
     await expect(entry).to_contain_text("completed")
     await expect(entry.locator(".needs-mark")).to_have_count(0)
     await expect(session.locator(".session-head .needs-mark")).to_have_count(0)
