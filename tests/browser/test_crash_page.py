@@ -221,11 +221,13 @@ async def test_a_decision_made_while_the_log_loads_keeps_its_time(
 async def test_the_session_list_marks_a_decision_as_its_event_comes(
     dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
-    """Guards the session list following the open task's events. The list is read
-    every 3 s; here every read after the first is refused (Playwright routing), so
-    only the task's own events can put "needs you" on its entry and take it off."""
+    """Guards the session list following the open task as the page knows it. The
+    list is read every 3 s; here every read after the first is refused (Playwright
+    routing), so only the page's own view of the task can say "no agent" on its
+    entry once its lease lapses, and put "needs you" on it and take it off."""
     server, token = dashboard
     tid = at_second_step(api, "RUNNING", idempotent=False)["id"]
+    acquire(api, tid, "agent-l", ttl=2)
     reads = 0
     refused = asyncio.Event()
 
@@ -246,6 +248,7 @@ async def test_the_session_list_marks_a_decision_as_its_event_comes(
     await expect(entry).to_contain_text("running")
     await expect(entry.locator(".needs-mark")).to_have_count(0)
     await asyncio.wait_for(refused.wait(), 30)  # from here the list is never read again
+    await expect(entry).to_contain_text("no agent", timeout=10_000)
     version = resume(api, tid)["task"]["version"]
     await expect(entry.locator(".needs-mark")).to_have_text("needs you")
     session = page.locator(".session", has=page.locator(f'a[data-task="{tid}"]'))

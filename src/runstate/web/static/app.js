@@ -193,7 +193,7 @@ async function loadTasks() {
 
 function showList() {
   $("task-list").replaceChildren(...sessionsRead.map(sessionItem));
-  listedAs = current && current.task ? listKey(current.task) : null;
+  listedAs = current && current.task ? listKey(known(current.task)) : null;
 }
 
 // What the list shows of a task.
@@ -201,12 +201,13 @@ function listKey(task) {
   return [task.id, task.status, task.currentStep, task.totalSteps, task.stalled].join();
 }
 
-// A listed task as the page knows it: the followed one as its events left it (the
-// list is read every 3 s; events come at once).
+// A listed task as the page knows it: the followed one as its events left it, with
+// no agent once its lease lapsed on this page's clock (the list is read every 3 s;
+// events come at once).
 function known(task) {
   if (!current || current.id !== task.id || !current.task) return task;
-  const { status, currentStep, totalSteps, stalled } = current.task;
-  return { ...task, status, currentStep, totalSteps, stalled };
+  const { status, currentStep, totalSteps } = current.task;
+  return { ...task, status, currentStep, totalSteps, stalled: lapsed(current.task, Date.now()) };
 }
 
 function sessionItem(session) {
@@ -244,7 +245,7 @@ function percent(done, total) {
 // header, the title, and the session list, drawn again when the followed task
 // changed since it was drawn.
 function markNeeds() {
-  if (current && current.task && listKey(current.task) !== listedAs) showList();
+  if (current && current.task && listKey(known(current.task)) !== listedAs) showList();
   const waiting = listed.map(known).filter(needsYou);
   const here = current && current.task && current.task.steps.some((s) => s.status === "IN_DOUBT");
   const count = new Set([...waiting.map((t) => t.id), ...(here ? [current.id] : [])]).size;
@@ -541,8 +542,6 @@ function render() {
   renderSteps(task, now, live);
   renderTools(task, now, live);
   renderScrubber();
-  const link = document.querySelector(`#task-list a[data-task="${CSS.escape(current.id)}"] small`);
-  if (link && live) link.textContent = `${lapsed(task, now) ? "no agent" : words(task.status)} · ${pct}%`;
 }
 
 // The lease as it is now: its holder and when it runs out, or that it lapsed and
