@@ -129,8 +129,12 @@ async def test_a_renewed_lease_is_not_shown_as_lapsed(
     dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
     """Renewals write no event: the page reads the lease of an active task again
-    (``checkLease``). Without that, a live agent that renews shows 'lease lapsed'
-    once its first expiry passes. Control: when renewals stop, it does lapse."""
+    (``checkLease``), every 2 s and on each tick of the last two seconds of the
+    lease it read. Without the reads, a live agent that renews shows 'lease lapsed'
+    once its first expiry passes; with only the 2-second reads, a 2-second lease
+    renewed every half second is shown lapsed now and then between two reads. Every
+    state the lease display takes is recorded. Control: when renewals stop, it does
+    lapse."""
     server, token = dashboard
     session = start_session(api)
     tid = create_task(api, session["id"], PLAN, goal="Renewing")["id"]
@@ -147,6 +151,12 @@ async def test_a_renewed_lease_is_not_shown_as_lapsed(
     )
     page = await open_dashboard(browser, f"{server.url}/#token={token}&task={tid}", DESK)
     await expect(page.get_by_test_id("lease")).to_have_attribute("data-state", "held")
+    await page.evaluate("""() => {
+      const lease = document.getElementById("lease");
+      window.leaseStates = new Set();
+      new MutationObserver(() => window.leaseStates.add(lease.dataset.state))
+        .observe(lease, { attributes: true, attributeFilter: ["data-state"] });
+    }""")
     first_expiry = datetime.fromisoformat(lease["expiresAt"])
     renew = "... on TaskLock { expiresAt }"
     # Renew as an agent does, until the first expiry is well past (the page reads
@@ -163,7 +173,7 @@ async def test_a_renewed_lease_is_not_shown_as_lapsed(
             ttlSeconds=2,
         )
         await page.wait_for_timeout(500)  # an agent's heartbeat interval
-    await expect(page.get_by_test_id("lease")).to_have_attribute("data-state", "held")
+    assert await page.evaluate("[...window.leaseStates]") == ["held"]
     await expect(page.get_by_test_id("agent")).to_have_text("agent-r")
     await expect(page.get_by_test_id("agent")).to_have_text(
         "no agent: lease lapsed", timeout=10_000

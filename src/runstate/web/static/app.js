@@ -34,6 +34,7 @@ const LEASE_EVENTS = new Set(["LOCK_ACQUIRED", "LOCK_RELEASED"]);
 const PAGE = 100; // the most a list may return at once
 const LOG_LINES = 500; // the log keeps the newest events; the server keeps them all
 const LEASE_CHECK_MS = 2000;
+const TICK_MS = 1000;
 const EMPTY_TASK = { status: "PLANNED", steps: [], toolStates: [], lock: null, stalled: false };
 
 const $ = (id) => document.getElementById(id);
@@ -759,13 +760,17 @@ async function decide(decision) {
 // ------------------------------------------------------------- the clock
 
 // Countdowns and running times move every second; the lease of an active task is
-// read every LEASE_CHECK_MS, since renewals write no event.
+// read every LEASE_CHECK_MS, since renewals write no event, and on every tick of
+// the last two seconds of the lease it last read (two: a tick may come late). An
+// agent that renews is then seen renewed before the page's clock calls it lapsed.
 function tick() {
   if (current && current.task) {
     render();
     markNeeds();
     const now = Date.now();
-    if (!FINAL.has(current.task.status) && now - lastLeaseCheck >= LEASE_CHECK_MS) {
+    const lock = current.task.lock;
+    const ending = held(lock, now) && ms(lock.expiresAt) - now <= 2 * TICK_MS;
+    if (!FINAL.has(current.task.status) && (ending || now - lastLeaseCheck >= LEASE_CHECK_MS)) {
       lastLeaseCheck = now;
       checkLease(current);
     }
@@ -799,7 +804,7 @@ $("scrub").addEventListener("input", onScrub);
 $("live").addEventListener("click", backToLive);
 $("fork").addEventListener("click", fork);
 window.addEventListener("hashchange", route);
-setInterval(tick, 1000);
+setInterval(tick, TICK_MS);
 
 readFragment();
 if (token) start();
