@@ -44,7 +44,6 @@ let following = false; // opened on no task in particular: follow the newest act
 let socket = null;
 let retryDelay = 500;
 let sessionsRead = []; // the session list as last read, newest session first
-let listed = []; // their tasks
 let listedAs = null; // the followed task as the list last showed it (listKey)
 let scrubTimer = null;
 let scrubTo = null; // the seq the history slider was moved to, until the page shows it
@@ -180,7 +179,6 @@ async function loadTasks() {
   try {
     const data = await graphql(LIST);
     sessionsRead = data.sessions.edges.map((e) => e.node);
-    listed = sessionsRead.flatMap((s) => s.tasks.edges.map((e) => e.node));
     showList();
     markNeeds();
     follow();
@@ -190,6 +188,11 @@ async function loadTasks() {
   }
   clearTimeout(listTimer); // another read may have started while this one waited
   listTimer = setTimeout(loadTasks, 3000);
+}
+
+// The tasks of the sessions in the list, as last read.
+function listed() {
+  return sessionsRead.flatMap((s) => s.tasks.edges.map((e) => e.node));
 }
 
 function showList() {
@@ -247,7 +250,7 @@ function percent(done, total) {
 // changed since it was drawn.
 function markNeeds() {
   if (current && current.task && listKey(known(current.task)) !== listedAs) showList();
-  const waiting = listed.map(known).filter(needsYou);
+  const waiting = listed().map(known).filter(needsYou);
   const here = current && current.task && current.task.steps.some((s) => s.status === "IN_DOUBT");
   const count = new Set([...waiting.map((t) => t.id), ...(here ? [current.id] : [])]).size;
   $("needs").hidden = count === 0;
@@ -263,9 +266,10 @@ function markNeeds() {
 // when it finishes (the demo books trip after trip).
 function follow() {
   if (!following || (current && current.past)) return;
-  const active = listed.find((t) => !FINAL.has(t.status));
+  const tasks = listed();
+  const active = tasks.find((t) => !FINAL.has(t.status));
   const finished = !current || !current.task || FINAL.has(current.task.status);
-  const next = active || (!current ? listed[0] : null);
+  const next = active || (!current ? tasks[0] : null);
   if (!next) { if (!current) showEmpty(); return; }
   if (current && current.id === next.id) return;
   if (!current || finished) {
