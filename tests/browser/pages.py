@@ -4,6 +4,7 @@ browser cut off from everything but this machine."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -37,9 +38,17 @@ async def offline_context(
     return context
 
 
-async def open_dashboard(browser: Browser, url: str, size: ViewportSize) -> Page:
-    """The dashboard at ``url`` in a new page of ``size``, once it follows a task live."""
+async def open_dashboard(
+    browser: Browser,
+    url: str,
+    size: ViewportSize,
+    api_route: Callable[[Route], Awaitable[None]] | None = None,
+) -> Page:
+    """The dashboard at ``url`` in a new page of ``size``, once it follows a task live;
+    its GraphQL requests over HTTP go through ``api_route`` when one is given."""
     page = await browser.new_page(viewport=size)
+    if api_route is not None:
+        await page.route("**/graphql", api_route)
     await page.goto(url)
     await expect(page.get_by_test_id("conn")).to_have_attribute("data-state", "live")
     return page

@@ -213,9 +213,9 @@ async def test_a_decision_made_while_the_log_loads_keeps_its_time(
             await release.wait()
         await route.continue_()
 
-    page = await browser.new_page(viewport=DESK)
-    await page.route("**/graphql", hold_the_log)
-    await page.goto(f"{server.url}/#token={token}&task={tid}")
+    page = await open_dashboard(
+        browser, f"{server.url}/#token={token}&task={tid}", DESK, hold_the_log
+    )
     await asyncio.wait_for(held.wait(), 30)
     await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "IN_DOUBT")
     decided = skip_step_1(api, tid, version)
@@ -251,9 +251,9 @@ async def test_the_session_list_marks_a_decision_as_its_event_comes(
                 return
         await route.continue_()
 
-    page = await browser.new_page(viewport=DESK)
-    await page.route("**/graphql", first_list_read_only)
-    await page.goto(f"{server.url}/#token={token}&task={tid}")
+    page = await open_dashboard(
+        browser, f"{server.url}/#token={token}&task={tid}", DESK, first_list_read_only
+    )
     entry = page.locator(f'#task-list a[data-task="{tid}"]')
     await expect(entry).to_contain_text("running")
     await expect(entry.locator(".needs-mark")).to_have_count(0)
