@@ -2,11 +2,15 @@
 
 The agent books a trip, step by step at a pace a person can follow, through the
 SDK: a flaky hotel API rate-limits it once, and the first agent process is
-killed while "book flight" is running. A pool worker (the SDK's ``work`` loop)
-claims the task once its lease lapses and resumes it; since booking a flight is
-not safe to repeat, it waits for a person to decide in the dashboard, then
-finishes. Then the next trip starts. A task left behind by an earlier demo run
-(its agent died with it) is stalled, and the worker claims it first: no orphan.
+killed while "book flight" is running. A pool of two workers (the SDK's ``work``
+loop, in one process for the whole demo) claims the task once its lease lapses
+and resumes it; since booking a flight is not safe to repeat, it waits for a
+person to decide in the dashboard, then finishes. Then the next trip starts.
+
+The pool also runs whatever else needs a worker: a fork made from the dashboard's
+history (PLANNED), and a task left behind by an earlier demo run (its agent died
+with it, so it is stalled): no orphan. Each trip is leased to its first agent as
+soon as it is created, so the pool does not take it before its crash.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ PLAN: list[str | dict[str, Any]] = [
     {"action": "send confirmation", "idempotent": False},
 ]
 CITIES = ["Lisbon", "Kyoto", "Valparaíso", "Tallinn", "Oaxaca"]
+TRAVELLERS = ["Ana", "Kenji", "Rosa", "Mart", "Lupe", "Idris", "Nora"]
+"""Seven travellers for five cities: 35 trips before a name comes again."""
 CRASH_AT = "book flight"
 SESSION = "demo"
 PAUSE = 1.5
@@ -85,6 +91,10 @@ ACTIONS: dict[str, Callable[[TaskRunner], Awaitable[Any]]] = {
 
 
 LEASE_TTL = 5
+STARTUP_TTL = 60
+"""The lease the demo holds for a trip's first agent while that process starts."""
+POOL = 2
+"""Workers in the pool: one may wait for a person's decision while another runs a fork."""
 
 
 async def work(run: TaskRunner, crash_at: str | None = None) -> None:
@@ -97,48 +107,47 @@ async def work(run: TaskRunner, crash_at: str | None = None) -> None:
         await run.succeed(step.index, await ACTIONS[step.action](run))
 
 
-async def agent(url: str, token: str, task_id: str, crash_at: str) -> None:
-    """The first agent process of a trip: runs it until ``crash_at``."""
+async def agent(url: str, token: str, task_id: str, holder: str, crash_at: str) -> None:
+    """The first agent process of a trip: takes over the lease the demo holds for it
+    (``holder``) and runs the trip until ``crash_at``."""
     async with (
         Runstate(url, token) as rs,
-        rs.run(
-            task_id, holder=f"agent-{os.getpid()}", policy=EveryStep(), lease_ttl=LEASE_TTL
-        ) as run,
+        rs.run(task_id, holder=holder, policy=EveryStep(), lease_ttl=LEASE_TTL) as run,
     ):
         await work(run, crash_at)
 
 
-async def pool_worker(url: str, token: str, until: str) -> None:
-    """A worker of the pool: claims the demo's tasks that need a worker (stalled ones
-    first, oldest first), each to its end, until it has finished task ``until``.
-    A step left in doubt by a crash waits for a person."""
-    stop = asyncio.Event()
+async def pool(url: str, token: str) -> None:
+    """The pool: ``POOL`` workers claiming the demo's tasks that need one (the oldest
+    first: a trip whose agent died, a fork), each to its end, for as long as the demo
+    runs. A step left in doubt by a crash waits for a person."""
 
     async def handle(run: TaskRunner) -> None:
         await work(run)
-        if run.task_id == until:
-            stop.set()
 
     async with Runstate(url, token) as rs:
-        await rs.work(
-            f"worker-{os.getpid()}",
-            handle,
-            session_id=SESSION,
-            policy=EveryStep(),
-            lease_ttl=LEASE_TTL,
-            decision=WAIT,
-            idle_seconds=1.0,
-            stop=stop,
+        await asyncio.gather(
+            *(
+                rs.work(
+                    f"worker-{os.getpid()}-{n}",
+                    handle,
+                    session_id=SESSION,
+                    policy=EveryStep(),
+                    lease_ttl=LEASE_TTL,
+                    decision=WAIT,
+                    idle_seconds=1.0,
+                )
+                for n in range(1, POOL + 1)
+            )
         )
 
 
-async def _spawn(url: str, token: str, task_id: str, *args: str) -> asyncio.subprocess.Process:
+async def _spawn(url: str, token: str, *args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "runstate.demo",
         url,
-        task_id,
         *args,
         env={**os.environ, "RUNSTATE_DEMO_TOKEN": token},
         stdin=asyncio.subprocess.PIPE,  # closed when the demo ends, however it ends
@@ -151,24 +160,31 @@ async def _spawn(url: str, token: str, task_id: str, *args: str) -> asyncio.subp
 
 
 async def trips(url: str, token: str) -> None:
-    """Book trip after trip, each with one crash and one decision for a person."""
+    """Book trip after trip, each with one crash and one decision for a person; the
+    pool runs for as long as the demo does."""
     agents: list[asyncio.subprocess.Process] = []
     try:
         async with Runstate(url, token) as rs:
             session = await rs.start_session(SESSION, ttl_seconds=7 * 24 * 3600)
+            agents.append(await _spawn(url, token, "--pool"))
             for number in range(1, 10_000):
                 city = CITIES[(number - 1) % len(CITIES)]
-                task = await rs.create_task(session.id, f"Book a trip to {city}", PLAN)
-                first = await _spawn(url, token, task.id, "--crash-at", CRASH_AT)
+                traveller = TRAVELLERS[(number - 1) % len(TRAVELLERS)]
+                goal = f"Book a trip to {city} for {traveller}"
+                task = await rs.create_task(session.id, goal, PLAN)
+                holder = f"agent-{number}"
+                # Held for the agent until it starts (it takes the lease over, at
+                # LEASE_TTL): a PLANNED task with no live lease is the pool's to claim.
+                await rs.acquire_lock(task.id, holder, STARTUP_TTL)
+                first = await _spawn(url, token, task.id, holder, "--crash-at", CRASH_AT)
                 agents.append(first)
                 assert first.stdout is not None
                 await first.stdout.readline()  # "crash-point": the flight booking is running
-                first.kill()
+                with contextlib.suppress(ProcessLookupError):  # gone already: nothing to kill
+                    first.kill()
                 await first.wait()
-                second = await _spawn(url, token, task.id, "--work")
-                agents.append(second)
-                await second.wait()
-                agents.clear()
+                agents.remove(first)
+                await _until_finished(rs, task.id)  # the pool takes it over
                 await asyncio.sleep(15)
     finally:
         for process in agents:  # the demo is stopping: so are its agents
@@ -218,6 +234,13 @@ async def serve_with_demo(host: str, port: int, database_url: str) -> None:
             await demo
 
 
+async def _until_finished(rs: Runstate, task_id: str) -> None:
+    """Follow the task until it is COMPLETED, FAILED or CANCELLED."""
+    async for event in rs.watch(task_id):
+        if event.status in ("COMPLETED", "FAILED", "CANCELLED"):
+            return
+
+
 def _exit_with_parent() -> None:
     """End this agent when the demo that spawned it ends (its stdin pipe closes),
     even if the demo was killed and could not stop it."""
@@ -226,19 +249,22 @@ def _exit_with_parent() -> None:
 
 
 def main() -> None:
-    """The agent process the demo spawns: ``python -m runstate.demo URL TASK_ID``."""
+    """The processes the demo spawns: ``python -m runstate.demo URL TASK_ID HOLDER
+    --crash-at ACTION`` (a trip's first agent) or ``python -m runstate.demo URL
+    --pool``."""
     threading.Thread(target=_exit_with_parent, daemon=True).start()
     parser = argparse.ArgumentParser(prog="runstate.demo")
     parser.add_argument("url")
-    parser.add_argument("task_id")
+    parser.add_argument("task_id", nargs="?")
+    parser.add_argument("holder", nargs="?")
     parser.add_argument("--crash-at")
-    parser.add_argument("--work", action="store_true", help="be a pool worker until TASK_ID")
+    parser.add_argument("--pool", action="store_true", help="be the pool of workers")
     args = parser.parse_args()
     token = os.environ["RUNSTATE_DEMO_TOKEN"]
-    if args.work:
-        asyncio.run(pool_worker(args.url, token, args.task_id))
+    if args.pool:
+        asyncio.run(pool(args.url, token))
     else:
-        asyncio.run(agent(args.url, token, args.task_id, args.crash_at))
+        asyncio.run(agent(args.url, token, args.task_id, args.holder, args.crash_at))
 
 
 if __name__ == "__main__":

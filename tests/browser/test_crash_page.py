@@ -36,8 +36,9 @@ async def test_a_crash_is_shown_and_decided_from_a_phone(
     dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
     """Guards the lease display (its countdown, the lapse read from the clock and
-    from ``stalled``), the decision panel with its output field, the opening on the
-    most recent active task, and the phone layout."""
+    from ``stalled``), the decision panel with its output field and reason, the log
+    saying who decided and why, the step's run time ending when its agent was last
+    heard of, the opening on the most recent active task, and the phone layout."""
     server, token = dashboard
     session = start_session(api)
     create_task(api, session["id"], PLAN, goal="An older trip")  # PLANNED: active, but older
@@ -109,12 +110,21 @@ async def test_a_crash_is_shown_and_decided_from_a_phone(
     await expect(phone.get_by_test_id("decision-note")).to_contain_text("agent-2 still holds")
     await expect(phone.get_by_test_id("decision-note")).to_be_hidden(timeout=10_000)
     await phone.get_by_test_id("complete-output").fill('{"pnr": "X7K2QM"}')
+    await phone.get_by_test_id("decision-why").fill("the airline mailed a PNR")
     await phone.get_by_test_id("complete").click()
     for page in pages.values():
         await expect(page.get_by_test_id("step-2")).to_have_attribute("data-status", "SUCCESS")
         await expect(page.get_by_test_id("output-2")).to_have_text('{"pnr":"X7K2QM"}')
         await expect(page.get_by_test_id("decision")).to_be_hidden()
-        await expect(page.get_by_test_id("time-2")).to_contain_text("decided after")
+        # The agent was last heard of when it started the step (it paused there, then
+        # was killed): the seconds its lease took to lapse are not running time.
+        await expect(page.get_by_test_id("time-2")).to_have_text(
+            re.compile(r"^ran 0\.\d s, then its agent stopped · decided after \d+(\.\d)? s$")
+        )
+        await expect(page.get_by_test_id("events")).to_contain_text(
+            "watcher decided: it happened (the airline mailed a PNR); "
+            "step 2 book flight: IN_DOUBT -> SUCCESS"
+        )
     await shoot(pages, "4-decided")
     step = await asyncio.to_thread(
         api, "query($id: ID!) { task(id: $id) { ... on Task { steps { status output } } } }", id=tid

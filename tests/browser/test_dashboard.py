@@ -133,3 +133,22 @@ async def test_without_a_token_the_page_asks_for_one(
     await expect(page.get_by_role("heading", name="Sessions")).to_be_visible()
     await expect(page.locator("#signin")).to_be_hidden()
     assert token not in page.url, "the token never goes into the address bar"
+
+
+async def test_a_link_to_a_missing_task_says_so_and_draws_no_task(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the missing-task notice: a link naming a task this token cannot see
+    (unknown, or another user's) says so, and no empty task skeleton (goal, 0%,
+    steps, history) is drawn under it; a known task opened next shows as usual."""
+    server, token = dashboard
+    known = create_task(api, start_session(api)["id"], STEPS, goal="A real trip")
+    page = await browser.new_page(viewport=DESK)
+    await page.goto(f"{server.url}/#token={token}&task=no-such-trip")
+    await expect(page.get_by_test_id("missing")).to_contain_text('There is no task "no-such-trip"')
+    await expect(page.get_by_test_id("task")).to_be_hidden()
+    await expect(page.get_by_test_id("conn")).to_have_text("no such task")
+    await page.goto(f"{server.url}/#task={known['id']}")
+    await expect(page.locator("#goal")).to_have_text("A real trip")
+    await expect(page.get_by_test_id("missing")).to_be_hidden()
+    await page.close()

@@ -1,7 +1,8 @@
 """The history scrubber in Chromium: moved to seq k, the page shows exactly
 ``taskAt(k)`` (status, each step's status and output, each tool); moved to the
-end it is live again; forking from seq k opens the new task. Guards the
-scrubber's taskAt read and the fork button."""
+end it is live again; forking from seq k opens the new task, PLANNED, which says
+where it came from, with a link back. Guards the scrubber's taskAt read, the fork
+button beside the slider, and the fork's origin line."""
 
 from __future__ import annotations
 
@@ -121,6 +122,12 @@ async def test_the_scrubber_shows_taskat_and_forks_from_there(
 
     await scrubber.fill("4")  # step 0 done, step 1 running
     await expect(page.get_by_test_id("task")).to_have_attribute("data-seq", "4")
+    await scrubber.scroll_into_view_if_needed()
+    slider, button = await scrubber.bounding_box(), await page.get_by_test_id("fork").bounding_box()
+    assert slider is not None
+    assert button is not None
+    assert 0 < button["y"] - slider["y"] < 200, "the fork button sits just under the slider"
+    assert button["y"] + button["height"] <= DESK["height"], "in view with the slider"
     await page.get_by_test_id("fork").click()
     await expect(page).not_to_have_url(f"{server.url}/#task={tid}")
     fork_id = page.url.split("#task=")[1]
@@ -130,4 +137,9 @@ async def test_the_scrubber_shows_taskat_and_forks_from_there(
     assert [s["status"] for s in fork["steps"]] == ["SUCCESS", "PENDING", "PENDING"]
     await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "PENDING")
     assert await on_page(page) == expected(fork)
+    assert fork["status"] == "PLANNED", "a worker's claimTask hands it out"
+    await expect(page.get_by_test_id("origin")).to_have_text("Forked from Plan a talk at event 4.")
+    await page.get_by_test_id("origin-link").click()
+    await expect(page.locator("#goal")).to_have_text("Plan a talk")
+    await expect(page.get_by_test_id("origin")).to_be_hidden()
     await page.screenshot(path=ARTIFACTS / "history-fork.png", full_page=True)

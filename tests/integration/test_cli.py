@@ -15,6 +15,7 @@ from tests.support import (
     Server,
     create_token,
     free_port,
+    mutate,
     require_service,
     runstate,
     wait_until,
@@ -203,6 +204,60 @@ def test_a_restarted_demo_picks_up_the_task_it_left(tmp_path: Path) -> None:
         api.close()
         second.terminate()
         second.communicate(timeout=30)
+
+
+def test_the_demo_pool_drives_a_fork_to_its_end(tmp_path: Path) -> None:
+    """Guards forks people can run, in the demo: a fork of the running trip, made
+    from its history as the dashboard does, is claimed by the demo's pool and run
+    to COMPLETED, while the trip itself is still its first agent's (the pool does
+    not take a trip before its crash)."""
+    port = free_port()
+    env = {**os.environ, "RUNSTATE_DATABASE_URL": f"sqlite://{tmp_path / 'demo.db'}"}
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "runstate", "demo", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    api: Api | None = None
+    try:
+        assert demo.stdout is not None
+        while "#token=" not in (line := demo.stdout.readline()):
+            assert line, "the demo exited before printing its link"
+        base, _, token = line.strip().partition("/#token=")
+        api = Api(base, token)
+        query = "{ tasks { edges { node { id status eventSeq lock { holderId } } } } }"
+        wait_until(
+            lambda: any(e["node"]["eventSeq"] >= 4 for e in api(query)["tasks"]["edges"]),
+            30,
+            "the demo agent to work",
+        )
+        (trip,) = [e["node"] for e in api(query)["tasks"]["edges"]]
+        assert trip["lock"]["holderId"] == "agent-1", "the trip is its first agent's"
+        fork = mutate(
+            api,
+            "forkTask",
+            "ForkTaskInput",
+            "... on Task { id status }",
+            taskId=trip["id"],
+            atSeq=3,
+        )
+        assert fork["status"] == "PLANNED"
+        task = "query($id: ID!) { task(id: $id) { ... on Task { status lock { holderId } } } }"
+        holders: set[str] = set()
+
+        def finished() -> bool:
+            now = api(task, id=fork["id"])["task"]
+            holders.add((now["lock"] or {}).get("holderId", ""))
+            return bool(now["status"] == "COMPLETED")
+
+        wait_until(finished, 90, "the demo's pool to finish the fork")
+        assert any(h.startswith("worker-") for h in holders), holders
+    finally:
+        if api is not None:
+            api.close()
+        demo.terminate()
+        demo.communicate(timeout=30)
 
 
 def test_serve_workers_runs_several_processes_with_redis(tmp_path: Path) -> None:

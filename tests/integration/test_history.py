@@ -278,7 +278,7 @@ async def test_a_fork_starts_from_a_past_state_and_goes_its_own_way(db: str) -> 
     expected = [past.steps[0], replace(past.steps[1], status=StepStatus.PENDING), past.steps[2]]
     assert forked.steps == tuple(expected)
     assert (forked.status, forked.version, forked.event_seq, forked.current_step) == (
-        TaskStatus.RUNNING,
+        TaskStatus.PLANNED,
         1,
         1,
         1,

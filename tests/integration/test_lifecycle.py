@@ -485,3 +485,48 @@ def test_a_reset_keeps_the_output_a_step_had(alice: Api) -> None:
     plan = resume(alice, task["id"])
     assert plan["task"]["steps"][0]["status"] == "PENDING"
     assert plan["task"]["steps"][0]["output"] == {"partial": 1}
+
+
+AUDIT = (
+    "query($id: ID!) { task(id: $id) { ... on Task { id"
+    " steps { id index } events(first: 100) { seq kind actor holder note steps { id } } } } }"
+)
+
+
+def test_every_event_names_who_wrote_it_and_a_decision_keeps_its_reason(alice: Api) -> None:
+    """Guards the audit trail: each event carries ``actor`` (the token's user), a write
+    under a lease also the lease ``holder``, and decideStep's event the person's
+    ``note``; a note over 1,000 characters is InvalidInput and writes nothing. Steps
+    are identified as "<taskId>:<index>", in a task and in its events alike."""
+    task = at_second_step(alice, "RUNNING", idempotent=False)
+    lock = acquire(alice, task["id"], "worker-7")
+    plan = resume(alice, task["id"], fencingToken=lock["fencingToken"])
+    release = mutate(
+        alice,
+        "releaseTaskLock",
+        "ReleaseTaskLockInput",
+        "__typename",
+        taskId=task["id"],
+        holderId="worker-7",
+    )
+    assert release["__typename"] == "Task"
+    version = plan["task"]["version"]
+    decide = {"taskId": task["id"], "stepIndex": 1, "expectedVersion": version}
+    too_long = step(
+        alice, "decideStep", "DecideStepInput", **decide, decision="RETRY", note="x" * 1001
+    )
+    assert (too_long["__typename"], too_long["field"]) == ("InvalidInput", "note")
+    reason = "it never reached the airline"
+    step(alice, "decideStep", "DecideStepInput", **decide, decision="RETRY", note=reason)
+
+    read = alice(AUDIT, id=task["id"])["task"]
+    assert [s["id"] for s in read["steps"]] == [f"{task['id']}:0", f"{task['id']}:1"]
+    rows = [(e["kind"], e["actor"], e["holder"], e["note"]) for e in read["events"]]
+    assert rows[-4:] == [
+        ("LOCK_ACQUIRED", "alice", None, None),
+        ("TASK_STATUS_CHANGED", "alice", "worker-7", None),
+        ("LOCK_RELEASED", "alice", None, None),
+        ("STEP_RESET", "alice", None, reason),
+    ]
+    assert all(actor == "alice" for _, actor, _, _ in rows)
+    assert read["events"][-1]["steps"] == [{"id": f"{task['id']}:1"}]

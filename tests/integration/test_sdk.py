@@ -539,3 +539,57 @@ async def test_a_pool_worker_finishes_the_task_of_a_killed_one(
     assert effects.read_text().splitlines() == ["fetch", "fetch", "parse", "store"]
     final = await rs.task(task.id)
     assert (final.status, final.stalled) == ("COMPLETED", False)
+
+
+async def test_a_fork_of_a_begun_task_is_claimed_and_finished_from_its_first_unfinished_step(
+    rs: Runstate,
+) -> None:
+    """Guards forks people can run: a fork of a task that had begun (one step done,
+    one RUNNING, one FAILED) is PLANNED, so ``claimTask`` hands it to a pool worker,
+    whose runner resumes it and runs only the unfinished steps; its first event
+    names its origin. With the fork given RUNNING and no lease (version 2), no
+    worker ever claims it and the wait times out."""
+    session = await rs.start_session()
+    source = await rs.create_task(session.id, "crawl", ["fetch", "parse", "store", "index"])
+    version = (await rs.start_step(source.id, 0, 1)).version
+    version = (await rs.complete_step(source.id, 0, version, {"pages": 3})).version
+    version = (await rs.start_step(source.id, 1, version)).version
+    version = (await rs.fail_step(source.id, 1, version, "parser crashed")).version
+    version = (await rs.start_step(source.id, 2, version)).version
+    head = await rs.task(source.id)
+
+    fork = await rs.fork(source.id, head.event_seq)
+    assert (fork.status, fork.lock) == ("PLANNED", None)
+    events = [e async for e in _first_events(rs, fork.id, 1)]
+    assert events[0].origin is not None
+    assert (events[0].origin.task_id, events[0].origin.seq) == (source.id, head.event_seq)
+
+    ran: list[str] = []
+    stop = asyncio.Event()
+
+    async def handle(run: TaskRunner) -> None:
+        for step in run.remaining:
+            await run.begin(step.index)
+            ran.append(step.action)
+            await run.succeed(step.index, {"by": "pool"})
+        stop.set()
+
+    await asyncio.wait_for(
+        rs.work("pool-fork", handle, session_id=session.id, idle_seconds=0.2, stop=stop), 20
+    )
+    assert ran == ["parse", "store", "index"], "the finished step is not run again"
+    done = await rs.task(fork.id)
+    assert done.status == "COMPLETED"
+    assert done.steps is not None
+    assert done.steps[0].output == {"pages": 3}
+    assert (await rs.task(source.id)).status == "RUNNING", "the source is left as it was"
+
+
+async def _first_events(rs: Runstate, task_id: str, count: int) -> AsyncIterator[Event]:
+    """The task's first ``count`` stored events, through the SDK's watch."""
+    seen = 0
+    async for event in rs.watch(task_id, after_seq=0):
+        yield event
+        seen += 1
+        if seen == count:
+            return

@@ -10,7 +10,7 @@ PROBLEM = """
 
 SESSION = "... on AgentSession { id status version messageCount expiresAt }"
 
-STEP_FIELDS = "index action input output status idempotent attempts error"
+STEP_FIELDS = "id index action input output status idempotent attempts error"
 TOOL_FIELDS = "toolName status version retryCount maxRetries rateLimitResetAt"
 LOCK_FIELDS = "taskId holderId fencingToken expiresAt"
 HEAD_FIELDS = (
@@ -82,7 +82,8 @@ TASK_AT_QUERY = (
 WATCH = (
     "subscription watch($taskId: ID!, $afterSeq: Int) {"
     " taskProgress(taskId: $taskId, afterSeq: $afterSeq) {"
-    " seq kind taskVersion stepIndex toolName at status stalled"
+    " seq kind taskVersion stepIndex toolName at status stalled actor holder note"
+    " origin { taskId seq }"
     f" steps {{ {STEP_FIELDS} }} toolState {{ {TOOL_FIELDS} }} lock {{ {LOCK_FIELDS} }}"
     " task {" + TASK_FIELDS + "} } }"
 )

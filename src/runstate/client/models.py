@@ -35,8 +35,9 @@ class Session:
 
 @dataclass(frozen=True)
 class Step:
-    """One step of a task."""
+    """One step of a task; ``id`` is ``"<taskId>:<index>"``."""
 
+    id: str
     index: int
     action: str
     input: Any
@@ -49,6 +50,7 @@ class Step:
     @classmethod
     def of(cls, data: dict[str, Any]) -> Step:
         return cls(
+            id=data["id"],
             index=data["index"],
             action=data["action"],
             input=data["input"],
@@ -202,7 +204,10 @@ class ResumePlan:
 class Event:
     """One entry of a task's change log: what changed (apply it with ``Task.apply``).
 
-    ``task`` is set on SNAPSHOT events only."""
+    ``task`` is set on SNAPSHOT events only. ``actor`` is the user whose token made
+    the change, ``holder`` the lease holder that wrote it (writes under a lease),
+    ``note`` a person's reason for a decision, ``origin`` the task and seq a fork
+    started from (its first event)."""
 
     seq: int
     kind: str
@@ -216,9 +221,14 @@ class Event:
     tool_state: ToolState | None
     lock: Lock | None
     task: Task | None
+    actor: str | None = None
+    holder: str | None = None
+    note: str | None = None
+    origin: Origin | None = None
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Event:
+        origin = data.get("origin")
         return cls(
             seq=data["seq"],
             kind=data["kind"],
@@ -232,4 +242,16 @@ class Event:
             tool_state=None if data["toolState"] is None else ToolState.of(data["toolState"]),
             lock=None if data["lock"] is None else Lock.of(data["lock"]),
             task=None if data["task"] is None else Task.of(data["task"]),
+            actor=data.get("actor"),
+            holder=data.get("holder"),
+            note=data.get("note"),
+            origin=None if origin is None else Origin(origin["taskId"], origin["seq"]),
         )
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a forked task came from: the source task and the seq it was forked at."""
+
+    task_id: str
+    seq: int

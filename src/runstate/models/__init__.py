@@ -218,8 +218,10 @@ class TaskEvent(Model):
     """One entry of a task's change log. ``seq`` is consecutive per task and unique.
 
     The row holds what changed and no more: the task's status and version after it,
-    and in ``delta`` the tool state (TOOL_STATE_CHANGED), the lease (LOCK_*) or the
-    origin of a fork. The steps it changed are its ``StepVersion`` rows.
+    who changed it (``actor``, and ``note`` for a decision), and in ``delta`` the
+    tool state (TOOL_STATE_CHANGED), the lease (LOCK_*), the origin of a fork, or
+    the lease holder whose fencing token a write carried. The steps it changed are
+    its ``StepVersion`` rows.
     """
 
     id = fields.IntField(primary_key=True)
@@ -236,6 +238,10 @@ class TaskEvent(Model):
     # The default only fills rows of release 1 while migration 0003 converts them.
     status = fields.CharEnumField(TaskStatus, max_length=24, db_default=TaskStatus.PLANNED)
     delta = fields.JSONField[dict[str, object]](null=True)
+    actor = fields.CharField(max_length=USER_LENGTH, null=True)
+    """Who made the change: the user id of the token that wrote it."""
+    note: str | None = fields.TextField(null=True)
+    """A person's reason, as ``decideStep`` gave it."""
 
     class Meta:
         table = "task_events"

@@ -243,6 +243,7 @@ class Mutation:
                 input.decision,
                 expected_version=input.expected_version,
                 output=input.output,
+                note=input.note,
                 fencing_token=input.fencing_token,
             ),
             Task.of,

@@ -224,6 +224,10 @@ class DecideStepInput:
         default=None,
         description="With COMPLETE: the step's output (what the person found happened).",
     )
+    note: str | None = strawberry.field(
+        default=None,
+        description="Why (at most 1,000 characters); the decision's event carries it.",
+    )
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 

@@ -14,6 +14,7 @@ from runstate.services.lifecycle import ResumePlanView
 from runstate.services.views import (
     EventView,
     LockView,
+    OriginView,
     Page,
     SessionView,
     StepView,
@@ -81,6 +82,9 @@ class AgentSession:
 class Step:
     """One step of a task."""
 
+    id: strawberry.ID = strawberry.field(
+        description='"<taskId>:<index>": a stable identity for normalized client caches.'
+    )
     index: int
     action: str
     input: JSON | None
@@ -98,9 +102,10 @@ class Step:
     completed_at: datetime | None
 
     @classmethod
-    def of(cls, view: StepView) -> Step:
-        """The GraphQL object for a step view."""
+    def of(cls, view: StepView, task_id: str) -> Step:
+        """The GraphQL object for a step view of the task ``task_id``."""
         return cls(
+            id=strawberry.ID(f"{task_id}:{view.index}"),
             index=view.index,
             action=view.action,
             input=view.input,
@@ -237,7 +242,7 @@ class Task:
         views = self.view.steps
         if views is None:
             views = await history.steps_at(self.view.pk, self.view.event_seq)
-        return [Step.of(s) for s in views]
+        return [Step.of(s, self.view.id) for s in views]
 
     @strawberry.field
     async def tool_states(self) -> list[ToolState]:
@@ -249,6 +254,17 @@ class Task:
     @strawberry.field
     async def session(self, info: Info) -> AgentSession:
         return AgentSession.of(await info.context.loaders.sessions.load(self.view.session_pk))
+
+    @strawberry.field(
+        description=(
+            "Where a forked task came from (the source and the seq it was forked at), as its "
+            "first event says; null for a task that is not a fork."
+        )
+    )
+    async def origin(self, info: Info) -> TaskOrigin | None:
+        first = await info.context.loaders.events.load(((0, 1), self.view))
+        origin = first[0].origin if first else None
+        return None if origin is None else TaskOrigin.of(origin)
 
     @strawberry.field(
         description=(
@@ -270,6 +286,11 @@ class TaskOrigin:
 
     task_id: strawberry.ID
     seq: int = strawberry.field(description="The source task's seq the fork started from.")
+
+    @classmethod
+    def of(cls, view: OriginView) -> TaskOrigin:
+        """The GraphQL object for a fork's origin."""
+        return cls(task_id=strawberry.ID(view.task_id), seq=view.seq)
 
 
 @strawberry.type(
@@ -318,6 +339,18 @@ class TaskEvent:
     origin: TaskOrigin | None = strawberry.field(
         description="The first event of a forked task: the task and seq it was forked from."
     )
+    actor: str | None = strawberry.field(
+        description=(
+            "Who made the change: the user id of the token that wrote it (null on SNAPSHOT)."
+        )
+    )
+    holder: str | None = strawberry.field(
+        description=(
+            "A write under a lease (it carried a fencing token): the lease's holder, the "
+            "worker that made the change."
+        )
+    )
+    note: str | None = strawberry.field(description="decideStep: the person's reason, as given.")
     task: Task | None = strawberry.field(
         description=(
             "The whole task: present on SNAPSHOT events only (the first message of a "
@@ -339,12 +372,13 @@ class TaskEvent:
             at=view.at,
             status=view.status,
             stalled=view.stalled,
-            steps=[Step.of(s) for s in view.steps],
+            steps=[Step.of(s, view.task_id) for s in view.steps],
             tool_state=None if view.tool_state is None else ToolState.of(view.tool_state),
             lock=None if view.lock is None else TaskLock.of(view.lock),
-            origin=None
-            if view.origin is None
-            else TaskOrigin(task_id=strawberry.ID(view.origin.task_id), seq=view.origin.seq),
+            origin=None if view.origin is None else TaskOrigin.of(view.origin),
+            actor=view.actor,
+            holder=view.holder,
+            note=view.note,
             task=None if view.task is None else Task.of(view.task),
         )
 

@@ -198,6 +198,8 @@ _EVENT_FIELDS = (
     "at",
     "status",
     "delta",
+    "actor",
+    "note",
 )
 
 
@@ -284,4 +286,7 @@ def event_view(row: TaskEvent, task: TaskRef | TaskView, steps: tuple[StepView, 
         tool_state=from_json(ToolStateView, delta["tool"]) if "tool" in delta else None,
         lock=None if lock is None else from_json(LockView, lock),
         origin=from_json(OriginView, delta["origin"]) if "origin" in delta else None,
+        actor=row.actor,
+        holder=delta.get("holder"),
+        note=row.note,
     )

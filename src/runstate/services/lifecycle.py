@@ -11,7 +11,12 @@ from runstate.models import Step, box
 from runstate.services import validation
 from runstate.services.errors import InvalidTransitionError
 from runstate.services.loading import step_view
-from runstate.services.rules import DECISION_MOVES, FINISHED_STEPS, RESUME_MOVES
+from runstate.services.rules import (
+    DECISION_MOVES,
+    FINISHED_STEPS,
+    RESUME_MOVES,
+    check_step_move,
+)
 from runstate.services.taskwrite import Change, Draft, Unchanged, versioned, write_task
 from runstate.services.views import StepView, TaskView
 
@@ -93,25 +98,29 @@ async def decide_step(
     *,
     expected_version: int,
     output: Any = None,
+    note: str | None = None,
     fencing_token: int | None = None,
 ) -> TaskView:
     """A person's word on a step: RETRY (PENDING, STEP_RESET), SKIP (SKIPPED,
     STEP_SKIPPED) or, for a step IN_DOUBT, COMPLETE (SUCCESS with ``output``,
-    STEP_SUCCEEDED).
+    STEP_SUCCEEDED). The event keeps who decided (its actor) and ``note``, why.
 
     A task AWAITING_DECISION returns to RUNNING only when no step is IN_DOUBT any
     more (or COMPLETED when nothing is left); a FAILED task returns to RUNNING. The
-    version check means two people deciding at once cannot both win.
+    version check means two people deciding at once cannot both win. The step is
+    judged first: deciding on a finished step says so, not that its task is final.
     """
     validation.non_negative(step_index, "stepIndex")
     validation.json_payload(output, "output")
+    reason = validation.note(note)
 
     async def apply(draft: Draft) -> Change:
-        draft.refuse_if_final()
         step = await draft.step(step_index)
         if decision is StepDecision.COMPLETE and step.status is not StepStatus.IN_DOUBT:
             raise InvalidTransitionError("step", step.status, StepStatus.SUCCESS)
         target = _DECIDED[decision]
+        check_step_move(step.status, target, moves=DECISION_MOVES)
+        draft.refuse_if_final()
         draft.move_step(step, target, moves=DECISION_MOVES)
         if decision is StepDecision.COMPLETE:
             step.output = box(output)
@@ -120,7 +129,7 @@ async def decide_step(
             waiting and not await draft.others_in_doubt(step_index)
         ):
             draft.move_task(TaskStatus.RUNNING)
-        return Change(_DECISION_EVENTS[decision], step_index)
+        return Change(_DECISION_EVENTS[decision], step_index, note=reason)
 
     guard = versioned(expected_version, fencing_token, step=step_index)
     return await write_task(user_id, task_id, apply, guard)

@@ -66,9 +66,10 @@ async def fork_task(
     in the fork).
 
     Outputs, errors and attempts carry over; tool states and the lease do not. The
-    fork's status follows its steps: COMPLETED when all are finished, FAILED when one
-    failed, RUNNING when work has begun, else PLANNED. Its TASK_CREATED event names
-    the source and seq as its ``origin``.
+    fork is PLANNED, so that ``claimTask`` hands it to a worker and a runner resumes
+    it at its first unfinished step (a FAILED step is reset by that resume), or
+    COMPLETED when every step is finished. Its TASK_CREATED event names the source
+    and seq as its ``origin``.
     """
     public_id = validation.object_id(new_id)
     if goal is not None:
@@ -87,19 +88,17 @@ async def fork_task(
         public_id,
         new_id,
         goal=source.goal if goal is None else goal,
-        status=_forked_status([s.status for s in picked]),
+        status=_forked_status(picked),
         steps=[_copied_step(s) for s in picked],
         origin=OriginView(source.id, at_seq),
     )
 
 
-def _forked_status(statuses: Sequence[StepStatus]) -> TaskStatus:
-    if statuses and all(s in FINISHED_STEPS for s in statuses):
+def _forked_status(steps: Sequence[StepView]) -> TaskStatus:
+    """COMPLETED when every step is finished, else PLANNED: a fork waits for a worker
+    (a begun fork given RUNNING with no lease was never claimed, so never ran)."""
+    if steps and all(s.status in FINISHED_STEPS for s in steps):
         return TaskStatus.COMPLETED
-    if StepStatus.FAILED in statuses:
-        return TaskStatus.FAILED
-    if any(s is not StepStatus.PENDING for s in statuses):
-        return TaskStatus.RUNNING
     return TaskStatus.PLANNED
 
 
@@ -232,6 +231,7 @@ def created_event(view: TaskView, now: datetime, origin: OriginView | None = Non
         status=view.status,
         steps=view.steps or (),
         origin=origin,
+        actor=view.user_id,
     )
 
 

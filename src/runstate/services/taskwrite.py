@@ -142,6 +142,8 @@ class Draft:
     complete_when_done: bool = True
     wants_completed: bool = False
     tool_state: ToolStateView | None = None
+    holder: str | None = None
+    """The lease holder whose fencing token let the write through (None: no token)."""
 
     @property
     def total(self) -> int:
@@ -226,6 +228,8 @@ class Change:
     kind: TaskEventKind
     step_index: int | None = None
     tool_name: str | None = None
+    note: str | None = None
+    """A person's reason (``decideStep``), kept with the event."""
 
 
 Apply = Callable[[Draft], Awaitable[Change | None]]
@@ -256,7 +260,8 @@ class Guard:
     miss from the row as it now stands (None: try again). ``touch_session`` checks
     the session's expiry and marks it active (every write but a lease release
     does). ``step`` names the one step the write changes, read by the opening
-    statement itself.
+    statement itself. ``leased``: the write carries a fencing token, so its event
+    names the lease holder.
     """
 
     where: Callable[[datetime], sql.Fragment]
@@ -264,6 +269,7 @@ class Guard:
     refusal: Callable[[Task, datetime], DomainError | None]
     touch_session: bool = True
     step: int | None = None
+    leased: bool = False
 
 
 def at(now: datetime) -> Any:
@@ -319,7 +325,7 @@ def versioned(
             refused = VersionConflictError(expected_version, task.version)
         return refused
 
-    return Guard(where, sets, refusal, step=step)
+    return Guard(where, sets, refusal, step=step, leased=fencing_token is not None)
 
 
 async def write_task(user_id: str, task_id: str, apply: Apply, guard: Guard) -> TaskView:
@@ -418,7 +424,12 @@ async def _open(
     if guard.touch_session:
         await _touch_session(conn, task.session_id, session, now)
     draft = Draft(
-        task=task, session_id=session["public_id"], now=now, conn=conn, status=task.status
+        task=task,
+        session_id=session["public_id"],
+        now=now,
+        conn=conn,
+        status=task.status,
+        holder=task.lock_holder if guard.leased else None,
     )
     if guard.step is not None and row["step"] is not None:
         step = Step(task_id=task.id, **sql.unpacked(Step, row["step"], STEP_FIELDS))
@@ -448,7 +459,7 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
     task = draft.task
     if change is None:
         return _task_view(draft), None
-    adding = _added_bytes(draft)
+    adding = _added_bytes(draft) + quota.text_bytes(change.note)
     field = quota.CONTENT_FIELDS.get(change.kind, "taskId")
     quota.check_task(task.public_id, task.stored_bytes, adding, field)
     await _settle(draft, task.stored_bytes + adding)
@@ -469,6 +480,9 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
         steps=tuple(step_view(s) for s in steps),
         tool_state=draft.tool_state,
         lock=view.lock if change.kind in _LOCK_KINDS else None,
+        actor=task.user_id,
+        holder=draft.holder,
+        note=change.note,
     )
     await log_event(draft.conn, event)
     await quota.charge(draft.conn, task.user_id, adding, field)
@@ -562,7 +576,7 @@ def _task_view(draft: Draft) -> TaskView:
 
 def event_delta(event: EventView) -> dict[str, Any] | None:
     """What an event row keeps beside its step versions: tool state, lease, origin,
-    and ``stalled`` when the task was stalled after it."""
+    the lease holder that wrote it, and ``stalled`` when the task was stalled after it."""
     delta: dict[str, Any] = {}
     if event.tool_state is not None:
         delta["tool"] = to_json(event.tool_state)
@@ -570,6 +584,8 @@ def event_delta(event: EventView) -> dict[str, Any] | None:
         delta["lock"] = to_json(event.lock)
     if event.origin is not None:
         delta["origin"] = to_json(event.origin)
+    if event.holder is not None:
+        delta["holder"] = event.holder
     if event.stalled:
         delta["stalled"] = True
     return delta or None
@@ -587,6 +603,8 @@ async def log_event(conn: BaseDBAsyncClient, event: EventView) -> None:
         "at": event.at,
         "status": event.status,
         "delta": event_delta(event),
+        "actor": event.actor,
+        "note": event.note,
     }
     await sql.execute(conn, *sql.insert_rows(TaskEvent, [row]))
 

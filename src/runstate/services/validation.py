@@ -123,6 +123,19 @@ def step_plans(plans: Sequence[StepPlan], existing: int = 0) -> Sequence[StepPla
     return plans
 
 
+NOTE_CHARS = 1000
+"""The longest reason a person may give with a decision (the contract's figure)."""
+
+
+def note(value: str | None, field: str = "note") -> str | None:
+    """A person's reason for a decision; a blank one is the same as none."""
+    if value is None or not value.strip():
+        return None
+    if len(value) > NOTE_CHARS:
+        raise InvalidInputError(field, f"must be at most {NOTE_CHARS} characters")
+    return value
+
+
 def step_index(value: int, total: int, field: str = "stepIndex") -> int:
     """An index into a plan of ``total`` steps."""
     if not 0 <= value < total:

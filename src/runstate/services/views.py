@@ -121,6 +121,9 @@ class EventView:
     ``steps`` are the steps it added or changed as they stood after it; ``tool_state``
     is set on TOOL_STATE_CHANGED, ``lock`` on LOCK_ACQUIRED (None once released),
     ``origin`` on the first event of a fork, and ``task`` on SNAPSHOT only.
+    ``actor`` is the user whose token wrote it (None on SNAPSHOT), ``holder`` the
+    lease holder whose fencing token the write carried, and ``note`` a person's
+    reason for a decision.
     """
 
     task_pk: int
@@ -139,6 +142,9 @@ class EventView:
     lock: LockView | None = None
     origin: OriginView | None = None
     task: TaskView | None = None
+    actor: str | None = None
+    holder: str | None = None
+    note: str | None = None
 
 
 T = TypeVar("T")

@@ -11,9 +11,9 @@ const TOKEN_KEY = "runstate-token";
 const STEP_FIELDS = "index action status idempotent attempts error output startedAt completedAt";
 const TOOL_FIELDS = "toolName status retryCount maxRetries lastError lastResult rateLimitResetAt";
 const LOCK_FIELDS = "holderId fencingToken expiresAt";
-const TASK_FIELDS = `id goal status version currentStep totalSteps eventSeq stalled
+const TASK_FIELDS = `id goal status version currentStep totalSteps eventSeq stalled origin { taskId seq }
   steps { ${STEP_FIELDS} } toolStates { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} }`;
-const DELTA_FIELDS = `seq kind taskVersion stepIndex toolName at status stalled
+const DELTA_FIELDS = `seq kind taskVersion stepIndex toolName at status stalled actor holder note
   steps { ${STEP_FIELDS} } toolState { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} }`;
 const PROGRESS = `subscription($taskId: ID!, $afterSeq: Int) {
   taskProgress(taskId: $taskId, afterSeq: $afterSeq) { ${DELTA_FIELDS} task { ${TASK_FIELDS} } }
@@ -22,6 +22,7 @@ const LOG_PAGE = `query($id: ID!, $after: Int!, $first: Int!) { task(id: $id) {
   ... on Task { events(afterSeq: $after, first: $first) { ${DELTA_FIELDS} } } } }`;
 const TASK_AT = `query($id: ID!, $seq: Int!) { taskAt(id: $id, seq: $seq) {
   __typename ... on Task { ${TASK_FIELDS} } ... on Problem { message } } }`;
+const GOAL = `query($id: ID!) { task(id: $id) { __typename ... on Task { goal } } }`;
 const LEASE = `query($id: ID!) { task(id: $id) { ... on Task { stalled lock { ${LOCK_FIELDS} } } } }`;
 const LIST = `{ sessions(first: 20) { edges { node { id status
   tasks(first: 20) { edges { node { id goal status currentStep totalSteps stalled } } } } } } }`;
@@ -39,7 +40,7 @@ const EMPTY_TASK = { status: "PLANNED", steps: [], toolStates: [], lock: null, s
 
 const $ = (id) => document.getElementById(id);
 let token = null;
-let current = null; // { id, task, lastSeq, entries, doubts, pending, past }
+let current = null; // { id, task, lastSeq, entries, doubts, runs, pending, past, source }
 let following = false; // opened on no task in particular: follow the newest active one
 let socket = null;
 let retryDelay = 500;
@@ -293,14 +294,17 @@ function route() {
 }
 
 function select(taskId) {
-  current = { id: taskId, task: null, lastSeq: null, entries: [], doubts: {}, pending: null, past: null };
+  current = { id: taskId, task: null, lastSeq: null, entries: [], doubts: {}, runs: {}, pending: null,
+    past: null, source: null };
   scrubTo = null;
   $("empty").hidden = true;
+  $("missing").hidden = true;
   $("task").hidden = false;
   $("past").hidden = true;
   $("decision").hidden = true;
   $("events").replaceChildren();
   $("complete-output").value = "";
+  $("decision-why").value = "";
   $("decision-result").textContent = "";
   for (const link of document.querySelectorAll("#task-list a[data-task]")) {
     link.classList.toggle("current", link.dataset.task === taskId);
@@ -327,12 +331,12 @@ function connect() {
         // No afterSeq on the first subscription: a SNAPSHOT, then live deltas.
         query: PROGRESS, variables: { taskId: watching.id, afterSeq: watching.lastSeq } } }));
     } else if (msg.type === "next") {
-      if (msg.payload.errors) setConnection("error", msg.payload.errors[0].message);
+      if (msg.payload.errors) refused(watching, msg.payload.errors[0].message);
       else onEvent(watching, msg.payload.data.taskProgress);
     } else if (msg.type === "ping") {
       ws.send(JSON.stringify({ type: "pong" }));
     } else if (msg.type === "error") {
-      setConnection("error", msg.payload[0].message);
+      refused(watching, msg.payload[0].message);
     }
   };
   ws.onclose = (event) => {
@@ -343,6 +347,22 @@ function connect() {
     setTimeout(connect, retryDelay);
     retryDelay = Math.min(retryDelay * 2, 5000);
   };
+}
+
+// A subscription the server ended with an error. A task this token cannot see (an
+// unknown id, or one of another user's, which answer alike) is said plainly, with
+// no empty task drawn under it.
+function refused(watching, message) {
+  if (watching !== current) return;
+  if (/ not found$/.test(message) && !watching.task) {
+    $("task").hidden = true;
+    $("missing").hidden = false;
+    $("missing-text").textContent = `There is no task "${watching.id}" for this token: it may have ` +
+      "been deleted with its session, or belong to another user. Pick one from the list.";
+    setConnection("error", "no such task");
+    return;
+  }
+  setConnection("error", message);
 }
 
 function onEvent(watching, event) {
@@ -420,18 +440,39 @@ async function loadLog(watching, snapshot) {
 // task as of `event`.
 function record(watching, before, event) {
   const after = applyEvent(before, event);
+  heard(watching, before, event);
   for (const step of event.steps) {
     const was = before.steps[step.index];
     if (step.status === "IN_DOUBT" && (!was || was.status !== "IN_DOUBT")) {
-      watching.doubts[step.index] = { since: event.at, decided: null };
+      const run = watching.runs[step.index];
+      watching.doubts[step.index] = { since: event.at, decided: null, heard: run && run.holder ? run.heard : null };
     } else if (was && was.status === "IN_DOUBT" && step.status !== "IN_DOUBT" && watching.doubts[step.index]) {
       watching.doubts[step.index].decided = event.at;
     }
   }
-  watching.entries.push({ seq: event.seq, at: event.at, kind: event.kind,
+  watching.entries.push({ seq: event.seq, at: event.at, kind: event.kind, who: event.holder ?? event.actor,
     subject: subject(before, event), text: describe(before, after, event), delta: delta(event) });
   if (watching.entries.length > LOG_LINES) watching.entries.shift();
   return after;
+}
+
+// When each running step's agent was last heard of: the step's start, then every
+// write under the lease that started it (its tool calls, its other steps). A step
+// found IN_DOUBT ran until then at most: the time its dead agent's lease took to
+// lapse, and a worker to take over, is not running time.
+function heard(watching, before, event) {
+  for (const step of event.steps) {
+    const was = before.steps[step.index];
+    if (step.status === "RUNNING" && (!was || was.status !== "RUNNING")) {
+      watching.runs[step.index] = { holder: event.holder, heard: event.at };
+    } else if (step.status !== "RUNNING") {
+      if (step.status !== "IN_DOUBT") delete watching.runs[step.index];
+    }
+  }
+  if (!event.holder) return;
+  for (const [index, run] of Object.entries(watching.runs)) {
+    if (run.holder === event.holder && before.steps[index]?.status === "RUNNING") run.heard = event.at;
+  }
 }
 
 // What an event is about, for grouping the log: its step, or for a tool call the
@@ -448,7 +489,10 @@ function subject(before, event) {
 }
 
 function delta(event) {
-  const shown = { seq: event.seq, kind: event.kind, status: event.status, taskVersion: event.taskVersion };
+  const shown = { seq: event.seq, kind: event.kind, status: event.status, taskVersion: event.taskVersion,
+    actor: event.actor };
+  if (event.holder) shown.holder = event.holder;
+  if (event.note) shown.note = event.note;
   if (event.steps.length) shown.steps = event.steps;
   if (event.toolState) shown.toolState = event.toolState;
   if (LEASE_EVENTS.has(event.kind)) shown.lock = event.lock;
@@ -473,6 +517,12 @@ function describe(before, after, event) {
   }
   if (event.kind === "LOCK_RELEASED") parts.push(`${before.lock ? before.lock.holderId : "the agent"} let the task go`);
   if (event.toolState) parts.push(toolSentence(event.toolState));
+  if (event.kind === "TASK_CREATED" && after.origin) parts.push(`forked from event ${after.origin.seq} of ${after.origin.taskId}`);
+  const decided = event.steps.find((s) => before.steps[s.index]?.status === "IN_DOUBT" && s.status !== "IN_DOUBT");
+  if (decided) {
+    parts.push(`${event.actor ?? "someone"} decided: ${DECISIONS[decided.status] ?? words(decided.status)}` +
+      (event.note ? ` (${event.note})` : ""));
+  } else if (event.note) parts.push(`${event.actor ?? "someone"} said: ${event.note}`);
   if (event.kind !== "TASK_CREATED" && event.kind !== "STEPS_ADDED") {
     for (const step of event.steps) {
       const was = before.steps[step.index];
@@ -490,6 +540,8 @@ function describe(before, after, event) {
   if (!parts.length) parts.push(event.kind === "CHECKPOINT" ? "checkpoint, nothing changed" : words(event.kind));
   return parts.join("; ");
 }
+
+const DECISIONS = { PENDING: "retry", SKIPPED: "skip", SUCCESS: "it happened" };
 
 function toolSentence(tool) {
   if (tool.rateLimitResetAt && tool.status === "RETRYING") {
@@ -517,7 +569,8 @@ function renderLog(watching) {
       el("span", {}, clock(group.entries[group.entries.length - 1].at))),
     el("ol", {}, group.entries.map((entry) => el("li", { "data-seq": entry.seq, class: "k-" + entry.kind },
       el("details", { "data-seq": entry.seq, open: open.has(String(entry.seq)) },
-        el("summary", {}, el("span", { class: "when" }, clock(entry.at)), " ", entry.text),
+        el("summary", {}, el("span", { class: "when" }, clock(entry.at)), " ", entry.text,
+          entry.who ? el("span", { class: "who" }, " · by " + entry.who) : null),
         el("pre", {}, JSON.stringify(entry.delta, null, 2)))))))));
 }
 
@@ -542,11 +595,31 @@ function render() {
   $("percent").textContent = pct + "%";
   $("counts").textContent = `${done} of ${task.totalSteps} steps done`;
   $("version").textContent = task.version;
+  renderOrigin(task);
   renderLease(task, now, live);
   renderDecision(live ? task : null, now);
   renderSteps(task, now, live);
   renderTools(task, now, live);
   renderScrubber();
+}
+
+// "Forked from <its source's goal> at event N", a link to the source.
+function renderOrigin(task) {
+  const origin = task.origin;
+  $("origin").hidden = !origin;
+  if (!origin) return;
+  const watching = current;
+  if (!watching.source || watching.source.id !== origin.taskId) {
+    watching.source = { id: origin.taskId, goal: null };
+    graphql(GOAL, { id: origin.taskId }).then((data) => {
+      watching.source.goal = data.task.__typename === "Task" ? data.task.goal : "a task since deleted";
+      if (watching === current) render();
+    }).catch((error) => console.warn("fork source:", error.message));
+  }
+  const goal = watching.source.goal ?? origin.taskId;
+  $("origin").replaceChildren("Forked from ",
+    el("a", { href: "#task=" + encodeURIComponent(origin.taskId), "data-testid": "origin-link" }, goal),
+    ` at event ${origin.seq}.`);
 }
 
 // The lease as it is now: its holder and when it runs out, or that it lapsed and
@@ -586,6 +659,7 @@ function renderDecision(task, now) {
   $("decision").dataset.step = inDoubt.index;
   $("question").textContent = `Step ${inDoubt.index} "${inDoubt.action}" was running when its ` +
     "agent stopped, and it is not safe to run twice. Did it happen?";
+  $("complete-output").placeholder = `What "${inDoubt.action}" produced, e.g. {"reference": "…"}`;
   // While an agent holds a live lease the server refuses anyone else's write.
   const waiting = held(task.lock, now);
   $("decision-note").hidden = !waiting;
@@ -640,7 +714,11 @@ function stepTiming(step, now, live) {
     const asked = ms(doubt.since);
     const answered = doubt.decided ? ms(doubt.decided) : now;
     const wait = doubt.decided ? `decided after ${seconds(answered - asked)}` : `waiting for you for ${seconds(answered - asked)}`;
-    return { start, runEnd: asked, waitEnd: answered, text: `ran ${seconds(asked - start)} · ${wait}` };
+    // Known from the log: the step ran until its agent was last heard of, not until
+    // the worker that took over found it in doubt.
+    const runEnd = doubt.heard && ms(doubt.heard) >= start ? ms(doubt.heard) : asked;
+    const ran = runEnd < asked ? `ran ${seconds(runEnd - start)}, then its agent stopped` : `ran ${seconds(asked - start)}`;
+    return { start, runEnd, waitEnd: answered, text: `${ran} · ${wait}` };
   }
   if (step.status === "RUNNING") {
     return live ? { start, runEnd: now, waitEnd: null, text: `running for ${seconds(now - start)}` }
@@ -743,6 +821,8 @@ async function decide(decision) {
   const inDoubt = task && task.steps.find((s) => s.status === "IN_DOUBT");
   if (!inDoubt) return;
   const input = { taskId: task.id, stepIndex: inDoubt.index, expectedVersion: task.version, decision };
+  const why = $("decision-why").value.trim();
+  if (why) input.note = why;
   if (decision === "COMPLETE") {
     const text = $("complete-output").value.trim();
     if (text) {
@@ -755,7 +835,7 @@ async function decide(decision) {
       __typename ${PROBLEM} } }`, { input });
     const result = data.decideStep;
     $("decision-result").textContent = result.__typename === "Task" ? "" : result.message;
-    if (result.__typename === "Task") $("complete-output").value = "";
+    if (result.__typename === "Task") { $("complete-output").value = ""; $("decision-why").value = ""; }
   } catch (error) {
     $("decision-result").textContent = error.message;
   }
