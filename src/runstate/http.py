@@ -3,6 +3,11 @@
 Auth is the default: ``BearerAuth`` wraps the whole app and lets through without a
 token only the routes that carry no data (``PUBLIC_PATHS``, the static files) and a
 plain GET of the GraphiQL page, decided on the decoded request.
+
+The view answers as the GraphQL-over-HTTP draft says (``media``): the media type
+negotiated on ``Accept`` (406 when neither is acceptable), no ``data`` entry on a
+request error, every refusal as a JSON body, 405 with ``Allow``, 415 for a body
+that is not JSON.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import ConnectionInitMessage
 from strawberry.types import ExecutionResult
 
-from runstate import logs
+from runstate import logs, media
 from runstate.auth import Principal, Tokens
 from runstate.connections import Connection, Connections, TooManyConnectionsError
 from runstate.ratelimit import RateLimiter
@@ -141,9 +146,31 @@ def stopped_after(seconds: float) -> str:
     return f"stopped after {seconds:g} s: ask for less"
 
 
+_MEDIA = "runstate.media"
+"""Where the request's scope keeps the media type its answer takes."""
+ALLOWED_METHODS = "GET, POST"
+
+
+def refusal(status: int, message: str, media_type: str = media.JSON) -> Response:
+    """A request refused before it ran, as a GraphQL response with one error and no
+    ``data`` (a 405 names the methods that are allowed)."""
+    headers = {"Allow": ALLOWED_METHODS} if status == 405 else None
+    body = json.dumps({"errors": [{"message": message}]})
+    return Response(body, status_code=status, media_type=media_type, headers=headers)
+
+
+def _is_request_error(result: ExecutionResult) -> bool:
+    """Whether the request failed before execution began: no data, and errors none of
+    which names a field (a document that does not parse or validate, variables that
+    do not coerce). An execution error that nulls the whole answer has a path."""
+    errors = result.errors or []
+    return result.data is None and bool(errors) and all(e.path is None for e in errors)
+
+
 class GraphQLView(GraphQL[Context, None]):
-    """Strawberry's ASGI view with the caller in the context, strict JSON parsing and
-    runstate's WebSocket handling (``TransportWS``)."""
+    """Strawberry's ASGI view with the caller in the context, strict JSON parsing,
+    answers as GraphQL over HTTP specifies them, and runstate's WebSocket handling
+    (``TransportWS``)."""
 
     graphql_transport_ws_handler_class = TransportWS
 
@@ -168,6 +195,55 @@ class GraphQLView(GraphQL[Context, None]):
         self.connections = connections
         self.tokens = tokens
         self.limiter = limiter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An HTTP request answered in the media type it accepts, its refusals as JSON
+        (Strawberry's own are plain text)."""
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        request = Request(scope=scope, receive=receive)
+        chosen = media.negotiate(request.headers.get("accept"))
+        page = self.should_render_graphql_ide(self.request_adapter_class(request))
+        response: Response
+        if chosen is None and not page:
+            offered = " or ".join(media.OFFERED)
+            response = refusal(406, f"Not Acceptable: the answer is {offered}")
+        elif request.method == "POST" and not _json_body(request.headers):
+            response = refusal(415, "Unsupported Media Type: send the request as application/json")
+        else:
+            scope[_MEDIA] = chosen or media.JSON
+            try:
+                response = await self.run(request)
+            except HTTPException as e:
+                response = refusal(e.status_code, e.reason, chosen or media.JSON)
+        await response(scope, receive, send)
+
+    async def get_sub_response(self, request: Request | WebSocket) -> Response:
+        """Strawberry's, carrying the negotiated media type to ``create_response``."""
+        sub_response = await super().get_sub_response(request)
+        sub_response.media_type = request.scope.get(_MEDIA, media.JSON)
+        return sub_response
+
+    async def process_result(self, request: Request, result: ExecutionResult) -> Any:
+        """Strawberry's, without ``data`` on a request error (the draft: it must not
+        be present when execution never began)."""
+        answer = await super().process_result(request, result)
+        if _is_request_error(result):
+            answer.pop("data", None)
+        return answer
+
+    def create_response(self, response_data: Any, sub_response: Response) -> Response:
+        """The answer in the negotiated media type: with
+        ``application/graphql-response+json`` a request error is a 400 (see ``media``);
+        with ``application/json`` every answer that ran is a 200."""
+        response = super().create_response(response_data, sub_response)
+        chosen = sub_response.media_type or media.JSON
+        response.headers["content-type"] = chosen
+        failed = isinstance(response_data, dict) and "data" not in response_data
+        if failed and chosen == media.GRAPHQL_RESPONSE and not sub_response.status_code:
+            response.status_code = 400
+        return response
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Context:
         # BearerAuth has refused every HTTP request without a caller, except the
@@ -230,6 +306,12 @@ class GraphQLView(GraphQL[Context, None]):
             return strict_json(data)
         except ValueError as e:
             raise json.JSONDecodeError(str(e), "", 0) from e
+
+
+def _json_body(headers: Headers) -> bool:
+    """Whether a POST says its body is JSON (``application/json``, any parameters)."""
+    kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return kind == media.JSON
 
 
 _SUSPECT = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")

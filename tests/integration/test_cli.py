@@ -91,7 +91,8 @@ def test_production_turns_off_graphiql_introspection_and_get_queries(tmp_path: P
         assert "introspection" in body["errors"][0]["message"].lower()
         normal = {"query": "{ sessions { edges { cursor } } }"}
         got = httpx.get(f"{server.url}/graphql", params=normal, headers=headers)
-        assert (got.status_code, got.text) == (400, "queries are not allowed when using GET")
+        refused = {"errors": [{"message": "queries are not allowed when using GET"}]}
+        assert (got.status_code, got.json()) == (400, refused)
         body = httpx.post(f"{server.url}/graphql", json=normal, headers=headers).json()
         assert body == {"data": {"sessions": {"edges": []}}}
     finally:
