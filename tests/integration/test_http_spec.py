@@ -76,7 +76,9 @@ def test_a_request_error_has_no_data_and_its_status_follows_the_media_type(
 
 def test_an_execution_error_keeps_its_data_and_a_200(alice: Api) -> None:
     """Control: a field error is not a request error; ``data`` stays, and so does 200."""
-    response = post(alice, {"query": '{ tasks(first: 1, after: "bad") { pageInfo { hasNextPage } } }'}, NEW)
+    response = post(
+        alice, {"query": '{ tasks(first: 1, after: "bad") { pageInfo { hasNextPage } } }'}, NEW
+    )
     answer = response.json()
     assert response.status_code == 200
     assert answer["data"] is None
@@ -114,7 +116,9 @@ def test_strawberrys_own_refusals_are_json_in_the_media_type_asked_for(alice: Ap
     """Guards ``GraphQLView.__call__``: Strawberry answers these in plain text."""
     for accept in (NEW, OLD):
         response = alice.http.post(
-            "/graphql", content=b'{"variables": {}}', headers={"content-type": OLD, "accept": accept}
+            "/graphql",
+            content=b'{"variables": {}}',
+            headers={"content-type": OLD, "accept": accept},
         )
         assert (response.status_code, response.headers["content-type"]) == (400, accept)
         assert response.json() == {"errors": [{"message": "No GraphQL query found in the request"}]}
