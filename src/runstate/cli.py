@@ -6,10 +6,13 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import json
 import os
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+
+from graphql import GraphQLInterfaceType, GraphQLSchema, GraphQLUnionType, build_schema
 
 from runstate import logs
 from runstate.auth import announce_revoked
@@ -18,6 +21,18 @@ from runstate.services import tokens
 from runstate.services.errors import DomainError
 from runstate.services.sweep import sweep
 from runstate.settings import Settings, SettingsError
+
+
+def possible_types(schema: GraphQLSchema) -> dict[str, list[str]]:
+    """Each union and interface with the object types it may be, as Apollo Client's
+    ``possibleTypes`` and urql's ``possibleTypes`` take them: without them a
+    normalized cache drops every ``... on Problem`` field, and with introspection
+    off (production) a client cannot ask the server for them."""
+    return {
+        name: sorted(t.name for t in schema.get_possible_types(kind))
+        for name, kind in sorted(schema.type_map.items())
+        if isinstance(kind, GraphQLUnionType | GraphQLInterfaceType) and not name.startswith("__")
+    }
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,7 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("migrate", help="apply pending database migrations")
     sweep = commands.add_parser("sweep", help="expire idle sessions, delete old expired ones")
     sweep.add_argument("--retention", type=int, help="overrides RUNSTATE_RETENTION")
-    commands.add_parser("export-schema", help="print the GraphQL schema (SDL)")
+    export = commands.add_parser("export-schema", help="print the GraphQL schema (SDL)")
+    export.add_argument(
+        "--possible-types",
+        action="store_true",
+        help="print each union's and interface's types as JSON (Apollo's possibleTypes)",
+    )
     return parser
 
 
@@ -89,7 +109,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.command == "export-schema":
         from runstate.schema.build import schema
 
-        print(schema.as_str())
+        if args.possible_types:
+            print(json.dumps(possible_types(build_schema(schema.as_str())), indent=2))
+        else:
+            print(schema.as_str())
     elif args.command == "migrate":
         _with_database(settings, _noop)
         print("migrations applied")

@@ -48,13 +48,19 @@ from runstate.services.validation import storable_text
 from runstate.settings import Settings
 from runstate.web.routes import GRAPHIQL
 
+TOO_MANY_CONNECTIONS = 4029
+"""runstate's own close code for a user past ``RUNSTATE_MAX_CONNECTIONS``. Not one
+graphql-transport-ws defines (its 4429 means a second ``connection_init``, which
+graphql-ws treats as fatal): graphql-ws retries this one with its backoff, 1.3 s
+and more between attempts, five times, by which time a connection may be free."""
+
 
 class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
     """graphql-transport-ws, authenticated in ``connection_init`` and counted per user.
 
     The caller comes from ``{"authorization": "Bearer <token>"}`` in the init payload
     (or GraphiQL's ``Authorization``); anything else closes the socket with 4403, and
-    a user past ``max_connections`` on this process gets 4429.
+    a user past ``max_connections`` on this process gets ``TOO_MANY_CONNECTIONS``.
     """
 
     view: GraphQLView
@@ -86,7 +92,9 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             self.view.connections.add(connection)
         except TooManyConnectionsError:
             limit = self.view.connections.per_user
-            await self.websocket.close(4429, f"Too many connections: at most {limit} per user")
+            await self.websocket.close(
+                TOO_MANY_CONNECTIONS, f"Too many connections: at most {limit} per user"
+            )
             return
         self.connection = connection
         self.context.connection_params = payload

@@ -74,3 +74,25 @@ async def test_graphiql_works_offline_from_the_dashboard_link(
     await graphiql.screenshot(path=ARTIFACTS / "graphiql-offline.png")
     assert blocked == [], "every script and style came from the package"
     await context.close()
+
+
+async def test_a_refused_token_is_said_within_two_seconds(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the page's own graphql-ws client (``shouldRetry``): a subscription with
+    a token the server refuses (close code 4403) shows why within 2 s. With
+    GraphiQL's built-in client, graphql-ws retried the 4403 five times first, and
+    the page spun for about 39 s."""
+    server, _ = dashboard
+    task = create_task(api, start_session(api)["id"], [{"action": "a"}], goal="Refused")
+    page = await browser.new_page()
+    await page.goto(f"{server.url}/graphql#token=rs_not-a-token")
+    await expect(page.locator(".graphiql-execute-button")).to_be_visible()
+    await run_in_graphiql(
+        page, f'subscription {{ taskProgress(taskId: "{task["id"]}") {{ seq }} }}'
+    )
+    await expect(page.locator(".graphiql-response")).to_contain_text(
+        "the token was refused: Forbidden: missing or invalid bearer token (close code 4403)",
+        timeout=2_000,
+    )
+    await page.close()

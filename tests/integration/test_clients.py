@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import IN_CI, Server, create_token
+from tests.support import IN_CI, Server, create_token, runstate
 
 CLIENTS = Path(__file__).parent.parent / "clients"
 
@@ -79,3 +79,78 @@ def test_the_graphql_over_http_audit_passes_without_a_warning(
     results = node("audit.mjs", f"{server.url}/graphql", token)
     assert len(results) == AUDITS
     assert [r for r in results if r["status"] != "ok"] == []
+
+
+def possible_types(tmp_path: Path) -> Path:
+    """``runstate export-schema --possible-types``, written where the script reads it."""
+    path = tmp_path / "possible-types.json"
+    printed = runstate("export-schema", "--possible-types", database_url="sqlite://:memory:")
+    path.write_text(printed.stdout)
+    return path
+
+
+RECIPE_CHECKS = [
+    "partial selections keep the other step fields",
+    "taskAt answers the past",
+    "the live task keeps its latest version after taskAt",
+    "a replayed idempotent write answers as it first did",
+    "the live task keeps its latest version after a replay",
+    "a fork is a task of its own, PLANNED",
+    "the live task keeps its latest version after a fork",
+    "a Problem's fields are read through its interface",
+    "NotFound answers are not one cache entity",
+    "a resumed subscription misses nothing and repeats nothing",
+]
+
+
+def test_the_apollo_recipe_keeps_the_live_task_and_resumes_its_subscription(
+    development: tuple[Server, str], tmp_path: Path
+) -> None:
+    """Guards ``docs/clients.md``'s Apollo Client recipe (``tests/clients/apollo.mjs``
+    is its code) and what it rests on: Step.id, ``export-schema --possible-types``,
+    afterSeq. Control: with Apollo's default cache, a taskAt read and a replayed
+    idempotent write overwrite the live task with an older one, ``... on Problem``
+    fields are dropped, and two NotFound answers share one cache entity."""
+    server, token = development
+    types = str(possible_types(tmp_path))
+    recipe = node("apollo.mjs", server.url, token, types)
+    assert [r["check"] for r in recipe] == RECIPE_CHECKS
+    assert [r for r in recipe if not r["ok"]] == []
+    naive = node("apollo.mjs", server.url, token, types, "--naive")
+    assert [r["check"] for r in naive if not r["ok"]] == [
+        "the live task keeps its latest version after taskAt",
+        "the live task keeps its latest version after a replay",
+        "a Problem's fields are read through its interface",
+        "NotFound answers are not one cache entity",
+    ]
+
+
+@pytest.fixture
+def one_socket_each(tmp_path: Path) -> Iterator[tuple[Server, str]]:
+    """A server that lets each user hold one WebSocket (RUNSTATE_MAX_CONNECTIONS=1)."""
+    node_ready()
+    url = f"sqlite://{tmp_path / 'sockets.db'}"
+    token = create_token(url, "sockets")
+    env = {"RUNSTATE_RATE_LIMIT": "false", "RUNSTATE_MAX_CONNECTIONS": "1"}
+    server = Server(url, tmp_path / "server.log", **env).start()
+    try:
+        yield server, token
+    finally:
+        server.stop()
+
+
+def test_graphql_ws_backs_off_past_the_connection_limit_and_stops_on_a_refused_token(
+    one_socket_each: tuple[Server, str],
+) -> None:
+    """Guards the connection limit's own close code (4029) as the reference client
+    takes it: retried with graphql-ws's backoff (over a second apart), not in a
+    tight loop and not given up at once as its 4429 would be; and the shouldRetry
+    of ``docs/clients.md`` that ends a refused token (4403) after one close."""
+    server, token = one_socket_each
+    over, refused = node("sockets.mjs", server.url, token)
+    reason = "Too many connections: at most 1 per user"
+    assert [(c["code"], c["reason"]) for c in over["closes"]] == [(4029, reason)] * 3
+    assert all(c["afterMs"] >= 1_000 for c in over["closes"][1:]), over["closes"]
+    assert over["gaveUp"] == 4029
+    assert [c["code"] for c in refused["closes"]] == [4403]
+    assert refused["gaveUp"] == 4403

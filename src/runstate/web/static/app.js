@@ -343,7 +343,8 @@ function connect() {
     if (socket !== ws) return;
     socket = null;
     if (event.code === 4403) { signOut("This page's token was refused. Sign in again."); return; }
-    setConnection("reconnecting", "reconnecting…");
+    // 4029: this user holds as many connections as the server allows (other tabs).
+    setConnection("reconnecting", event.code === 4029 ? "too many open pages; trying again…" : "reconnecting…");
     setTimeout(connect, retryDelay);
     retryDelay = Math.min(retryDelay * 2, 5000);
   };
