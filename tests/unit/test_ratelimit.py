@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runstate.ratelimit import MemoryRateLimiter
+from runstate.services.errors import RateLimitedError
 
 
 def test_a_bucket_pays_up_to_its_burst_then_says_how_long_to_wait() -> None:
@@ -32,3 +33,33 @@ def test_full_buckets_are_forgotten_past_the_user_bound() -> None:
         bucket.take_now(user, 1, now=0.0)
     bucket.take_now("d", 1, now=10.0)
     assert set(bucket._buckets) == {"d"}
+
+
+@pytest.mark.parametrize(
+    ("wait", "retry_after", "said"),
+    [
+        (0.00004, 0.001, "0.001"),
+        (0.2000001, 0.201, "0.201"),
+        (0.25, 0.25, "0.25"),
+        (12.0, 12.0, "12"),
+    ],
+)
+def test_the_wait_told_is_never_zero_and_never_short(
+    wait: float, retry_after: float, said: str
+) -> None:
+    """Guards ``RateLimitedError``'s rounding: up to the millisecond, at least one, and
+    the message says the same figure (it once said "try again in 0.0 s")."""
+    error = RateLimitedError(wait)
+    assert error.retry_after == retry_after
+    assert error.message == f"rate limited: try again in {said} s"
+
+
+def test_a_request_retried_after_the_wait_told_passes() -> None:
+    """What the figure promises: a bucket a sliver of a point short, tried again after
+    ``retry_after``, pays."""
+    bucket = MemoryRateLimiter(per_second=10, burst=2)
+    assert bucket.take_now("u", 2, now=0.0) == 0.0
+    wait = bucket.take_now("u", 2, now=0.1999999)
+    told = RateLimitedError(wait).retry_after
+    assert told > 0
+    assert bucket.take_now("u", 2, now=0.1999999 + told) == 0.0

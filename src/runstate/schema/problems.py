@@ -151,6 +151,6 @@ def to_problem(error: errors.DomainError) -> Problem:
             return IdempotencyKeyReused(code=code, message=message, idempotency_key=error.key)
         case errors.RateLimitedError():
             return RateLimited(
-                code=code, message=message, retry_after_seconds=round(error.retry_after, 3)
+                code=code, message=message, retry_after_seconds=error.retry_after
             )
     raise TypeError(f"no Problem answers {type(error).__name__}")

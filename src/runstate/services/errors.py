@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 
 
@@ -124,13 +125,18 @@ class UnmatchedWriteError(Exception):
 
 class RateLimitedError(DomainError):
     """The caller spent its request budget; it may try again after ``retry_after``
-    seconds. Other callers are not affected."""
+    seconds. Other callers are not affected.
+
+    ``retry_after`` is the wait rounded up to the millisecond, and at least one: a
+    bucket a fraction of a point short once answered "try again in 0.0 s", and a
+    client that did so was refused again.
+    """
 
     code = "RATE_LIMITED"
 
-    def __init__(self, retry_after: float) -> None:
-        super().__init__(f"rate limited: try again in {retry_after:.1f} s")
-        self.retry_after = retry_after
+    def __init__(self, wait: float) -> None:
+        self.retry_after = max(1, math.ceil(wait * 1000)) / 1000
+        super().__init__(f"rate limited: try again in {self.retry_after:g} s")
 
     @property
     def extensions(self) -> dict[str, object]:
