@@ -1,4 +1,5 @@
-"""The ``runstate`` command: serve, demo, token create/revoke, migrate, sweep, export-schema."""
+"""The ``runstate`` command: serve, demo, token create/link/revoke, migrate, sweep,
+export-schema."""
 
 from __future__ import annotations
 
@@ -57,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     token_commands = token.add_subparsers(dest="token_command", required=True)
     create = token_commands.add_parser("create", help="create a token and print it")
     create.add_argument("user")
+    link = token_commands.add_parser(
+        "link", help="create a token and print a link to the dashboard, signed in with it"
+    )
+    link.add_argument("user")
+    link.add_argument(
+        "--url", default="http://127.0.0.1:8000", help="the server's address, as its users see it"
+    )
     revoke = token_commands.add_parser("revoke", help="stop accepting a token")
     revoke.add_argument("token")
 
@@ -134,6 +142,17 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(await tokens.create_token(user))
 
         _with_database(settings, create)
+    elif args.token_command == "link":
+        user, base = args.user, args.url.rstrip("/")
+
+        async def signed_in_link(_installation: str) -> None:
+            token = await tokens.create_token(user)
+            print(
+                f"the dashboard, signed in as {user} (keep this link to yourself):", file=sys.stderr
+            )
+            print(f"{base}/#token={token}")
+
+        _with_database(settings, signed_in_link)
     else:
         token = args.token
 

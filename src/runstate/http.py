@@ -373,6 +373,13 @@ def _clean_strings(value: object) -> bool:
     return True
 
 
+UNAUTHENTICATED = {
+    "errors": [
+        {"message": "missing or invalid bearer token", "extensions": {"code": "UNAUTHENTICATED"}}
+    ]
+}
+"""The body of a 401: the code is the one GraphQL clients (Apollo's among them) know."""
+
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/readyz"})
 """Routes that answer without a token: they hold no one's data."""
 
@@ -408,7 +415,7 @@ class BearerAuth:
         principal = await self.tokens.principal(header)
         if principal is None:
             response: Response = JSONResponse(
-                {"errors": [{"message": "missing or invalid bearer token"}]},
+                UNAUTHENTICATED,
                 status_code=401,
                 headers={"WWW-Authenticate": "Bearer"},
             )

@@ -185,7 +185,14 @@ def test_requests_without_a_valid_token_answer_401(server: Server) -> None:
     for headers in ({}, {"Authorization": "Bearer rs_wrong"}, {"Authorization": "Basic abc"}):
         response = httpx.post(f"{server.url}/graphql", json=query, headers=headers)
         assert response.status_code == 401
-        assert response.json() == {"errors": [{"message": "missing or invalid bearer token"}]}
+        assert response.json() == {
+            "errors": [
+                {
+                    "message": "missing or invalid bearer token",
+                    "extensions": {"code": "UNAUTHENTICATED"},
+                }
+            ]
+        }
 
 
 def test_graphiql_page_opens_in_a_browser_without_a_token(server: Server) -> None:

@@ -4,6 +4,7 @@ watch with reconnection, and a crashed SDK agent resumed by a second process."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -24,11 +25,16 @@ from runstate.client import (
     LockHeld,
     NeedsDecision,
     NotFound,
+    RateLimited,
     Runstate,
+    ServerUnavailable,
+    Task,
     TaskRunner,
+    Unauthorized,
     VersionConflict,
 )
-from tests.support import Server, create_token, restart
+from runstate.client import api as api_module
+from tests.support import Server, create_token, free_port, restart
 
 STEPS = 6
 
@@ -593,3 +599,111 @@ async def _first_events(rs: Runstate, task_id: str, count: int) -> AsyncIterator
         seen += 1
         if seen == count:
             return
+
+
+async def test_a_refused_token_raises_unauthorized_over_http_and_websocket(
+    sdk_server: tuple[Server, str],
+) -> None:
+    """Guards the SDK's own exception for a 401 (its UNAUTHENTICATED code) and a 4403
+    close: before, a wrong token raised gql's TransportQueryError, and a watch
+    reconnected for ever."""
+    server, _ = sdk_server
+    async with Runstate(server.url, "rs_wrong") as rs:
+        with pytest.raises(Unauthorized, match="refused the token"):
+            await rs.start_session()
+        with pytest.raises(Unauthorized):
+            async for _ in rs.watch("any"):
+                pass
+
+
+async def test_a_server_that_never_answers_raises_server_unavailable() -> None:
+    """Guards ``ServerUnavailable``: raised once the SDK's retries are spent (gql's
+    TransportConnectionFailed before)."""
+    async with Runstate(f"http://127.0.0.1:{free_port()}", "rs_any", retries=3) as rs:
+        with pytest.raises(ServerUnavailable, match=r"did not answer task .* 3 tries"):
+            await rs.task("any")
+
+
+@pytest.fixture(scope="module")
+def tight_budget(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+    """A server whose rate limit a few writers exhaust: 4 points, 20 a second."""
+    tmp = tmp_path_factory.mktemp("budget")
+    url = f"sqlite://{tmp / 'budget.db'}"
+    token = create_token(url, "busy")
+    env = {"RUNSTATE_RATE_BURST": "4", "RUNSTATE_RATE_PER_SECOND": "20"}
+    server = Server(url, tmp / "server.log", **env).start()
+    yield server, token
+    server.stop()
+
+
+async def test_rate_limited_writes_are_waited_out_not_raised(
+    tight_budget: tuple[Server, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards the SDK's wait for RateLimited: twenty writers of one user racing on one
+    session all succeed. Control: with no time to wait, the same race raises
+    RateLimited, each with a wait above zero."""
+    server, token = tight_budget
+    async with Runstate(server.url, token) as rs:
+        session = await rs.start_session()
+
+        async def writers() -> list[Task | BaseException]:
+            return await asyncio.gather(
+                *(rs.create_task(session.id, f"t{i}", ["a"]) for i in range(20)),
+                return_exceptions=True,
+            )
+
+        made = await writers()
+        assert [type(t) for t in made] == [Task] * 20
+
+        monkeypatch.setattr(api_module, "RATE_LIMIT_WAIT", 0.0)
+        refused = [t for t in await writers() if isinstance(t, RateLimited)]
+        assert refused, "without the wait, the race is refused"
+        assert all(r.retry_after > 0 for r in refused)
+
+
+WAITING_AGENT = """
+import asyncio, sys
+from runstate.client import WAIT, Runstate
+
+async def main():
+    async with Runstate(sys.argv[1], sys.argv[2]) as rs:
+        async with rs.run(sys.argv[3], holder="agent-w", decision=WAIT, lease_ttl=5) as run:
+            print("resumed", [s.status for s in run.task.steps], flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def test_waiting_for_a_decision_says_so_on_stderr_with_the_dashboard_link(
+    rs: Runstate, sdk_server: tuple[Server, str], tmp_path: Path
+) -> None:
+    """Guards the runner's line for WAIT: an agent with no logging set up says, in one
+    line on stderr, which step waits for a person and where to decide; once a
+    person decides, it goes on."""
+    server, token = sdk_server
+    task_id = await new_task(rs, steps=2, **{"step-1": False})
+    version = (await rs.checkpoint(task_id, 1, [{"index": 0, "status": "SUCCESS"}])).version
+    await rs.start_step(task_id, 1, version)  # then the agent died
+    script = tmp_path / "agent.py"
+    script.write_text(WAITING_AGENT)
+    agent = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(script),
+        server.url,
+        token,
+        task_id,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert agent.stderr is not None
+    line = (await asyncio.wait_for(agent.stderr.readline(), 30)).decode()
+    assert line == (
+        f'runstate: task {task_id} waits for a person to decide step 1 "step-1":'
+        f" {server.url}/#task={task_id}\n"
+    )
+    head = await rs.task(task_id)
+    await rs.decide(task_id, 1, "SKIP", head.version, note="the agent's mail went out")
+    out, err = await asyncio.wait_for(agent.communicate(), 30)
+    assert agent.returncode == 0, err
+    assert out.decode() == "resumed ['SUCCESS', 'SKIPPED']\n"
+    assert err == b"", "one line, no more"

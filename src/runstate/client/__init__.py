@@ -16,8 +16,10 @@ from runstate.client.errors import (
     ProblemError,
     RateLimited,
     RunstateError,
+    ServerUnavailable,
     SessionExpired,
     StaleFencingToken,
+    Unauthorized,
     VersionConflict,
 )
 from runstate.client.models import Event, Lock, ResumePlan, Session, Step, Task, ToolState
@@ -45,6 +47,7 @@ __all__ = [
     "ResumePlan",
     "Runstate",
     "RunstateError",
+    "ServerUnavailable",
     "Session",
     "SessionExpired",
     "StaleFencingToken",
@@ -52,5 +55,6 @@ __all__ = [
     "Task",
     "TaskRunner",
     "ToolState",
+    "Unauthorized",
     "VersionConflict",
 ]

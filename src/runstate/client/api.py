@@ -16,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
+from urllib.parse import quote
 
 from gql import Client, GraphQLRequest
 from gql.client import AsyncClientSession
@@ -32,7 +33,15 @@ from graphql import DocumentNode, parse
 from websockets.exceptions import WebSocketException
 
 from runstate.client import documents as doc
-from runstate.client.errors import PROBLEMS, NeedsDecision, NotFound, RateLimited, RunstateError
+from runstate.client.errors import (
+    PROBLEMS,
+    NeedsDecision,
+    NotFound,
+    RateLimited,
+    RunstateError,
+    ServerUnavailable,
+    Unauthorized,
+)
 from runstate.client.models import Event, Lock, ResumePlan, Session, Task, ToolState
 from runstate.client.policies import CheckpointPolicy
 from runstate.client.runner import TaskRunner
@@ -63,6 +72,45 @@ def _some(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def _unauthenticated(error: TransportQueryError) -> bool:
+    """Whether the server answered 401: the token was refused."""
+    return any(
+        (e.get("extensions") or {}).get("code") == "UNAUTHENTICATED" for e in error.errors or []
+    )
+
+
+def _rate_limited(error: TransportQueryError) -> float | None:
+    """The wait a subscription's RATE_LIMITED error asks for (None: another error)."""
+    for e in error.errors or []:
+        extensions = e.get("extensions") or {}
+        if extensions.get("code") == "RATE_LIMITED":
+            return float(extensions["retryAfterSeconds"])
+    return None
+
+
+FORBIDDEN = 4403
+"""The close code of a WebSocket whose token the server refused."""
+
+
+def _close_code(error: BaseException) -> int | None:
+    """The close code of the WebSocket close behind ``error``, if one is."""
+    cause: BaseException | None = error
+    while cause is not None:
+        received = getattr(cause, "rcvd", None)
+        if received is not None:
+            return int(received.code)
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+async def _pause(name: str, wait: float) -> float:
+    """Sleep out a rate limit's wait and up to a quarter more; the time slept."""
+    pause = wait * random.uniform(1.0, 1.25)
+    log.info("%s was rate limited; trying again in %.2fs", name, pause)
+    await asyncio.sleep(pause)
+    return pause
+
+
 class Runstate:
     """A connection to a runstate server for one caller (its token).
 
@@ -71,8 +119,12 @@ class Runstate:
     connection, a timeout, a 5xx) is sent again, up to ``retries`` times with a
     jittered, growing pause: the server answers a repeated write as it did the
     first time, so an agent never sees a network error it should have survived.
-    A RateLimited answer is waited out (its retryAfterSeconds) and the call sent
-    again, for up to ``RATE_LIMIT_WAIT`` seconds in all.
+    A RateLimited answer is waited out (its retryAfterSeconds, plus up to a quarter
+    more so that writers refused together do not come back together) and the call
+    sent again, for up to ``RATE_LIMIT_WAIT`` seconds in all.
+
+    A refused token raises ``Unauthorized``; a server that never answers raises
+    ``ServerUnavailable`` once the retries are spent. Neither is gql's exception.
     """
 
     def __init__(
@@ -89,6 +141,15 @@ class Runstate:
             )
         )
         self._session: AsyncClientSession | None = None
+
+    def dashboard_link(self, task_id: str | None = None, *, signed_in: bool = False) -> str:
+        """The dashboard's address, on ``task_id`` if given. ``signed_in`` puts this
+        client's token in the link's fragment (never sent to a server, but keep such
+        a link to yourself); without it the page asks for the token."""
+        fragment = [f"token={self.token}"] if signed_in else []
+        if task_id is not None:
+            fragment.append(f"task={quote(task_id, safe='')}")
+        return f"{self.url}/" + (f"#{'&'.join(fragment)}" if fragment else "")
 
     async def __aenter__(self) -> Runstate:
         self._session = await self._client.connect_async()  # type: ignore[no-untyped-call]
@@ -107,10 +168,7 @@ class Runstate:
             data: dict[str, Any] = (await self._send(request, name))[name]
             problem = PROBLEMS.get(data["__typename"])
             if problem is RateLimited and waited < RATE_LIMIT_WAIT:
-                pause = float(data["retryAfterSeconds"]) + random.uniform(0, 0.05)
-                log.info("%s was rate limited; trying again in %.2fs", name, pause)
-                waited += pause
-                await asyncio.sleep(pause)
+                waited += await _pause(name, float(data["retryAfterSeconds"]))
                 continue
             if problem is not None:
                 raise problem(data)
@@ -118,17 +176,29 @@ class Runstate:
 
     async def _send(self, request: GraphQLRequest, name: str) -> dict[str, Any]:
         """One request; a transport failure (no answer, a broken one, a 5xx) is tried
-        again after a jittered, growing pause, up to ``retries`` times in all."""
+        again after a jittered, growing pause, up to ``retries`` times in all, then
+        raised as ``ServerUnavailable``. A refused token is ``Unauthorized``."""
         if self._session is None:
             raise RunstateError("use Runstate as `async with Runstate(url, token) as rs:`")
         for attempt in itertools.count(1):
             try:
                 answer = await self._session.execute(request)
                 break
+            except TransportQueryError as error:
+                if _unauthenticated(error):
+                    raise Unauthorized(
+                        f"{self.url} refused the token (wrong, revoked or missing); "
+                        "make one with `runstate token create USER`"
+                    ) from None
+                raise
             except _TRANSIENT as error:
                 lasting = isinstance(error, TransportServerError) and (error.code or 500) < 500
-                if lasting or attempt >= self.retries:
+                if lasting:
                     raise
+                if attempt >= self.retries:
+                    raise ServerUnavailable(
+                        f"{self.url} did not answer {name} ({error}), {attempt} tries"
+                    ) from error
                 pause = random.uniform(0, min(MAX_BACKOFF, FIRST_BACKOFF * 2**attempt))
                 log.info("%s failed (%s); trying again in %.2fs", name, error, pause)
                 await asyncio.sleep(pause)
@@ -296,10 +366,11 @@ class Runstate:
         version: int,
         *,
         output: Any = None,
+        note: str | None = None,
         fencing_token: int | None = None,
     ) -> Task:
         """RETRY, SKIP or COMPLETE (with ``output``: what the person found happened) a
-        step left IN_DOUBT by a crash."""
+        step left IN_DOUBT by a crash; ``note`` says why (the event keeps it)."""
         data = await self._mutate(
             doc.DECIDE,
             "decideStep",
@@ -307,6 +378,7 @@ class Runstate:
             stepIndex=index,
             decision=decision,
             output=output,
+            note=note,
             expectedVersion=version,
             fencingToken=fencing_token,
         )
@@ -496,8 +568,14 @@ class Watch:
                         last = event.seq
                         yield event
             except TransportQueryError as error:
-                raise NotFound({"message": str(error)}) from error
+                wait = _rate_limited(error)
+                if wait is None:
+                    raise NotFound({"message": str(error)}) from error
+                await _pause("taskProgress", wait)
+                continue
             except (TransportError, OSError, WebSocketException) as error:
+                if _close_code(error) == FORBIDDEN:
+                    raise Unauthorized(f"{api.url} refused the token ({error})") from error
                 log.info("watch of %s interrupted (%s); reconnecting", self.task_id, error)
             await asyncio.sleep(self.retry_seconds)
 

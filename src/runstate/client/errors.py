@@ -9,6 +9,16 @@ class RunstateError(Exception):
     """Anything the SDK raises on purpose."""
 
 
+class Unauthorized(RunstateError):  # noqa: N818 - named after what the server said
+    """The server refused the token: wrong, revoked, or missing (HTTP 401 over HTTP,
+    close code 4403 over a WebSocket). Make one with ``runstate token create USER``."""
+
+
+class ServerUnavailable(RunstateError):  # noqa: N818
+    """The server did not answer, or answered 5xx, through every one of the SDK's own
+    retries (``Runstate(retries=...)``): it is down, or not at that URL."""
+
+
 class ProblemError(RunstateError):
     """The server refused an operation with a ``Problem`` (its ``code`` and ``message``)."""
 

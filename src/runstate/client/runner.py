@@ -28,6 +28,7 @@ from runstate.client.errors import (
     LockNotHeld,
     NeedsDecision,
     ProblemError,
+    ServerUnavailable,
     StaleFencingToken,
 )
 from runstate.client.models import Step, Task, ToolState
@@ -86,6 +87,7 @@ class TaskRunner:
                 raise NeedsDecision(self.task_id, plan.steps_in_doubt[0])
             if self.decision == WAIT:
                 await self._release()
+                self._say_waiting(plan.steps_in_doubt)
                 await self._await_decision()
                 continue
             status = "PENDING" if self.decision == "RETRY" else "SKIPPED"
@@ -114,7 +116,7 @@ class TaskRunner:
                 await self.flush()
         finally:
             if not self.lost.is_set():
-                with contextlib.suppress(TransportError, OSError):  # it lapses by itself
+                with contextlib.suppress(ServerUnavailable, TransportError, OSError):  # it lapses
                     await self._release()
 
     async def _acquire(self) -> None:
@@ -134,6 +136,18 @@ class TaskRunner:
     async def _release(self) -> None:
         with contextlib.suppress(LockNotHeld):
             await self.api.release_lock(self.task_id, self.holder)
+
+    def _say_waiting(self, steps: tuple[int, ...]) -> None:
+        """One line, on stderr with no logging set up (Python's last-resort handler
+        shows warnings): which steps wait for a person, and where to decide."""
+        task = self._task
+        named = ", ".join(f'{i} "{task.steps[i].action}"' if task.steps else str(i) for i in steps)
+        log.warning(
+            "runstate: task %s waits for a person to decide step %s: %s",
+            self.task_id,
+            named,
+            self.api.dashboard_link(self.task_id),
+        )
 
     async def _await_decision(self) -> None:
         """Follow the task until nobody needs to decide any more."""
@@ -163,7 +177,7 @@ class TaskRunner:
                 log.warning("lease on %s lost: %s", self.task_id, error)
                 self.lost.set()
                 return
-            except (TransportError, OSError, TimeoutError) as error:
+            except (ServerUnavailable, TransportError, OSError, TimeoutError) as error:
                 if time.monotonic() >= valid_until - margin:
                     log.warning("lease on %s given up: no renewal (%s)", self.task_id, error)
                     self.lost.set()

@@ -150,7 +150,5 @@ def to_problem(error: errors.DomainError) -> Problem:
         case errors.IdempotencyKeyReusedError():
             return IdempotencyKeyReused(code=code, message=message, idempotency_key=error.key)
         case errors.RateLimitedError():
-            return RateLimited(
-                code=code, message=message, retry_after_seconds=error.retry_after
-            )
+            return RateLimited(code=code, message=message, retry_after_seconds=error.retry_after)
     raise TypeError(f"no Problem answers {type(error).__name__}")

@@ -1,0 +1,70 @@
+"""The Python in ``docs/sdk.md`` runs as pasted: each block is saved as a file and
+run, in the order a reader meets them after setting up (first calls, the agent
+loop, then watching its task), against a real server with a token of the reader's
+own. Guards the page against snippets that are fragments or no longer work (its
+first snippet once was a SyntaxError in a file)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import Server, create_token
+
+SDK_DOC = Path(__file__).parent.parent.parent / "docs" / "sdk.md"
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```$", text, flags=re.DOTALL | re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+    tmp = tmp_path_factory.mktemp("docs")
+    url = f"sqlite://{tmp / 'docs.db'}"
+    token = create_token(url, "me")
+    server = Server(url, tmp / "server.log").start()
+    try:
+        yield server, token
+    finally:
+        server.stop()
+
+
+def run_block(code: str, path: Path, server: Server, token: str) -> str:
+    path.write_text(code)
+    env = {**os.environ, "RUNSTATE_URL": server.url, "RUNSTATE_TOKEN": token}
+    done = subprocess.run(
+        [sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_every_python_block_of_the_sdk_guide_runs(
+    reader: tuple[Server, str], tmp_path: Path
+) -> None:
+    server, token = reader
+    first, watch, loop = python_blocks(SDK_DOC.read_text())
+
+    created = run_block(first, tmp_path / "first.py", server, token)
+    assert re.fullmatch(rf"created \S+ PLANNED at {re.escape(server.url)}/#task=\S+\n", created)
+
+    ran = run_block(loop, tmp_path / "weekend.py", server, token)
+    assert ran == f"follow it at {server.url}/#task=weekend-1\ndone: COMPLETED\n"
+    again = run_block(loop, tmp_path / "weekend.py", server, token)
+    assert again == ran, "run again, the same id resumes the finished task"
+
+    watched = run_block(watch, tmp_path / "watch.py", server, token).splitlines()
+    assert len(watched) == 1, "a finished task: its snapshot, and the loop ends"
+    assert re.fullmatch(r"\d+ SNAPSHOT None 3 of 3", watched[0])
+
+
+def test_the_doc_has_the_blocks_this_test_runs() -> None:
+    """Control: a block added to the guide is run here too, or this fails."""
+    assert len(python_blocks(SDK_DOC.read_text())) == 3
