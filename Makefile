@@ -23,7 +23,7 @@ $(STAMP): $(RUNTIME)
 	touch $(STAMP)
 
 run: $(RUNTIME)
-	@$(BIN)/runstate demo --port $(PORT)
+	@RUNSTATE_RUN_BY_MAKE=1 $(BIN)/runstate demo --port $(PORT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

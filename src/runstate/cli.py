@@ -166,8 +166,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         _with_database(settings, revoke)
 
 
+RUN_BY_MAKE = "RUNSTATE_RUN_BY_MAKE"
+"""Set by the Makefile's ``run`` target, so that advice names its PORT variable."""
+
+
 def _require_free_port(host: str, port: int) -> None:
-    """Exit with one line suggesting ``--port`` when ``host:port`` cannot be bound
+    """Exit with one line suggesting another port when ``host:port`` cannot be bound
     (uvicorn would log the error, then a traceback). Bound as uvicorn binds it, with
     SO_REUSEADDR, and let go at once."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
@@ -178,8 +182,10 @@ def _require_free_port(host: str, port: int) -> None:
             reason = (
                 "is in use" if e.errno == errno.EADDRINUSE else f"cannot be used ({e.strerror})"
             )
+            # `make run` passes the port as PORT=..., and rejects --port.
+            way = "make run PORT=" if os.environ.get(RUN_BY_MAKE) else "--port "
             sys.exit(
-                f"runstate: port {port} on {host} {reason}; choose another with --port {port + 1}"
+                f"runstate: port {port} on {host} {reason}; choose another with {way}{port + 1}"
             )
 
 

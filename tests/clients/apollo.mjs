@@ -12,8 +12,10 @@ import WebSocket from "ws";
 
 const [url, token, typesFile, mode] = process.argv.slice(2);
 const naive = mode === "--naive";
+const possibleTypes = JSON.parse(readFileSync(typesFile, "utf8"));
 
 // ---------------------------------------------------------------- the recipe
+// docs/clients.md shows this part as it is (test_clients checks that it does).
 
 // Keep the task with the newer eventSeq: a history read or a replayed idempotent
 // write answers an older state of a task under its live id.
@@ -33,26 +35,23 @@ function stepsById(existing = [], incoming, { readField, mergeObjects }) {
   });
 }
 
-function recipeCache() {
-  return new InMemoryCache({
-    possibleTypes: JSON.parse(readFileSync(typesFile, "utf8")),
-    typePolicies: {
-      Task: { merge: newerTask, fields: { steps: { merge: stepsById } } },
-      Step: { keyFields: false }, // kept inside its task, so the task's rule covers it
-      NotFound: { keyFields: false }, // a missing task and session may share an id
-    },
-  });
-}
+const cache = new InMemoryCache({
+  possibleTypes, // the JSON of `runstate export-schema --possible-types`
+  typePolicies: {
+    Task: { merge: newerTask, fields: { steps: { merge: stepsById } } },
+    Step: { keyFields: false }, // kept inside its task, so the task's rule covers it
+    NotFound: { keyFields: false }, // a missing task and session may share an id
+  },
+});
 
 const headers = { authorization: `Bearer ${token}` };
-let opened = 0;
 const ws = createClient({
   url: url.replace(/^http/, "ws") + "/graphql",
-  webSocketImpl: WebSocket,
+  webSocketImpl: WebSocket, // Node 20; a browser has its own
   connectionParams: headers,
-  on: { connected: () => { opened += 1; } },
   // graphql-ws would re-send the original subscription on reconnect, with its old
   // afterSeq; end the subscription instead, and resubscribe from the last seq seen.
+  // A refused token (4403) is not retried either.
   shouldRetry: () => false,
 });
 const link = ApolloLink.split(
@@ -60,11 +59,12 @@ const link = ApolloLink.split(
   new GraphQLWsLink(ws),
   new HttpLink({ uri: `${url}/graphql`, headers }),
 );
-const client = new ApolloClient({ link, cache: naive ? new InMemoryCache() : recipeCache() });
 
 // Follow a task live; after a dropped socket resubscribe with the last seq seen, so
-// the server sends what was missed, once.
-function follow(taskId, onEvent) {
+// the server sends what was missed, once. taskAt is read with fetchPolicy
+// "no-cache": the task as it stood then, under the live task's id, is for showing,
+// not for the cache.
+function follow(client, taskId, onEvent) {
   let lastSeq = null;
   let subscription = null;
   const start = () => {
@@ -112,6 +112,9 @@ const PROGRESS = gql`subscription Progress($taskId: ID!, $afterSeq: Int) {
 
 // ---------------------------------------------------------------- the checks
 
+const client = new ApolloClient({ link, cache: naive ? new InMemoryCache() : cache });
+let opened = 0;
+ws.on("connected", () => { opened += 1; });
 const results = [];
 function check(name, ok, detail) {
   results.push({ check: name, ok: Boolean(ok), detail });
@@ -129,7 +132,7 @@ const id = created.id;
 await client.query({ query: TASK, variables: { id } });
 
 const seen = [];
-const stop = follow(id, (event) => seen.push(event));
+const stop = follow(client, id, (event) => seen.push(event));
 const until = async (what, predicate) => {
   for (let i = 0; i < 200 && !predicate(); i++) await new Promise((r) => setTimeout(r, 25));
   if (!predicate()) throw new Error(`timed out waiting for ${what}`);

@@ -9,6 +9,7 @@ laptop and fail under CI=true.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -154,3 +155,17 @@ def test_graphql_ws_backs_off_past_the_connection_limit_and_stops_on_a_refused_t
     assert over["gaveUp"] == 4029
     assert [c["code"] for c in refused["closes"]] == [4403]
     assert refused["gaveUp"] == 4403
+
+
+def test_the_guides_recipe_is_the_code_the_test_runs() -> None:
+    """``docs/clients.md`` shows the part of ``apollo.mjs`` between its recipe
+    markers, as it is: the recipe a reader copies is the one tested above."""
+    guide = (CLIENTS.parent.parent / "docs" / "clients.md").read_text()
+    blocks = re.findall(r"^```js\n(.*?)^```$", guide, flags=re.DOTALL | re.MULTILINE)
+    script = (CLIENTS / "apollo.mjs").read_text()
+    start = script.index("// Keep the task with the newer eventSeq")
+    end = script.index(
+        "// ---------------------------------------------------------------- documents"
+    )
+    assert blocks[0] == script[start:end].rstrip() + "\n"
+    assert blocks[1] in script, "the subscription the recipe follows"

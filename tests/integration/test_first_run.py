@@ -167,6 +167,29 @@ def test_a_busy_port_is_one_line_that_suggests_another(tmp_path: Path, command: 
     )
 
 
+def test_a_busy_port_under_make_run_suggests_its_port_variable() -> None:
+    """Guards the hint under ``make run``, which rejects --port: it names PORT."""
+    project = Path(__file__).parent.parent.parent
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        terminal = {k: v for k, v in os.environ.items() if k not in MAKE_VARIABLES}
+        result = subprocess.run(
+            ["make", "-s", "run", f"PORT={port}"],
+            cwd=project,
+            env=terminal,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert result.returncode != 0
+    assert result.stderr.splitlines()[0] == (
+        f"runstate: port {port} on 127.0.0.1 is in use; choose another with make run PORT={port + 1}"
+    )
+
+
 def test_make_run_in_a_fresh_clone_shows_progress_then_the_link(tmp_path: Path) -> None:
     """`make run PORT=...` in a fresh clone (no .venv): its first line comes within
     seconds, while it installs, the link follows, and Ctrl-C ends it all in one line.
