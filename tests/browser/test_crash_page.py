@@ -107,6 +107,9 @@ async def test_a_crash_is_shown_and_decided_from_a_phone(
         await page.screenshot(path=ARTIFACTS / f"crash-3-decision-{name}.png")
 
     phone = pages["phone"]
+    await expect(phone.get_by_test_id("complete-output")).to_have_attribute(
+        "placeholder", 'What "book flight" produced, e.g. {"reference": "…"}'
+    )
     await expect(phone.get_by_test_id("decision-note")).to_contain_text("agent-2 still holds")
     await expect(phone.get_by_test_id("decision-note")).to_be_hidden(timeout=10_000)
     await phone.get_by_test_id("complete-output").fill('{"pnr": "X7K2QM"}')

@@ -530,3 +530,28 @@ def test_every_event_names_who_wrote_it_and_a_decision_keeps_its_reason(alice: A
     ]
     assert all(actor == "alice" for _, actor, _, _ in rows)
     assert read["events"][-1]["steps"] == [{"id": f"{task['id']}:1"}]
+
+
+def test_a_decision_on_a_finished_step_says_so_not_that_its_task_is_final(alice: Api) -> None:
+    """Guards the order of decideStep's checks: the step is judged first. On a
+    COMPLETED task, deciding its SUCCESS step once answered "task cannot go from
+    COMPLETED to RUNNING", which says nothing of the step the person picked."""
+    task = at_second_step(alice, "SUCCESS", idempotent=False)
+    assert task["status"] == "COMPLETED"
+    fields = "__typename ... on InvalidTransition { from to message }"
+    for decision, target in (("RETRY", "PENDING"), ("SKIP", "SKIPPED"), ("COMPLETE", "SUCCESS")):
+        refused = mutate(
+            alice,
+            "decideStep",
+            "DecideStepInput",
+            fields,
+            taskId=task["id"],
+            stepIndex=1,
+            expectedVersion=task["version"],
+            decision=decision,
+        )
+        assert (refused["__typename"], refused["from"], refused["to"]) == (
+            "InvalidTransition",
+            "SUCCESS",
+            target,
+        ), decision
