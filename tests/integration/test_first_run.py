@@ -186,7 +186,8 @@ def test_a_busy_port_under_make_run_suggests_its_port_variable() -> None:
         )
     assert result.returncode != 0
     assert result.stderr.splitlines()[0] == (
-        f"runstate: port {port} on 127.0.0.1 is in use; choose another with make run PORT={port + 1}"
+        f"runstate: port {port} on 127.0.0.1 is in use;"
+        f" choose another with make run PORT={port + 1}"
     )
 
 
