@@ -22,8 +22,11 @@ $(STAMP): $(RUNTIME)
 	$(PIP) --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Exported rather than set on the command line, so make runs the command without a
+# shell in between: Ctrl-C then ends it with the demo's one line alone.
+run: export RUNSTATE_RUN_BY_MAKE = 1
 run: $(RUNTIME)
-	@RUNSTATE_RUN_BY_MAKE=1 $(BIN)/runstate demo --port $(PORT)
+	@$(BIN)/runstate demo --port $(PORT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -26,9 +26,9 @@ from runstate.settings import Settings, SettingsError
 
 def possible_types(schema: GraphQLSchema) -> dict[str, list[str]]:
     """Each union and interface with the object types it may be, as Apollo Client's
-    ``possibleTypes`` and urql's ``possibleTypes`` take them: without them a
-    normalized cache drops every ``... on Problem`` field, and with introspection
-    off (production) a client cannot ask the server for them."""
+    ``possibleTypes`` takes them: without them its cache drops every ``... on
+    Problem`` field, and with introspection off (production) a client cannot ask
+    the server for them."""
     return {
         name: sorted(t.name for t in schema.get_possible_types(kind))
         for name, kind in sorted(schema.type_map.items())

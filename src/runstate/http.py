@@ -163,7 +163,7 @@ def refusal(status: int, message: str, media_type: str = media.JSON) -> Response
     """A request refused before it ran, as a GraphQL response with one error and no
     ``data`` (a 405 names the methods that are allowed)."""
     headers = {"Allow": ALLOWED_METHODS} if status == 405 else None
-    body = json.dumps({"errors": [{"message": message}]})
+    body = json.dumps({"errors": [{"message": message}]}, separators=(",", ":"))
     return Response(body, status_code=status, media_type=media_type, headers=headers)
 
 
@@ -212,9 +212,10 @@ class GraphQLView(GraphQL[Context, None]):
             return
         request = Request(scope=scope, receive=receive)
         chosen = media.negotiate(request.headers.get("accept"))
-        page = self.should_render_graphql_ide(self.request_adapter_class(request))
         response: Response
-        if chosen is None and not page:
+        if chosen is None and not self.should_render_graphql_ide(
+            self.request_adapter_class(request)
+        ):
             offered = " or ".join(media.OFFERED)
             response = refusal(406, f"Not Acceptable: the answer is {offered}")
         elif request.method == "POST" and not _json_body(request.headers):

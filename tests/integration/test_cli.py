@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -120,39 +121,53 @@ def test_production_refuses_to_start_with_unsafe_settings(tmp_path: Path) -> Non
     )
 
 
-def test_demo_prints_a_signed_in_link_and_an_agent_starts_working(tmp_path: Path) -> None:
-    port = free_port()
-    env = {**os.environ, "RUNSTATE_DATABASE_URL": f"sqlite://{tmp_path / 'demo.db'}"}
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "runstate", "demo", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert demo.stdout is not None
-        link = ""
-        while not link:
-            line = demo.stdout.readline()
+class Demo:
+    """``runstate demo`` on a free port and a SQLite file, up to its signed-in link;
+    ``api`` is a client with the link's token."""
+
+    def __init__(self, database: Path) -> None:
+        self.port = free_port()
+        env = {**os.environ, "RUNSTATE_DATABASE_URL": f"sqlite://{database}"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "runstate", "demo", "--port", str(self.port)],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        while "#token=" not in (line := self.process.stdout.readline()):
             assert line, "the demo exited before printing its link"
-            link = line.strip() if "#token=" in line else ""
-        base, _, token = link.partition("/#token=")
-        assert base == f"http://127.0.0.1:{port}"
-        assert httpx.get(base).status_code == 200
-        api = Api(base, token)
-        query = "{ tasks { edges { node { goal eventSeq } } } }"
+        self.base, _, token = line.strip().partition("/#token=")
+        self.api = Api(self.base, token)
+
+    def __enter__(self) -> Demo:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.api.close()
+        self.process.terminate()
+        self.process.communicate(timeout=30)
+
+    def tasks(self, fields: str) -> list[dict[str, Any]]:
+        edges = self.api("{ tasks { edges { node { " + fields + " } } } }")["tasks"]["edges"]
+        return [e["node"] for e in edges]
+
+    def wait_for_work(self) -> None:
         wait_until(
-            lambda: any(e["node"]["eventSeq"] >= 4 for e in api(query)["tasks"]["edges"]),
+            lambda: any(t["eventSeq"] >= 4 for t in self.tasks("eventSeq")),
             30,
             "the demo agent to work",
         )
-        assert api(query)["tasks"]["edges"][0]["node"]["goal"] == "Book a trip to Lisbon for Ana"
-        api.close()
-    finally:
-        demo.terminate()
-        demo.communicate(timeout=30)
+
+
+def test_demo_prints_a_signed_in_link_and_an_agent_starts_working(tmp_path: Path) -> None:
+    with Demo(tmp_path / "demo.db") as demo:
+        assert demo.base == f"http://127.0.0.1:{demo.port}"
+        assert httpx.get(demo.base).status_code == 200
+        demo.wait_for_work()
+        assert demo.tasks("goal")[0]["goal"] == "Book a trip to Lisbon for Ana"
     children = subprocess.run(
-        ["pgrep", "-f", f"runstate.demo http://127.0.0.1:{port}"], check=False
+        ["pgrep", "-f", f"runstate.demo http://127.0.0.1:{demo.port}"], check=False
     )
     assert children.returncode == 1, "the demo's agent processes stop with it"
 
@@ -161,50 +176,20 @@ def test_a_restarted_demo_picks_up_the_task_it_left(tmp_path: Path) -> None:
     """Guards the demo's pool worker (claimTask): the demo is stopped while its agent
     works a trip; started again on the same database, its worker claims that trip
     once the dead agent's lease lapses, so no task is left RUNNING with no agent."""
-    env = {**os.environ, "RUNSTATE_DATABASE_URL": f"sqlite://{tmp_path / 'demo.db'}"}
-
-    def start() -> tuple[subprocess.Popen[str], Api]:
-        port = free_port()
-        demo = subprocess.Popen(
-            [sys.executable, "-m", "runstate", "demo", "--port", str(port)],
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert demo.stdout is not None
-        while "#token=" not in (line := demo.stdout.readline()):
-            assert line, "the demo exited before printing its link"
-        base, _, token = line.strip().partition("/#token=")
-        return demo, Api(base, token)
-
-    query = "{ tasks { edges { node { id status stalled eventSeq lock { holderId } } } } }"
-    first, api = start()
-    try:
-        wait_until(
-            lambda: any(e["node"]["eventSeq"] >= 4 for e in api(query)["tasks"]["edges"]),
-            30,
-            "the first agent to work",
-        )
-        (left,) = [e["node"]["id"] for e in api(query)["tasks"]["edges"]]
-    finally:
-        api.close()
-        first.terminate()
-        first.communicate(timeout=30)
-    second, api = start()
-    try:
+    fields = "id status stalled eventSeq lock { holderId }"
+    with Demo(tmp_path / "demo.db") as first:
+        first.wait_for_work()
+        (left,) = [t["id"] for t in first.tasks("id")]
+    with Demo(tmp_path / "demo.db") as second:
 
         def picked_up() -> bool:
-            node = next(e["node"] for e in api(query)["tasks"]["edges"] if e["node"]["id"] == left)
-            holder = (node["lock"] or {}).get("holderId", "")
-            return not node["stalled"] and (
-                holder.startswith("worker-") or node["status"] in ("AWAITING_DECISION", "COMPLETED")
+            task = next(t for t in second.tasks(fields) if t["id"] == left)
+            holder = (task["lock"] or {}).get("holderId", "")
+            return not task["stalled"] and (
+                holder.startswith("worker-") or task["status"] in ("AWAITING_DECISION", "COMPLETED")
             )
 
         wait_until(picked_up, 90, "the restarted demo's worker to claim the task left behind")
-    finally:
-        api.close()
-        second.terminate()
-        second.communicate(timeout=30)
 
 
 def test_the_demo_pool_drives_a_fork_to_its_end(tmp_path: Path) -> None:
@@ -212,31 +197,12 @@ def test_the_demo_pool_drives_a_fork_to_its_end(tmp_path: Path) -> None:
     from its history as the dashboard does, is claimed by the demo's pool and run
     to COMPLETED, while the trip itself is still its first agent's (the pool does
     not take a trip before its crash)."""
-    port = free_port()
-    env = {**os.environ, "RUNSTATE_DATABASE_URL": f"sqlite://{tmp_path / 'demo.db'}"}
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "runstate", "demo", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    api: Api | None = None
-    try:
-        assert demo.stdout is not None
-        while "#token=" not in (line := demo.stdout.readline()):
-            assert line, "the demo exited before printing its link"
-        base, _, token = line.strip().partition("/#token=")
-        api = Api(base, token)
-        query = "{ tasks { edges { node { id status eventSeq lock { holderId } } } } }"
-        wait_until(
-            lambda: any(e["node"]["eventSeq"] >= 4 for e in api(query)["tasks"]["edges"]),
-            30,
-            "the demo agent to work",
-        )
-        (trip,) = [e["node"] for e in api(query)["tasks"]["edges"]]
+    with Demo(tmp_path / "demo.db") as demo:
+        demo.wait_for_work()
+        (trip,) = demo.tasks("id lock { holderId }")
         assert trip["lock"]["holderId"] == "agent-1", "the trip is its first agent's"
         fork = mutate(
-            api,
+            demo.api,
             "forkTask",
             "ForkTaskInput",
             "... on Task { id status }",
@@ -248,17 +214,12 @@ def test_the_demo_pool_drives_a_fork_to_its_end(tmp_path: Path) -> None:
         holders: set[str] = set()
 
         def finished() -> bool:
-            now = api(task, id=fork["id"])["task"]
+            now = demo.api(task, id=fork["id"])["task"]
             holders.add((now["lock"] or {}).get("holderId", ""))
             return bool(now["status"] == "COMPLETED")
 
         wait_until(finished, 90, "the demo's pool to finish the fork")
         assert any(h.startswith("worker-") for h in holders), holders
-    finally:
-        if api is not None:
-            api.close()
-        demo.terminate()
-        demo.communicate(timeout=30)
 
 
 def test_serve_workers_runs_several_processes_with_redis(tmp_path: Path) -> None:

@@ -11,12 +11,7 @@ from runstate.models import Step, box
 from runstate.services import validation
 from runstate.services.errors import InvalidTransitionError
 from runstate.services.loading import step_view
-from runstate.services.rules import (
-    DECISION_MOVES,
-    FINISHED_STEPS,
-    RESUME_MOVES,
-    check_step_move,
-)
+from runstate.services.rules import DECISION_MOVES, FINISHED_STEPS, RESUME_MOVES
 from runstate.services.taskwrite import Change, Draft, Unchanged, versioned, write_task
 from runstate.services.views import StepView, TaskView
 
@@ -118,10 +113,8 @@ async def decide_step(
         step = await draft.step(step_index)
         if decision is StepDecision.COMPLETE and step.status is not StepStatus.IN_DOUBT:
             raise InvalidTransitionError("step", step.status, StepStatus.SUCCESS)
-        target = _DECIDED[decision]
-        check_step_move(step.status, target, moves=DECISION_MOVES)
-        draft.refuse_if_final()
-        draft.move_step(step, target, moves=DECISION_MOVES)
+        draft.move_step(step, _DECIDED[decision], moves=DECISION_MOVES)
+        draft.refuse_if_final()  # after the step's own check: a refusal writes nothing
         if decision is StepDecision.COMPLETE:
             step.output = box(output)
         waiting = draft.status is TaskStatus.AWAITING_DECISION

@@ -451,7 +451,10 @@ function record(watching, before, event) {
       watching.doubts[step.index].decided = event.at;
     }
   }
-  watching.entries.push({ seq: event.seq, at: event.at, kind: event.kind, who: event.holder ?? event.actor,
+  // Who wrote it: the lease holder for a write under a lease, else the user; a lease
+  // event's sentence names its agent already.
+  const who = LEASE_EVENTS.has(event.kind) ? null : event.holder ?? event.actor;
+  watching.entries.push({ seq: event.seq, at: event.at, kind: event.kind, who,
     subject: subject(before, event), text: describe(before, after, event), delta: delta(event) });
   if (watching.entries.length > LOG_LINES) watching.entries.shift();
   return after;
