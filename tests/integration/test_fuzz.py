@@ -1,5 +1,6 @@
 """A fuzz run: a few thousand random bodies, documents and variables get no 5xx, no
-stack trace and no server path in any answer, and the server keeps serving."""
+stack trace and no server path in any answer, the server keeps serving, and its log
+holds no traceback: nothing a client can send is an unexpected failure."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runstate.schema.build import schema
-from tests.support import Api, create_token, sqlite_server
+from tests.support import Api, Server, create_token, sqlite_server
 
 NAMES = sorted(
     {name for type_ in schema._schema.type_map.values() for name in getattr(type_, "fields", {})}
@@ -61,12 +62,33 @@ bodies = (
 
 
 @pytest.fixture(scope="module")
-def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    with (
-        sqlite_server(tmp_path_factory, "fuzz", RUNSTATE_RATE_LIMIT="false") as server,
-        Api(server.url, create_token(server.database_url, "fuzzer")) as api,
-    ):
+def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with sqlite_server(tmp_path_factory, "fuzz", RUNSTATE_RATE_LIMIT="false") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def fuzzed(fuzz_server: Server) -> Iterator[Api]:
+    with Api(fuzz_server.url, create_token(fuzz_server.database_url, "fuzzer")) as api:
         yield api
+
+
+MALFORMED = [
+    ("{ ...o }", "Unknown fragment 'o'."),
+    ("{ sessions { ...x edges { cursor } } }", "Unknown fragment 'x'."),
+    ("fragment a on Query { ...b } { ...a }", "Unknown fragment 'b'."),
+    ("query { ...o } fragment o on Query { ...o }", "Cannot spread fragment 'o' within itself."),
+]
+
+
+@pytest.mark.parametrize(("document", "message"), MALFORMED)
+def test_a_malformed_document_is_a_validation_error(
+    fuzzed: Api, document: str, message: str
+) -> None:
+    """Guards the depth rule's guard (``limits._depth_rule``): an unknown fragment
+    once reached the client as the raw text "'o'", a KeyError with a traceback."""
+    answer = fuzzed.post({"query": document}).json()
+    assert [e["message"] for e in answer["errors"]] == [message]
 
 
 @settings(
@@ -89,3 +111,11 @@ def test_random_requests_get_clean_answers(fuzzed: Api, body: bytes) -> None:
 
 def test_the_server_still_serves_after_the_fuzz(fuzzed: Api) -> None:
     assert fuzzed("{ __typename }") == {"__typename": "Query"}
+
+
+def test_the_fuzzed_servers_log_holds_no_traceback(fuzz_server: Server, fuzzed: Api) -> None:
+    """Runs after the fuzz and the malformed documents above (pytest keeps the file's
+    order): whatever they sent, the server logged no unexpected failure."""
+    assert fuzzed("{ __typename }") == {"__typename": "Query"}  # the log is written
+    log = fuzz_server.log_path.read_text()
+    assert "Traceback" not in log

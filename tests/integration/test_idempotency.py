@@ -7,6 +7,17 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
+from graphql import (
+    GraphQLEnumType,
+    GraphQLInputObjectType,
+    GraphQLInputType,
+    GraphQLList,
+    GraphQLNonNull,
+    build_schema,
+)
+
+from runstate.schema.build import schema
 from tests.integration.test_api import events, new_task, step
 from tests.integration.test_lifecycle import tool
 from tests.support import Api, Server, query_value
@@ -140,3 +151,45 @@ def test_a_key_past_its_retention_is_swept_and_writes_again(alice: Api, server: 
     assert query_value(server.database_url, count) == 0
     again = start(alice, task["id"], 1, k)
     assert (again["__typename"], again["currentVersion"]) == ("VersionConflict", 2)
+
+
+def placeholder(kind: GraphQLInputType) -> Any:
+    """A value of ``kind`` that passes GraphQL's own coercion (the services may still
+    refuse it; the key is checked before they run)."""
+    if isinstance(kind, GraphQLNonNull):
+        return placeholder(kind.of_type)
+    if isinstance(kind, GraphQLList):
+        return []
+    if isinstance(kind, GraphQLEnumType):
+        return next(iter(kind.values))
+    if isinstance(kind, GraphQLInputObjectType):
+        return {
+            name: placeholder(field.type)
+            for name, field in kind.fields.items()
+            if isinstance(field.type, GraphQLNonNull)
+        }
+    return {"Int": 1, "Float": 1.0, "Boolean": True, "JSON": None}.get(kind.name, "x")
+
+
+MUTATIONS = sorted(build_schema(schema.as_str()).mutation_type.fields.items())  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("key", ["", "k" * 256], ids=["empty", "256 characters"])
+def test_every_mutation_answers_invalid_input_for_a_bad_key(alice: Api, key: str) -> None:
+    """Guards the key check on every mutation, read from the schema so that a new one
+    cannot forget: an empty or too long ``idempotencyKey`` is InvalidInput on it.
+    deleteSession, releaseTaskLock and resumeTask once answered "Unexpected error."
+    (their unions had no InvalidInput member) with a traceback in the log."""
+    answers = {}
+    for name, field in MUTATIONS:
+        input_type = field.args["input"].type
+        document = (
+            f"mutation($input: {input_type}) {{ {name}(input: $input) {{"
+            " __typename ... on InvalidInput { field } } }"
+        )
+        value = placeholder(input_type) | {"idempotencyKey": key}
+        answers[name] = alice(document, input=value)[name]
+    assert answers == {
+        name: {"__typename": "InvalidInput", "field": "idempotencyKey"} for name, _ in MUTATIONS
+    }
+    assert len(answers) == 18

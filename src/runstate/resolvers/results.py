@@ -52,13 +52,15 @@ TaskResult = Annotated[
     strawberry.union("TaskResult"),
 ]
 DeleteResult = Annotated[
-    Deleted | NotFound | IdempotencyKeyReused | RateLimited, strawberry.union("DeleteResult")
+    Deleted | NotFound | InvalidInput | IdempotencyKeyReused | RateLimited,
+    strawberry.union("DeleteResult"),
 ]
 ResumeResult = Annotated[
     ResumePlan
     | NotFound
     | VersionConflict
     | InvalidTransition
+    | InvalidInput
     | SessionExpired
     | LockHeld
     | StaleFencingToken
@@ -78,7 +80,7 @@ LockResult = Annotated[
     strawberry.union("LockResult"),
 ]
 ReleaseResult = Annotated[
-    Task | NotFound | LockNotHeld | IdempotencyKeyReused | RateLimited,
+    Task | NotFound | LockNotHeld | InvalidInput | IdempotencyKeyReused | RateLimited,
     strawberry.union("ReleaseResult"),
 ]
 ToolStateResult = Annotated[

@@ -14,8 +14,10 @@ from typing import Any
 
 from graphql import (
     ASTValidationRule,
+    DocumentNode,
     FieldNode,
     FloatValueNode,
+    FragmentDefinitionNode,
     FragmentSpreadNode,
     GraphQLError,
     GraphQLField,
@@ -30,9 +32,11 @@ from graphql import (
     StringValueNode,
     ValidationContext,
     ValidationRule,
+    Visitor,
     get_named_type,
     get_nullable_type,
     is_composite_type,
+    visit,
 )
 from strawberry.extensions.max_aliases import create_validator as aliases_rule
 from strawberry.extensions.query_depth_limiter import create_validator as depth_rule
@@ -49,11 +53,40 @@ def limit_rules(
 ) -> list[type[ASTValidationRule]]:
     """The rule classes for these limits, to build once and reuse for every request."""
     return [
-        depth_rule(max_depth, None),
+        _depth_rule(max_depth),
         aliases_rule(max_aliases),
         node_rule(max_nodes),
         CleanLiterals,
     ]
+
+
+def _depth_rule(max_depth: int) -> type[ASTValidationRule]:
+    """Strawberry's depth limit, skipped for a document that spreads a fragment it
+    does not define: Strawberry's rule then fails with a KeyError (the raw text
+    ``'o'`` reached the client), and graphql-core's KnownFragmentNames already
+    refuses such a document with a proper validation error."""
+    limit = depth_rule(max_depth, None)
+
+    class DepthLimit(limit):  # type: ignore[misc, valid-type]
+        def __init__(self, context: ValidationContext) -> None:
+            if _spreads_unknown_fragments(context.document):
+                ASTValidationRule.__init__(self, context)
+                return
+            super().__init__(context)
+
+    return DepthLimit
+
+
+def _spreads_unknown_fragments(document: DocumentNode) -> bool:
+    defined = {d.name.value for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+    spread: set[str] = set()
+
+    class Spreads(Visitor):
+        def enter_fragment_spread(self, node: FragmentSpreadNode, *_: Any) -> None:
+            spread.add(node.name.value)
+
+    visit(document, Spreads())
+    return not spread <= defined
 
 
 def node_rule(max_nodes: int) -> type[ValidationRule]:
