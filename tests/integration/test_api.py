@@ -300,11 +300,11 @@ def test_create_task_plans_steps_and_logs_one_event(alice: Api) -> None:
     ]
 
 
-def test_create_task_with_same_id_returns_it_unchanged(alice: Api) -> None:
+def test_create_task_with_same_id_and_content_returns_it_unchanged(alice: Api) -> None:
     s = start_session(alice)
     tid = uid("t")
     first = create_task(alice, s["id"], id=tid)
-    again = create_task(alice, s["id"], id=tid, goal="something else", steps=1)
+    again = create_task(alice, s["id"], id=tid)
     assert again == first
     assert len(events(alice, tid)) == 1
 
@@ -594,3 +594,32 @@ def test_json_values_of_every_kind_round_trip(alice: Api, value: Any) -> None:
         i={"taskId": t["id"], "toolName": "x", "outcome": "SUCCESS", "result": value},
     )
     assert result["recordToolCall"]["lastResult"] == value
+
+
+def test_a_task_id_that_exists_answers_that_task_only_for_the_same_content(alice: Api) -> None:
+    """Guards createTask's client-chosen id: sent again with the same session, goal
+    and plan it answers the task as it stands (idempotent, even after it moved on);
+    with another session, goal or plan it is InvalidInput on ``id`` and writes
+    nothing (it once answered the other task as if it were the one asked for)."""
+    session = start_session(alice)["id"]
+    other_session = start_session(alice)["id"]
+    plan = [{"action": "search", "input": {"q": 1}}, {"action": "pay", "idempotent": False}]
+    task_id = f"chosen-{uuid.uuid4().hex[:8]}"
+    made = create_task(alice, session, plan, goal="trip", id=task_id)
+    moved = step(alice, "startStep", "StepRefInput", taskId=task_id, stepIndex=0, expectedVersion=1)
+    again = create_task(alice, session, plan, goal="trip", id=task_id)
+    assert (again["id"], again["version"]) == (task_id, moved["version"])
+    different = [
+        {"sessionId": other_session},
+        {"goal": "another trip"},
+        {"steps": plan[:1]},
+        {"steps": [plan[0], {"action": "pay"}]},
+        {"steps": [{"action": "search", "input": {"q": 2}}, plan[1]]},
+    ]
+    fields = "__typename ... on InvalidInput { field message }"
+    for change in different:
+        input = {"sessionId": session, "goal": "trip", "steps": plan, "id": task_id} | change
+        refused = mutate(alice, "createTask", "CreateTaskInput", fields, **input)
+        assert (refused["__typename"], refused["field"]) == ("InvalidInput", "id"), change
+    assert made["version"] == 1
+    assert events(alice, task_id)[-1]["seq"] == 2, "the refusals wrote nothing"

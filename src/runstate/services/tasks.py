@@ -11,7 +11,7 @@ from tortoise.exceptions import IntegrityError
 from tortoise.transactions import in_transaction
 
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus
-from runstate.models import Session, Step, Task, box
+from runstate.models import Session, Step, Task, TaskEvent, box, unbox
 from runstate.services import progress, queries, quota, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, InvalidTransitionError, UnmatchedWriteError
@@ -29,7 +29,14 @@ from runstate.services.taskwrite import (
     write_task,
 )
 from runstate.services.validation import StepPlan
-from runstate.services.views import EventView, OriginView, StepView, TaskView, current_step
+from runstate.services.views import (
+    EventView,
+    OriginView,
+    StepView,
+    TaskView,
+    current_step,
+    to_json,
+)
 
 _OPEN_SESSION = (SessionStatus.ACTIVE, SessionStatus.PAUSED)
 
@@ -146,7 +153,7 @@ async def _insert_task(
 ) -> TaskView:
     """Insert a task, its ``steps`` (their task filled in here) and its TASK_CREATED
     event (seq 1) in one transaction; a client-chosen id that exists already returns
-    that task unchanged.
+    that task unchanged when it was made with the same content (``_existing``).
 
     The first statement marks the session active (a write, so SQLite takes the lock
     at once). Steps that do not stand as newly planned (a fork's) get their history
@@ -204,10 +211,10 @@ async def _insert_task(
             await log_event(conn, event)
             await quota.charge(conn, user_id, stored, field)
     except IntegrityError:
-        return await get_task(user_id, public_id)
+        return await _existing(user_id, public_id, session_id, goal, steps, origin)
     except UnmatchedWriteError:
         if client_id is not None and await Task.exists(user_id=user_id, public_id=client_id):
-            return await get_task(user_id, client_id)
+            return await _existing(user_id, client_id, session_id, goal, steps, origin)
         session_view = await get_session(user_id, session_id)  # NotFound, SessionExpired
         raise InvalidInputError(
             "sessionId", f"session is {session_view.status}; it takes no new tasks"
@@ -233,6 +240,45 @@ def created_event(view: TaskView, now: datetime, origin: OriginView | None = Non
         origin=origin,
         actor=view.user_id,
     )
+
+
+async def _existing(
+    user_id: str,
+    task_id: str,
+    session_id: str,
+    goal: str,
+    steps: Sequence[Step],
+    origin: OriginView | None,
+) -> TaskView:
+    """The task a create (or fork) with a client-chosen id that exists answers: that
+    task, if it was made with the same content (session, goal, the plan's steps as
+    first planned, the fork's origin), so a retry is idempotent; else InvalidInput
+    on ``id``, since another content under the same id is another task."""
+    task = await get_task(user_id, task_id)
+    planned = await Step.filter(task_id=task.pk, created_seq=1).order_by("position")
+    created = await TaskEvent.get(task_id=task.pk, seq=1)
+    made = (
+        task.session_id,
+        task.goal,
+        [_fixed(s) for s in planned],
+        (created.delta or {}).get("origin"),
+    )
+    asked = (
+        session_id,
+        goal,
+        [_fixed(s) for s in steps],
+        None if origin is None else to_json(origin),
+    )
+    if made != asked:
+        raise InvalidInputError(
+            "id", f"task {task_id!r} exists with another session, goal or plan; choose another id"
+        )
+    return task
+
+
+def _fixed(step: Step) -> tuple[str, Any, bool]:
+    """What a planned step is made of: its action, input and idempotence."""
+    return step.action, unbox(step.input), step.idempotent
 
 
 def _new_step(task_pk: int, position: int, plan: StepPlan) -> Step:
