@@ -603,7 +603,10 @@ def test_a_task_id_that_exists_answers_that_task_only_for_the_same_content(alice
     nothing (it once answered the other task as if it were the one asked for)."""
     session = start_session(alice)["id"]
     other_session = start_session(alice)["id"]
-    plan = [{"action": "search", "input": {"q": 1}}, {"action": "pay", "idempotent": False}]
+    plan: list[dict[str, Any]] = [
+        {"action": "search", "input": {"q": 1}},
+        {"action": "pay", "idempotent": False},
+    ]
     task_id = f"chosen-{uuid.uuid4().hex[:8]}"
     made = create_task(alice, session, plan, goal="trip", id=task_id)
     moved = step(alice, "startStep", "StepRefInput", taskId=task_id, stepIndex=0, expectedVersion=1)
