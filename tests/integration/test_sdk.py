@@ -4,10 +4,11 @@ watch with reconnection, and a crashed SDK agent resumed by a second process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from runstate.client import (
     RateLimited,
     Runstate,
     ServerUnavailable,
+    SessionExpired,
     Task,
     TaskRunner,
     Unauthorized,
@@ -593,12 +595,9 @@ async def test_a_fork_of_a_begun_task_is_claimed_and_finished_from_its_first_unf
 
 async def _first_events(rs: Runstate, task_id: str, count: int) -> AsyncIterator[Event]:
     """The task's first ``count`` stored events, through the SDK's watch."""
-    seen = 0
-    async for event in rs.watch(task_id, after_seq=0):
-        yield event
-        seen += 1
-        if seen == count:
-            return
+    async with contextlib.aclosing(aiter(rs.watch(task_id, after_seq=0))) as events:
+        for _ in range(count):
+            yield await anext(events)
 
 
 async def test_a_refused_token_raises_unauthorized_over_http_and_websocket(
@@ -707,3 +706,60 @@ async def test_waiting_for_a_decision_says_so_on_stderr_with_the_dashboard_link(
     assert agent.returncode == 0, err
     assert out.decode() == "resumed ['SUCCESS', 'SKIPPED']\n"
     assert err == b"", "one line, no more"
+
+
+async def test_watch_raises_session_expired_when_its_session_expires(rs: Runstate) -> None:
+    """Guards ``watch``'s reading of how its subscription ended: the session's
+    expiry raises SessionExpired (it raised NotFound, as for an unknown task), and
+    an unknown task still raises NotFound."""
+    session = await rs.start_session(ttl_seconds=1)
+    task = await rs.create_task(session.id, "short-lived", ["a"])
+    kinds: list[str] = []
+    with pytest.raises(SessionExpired):
+        await follow_to_the_end(rs.watch(task.id), kinds)
+    assert kinds == ["SNAPSHOT"]
+    with pytest.raises(NotFound):
+        await follow_to_the_end(rs.watch("no-such-task"), kinds)
+
+
+async def follow_to_the_end(watch: AsyncIterable[Event], kinds: list[str]) -> None:
+    async for event in watch:
+        kinds.append(event.kind)
+
+
+@pytest.fixture(scope="module")
+def small_budget(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+    """A server with a budget of 10 points regained at 5 a second."""
+    tmp = tmp_path_factory.mktemp("small-budget")
+    url = f"sqlite://{tmp / 'budget.db'}"
+    token = create_token(url, "watcher")
+    env = {"RUNSTATE_RATE_BURST": "10", "RUNSTATE_RATE_PER_SECOND": "5"}
+    server = Server(url, tmp / "server.log", **env).start()
+    yield server, token
+    server.stop()
+
+
+async def test_a_rate_limited_watch_waits_and_then_follows(
+    small_budget: tuple[Server, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards ``watch`` through a refused subscription (it cost 5 points, the budget
+    was spent): it waits the limit out and subscribes again, instead of raising
+    NotFound as it did."""
+    server, token = small_budget
+    waits: list[float] = []
+    pause = api_module._pause
+
+    async def recorded(name: str, wait: float) -> float:
+        waits.append(wait)
+        return await pause(name, wait)
+
+    monkeypatch.setattr(api_module, "_pause", recorded)
+    async with Runstate(server.url, token) as client:
+        session = await client.start_session()
+        task = await client.create_task(session.id, "watched", ["a"])
+        await client.start_step(task.id, 0, 1)  # 6 of 10 points spent, 4 left
+        async with contextlib.aclosing(aiter(client.watch(task.id))) as events:
+            first = await anext(events)
+        assert (first.kind, first.seq) == ("SNAPSHOT", 2)
+    assert waits, "the first subscription was refused and waited out"
+    assert all(w > 0 for w in waits)

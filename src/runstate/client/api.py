@@ -13,7 +13,7 @@ import itertools
 import logging
 import random
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
 from urllib.parse import quote
@@ -37,6 +37,7 @@ from runstate.client.errors import (
     PROBLEMS,
     NeedsDecision,
     NotFound,
+    ProblemError,
     RateLimited,
     RunstateError,
     ServerUnavailable,
@@ -87,6 +88,17 @@ def _rate_limited(error: TransportQueryError) -> float | None:
             return float(extensions["retryAfterSeconds"])
     return None
 
+
+def _ended_by(error: TransportQueryError) -> ProblemError:
+    """The Problem a subscription's GraphQL error stands for, by its ``code``
+    (SessionExpired when the session expired, NotFound for an unknown task)."""
+    first = (error.errors or [{}])[0]
+    extensions = first.get("extensions") or {}
+    problem = _BY_CODE.get(str(extensions.get("code")), NotFound)
+    return problem({"message": first.get("message", str(error)), **extensions})
+
+
+_BY_CODE = {cls.code: cls for cls in PROBLEMS.values()}
 
 FORBIDDEN = 4403
 """The close code of a WebSocket whose token the server refused."""
@@ -542,10 +554,12 @@ class Watch:
         self.task: Task | None = None
         """The task as of the last event yielded (None before the first)."""
 
-    def __aiter__(self) -> AsyncIterator[Event]:
+    def __aiter__(self) -> AsyncGenerator[Event, None]:
+        """The events; a generator, so ``contextlib.aclosing`` closes its socket at once
+        when a caller stops early."""
         return self._events()
 
-    async def _events(self) -> AsyncIterator[Event]:
+    async def _events(self) -> AsyncGenerator[Event, None]:
         last = self.after_seq
         api = self.api
         ws_url = api.url.replace("http", "ws", 1) + "/graphql"
@@ -570,8 +584,8 @@ class Watch:
             except TransportQueryError as error:
                 wait = _rate_limited(error)
                 if wait is None:
-                    raise NotFound({"message": str(error)}) from error
-                await _pause("taskProgress", wait)
+                    raise _ended_by(error) from error
+                await _pause("taskProgress", wait)  # then resume after the last seq
                 continue
             except (TransportError, OSError, WebSocketException) as error:
                 if _close_code(error) == FORBIDDEN:
