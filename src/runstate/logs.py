@@ -7,7 +7,9 @@ a plain token of at most 64 characters, else a new one), answers it in the
 status, milliseconds, user and the id. Never the query string, a header or a
 body, so no token and no payload reaches the log. Every other line logged while
 the request runs carries the same id. uvicorn's access log, which prints query
-strings, is off (``cli.py``).
+strings, is off (``cli.py``), and its WebSocket lines ("[accepted]") lose theirs
+(``_WithoutQueryStrings``). A request whose client left before its answer is
+logged with status 499, nginx's "client closed request", not as a failure.
 """
 
 from __future__ import annotations
@@ -62,6 +64,19 @@ class _WithRequestId(logging.Filter):
         return True
 
 
+class _WithoutQueryStrings(logging.Filter):
+    """Cuts the query string off every path uvicorn logs: its WebSocket lines print
+    the whole path, and ``ws://.../graphql?token=rs_...`` put a token in the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("uvicorn") and isinstance(record.args, tuple):
+            record.args = tuple(
+                a.split("?", 1)[0] if isinstance(a, str) and a.startswith("/") else a
+                for a in record.args
+            )
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, request id, the
     record's ``fields`` and, for an exception, its traceback."""
@@ -86,6 +101,7 @@ def configure(fmt: str, level: int = logging.INFO) -> None:
     """Send every logger's records to stderr, as ``fmt`` (text or json)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(_WithRequestId())
+    handler.addFilter(_WithoutQueryStrings())
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
@@ -93,6 +109,10 @@ def configure(fmt: str, level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+CLIENT_CLOSED_REQUEST = 499
+"""The status logged for a request whose client left before it was answered."""
 
 
 class RequestLog:
@@ -114,9 +134,19 @@ class RequestLog:
         began = time.perf_counter()
         method = scope.get("method", "WS")
 
-        async def sending(message: Message) -> None:
+        answered = False
+
+        async def receiving() -> Message:
             nonlocal status
+            message = await receive()
+            if message["type"] == "http.disconnect" and not answered:
+                status = CLIENT_CLOSED_REQUEST
+            return message
+
+        async def sending(message: Message) -> None:
+            nonlocal status, answered
             if message["type"] in ("http.response.start", "websocket.accept"):
+                answered = True
                 status = message.get("status", 101)
                 message["headers"] = [
                     *message.get("headers", []),
@@ -127,7 +157,7 @@ class RequestLog:
             await send(message)
 
         try:
-            await self.app(scope, receive, sending)
+            await self.app(scope, receiving if scope["type"] == "http" else receive, sending)
         finally:
             fields = {
                 "method": method,

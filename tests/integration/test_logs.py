@@ -93,3 +93,23 @@ async def test_a_websocket_connection_is_one_line_when_it_ends(server: Server) -
         "user": "lou",
     }
     assert token not in server.log()
+
+
+async def test_a_token_in_a_websocket_query_string_stays_out_of_the_log(server: Server) -> None:
+    """Guards ``logs._WithoutQueryStrings``: uvicorn's "WebSocket /graphql?token=..."
+    "[accepted]" line wrote a token given in the query string into the log."""
+    token = create_token(server.database_url, "lou")
+    url = server.url.replace("http://", "ws://") + f"/graphql?token={token}&m={MARKER}"
+    async with connect(url, subprotocols=GRAPHQL_WS) as ws:
+        init = {"type": "connection_init", "payload": {"authorization": f"Bearer {token}"}}
+        await ws.send(json.dumps(init))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+
+    def accepted() -> list[str]:
+        return [line["message"] for line in lines(server) if "[accepted]" in line["message"]]
+
+    wait_until(accepted, 5, "uvicorn's line for the WebSocket")
+    assert all(message.endswith('"WebSocket /graphql" [accepted]') for message in accepted())
+    text = server.log()
+    assert token not in text
+    assert MARKER not in text

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -75,7 +76,7 @@ def big_task(server: Server) -> tuple[Api, str]:
 def test_a_client_that_leaves_stops_its_work(server: Server) -> None:
     """Guards CancelOnDisconnect: the client gives up after a second; the server is
     soon idle again and answers the next request (without it, the work ran on for
-    minutes at a full core)."""
+    minutes at a full core), and logs the request as the client's leaving (499)."""
     api, task_id = big_task(server)
     assert server.process is not None
     with pytest.raises(httpx.ReadTimeout):
@@ -83,6 +84,10 @@ def test_a_client_that_leaves_stops_its_work(server: Server) -> None:
     wait_until(lambda: busy(server.process.pid) < 0.2, 10, "the server to stop the abandoned work")
     assert api("{ __typename }") == {"__typename": "Query"}
     api.close()
+    # logs.RequestLog: the request its client left is a 499, not a server failure.
+    log = server.log()
+    assert re.search(r"POST /graphql 499 \d+\.\d ms \(heavy\)", log), log
+    assert "POST /graphql 500" not in log
 
 
 def test_an_operation_past_the_time_limit_is_stopped_and_answered_503(tmp_path: Path) -> None:
