@@ -17,7 +17,7 @@ from starlette.staticfiles import StaticFiles
 from runstate import logs, pubsub
 from runstate.auth import Tokens, forget_revoked
 from runstate.connections import Connections
-from runstate.db import close_database, open_database
+from runstate.db import close_database, current_epoch, open_database
 from runstate.http import BearerAuth, BodyLimit, CancelOnDisconnect, GraphQLView
 from runstate.logs import RequestLog
 from runstate.metrics import WEBSOCKETS
@@ -71,6 +71,7 @@ def create_app(settings: Settings) -> Starlette:
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         installation = await open_database(settings.database_url)
+        graphql.epoch = await current_epoch()
         broker: Broker
         if settings.redis_url:
             broker = RedisBroker(

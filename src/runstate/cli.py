@@ -1,5 +1,5 @@
-"""The ``runstate`` command: serve, demo, token create/link/revoke, migrate, sweep,
-export-schema."""
+"""The ``runstate`` command: serve, demo, token create/link/revoke, migrate,
+restore-mark, sweep, export-schema."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from graphql import GraphQLInterfaceType, GraphQLSchema, GraphQLUnionType, build
 
 from runstate import logs
 from runstate.auth import announce_revoked
-from runstate.db import close_database, open_database
+from runstate.db import close_database, new_epoch, open_database
 from runstate.services import tokens
 from runstate.services.errors import DomainError
 from runstate.services.sweep import sweep
@@ -73,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--port", type=int, default=8000)
 
     commands.add_parser("migrate", help="apply pending database migrations")
+    commands.add_parser(
+        "restore-mark",
+        help="after restoring a backup: start a new epoch, so clients resync (restart servers)",
+    )
     sweep = commands.add_parser("sweep", help="expire idle sessions, delete old expired ones")
     sweep.add_argument("--retention", type=int, help="overrides RUNSTATE_RETENTION")
     export = commands.add_parser("export-schema", help="print the GraphQL schema (SDL)")
@@ -124,6 +128,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.command == "migrate":
         _with_database(settings, _noop)
         print("migrations applied")
+    elif args.command == "restore-mark":
+
+        async def mark(_installation: str) -> None:
+            print(f"new epoch {await new_epoch()}: restart the servers; clients will resync")
+
+        _with_database(settings, mark)
     elif args.command == "sweep":
 
         async def run_sweep(_installation: str) -> None:

@@ -103,7 +103,27 @@ async def open_database(database_url: str) -> str:
         row = await Installation.first()
         if row is None:
             row = await Installation.create(id=str(uuid.uuid4()), created_at=utcnow())
+        if row.epoch is None:  # a database from before epochs: its timeline starts now
+            row.epoch = str(uuid.uuid4())
+            await row.save(update_fields=["epoch"])
         return row.id
+
+
+async def current_epoch() -> str:
+    """The database's timeline (``Installation.epoch``); ``open_database`` first."""
+    row = await Installation.first()
+    if row is None or row.epoch is None:
+        raise RuntimeError("open_database sets the epoch")
+    return row.epoch
+
+
+async def new_epoch() -> str:
+    """Start a new timeline: what ``runstate restore-mark`` does after a restore, so
+    that a client's cursor from before it gets a SNAPSHOT, not events of another
+    history that happen to carry the seqs it expects."""
+    epoch = str(uuid.uuid4())
+    await Installation.all().update(epoch=epoch)
+    return epoch
 
 
 TORTOISE_ORM = tortoise_config(os.environ.get("RUNSTATE_DATABASE_URL", "sqlite://runstate.db"))

@@ -203,6 +203,8 @@ class GraphQLView(GraphQL[Context, None]):
         self.connections = connections
         self.tokens = tokens
         self.limiter = limiter
+        self.epoch = ""
+        """The database's timeline, read when the app starts (``db.current_epoch``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """An HTTP request answered in the media type it accepts, its refusals as JSON
@@ -262,6 +264,7 @@ class GraphQLView(GraphQL[Context, None]):
             principal=principal if isinstance(principal, Principal) else None,
             settings=self.settings,
             limiter=self.limiter,
+            epoch=self.epoch,
         )
 
     async def execute_single(

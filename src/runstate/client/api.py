@@ -561,6 +561,7 @@ class Watch:
 
     async def _events(self) -> AsyncGenerator[Event, None]:
         last = self.after_seq
+        epoch: str | None = None  # the timeline ``last`` belongs to, once an event said
         api = self.api
         ws_url = api.url.replace("http", "ws", 1) + "/graphql"
         while True:
@@ -569,17 +570,19 @@ class Watch:
                 init_payload={"authorization": f"Bearer {api.token}"},
                 subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL],
             )
-            request = GraphQLRequest(
-                _parsed(doc.WATCH), variable_values={"taskId": self.task_id, "afterSeq": last}
-            )
+            variables = {"taskId": self.task_id, "afterSeq": last, "epoch": epoch}
+            request = GraphQLRequest(_parsed(doc.WATCH), variable_values=variables)
             try:
                 async with Client(transport=transport) as session:
                     async for result in session.subscribe(request):
                         event = Event.of(result["taskProgress"])
-                        if last is not None and event.seq <= last:
+                        # A SNAPSHOT is taken whatever its seq: after a restore (a new
+                        # epoch) the task's history may be shorter than the one left.
+                        resync = event.kind == "SNAPSHOT"
+                        if not resync and last is not None and event.seq <= last:
                             continue
                         await self._follow(event)
-                        last = event.seq
+                        last, epoch = event.seq, event.epoch
                         yield event
             except TransportQueryError as error:
                 wait = _rate_limited(error)

@@ -80,9 +80,9 @@ TASK_AT_QUERY = (
     "query taskAt($id: ID!, $seq: Int!) { taskAt(id: $id, seq: $seq) { " + PROBLEM + TASK + " } }"
 )
 WATCH = (
-    "subscription watch($taskId: ID!, $afterSeq: Int) {"
-    " taskProgress(taskId: $taskId, afterSeq: $afterSeq) {"
-    " seq kind taskVersion stepIndex toolName at status stalled actor holder note"
+    "subscription watch($taskId: ID!, $afterSeq: Int, $epoch: String) {"
+    " taskProgress(taskId: $taskId, afterSeq: $afterSeq, epoch: $epoch) {"
+    " seq kind taskVersion stepIndex toolName at status stalled actor holder note epoch"
     " origin { taskId seq }"
     f" steps {{ {STEP_FIELDS} }} toolState {{ {TOOL_FIELDS} }} lock {{ {LOCK_FIELDS} }}"
     " task {" + TASK_FIELDS + "} } }"

@@ -225,6 +225,8 @@ class Event:
     holder: str | None = None
     note: str | None = None
     origin: Origin | None = None
+    epoch: str | None = None
+    """The database's timeline the event belongs to (new after a restore)."""
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Event:
@@ -246,6 +248,7 @@ class Event:
             holder=data.get("holder"),
             note=data.get("note"),
             origin=None if origin is None else Origin(origin["taskId"], origin["seq"]),
+            epoch=data.get("epoch"),
         )
 
 

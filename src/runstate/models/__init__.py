@@ -282,6 +282,9 @@ class Installation(Model):
 
     id = fields.CharField(max_length=36, primary_key=True)
     created_at = fields.DatetimeField()
+    epoch = fields.CharField(max_length=36, null=True)
+    """The database's timeline: set on first start, new after ``runstate restore-mark``
+    (run once a backup is restored), so that cursors of the old timeline resync."""
 
     class Meta:
         table = "installation"

@@ -13,6 +13,11 @@ from runstate.schema.types import TaskEvent
 from runstate.services import progress
 
 
+def _another_timeline(info: Info, epoch: str | None) -> bool:
+    """Whether a client's cursor comes from another timeline of the database."""
+    return epoch is not None and epoch != info.context.epoch
+
+
 @strawberry.type
 class Subscription:
     """Live progress for web pages and watchers."""
@@ -24,11 +29,17 @@ class Subscription:
             "that seq, in order, then each new event as it commits. Every subscriber of one "
             "task, on any server process, sees the same events in the same order with no "
             "gaps; a subscriber that falls behind or misses a broker message is caught up "
-            "from the database, never left with a hole."
+            "from the database, never left with a hole. With afterSeq, pass the epoch of the "
+            "events the cursor comes from: from another timeline (a restored database) the "
+            "stream starts with a SNAPSHOT instead."
         )
     )
     async def task_progress(
-        self, info: Info, task_id: strawberry.ID, after_seq: int | None = None
+        self,
+        info: Info,
+        task_id: strawberry.ID,
+        after_seq: int | None = None,
+        epoch: str | None = None,
     ) -> AsyncGenerator[TaskEvent, None]:
         await info.context.charge(SUBSCRIBE_COST)
         settings = info.context.settings
@@ -36,17 +47,22 @@ class Subscription:
             async for event in progress.task_progress(
                 info.context.user_id,
                 task_id,
-                after_seq,
+                None if _another_timeline(info, epoch) else after_seq,
                 interval=settings.catch_up_seconds,
                 gap_fill=settings.gap_fill,
             ):
                 yield TaskEvent.of(event)
 
     @strawberry.subscription(
-        description="Events of every task in the session (tasks created, status changes, steps)."
+        description=(
+            "Events of every task in the session (tasks created, status changes, steps), "
+            "from the moment it subscribes. With the epoch of the events a client holds, "
+            "from another timeline (a restored database), it starts with a SNAPSHOT of "
+            "each of the session's tasks."
+        )
     )
     async def session_activity(
-        self, info: Info, session_id: strawberry.ID
+        self, info: Info, session_id: strawberry.ID, epoch: str | None = None
     ) -> AsyncGenerator[TaskEvent, None]:
         await info.context.charge(SUBSCRIBE_COST)
         settings = info.context.settings
@@ -54,6 +70,7 @@ class Subscription:
             async for event in progress.session_activity(
                 info.context.user_id,
                 session_id,
+                resync=_another_timeline(info, epoch),
                 interval=settings.catch_up_seconds,
                 gap_fill=settings.gap_fill,
             ):

@@ -91,6 +91,8 @@ class Context:
     """The graphql-transport-ws ``connection_init`` payload, set by Strawberry."""
     limiter: RateLimiter | None = None
     """The per-user rate limit; None when it is switched off."""
+    epoch: str = ""
+    """The database's timeline, which every event names (``db.current_epoch``)."""
     loaders: Loaders = field(default_factory=Loaders)
 
     async def charge(self, points: float) -> None:

@@ -358,6 +358,15 @@ class TaskEvent:
         )
     )
 
+    @strawberry.field(
+        description=(
+            "The database's timeline: new after a restore. A subscription resuming with "
+            "afterSeq and another epoch gets a SNAPSHOT first."
+        )
+    )
+    def epoch(self, info: Info) -> str:
+        return info.context.epoch
+
     @classmethod
     def of(cls, view: EventView) -> TaskEvent:
         """The GraphQL object for an event view."""

@@ -248,16 +248,31 @@ def _refuse_expired(session_id: str, status: object, expires_at: datetime) -> No
 
 
 async def session_activity(
-    user_id: str, session_id: str, *, interval: float, gap_fill: bool = True
+    user_id: str,
+    session_id: str,
+    *,
+    interval: float,
+    gap_fill: bool = True,
+    resync: bool = False,
 ) -> AsyncGenerator[EventView, None]:
     """Events of every task in the session from now on, tasks created later included,
-    each task's events gap-free and in order."""
+    each task's events gap-free and in order. ``resync`` (a client that held events
+    of another timeline) first sends a SNAPSHOT of each of the session's tasks."""
     session = await get_session(user_id, session_id)
     async with _hub().broker.subscription([session_channel(session.pk)]) as inbox:
         watch = Watch(inbox, session_pk=session.pk)
         last: dict[int, int] = dict(
             await Task.filter(session_id=session.pk).values_list("id", "event_seq")
         )
+        if resync:
+            for public_id in (
+                await Task.filter(session_id=session.pk)
+                .order_by("id")
+                .values_list("public_id", flat=True)
+            ):
+                view = await get_task(user_id, str(public_id))
+                yield snapshot(view)
+                last[view.pk] = max(last.get(view.pk, 0), view.event_seq)
         async with contextlib.aclosing(_heard(watch, interval, gap_fill)) as heard:
             async for message in heard:
                 if isinstance(message, bytes):

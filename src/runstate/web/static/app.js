@@ -13,10 +13,10 @@ const TOOL_FIELDS = "toolName status retryCount maxRetries lastError lastResult 
 const LOCK_FIELDS = "holderId fencingToken expiresAt";
 const TASK_FIELDS = `id goal status version currentStep totalSteps eventSeq stalled origin { taskId seq }
   steps { ${STEP_FIELDS} } toolStates { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} }`;
-const DELTA_FIELDS = `seq kind taskVersion stepIndex toolName at status stalled actor holder note
+const DELTA_FIELDS = `seq kind taskVersion stepIndex toolName at status stalled actor holder note epoch
   steps { ${STEP_FIELDS} } toolState { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} }`;
-const PROGRESS = `subscription($taskId: ID!, $afterSeq: Int) {
-  taskProgress(taskId: $taskId, afterSeq: $afterSeq) { ${DELTA_FIELDS} task { ${TASK_FIELDS} } }
+const PROGRESS = `subscription($taskId: ID!, $afterSeq: Int, $epoch: String) {
+  taskProgress(taskId: $taskId, afterSeq: $afterSeq, epoch: $epoch) { ${DELTA_FIELDS} task { ${TASK_FIELDS} } }
 }`;
 const LOG_PAGE = `query($id: ID!, $after: Int!, $first: Int!) { task(id: $id) {
   ... on Task { events(afterSeq: $after, first: $first) { ${DELTA_FIELDS} } } } }`;
@@ -40,7 +40,7 @@ const EMPTY_TASK = { status: "PLANNED", steps: [], toolStates: [], lock: null, s
 
 const $ = (id) => document.getElementById(id);
 let token = null;
-let current = null; // { id, task, lastSeq, entries, doubts, runs, pending, past, source }
+let current = null; // { id, task, lastSeq, epoch, entries, doubts, runs, pending, past, source }
 let following = false; // opened on no task in particular: follow the newest active one
 let socket = null;
 let retryDelay = 500;
@@ -294,8 +294,8 @@ function route() {
 }
 
 function select(taskId) {
-  current = { id: taskId, task: null, lastSeq: null, entries: [], doubts: {}, runs: {}, pending: null,
-    past: null, source: null };
+  current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], doubts: {}, runs: {},
+    pending: null, past: null, source: null };
   scrubTo = null;
   $("empty").hidden = true;
   $("missing").hidden = true;
@@ -328,8 +328,10 @@ function connect() {
       retryDelay = 500;
       setConnection("live", "live");
       ws.send(JSON.stringify({ id: "1", type: "subscribe", payload: {
-        // No afterSeq on the first subscription: a SNAPSHOT, then live deltas.
-        query: PROGRESS, variables: { taskId: watching.id, afterSeq: watching.lastSeq } } }));
+        // No afterSeq on the first subscription: a SNAPSHOT, then live deltas. Its
+        // epoch says which timeline the seq is of: after a restore, a SNAPSHOT again.
+        query: PROGRESS, variables: { taskId: watching.id, afterSeq: watching.lastSeq,
+          epoch: watching.epoch } } }));
     } else if (msg.type === "next") {
       if (msg.payload.errors) refused(watching, msg.payload.errors[0].message);
       else onEvent(watching, msg.payload.data.taskProgress);
@@ -368,8 +370,10 @@ function refused(watching, message) {
 
 function onEvent(watching, event) {
   if (watching !== current) return;
-  if (watching.lastSeq !== null && event.seq <= watching.lastSeq) return;
+  // A SNAPSHOT is taken whatever its seq: a restored database's history is shorter.
+  if (event.kind !== "SNAPSHOT" && watching.lastSeq !== null && event.seq <= watching.lastSeq) return;
   watching.lastSeq = event.seq;
+  watching.epoch = event.epoch;
   if (event.kind === "SNAPSHOT") {
     watching.task = event.task;
     watching.pending = [];
