@@ -13,6 +13,13 @@ first one committed. Never a check-then-insert.
 
 Events of a write under a key are announced after the outer commit, so no
 subscriber hears of a write that a failed key row rolled back.
+
+A task's answer is stored as a reference, the task and the seq the write left it
+at (and its stored bytes then): a repeat answers ``taskAt`` of that seq, which is
+the task as it stood right after the write. So a key holds a few dozen bytes
+whatever the task holds; storing the task itself (a 10,000-character goal in every
+key) kept bytes outside the quota. Other answers (a session, a lease, a tool state)
+are stored as they are.
 """
 
 from __future__ import annotations
@@ -21,20 +28,23 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import IntegrityError
 
-from runstate.models import KEY_LENGTH, IdempotencyKey
+from runstate.models import KEY_LENGTH, IdempotencyKey, Task
 from runstate.services import progress
 from runstate.services.clock import utcnow
-from runstate.services.errors import IdempotencyKeyReusedError, InvalidInputError
+from runstate.services.errors import IdempotencyKeyReusedError, InvalidInputError, NotFoundError
 from runstate.services.group import GROUP
+from runstate.services.history import task_at
+from runstate.services.lifecycle import ResumePlanView
+from runstate.services.loading import task_view
 from runstate.services.retry import retried
-from runstate.services.views import EventView, decode_as, to_json
+from runstate.services.views import EventView, TaskView, decode_as, to_json
 
 V = TypeVar("V")
 
@@ -90,7 +100,7 @@ async def _once(
         return await write()
     stored = await _stored(call)
     if stored is not None:
-        replayed: V = _replay(stored, call, kind)
+        replayed: V = await _replay(stored, call, kind)
         return replayed
     events: list[EventView] = []
 
@@ -114,7 +124,7 @@ async def _once(
         )
         with progress.held() as held:
             result = await write()
-        await IdempotencyKey.filter(id=row.id).using_db(conn).update(answer={"v": to_json(result)})
+        await IdempotencyKey.filter(id=row.id).using_db(conn).update(answer=_stored_answer(result))
         events.extend(held)
         return result
 
@@ -124,7 +134,7 @@ async def _once(
         stored = await _stored(call)
         if stored is None:
             raise
-        repeated: V = _replay(stored, call, kind)
+        repeated: V = await _replay(stored, call, kind)
         return repeated
     for event in events:
         progress.announce(event)
@@ -137,11 +147,44 @@ async def _stored(call: KeyedCall) -> IdempotencyKey | None:
     )
 
 
-def _replay(row: IdempotencyKey, call: KeyedCall, kind: Any) -> Any:
+def _stored_answer(result: object) -> dict[str, Any]:
+    """What a key row keeps of a write's answer: a task (alone or in a resume plan)
+    by reference, anything else as it is."""
+    if isinstance(result, TaskView):
+        return {"task": _reference(result)}
+    if isinstance(result, ResumePlanView):
+        plan = {"resume_from": result.resume_from, "steps_in_doubt": result.steps_in_doubt}
+        return {"task": _reference(result.task), "plan": to_json(plan)}
+    return {"v": to_json(result)}
+
+
+def _reference(view: TaskView) -> dict[str, int]:
+    return {"pk": view.pk, "seq": view.event_seq, "stored_bytes": view.stored_bytes}
+
+
+async def _replay(row: IdempotencyKey, call: KeyedCall, kind: Any) -> Any:
     if (row.operation, row.fingerprint) != (call.operation, call.fingerprint):
         raise IdempotencyKeyReusedError(call.key)
-    assert row.answer is not None, "a committed key row always holds its answer"
-    return decode_as(kind, row.answer["v"])
+    answer: dict[str, Any] | None = row.answer
+    assert answer is not None, "a committed key row always holds its answer"
+    if "task" not in answer:
+        return decode_as(kind, answer["v"])
+    task = await _task_as_written(call.user_id, answer["task"])
+    if "plan" not in answer:
+        return task
+    plan = answer["plan"]
+    return ResumePlanView(task, plan["resume_from"], tuple(plan["steps_in_doubt"]))
+
+
+async def _task_as_written(user_id: str, reference: dict[str, int]) -> TaskView:
+    """The task a keyed write answered: as it stood at the seq the write left it at,
+    with the stored bytes it had then."""
+    row = await Task.get_or_none(id=reference["pk"], user_id=user_id).select_related("session")
+    if row is None:
+        raise NotFoundError("task", "(deleted since)")
+    head = task_view(row, row.session.public_id, utcnow())
+    past = await task_at(head, reference["seq"])
+    return replace(past, stored_bytes=reference["stored_bytes"])
 
 
 async def sweep_keys() -> int:
