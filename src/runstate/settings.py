@@ -137,10 +137,19 @@ class Settings:
             unsafe.append("RUNSTATE_RATE_LIMIT=false lets one user starve the others")
         if not self.gap_fill:
             unsafe.append("RUNSTATE_GAP_FILL=false lets watchers miss events")
-        if self.max_body_bytes > 16 * 1_048_576:
-            unsafe.append("RUNSTATE_MAX_BODY_BYTES above 16 MiB lets one request fill memory")
+        for name, ceiling in CEILINGS.items():
+            value = self._limit(name)
+            if value > ceiling:
+                unsafe.append(f"{name}={_number(value)} is above its ceiling of {_number(ceiling)}")
         if unsafe:
             raise SettingsError("unsafe in production: " + "; ".join(unsafe))
+
+    def _limit(self, name: str) -> float:
+        """The value of the limit read from ``RUNSTATE_<NAME>``."""
+        attribute = name.removeprefix("RUNSTATE_").lower()
+        if hasattr(self, attribute):
+            return float(getattr(self, attribute))
+        return float(getattr(self.content, attribute.removeprefix("max_")))
 
     def environment(self) -> dict[str, str]:
         """The variables of the settings the command line may override, so that
@@ -157,6 +166,39 @@ class Settings:
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with the given fields replaced; ``None`` values are ignored."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+MIB = 1_048_576
+CEILINGS: dict[str, float] = {
+    "RUNSTATE_MAX_BODY_BYTES": 16 * MIB,
+    "RUNSTATE_MAX_WS_MESSAGE_BYTES": 16 * MIB,
+    "RUNSTATE_MAX_DEPTH": 32,
+    "RUNSTATE_MAX_ALIASES": 100,
+    "RUNSTATE_MAX_TOKENS": 100_000,
+    "RUNSTATE_MAX_NODES": 1_000_000,
+    "RUNSTATE_MAX_SUBSCRIPTIONS": 1_000,
+    "RUNSTATE_MAX_CONNECTIONS": 10_000,
+    "RUNSTATE_SUBSCRIBER_QUEUE": 100_000,
+    "RUNSTATE_SUBSCRIBER_QUEUE_BYTES": 256 * MIB,
+    "RUNSTATE_OPERATION_SECONDS": 300,
+    "RUNSTATE_RATE_PER_SECOND": 100_000,
+    "RUNSTATE_RATE_BURST": 1_000_000,
+    "RUNSTATE_MAX_GOAL_CHARS": 1_000_000,
+    "RUNSTATE_MAX_ACTION_CHARS": 10_000,
+    "RUNSTATE_MAX_STEPS": 100_000,
+    "RUNSTATE_MAX_ERROR_CHARS": 1_000_000,
+    "RUNSTATE_MAX_JSON_BYTES": 16 * MIB,
+    "RUNSTATE_MAX_JSON_DEPTH": 100,
+    "RUNSTATE_MAX_TASK_BYTES": 1024 * MIB,
+}
+"""The most each limit may be in production: past these one user, one request or
+one task can take a server's memory or time (development takes anything up to
+``MAX_INT``). The README lists them."""
+
+
+def _number(value: float) -> str:
+    """A setting's value as it would be written: 16777216, not 1.67772e+07."""
+    return str(int(value)) if value == int(value) else str(value)
 
 
 MAX_INT = 2**31 - 1

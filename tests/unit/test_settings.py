@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runstate.db import tortoise_config
-from runstate.settings import Settings, SettingsError
+from runstate.settings import CEILINGS, MAX_INT, Settings, SettingsError
 
 
 def test_defaults() -> None:
@@ -69,3 +69,18 @@ def test_sqlite_waits_for_other_writers_and_caches_64_mib() -> None:
     url = tortoise_config("sqlite://x.db?cache_size=-2000")["connections"]["default"]
     assert url == "sqlite://x.db?cache_size=-2000&busy_timeout=30000"
     assert tortoise_config("postgres://h/db")["connections"]["default"] == "postgres://h/db"
+
+
+@pytest.mark.parametrize("name", sorted(CEILINGS))
+def test_production_refuses_a_limit_above_its_ceiling(name: str) -> None:
+    """Guards ``Settings.check_production``'s ceilings: each limit one past its
+    ceiling is refused in production, naming it; at the ceiling it starts, and in
+    development anything up to the API's Int does (production once started with
+    every limit at 2^31-1)."""
+    ceiling = CEILINGS[name]
+    past = str(int(ceiling) + 1)
+    production = {"RUNSTATE_ENV": "production"}
+    with pytest.raises(SettingsError, match=rf"{name}={past} is above its ceiling"):
+        Settings.from_env({**production, name: past})
+    assert Settings.from_env({**production, name: str(int(ceiling))}).env == "production"
+    assert Settings.from_env({name: str(MAX_INT)}).env == "development"
