@@ -23,7 +23,7 @@ from runstate.logs import RequestLog
 from runstate.metrics import WEBSOCKETS
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
 from runstate.pubsub.redis import RedisBroker, key_prefix
-from runstate.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
+from runstate.ratelimit import Budgets, MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from runstate.schema.build import build_schema
 from runstate.services import validation
 from runstate.services.sweep import sweep_forever
@@ -55,6 +55,19 @@ def from_environment() -> Starlette:
     return create_app(settings)
 
 
+def _limiter(settings: Settings, prefix: str, anonymous: bool) -> RateLimiter:
+    """A rate limiter with the users' rates, or the anonymous addresses' ones; in
+    Redis, shared by every process, when it is set."""
+    rate, burst = (
+        (settings.anon_rate_per_second, settings.anon_rate_burst)
+        if anonymous
+        else (settings.rate_per_second, settings.rate_burst)
+    )
+    if settings.redis_url:
+        return RedisRateLimiter(settings.redis_url, prefix, rate, burst)
+    return MemoryRateLimiter(rate, burst)
+
+
 def create_app(settings: Settings) -> Starlette:
     """The ASGI app: GraphQL at /graphql (HTTP and WebSocket), the web page at /.
 
@@ -67,6 +80,7 @@ def create_app(settings: Settings) -> Starlette:
     WEBSOCKETS.set_function(lambda: len(connections))
     tokens = Tokens(settings.auth_check_seconds)
     graphql = GraphQLView(build_schema(settings), settings, connections, tokens)
+    budgets = Budgets()
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -83,17 +97,10 @@ def create_app(settings: Settings) -> Starlette:
         else:
             broker = MemoryBroker(settings.subscriber_queue, settings.subscriber_queue_bytes)
         publisher = Publisher(broker)
-        limiter: RateLimiter | None = None
-        if settings.rate_limit and settings.redis_url:
-            limiter = RedisRateLimiter(
-                settings.redis_url,
-                key_prefix(installation),
-                settings.rate_per_second,
-                settings.rate_burst,
-            )
-        elif settings.rate_limit:
-            limiter = MemoryRateLimiter(settings.rate_per_second, settings.rate_burst)
-        graphql.limiter = limiter
+        if settings.rate_limit:
+            budgets.users = _limiter(settings, key_prefix(installation), False)
+            budgets.addresses = _limiter(settings, key_prefix(installation) + "anon:", True)
+        graphql.limiter = budgets.users
         await broker.start()
         await publisher.start()
         pubsub.install(Hub(broker, publisher))
@@ -118,14 +125,13 @@ def create_app(settings: Settings) -> Starlette:
             pubsub.uninstall()
             await publisher.close()
             await broker.close()
-            if isinstance(limiter, RedisRateLimiter):
-                await limiter.close()
+            await budgets.close()
             await close_database()
 
     middleware = [
         Middleware(CancelOnDisconnect, seconds=settings.operation_seconds),
         Middleware(BodyLimit, limit=settings.max_body_bytes),
-        Middleware(BearerAuth, graphiql=settings.graphiql, tokens=tokens),
+        Middleware(BearerAuth, graphiql=settings.graphiql, tokens=tokens, budgets=budgets),
     ]
     if settings.allowed_origins:
         middleware.insert(

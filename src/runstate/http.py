@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import re
 from collections.abc import Mapping
 from datetime import timedelta
@@ -40,10 +41,11 @@ from strawberry.types import ExecutionResult
 from runstate import logs, media
 from runstate.auth import Principal, Tokens
 from runstate.connections import Connection, Connections, TooManyConnectionsError
-from runstate.ratelimit import RateLimiter
+from runstate.ratelimit import PREPAID, Budgets, RateLimiter
 from runstate.schema.build import parse_document
 from runstate.schema.context import Context
 from runstate.schema.fanout import SHARED
+from runstate.services.errors import RateLimitedError
 from runstate.services.validation import storable_text
 from runstate.settings import Settings
 from runstate.web.routes import GRAPHIQL
@@ -265,6 +267,7 @@ class GraphQLView(GraphQL[Context, None]):
             settings=self.settings,
             limiter=self.limiter,
             epoch=self.epoch,
+            prepaid=float(request.scope.get(PREPAID, 0.0)),
         )
 
     async def execute_single(
@@ -404,12 +407,18 @@ def _is_public(scope: Scope, graphiql: bool) -> bool:
 class BearerAuth:
     """Resolves ``Authorization: Bearer`` to a Principal; 401 for an HTTP request
     without one, on every route but the public ones. WebSockets authenticate in
-    ``connection_init`` (``GraphQLView.on_ws_connect``)."""
+    ``connection_init`` (``GraphQLView.on_ws_connect``).
 
-    def __init__(self, app: ASGIApp, *, graphiql: bool, tokens: Tokens) -> None:
+    Every request pays its first point here, before its body is read (``Budgets``):
+    the user's, or for a request without a live token its client address's. Past
+    the budget it answers 429 with the wait, as the GraphQL error RATE_LIMITED.
+    """
+
+    def __init__(self, app: ASGIApp, *, graphiql: bool, tokens: Tokens, budgets: Budgets) -> None:
         self.app = app
         self.graphiql = graphiql
         self.tokens = tokens
+        self.budgets = budgets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or _is_public(scope, self.graphiql):
@@ -418,15 +427,37 @@ class BearerAuth:
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
         principal = await self.tokens.principal(header)
         if principal is None:
-            response: Response = JSONResponse(
-                UNAUTHENTICATED,
-                status_code=401,
-                headers={"WWW-Authenticate": "Bearer"},
+            address = (scope.get("client") or ("unknown",))[0]
+            wait = await _take(self.budgets.addresses, f"address:{address}")
+            response: Response = (
+                _too_many(wait)
+                if wait > 0
+                else JSONResponse(
+                    UNAUTHENTICATED, status_code=401, headers={"WWW-Authenticate": "Bearer"}
+                )
             )
             await response(scope, receive, send)
             return
         logs.name_user(principal.user_id)
-        await self.app({**scope, "runstate.principal": principal}, receive, send)
+        wait = await _take(self.budgets.users, principal.user_id)
+        if wait > 0:
+            await _too_many(wait)(scope, receive, send)
+            return
+        prepaid = 0.0 if self.budgets.users is None else 1.0
+        await self.app({**scope, "runstate.principal": principal, PREPAID: prepaid}, receive, send)
+
+
+async def _take(limiter: RateLimiter | None, key: str) -> float:
+    """One point from ``key``'s budget: 0, or the seconds until it could pay."""
+    return 0.0 if limiter is None else await limiter.take(key, 1)
+
+
+def _too_many(wait: float) -> Response:
+    """429: the budget is spent; the wait, as RateLimited says it, and Retry-After."""
+    refused = RateLimitedError(wait)
+    error = {"message": refused.message, "extensions": refused.extensions}
+    headers = {"Retry-After": str(math.ceil(refused.retry_after))}
+    return JSONResponse({"errors": [error]}, status_code=429, headers=headers)
 
 
 class BodyLimit:

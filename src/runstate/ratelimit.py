@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -29,6 +30,10 @@ log = logging.getLogger(__name__)
 READ_COST = 1
 WRITE_COST = 2
 SUBSCRIBE_COST = 5
+
+
+PREPAID = "runstate.prepaid"
+"""Where a request's scope records the points ``BearerAuth`` took for it up front."""
 
 
 class RateLimiter(ABC):
@@ -139,3 +144,20 @@ class RedisRateLimiter(RateLimiter):
     async def close(self) -> None:
         """Close the Redis connections."""
         await self._client.aclose()
+
+
+@dataclass
+class Budgets:
+    """The limits applied before GraphQL runs (``http.BearerAuth``), filled in when the
+    app starts: every request's first point from its user's budget, so that no
+    request is free (``{ __typename }``, a document that does not parse, a body that
+    is refused), and every request without a live token one point from its client
+    address's budget, so that bad tokens cannot flood the server either."""
+
+    users: RateLimiter | None = None
+    addresses: RateLimiter | None = None
+
+    async def close(self) -> None:
+        for limiter in (self.users, self.addresses):
+            if isinstance(limiter, RedisRateLimiter):
+                await limiter.close()

@@ -68,6 +68,11 @@ class Settings:
     subscription 5; see ``runstate.ratelimit``)."""
     rate_burst: float = 2000.0
     """The most points a user's budget holds."""
+    anon_rate_per_second: float = 20.0
+    """Requests a second one client address may send without a live token (a point
+    each, in a budget of its own; with the rate limit on)."""
+    anon_rate_burst: float = 100.0
+    """The most such requests one address may send at once."""
     content: ContentLimits = field(default_factory=ContentLimits)
     """How large what clients store may be (goals, actions, steps, JSON payloads)."""
     log_format: str = "text"
@@ -116,6 +121,8 @@ class Settings:
             rate_limit=_flag(env, "RUNSTATE_RATE_LIMIT", True),
             rate_per_second=_positive_float(env, "RUNSTATE_RATE_PER_SECOND", 200.0),
             rate_burst=_positive_float(env, "RUNSTATE_RATE_BURST", 2000.0),
+            anon_rate_per_second=_positive_float(env, "RUNSTATE_ANON_RATE_PER_SECOND", 20.0),
+            anon_rate_burst=_positive_float(env, "RUNSTATE_ANON_RATE_BURST", 100.0),
             log_format=_choice(env, "RUNSTATE_LOG_FORMAT", FORMATS, FORMATS[not developing]),
             content=ContentLimits(
                 **{
@@ -183,6 +190,8 @@ CEILINGS: dict[str, float] = {
     "RUNSTATE_OPERATION_SECONDS": 300,
     "RUNSTATE_RATE_PER_SECOND": 100_000,
     "RUNSTATE_RATE_BURST": 1_000_000,
+    "RUNSTATE_ANON_RATE_PER_SECOND": 10_000,
+    "RUNSTATE_ANON_RATE_BURST": 100_000,
     "RUNSTATE_MAX_GOAL_CHARS": 1_000_000,
     "RUNSTATE_MAX_ACTION_CHARS": 10_000,
     "RUNSTATE_MAX_STEPS": 100_000,

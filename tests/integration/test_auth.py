@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -21,8 +22,10 @@ from tests.support import (
     Subscriber,
     SubscriptionError,
     create_token,
+    mutate,
     runstate,
     sqlite_server,
+    wait_until,
 )
 
 PATHS = ["/graphql", "/graphql/", "/GraphQL", "/nope", "/graphql%00"]
@@ -45,6 +48,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "auth",
         RUNSTATE_AUTH_CHECK_SECONDS="0.2",
         RUNSTATE_CATCH_UP_SECONDS="0.2",
+        # These tests send a thousand requests without a live token from one
+        # address; test_ratelimit checks that address's budget itself.
+        RUNSTATE_ANON_RATE_BURST="100000",
     ) as srv:
         yield srv
 
@@ -187,3 +193,54 @@ async def _expire_while_watching(server: Server, wendy: Api) -> None:
             with pytest.raises(SubscriptionError, match="has expired"):
                 await watcher.next(wait=20)
     assert update_session(wendy, session["id"], 1)["__typename"] == "SessionExpired"
+
+
+@pytest.fixture(scope="module")
+def slow_checks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server whose streams are checked against the database every 60 s only."""
+    with sqlite_server(tmp_path_factory, "expiry", RUNSTATE_CATCH_UP_SECONDS="60") as srv:
+        yield srv
+
+
+async def test_no_event_after_expiry_reaches_a_subscription_and_it_ends_on_time(
+    slow_checks: Server,
+) -> None:
+    """Guards the streams' expiry deadline (``progress._heard``, ``_after_expiry``): a
+    lease released after the session's expiresAt (a release works in an expired
+    session) is not delivered to the session's subscriptions, which end with
+    SessionExpired at the expiry itself, long before the next check of the
+    database (60 s here). Before, the release reached them, and they ended with
+    the next check."""
+    server = slow_checks
+    with Api(server.url, create_token(server.database_url, "ella")) as ella:
+        session = start_session(ella, ttlSeconds=2)
+        task = create_task(ella, session["id"], steps=1)
+        lock = mutate(
+            ella,
+            "acquireTaskLock",
+            "AcquireTaskLockInput",
+            "... on TaskLock { fencingToken }",
+            taskId=task["id"],
+            holderId="late",
+            ttlSeconds=60,
+        )
+        assert lock["fencingToken"] == 1
+        async with (
+            Subscriber(server.url, ella.token, PROGRESS, {"id": task["id"]}) as progress,
+            Subscriber(server.url, ella.token, ACTIVITY, {"id": session["id"]}) as activity,
+        ):
+            assert (await progress.next())["taskProgress"]["kind"] == "SNAPSHOT"
+            expires_at = datetime.fromisoformat(session["expiresAt"])
+            wait_until(lambda: datetime.now(UTC) > expires_at, 10, "the session's expiry")
+            released = mutate(
+                ella,
+                "releaseTaskLock",
+                "ReleaseTaskLockInput",
+                "__typename",
+                taskId=task["id"],
+                holderId="late",
+            )
+            assert released["__typename"] == "Task", "a release works after expiry"
+            for watcher in (progress, activity):
+                with pytest.raises(SubscriptionError, match="has expired"):
+                    await watcher.next(wait=10)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.integration.test_api import start_session
@@ -54,19 +55,22 @@ def separate(tmp_path: Path) -> Iterator[tuple[Server, Server]]:
 
 def reads_until_refused(apis: list[Api]) -> tuple[int, dict[str, Any]]:
     """Reads sent in turn to each of ``apis`` until one is refused: how many passed,
-    and the refusal."""
+    and the refusal's extensions. A read that finds the budget empty is refused
+    before it runs (HTTP 429, the GraphQL error RATE_LIMITED)."""
     for passed, api in zip(itertools.count(), itertools.cycle(apis), strict=False):
-        answer = api(READ)["task"]
-        if answer["__typename"] == "RateLimited":
-            return passed, answer
-        assert answer == {"__typename": "NotFound"}
+        response = api.post({"query": READ})
+        if response.status_code == 429:
+            (error,) = response.json()["errors"]
+            assert int(response.headers["retry-after"]) >= error["extensions"]["retryAfterSeconds"]
+            return passed, dict(error["extensions"])
+        assert response.json() == {"data": {"task": {"__typename": "NotFound"}}}
         assert passed < 10 * BURST, "never refused"
     raise AssertionError("unreachable")
 
 
 def test_one_budget_is_shared_by_every_process(shared: tuple[Server, Server]) -> None:
     """Guards the Redis limiter: reads alternating between two processes draw from one
-    budget of ten points, and the eleventh is refused with RateLimited and the
+    budget of ten points, and the eleventh is refused (429, RATE_LIMITED) with the
     seconds until a point is back; another user still reads on both."""
     first, second = shared
     token = create_token(first.database_url, "greedy")
@@ -93,13 +97,14 @@ def test_without_redis_each_process_has_its_own_budget(separate: tuple[Server, S
 async def test_writes_lists_and_subscriptions_are_refused_alike(
     shared: tuple[Server, Server],
 ) -> None:
-    """A write over budget answers RateLimited and writes nothing; a list (no union
-    to answer in) and a subscription answer a GraphQL error with code RATE_LIMITED
-    and retryAfterSeconds in its extensions."""
+    """A write the budget can pay the first point of but not the second answers
+    RateLimited and writes nothing; a request that finds the budget empty (a list
+    here) is refused before it runs, 429 with the GraphQL error RATE_LIMITED and
+    retryAfterSeconds; a subscription answers that error too."""
     first, _ = shared
     with Api(first.url, create_token(first.database_url, "writer")) as api:
         session = start_session(api)  # 2 points
-        for _ in range(BURST - 2):
+        for _ in range(BURST - 3):
             assert api(READ)["task"]["__typename"] == "NotFound"
         refused = api(
             "mutation { startSession(input: {}) { __typename"
@@ -109,10 +114,59 @@ async def test_writes_lists_and_subscriptions_are_refused_alike(
         assert refused["message"].startswith("rate limited: try again in ")
         sessions = "SELECT COUNT(*) FROM sessions WHERE user_id = 'writer'"
         assert query_value(first.database_url, sessions) == 1
-        listed = api.post({"query": "{ sessions { edges { cursor } } }"}).json()
-        assert listed["data"] is None
+        response = api.post({"query": "{ sessions { edges { cursor } } }"})
+        listed = response.json()
+        assert response.status_code == 429
+        assert "data" not in listed
         assert listed["errors"][0]["extensions"]["code"] == "RATE_LIMITED"
         assert listed["errors"][0]["extensions"]["retryAfterSeconds"] > 0
         async with Subscriber(first.url, api.token, ACTIVITY, {"id": session["id"]}) as watch:
             with pytest.raises(SubscriptionError, match="rate limited"):
                 await asyncio.wait_for(watch.next(), 10)
+
+
+@pytest.fixture
+def one_server(tmp_path: Path) -> Iterator[Server]:
+    """A server with the budget of ``LIMITS`` and anonymous addresses held to five
+    requests (one a second)."""
+    anon = {"RUNSTATE_ANON_RATE_BURST": "5", "RUNSTATE_ANON_RATE_PER_SECOND": "0.1"}
+    with Server(f"sqlite://{tmp_path / 'one.db'}", tmp_path / "a.log", **LIMITS, **anon) as server:
+        yield server
+
+
+def test_requests_that_cost_nothing_else_pay_a_point_each(one_server: Server) -> None:
+    """Guards the point every request pays (``BearerAuth``'s budgets): ``{ __typename }``,
+    a body that is not JSON and a document that does not parse each take one, so the
+    eleventh is refused (before, none of them was ever limited); another user is not."""
+    token = create_token(one_server.database_url, "free-rider")
+    answers = []
+    with Api(one_server.url, token) as api:
+        for i in range(BURST + 2):
+            body = [{"query": "{ __typename }"}, {"query": "{ nope("}][i % 2]
+            answers.append(api.post(body).status_code)
+        answers.append(
+            api.http.post(
+                "/graphql", content=b"[1,", headers={"content-type": "application/json"}
+            ).status_code
+        )
+    assert answers[:BURST] == [200] * BURST
+    assert answers[BURST:] == [429] * 3
+    with Api(one_server.url, create_token(one_server.database_url, "other")) as other:
+        assert other("{ __typename }") == {"__typename": "Query"}
+
+
+def test_requests_without_a_live_token_are_limited_per_address(one_server: Server) -> None:
+    """Guards the anonymous budget: a client sending bad tokens (or none) gets its 401s
+    up to the address's five, then 429; a user with a live token from the same
+    address still gets through (its own budget)."""
+    statuses = [
+        httpx.post(
+            f"{one_server.url}/graphql",
+            json={"query": "{ __typename }"},
+            headers={"Authorization": "Bearer rs_wrong"} if i % 2 else {},
+        ).status_code
+        for i in range(8)
+    ]
+    assert statuses == [401] * 5 + [429] * 3
+    with Api(one_server.url, create_token(one_server.database_url, "known")) as api:
+        assert api("{ __typename }") == {"__typename": "Query"}

@@ -81,7 +81,7 @@ def _unauthenticated(error: TransportQueryError) -> bool:
 
 
 def _rate_limited(error: TransportQueryError) -> float | None:
-    """The wait a subscription's RATE_LIMITED error asks for (None: another error)."""
+    """The wait a RATE_LIMITED error asks for (None: another error)."""
     for e in error.errors or []:
         extensions = e.get("extensions") or {}
         if extensions.get("code") == "RATE_LIMITED":
@@ -173,11 +173,19 @@ class Runstate:
 
     async def _call(self, document: str, name: str, **variables: Any) -> dict[str, Any]:
         """One operation's answer, or the exception of its Problem; a RateLimited
-        answer is waited out and the request sent again."""
+        answer (the Problem, or the 429 a request gets when its budget cannot pay its
+        first point) is waited out and the request sent again."""
         request = GraphQLRequest(_parsed(document), variable_values=variables)
         waited = 0.0
         while True:
-            data: dict[str, Any] = (await self._send(request, name))[name]
+            try:
+                data: dict[str, Any] = (await self._send(request, name))[name]
+            except TransportQueryError as error:
+                wait = _rate_limited(error)
+                if wait is None or waited >= RATE_LIMIT_WAIT:
+                    raise
+                waited += await _pause(name, wait)
+                continue
             problem = PROBLEMS.get(data["__typename"])
             if problem is RateLimited and waited < RATE_LIMIT_WAIT:
                 waited += await _pause(name, float(data["retryAfterSeconds"]))

@@ -93,12 +93,17 @@ class Context:
     """The per-user rate limit; None when it is switched off."""
     epoch: str = ""
     """The database's timeline, which every event names (``db.current_epoch``)."""
+    prepaid: float = 0.0
+    """Points the request paid before GraphQL ran (``ratelimit.Budgets``): its first
+    charges draw on them."""
     loaders: Loaders = field(default_factory=Loaders)
 
     async def charge(self, points: float) -> None:
         """Pay ``points`` from the caller's budget; RateLimitedError when it cannot."""
-        if self.limiter is not None:
-            await self.limiter.charge(self.user_id, points)
+        owed = max(0.0, points - self.prepaid)
+        self.prepaid = max(0.0, self.prepaid - points)
+        if self.limiter is not None and owed > 0:
+            await self.limiter.charge(self.user_id, owed)
 
     @property
     def user_id(self) -> str:

@@ -47,6 +47,9 @@ class Watch:
     """taskProgress: the last seq it sent."""
     since: datetime = field(default_factory=utcnow)
     """sessionActivity: when it last caught up."""
+    expires_at: datetime | None = None
+    """When its session expires, as last read: no event after it is delivered, and
+    the stream checks again then (``progress``), so it ends on time."""
 
 
 class Heads:

@@ -25,7 +25,7 @@ from runstate.bounded import BoundedCache
 from runstate.enums import TaskEventKind
 from runstate.metrics import DELIVERY_SECONDS, GAP_FILLED
 from runstate.models import Session, Task
-from runstate.pubsub import Resync
+from runstate.pubsub import RESYNC, Resync
 from runstate.services import history
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, SessionExpiredError
@@ -183,6 +183,7 @@ async def task_progress(
         if after_seq is not None and after_seq > view.event_seq:
             after_seq = None  # a cursor from before a reset or restore: start over
         watch = Watch(inbox, task_pk=view.pk)
+        await _task_head(view, watch)  # the session's expiry, for the stream's deadline
         if after_seq is None:
             view = await get_task(user_id, task_id)
             yield snapshot(view)
@@ -198,17 +199,19 @@ async def task_progress(
                     live = decode(message)
                     if live is None or live.task_pk != view.pk or live.seq <= watch.last:
                         continue
+                    if _after_expiry(watch, live) and await _task_head(view, watch) is None:
+                        return
                     if live.seq == watch.last + 1 or not gap_fill:
                         DELIVERY_SECONDS.observe(lag(live))
                         yield live
                         watch.last = live.seq
                         continue
-                if not gap_fill:
+                if not gap_fill and not _after_expiry_check(watch):
                     continue
-                head = await _task_head(view)
+                head = await _task_head(view, watch)
                 if head is None:
                     return  # the task was deleted with its session
-                if head > watch.last:
+                if gap_fill and head > watch.last:
                     async for event in stored_events(ref, watch.last):
                         GAP_FILLED.inc()
                         yield event
@@ -219,17 +222,32 @@ async def _heard(
     watch: Watch, interval: float, gap_fill: bool
 ) -> AsyncGenerator[bytes | Resync, None]:
     """What a stream's inbox receives, messages and resyncs; while ``gap_fill``,
-    ``HEADS`` checks the quiet spells and flags a resync when one missed anything."""
+    ``HEADS`` checks the quiet spells and flags a resync when one missed anything.
+    When its session's expiry (as last read) comes, a resync too: the stream reads
+    the session again, and ends if it did expire."""
     with HEADS.watching(watch, interval) if gap_fill else contextlib.nullcontext():
         while True:
-            message = await watch.inbox.next(QUIET_SECONDS)
+            wait = QUIET_SECONDS
+            if watch.expires_at is not None:
+                wait = min(wait, max(0.0, (watch.expires_at - utcnow()).total_seconds()))
+            message = await watch.inbox.next(wait)
             if message is not None:
                 yield message
+            elif watch.expires_at is not None and utcnow() >= watch.expires_at:
+                yield RESYNC
 
 
-async def _task_head(view: TaskView) -> int | None:
+def _after_expiry(watch: Watch, event: EventView) -> bool:
+    """Whether a live event was written at or after the session's expiry as last read
+    (a lease release, which works in an expired session, or a renewed session):
+    the stream reads the session before it delivers it."""
+    return watch.expires_at is not None and event.at >= watch.expires_at
+
+
+async def _task_head(view: TaskView, watch: Watch) -> int | None:
     """The task's latest seq, None once it is deleted; SessionExpiredError once its
-    session has expired, which ends the subscription with that error."""
+    session has expired, which ends the subscription with that error. The stream's
+    ``expires_at`` is what the session's is now."""
     row = await (
         Task.filter(id=view.pk)
         .first()
@@ -239,12 +257,30 @@ async def _task_head(view: TaskView) -> int | None:
         return None
     seq, status, expires_at = row
     _refuse_expired(view.session_id, status, expires_at)
+    watch.expires_at = expires_at
     return int(seq)
+
+
+def _after_expiry_check(watch: Watch) -> bool:
+    """Whether a resync without gap filling is the expiry's own check."""
+    return watch.expires_at is not None and utcnow() >= watch.expires_at
 
 
 def _refuse_expired(session_id: str, status: object, expires_at: datetime) -> None:
     if expired(status, expires_at, utcnow()):
         raise SessionExpiredError(session_id)
+
+
+async def _session_state(session_pk: int, session_id: str, watch: Watch) -> bool:
+    """Read the session again: False once it is deleted; SessionExpiredError once it
+    has expired; else the stream's ``expires_at`` is the session's now."""
+    state = await Session.filter(id=session_pk).first().values_list("status", "expires_at")
+    if state is None:
+        return False
+    status, expires_at = state
+    _refuse_expired(session_id, status, expires_at)
+    watch.expires_at = expires_at
+    return True
 
 
 async def session_activity(
@@ -261,6 +297,7 @@ async def session_activity(
     session = await get_session(user_id, session_id)
     async with _hub().broker.subscription([session_channel(session.pk)]) as inbox:
         watch = Watch(inbox, session_pk=session.pk)
+        await _session_state(session.pk, session.id, watch)  # its expiry: the deadline
         last: dict[int, int] = dict(
             await Task.filter(session_id=session.pk).values_list("id", "event_seq")
         )
@@ -282,19 +319,19 @@ async def session_activity(
                     seen = last.get(live.task_pk, 0)
                     if live.seq <= seen:
                         continue
+                    if _after_expiry(watch, live):
+                        await _session_state(session.pk, session.id, watch)
                     if live.seq == seen + 1 or not gap_fill:
                         DELIVERY_SECONDS.observe(lag(live))
                         yield live
                         last[live.task_pk] = live.seq
                         continue
+                if not gap_fill and not _after_expiry_check(watch):
+                    continue
+                if not await _session_state(session.pk, session.id, watch):
+                    return  # the session was deleted
                 if not gap_fill:
                     continue
-                state = await (
-                    Session.filter(id=session.pk).first().values_list("status", "expires_at")
-                )
-                if state is None:
-                    return  # the session was deleted
-                _refuse_expired(session.id, *state)
                 # Only the tasks changed since the last catch-up (and a margin for
                 # other processes' clocks), never the whole session again.
                 since, watch.since = watch.since - MARGIN, utcnow()
