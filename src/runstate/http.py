@@ -41,7 +41,7 @@ from strawberry.types import ExecutionResult
 from runstate import logs, media
 from runstate.auth import Principal, Tokens
 from runstate.connections import Connection, Connections, TooManyConnectionsError
-from runstate.ratelimit import PREPAID, Budgets, RateLimiter
+from runstate.ratelimit import PEEK, SPEND, SPENT, TAKE, Budgets, RateLimiter, Spending
 from runstate.schema.build import parse_document
 from runstate.schema.context import Context
 from runstate.schema.fanout import SHARED
@@ -267,7 +267,7 @@ class GraphQLView(GraphQL[Context, None]):
             settings=self.settings,
             limiter=self.limiter,
             epoch=self.epoch,
-            prepaid=float(request.scope.get(PREPAID, 0.0)),
+            spent=request.scope.get(SPENT) or Spending(),
         )
 
     async def execute_single(
@@ -409,9 +409,10 @@ class BearerAuth:
     without one, on every route but the public ones. WebSockets authenticate in
     ``connection_init`` (``GraphQLView.on_ws_connect``).
 
-    Every request pays its first point here, before its body is read (``Budgets``):
-    the user's, or for a request without a live token its client address's. Past
-    the budget it answers 429 with the wait, as the GraphQL error RATE_LIMITED.
+    No request is free (``Budgets``): one whose user's budget is empty is answered
+    429 before its body is read (the wait, as the GraphQL error RATE_LIMITED), and
+    one whose operations took no points pays one after; one without a live token
+    takes a point from its client address's budget, 429 past it instead of 401.
     """
 
     def __init__(self, app: ASGIApp, *, graphiql: bool, tokens: Tokens, budgets: Budgets) -> None:
@@ -439,17 +440,22 @@ class BearerAuth:
             await response(scope, receive, send)
             return
         logs.name_user(principal.user_id)
-        wait = await _take(self.budgets.users, principal.user_id)
+        users = self.budgets.users
+        wait = await _take(users, principal.user_id, PEEK)
         if wait > 0:
             await _too_many(wait)(scope, receive, send)
             return
-        prepaid = 0.0 if self.budgets.users is None else 1.0
-        await self.app({**scope, "runstate.principal": principal, PREPAID: prepaid}, receive, send)
+        spent = Spending()
+        try:
+            await self.app({**scope, "runstate.principal": principal, SPENT: spent}, receive, send)
+        finally:
+            if users is not None and spent.points == 0 and not spent.refused:
+                await users.take(principal.user_id, 1, SPEND)
 
 
-async def _take(limiter: RateLimiter | None, key: str) -> float:
+async def _take(limiter: RateLimiter | None, key: str, mode: str = TAKE) -> float:
     """One point from ``key``'s budget: 0, or the seconds until it could pay."""
-    return 0.0 if limiter is None else await limiter.take(key, 1)
+    return 0.0 if limiter is None else await limiter.take(key, 1, mode)
 
 
 def _too_many(wait: float) -> Response:

@@ -32,8 +32,22 @@ WRITE_COST = 2
 SUBSCRIBE_COST = 5
 
 
-PREPAID = "runstate.prepaid"
-"""Where a request's scope records the points ``BearerAuth`` took for it up front."""
+SPENT = "runstate.spent"
+"""Where a request's scope keeps its ``Spending``, for ``BearerAuth`` to read after."""
+
+TAKE, PEEK, SPEND = "take", "peek", "spend"
+"""How ``RateLimiter.take`` treats the points: take them if the bucket holds them;
+only say whether it does; take them even into debt (a request already served)."""
+
+
+@dataclass
+class Spending:
+    """What one request's operations took (``Context.charge``): its points, and
+    whether the budget refused one of them (a refusal costs nothing more: writers
+    racing for the last points would otherwise spend them on refusals)."""
+
+    points: float = 0.0
+    refused: bool = False
 
 
 class RateLimiter(ABC):
@@ -50,9 +64,10 @@ class RateLimiter(ABC):
             raise RateLimitedError(wait)
 
     @abstractmethod
-    async def take(self, user_id: str, points: float) -> float:
+    async def take(self, user_id: str, points: float, mode: str = TAKE) -> float:
         """Take ``points`` and answer 0, or take nothing and answer the seconds until
-        the bucket holds them."""
+        the bucket holds them (``mode``: see ``TAKE``, ``PEEK``, ``SPEND``). A bucket
+        in debt holds no more than ``burst`` of it."""
 
 
 class MemoryRateLimiter(RateLimiter):
@@ -65,16 +80,19 @@ class MemoryRateLimiter(RateLimiter):
         super().__init__(per_second, burst)
         self._buckets: dict[str, tuple[float, float]] = {}
 
-    async def take(self, user_id: str, points: float) -> float:
-        return self.take_now(user_id, points, time.monotonic())
+    async def take(self, user_id: str, points: float, mode: str = TAKE) -> float:
+        return self.take_now(user_id, points, time.monotonic(), mode)
 
-    def take_now(self, user_id: str, points: float, now: float) -> float:
+    def take_now(self, user_id: str, points: float, now: float, mode: str = TAKE) -> float:
         """``take`` at the time ``now`` (seconds on a monotonic clock)."""
         tokens, since = self._buckets.get(user_id, (self.burst, now))
         tokens = min(self.burst, tokens + (now - since) * self.per_second)
-        if tokens < points:
+        if mode == SPEND:
+            self._buckets[user_id] = (max(-self.burst, tokens - points), now)
+            return 0.0
+        if tokens < points or mode == PEEK:
             self._buckets[user_id] = (tokens, now)
-            return (points - tokens) / self.per_second
+            return max(0.0, points - tokens) / self.per_second
         self._buckets[user_id] = (tokens - points, now)
         if len(self._buckets) > self.MAX_USERS:
             self._forget_full(now)
@@ -93,6 +111,7 @@ _TAKE = """
 local per_second = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local points = tonumber(ARGV[3])
+local mode = ARGV[4]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'since')
@@ -100,8 +119,10 @@ local tokens = tonumber(state[1]) or burst
 local since = tonumber(state[2]) or now
 tokens = math.min(burst, tokens + math.max(0, now - since) * per_second)
 local wait = 0
-if tokens < points then
-  wait = (points - tokens) / per_second
+if mode == 'spend' then
+  tokens = math.max(-burst, tokens - points)
+elseif tokens < points or mode == 'peek' then
+  wait = math.max(0, points - tokens) / per_second
 else
   tokens = tokens - points
 end
@@ -123,19 +144,19 @@ class RedisRateLimiter(RateLimiter):
         self._fallback = MemoryRateLimiter(per_second, burst)
         self._failing = False
 
-    async def take(self, user_id: str, points: float) -> float:
+    async def take(self, user_id: str, points: float, mode: str = TAKE) -> float:
         try:
             wait = float(
                 await self._script(
                     keys=[f"{self.prefix}rate:{user_id}"],
-                    args=[self.per_second, self.burst, points],
+                    args=[self.per_second, self.burst, points, mode],
                 )
             )
         except (RedisError, OSError) as error:
             if not self._failing:
                 log.warning("rate limits are per process while Redis is unavailable: %s", error)
                 self._failing = True
-            return await self._fallback.take(user_id, points)
+            return await self._fallback.take(user_id, points, mode)
         if self._failing:
             log.info("rate limits are shared through Redis again")
             self._failing = False
@@ -148,11 +169,12 @@ class RedisRateLimiter(RateLimiter):
 
 @dataclass
 class Budgets:
-    """The limits applied before GraphQL runs (``http.BearerAuth``), filled in when the
-    app starts: every request's first point from its user's budget, so that no
-    request is free (``{ __typename }``, a document that does not parse, a body that
-    is refused), and every request without a live token one point from its client
-    address's budget, so that bad tokens cannot flood the server either."""
+    """The limits applied around GraphQL (``http.BearerAuth``), filled in when the app
+    starts: a request whose user's budget is empty is refused before its body is
+    read, and one whose operations took nothing (``{ __typename }``, a document
+    that does not parse, a body that is refused) pays one point after, so that no
+    request is free; every request without a live token takes one point from its
+    client address's budget, so that bad tokens cannot flood the server either."""
 
     users: RateLimiter | None = None
     addresses: RateLimiter | None = None

@@ -97,10 +97,10 @@ def test_without_redis_each_process_has_its_own_budget(separate: tuple[Server, S
 async def test_writes_lists_and_subscriptions_are_refused_alike(
     shared: tuple[Server, Server],
 ) -> None:
-    """A write the budget can pay the first point of but not the second answers
-    RateLimited and writes nothing; a request that finds the budget empty (a list
-    here) is refused before it runs, 429 with the GraphQL error RATE_LIMITED and
-    retryAfterSeconds; a subscription answers that error too."""
+    """A write the budget cannot pay (one point left of the two it costs) answers
+    RateLimited and writes nothing, and costs nothing; a request that finds the
+    budget empty (a list here) is refused before it runs, 429 with the GraphQL error
+    RATE_LIMITED and retryAfterSeconds; a subscription answers that error too."""
     first, _ = shared
     with Api(first.url, create_token(first.database_url, "writer")) as api:
         session = start_session(api)  # 2 points
@@ -114,6 +114,7 @@ async def test_writes_lists_and_subscriptions_are_refused_alike(
         assert refused["message"].startswith("rate limited: try again in ")
         sessions = "SELECT COUNT(*) FROM sessions WHERE user_id = 'writer'"
         assert query_value(first.database_url, sessions) == 1
+        assert api(READ)["task"]["__typename"] == "NotFound", "the refusal cost nothing"
         response = api.post({"query": "{ sessions { edges { cursor } } }"})
         listed = response.json()
         assert response.status_code == 429

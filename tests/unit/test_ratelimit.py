@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runstate.ratelimit import MemoryRateLimiter
+from runstate.ratelimit import PEEK, SPEND, MemoryRateLimiter
 from runstate.services.errors import RateLimitedError
 
 
@@ -63,3 +63,16 @@ def test_a_request_retried_after_the_wait_told_passes() -> None:
     told = RateLimitedError(wait).retry_after
     assert told > 0
     assert bucket.take_now("u", 2, now=0.1999999 + told) == 0.0
+
+
+def test_peek_takes_nothing_and_spend_goes_into_debt() -> None:
+    """Guards the modes ``BearerAuth`` uses: PEEK says whether a point is there and
+    leaves it; SPEND takes points a served request owes even from an empty bucket
+    (at most a burst of debt), and the next request waits for the debt too."""
+    bucket = MemoryRateLimiter(per_second=1, burst=2)
+    assert bucket.take_now("u", 1, now=0.0, mode=PEEK) == 0.0
+    assert bucket.take_now("u", 2, now=0.0) == 0.0, "the peek left both points"
+    assert bucket.take_now("u", 1, now=0.0, mode=PEEK) == pytest.approx(1.0)
+    for _ in range(5):
+        assert bucket.take_now("u", 1, now=0.0, mode=SPEND) == 0.0
+    assert bucket.take_now("u", 1, now=0.0, mode=PEEK) == pytest.approx(3.0), "debt of 2"

@@ -12,8 +12,9 @@ from strawberry.dataloader import DataLoader
 
 from runstate.auth import Principal
 from runstate.enums import TaskStatus
-from runstate.ratelimit import RateLimiter
+from runstate.ratelimit import RateLimiter, Spending
 from runstate.services import history, queries
+from runstate.services.errors import RateLimitedError
 from runstate.services.history import TaskRef
 from runstate.services.views import EventView, Page, SessionView, TaskView
 from runstate.settings import Settings
@@ -93,17 +94,19 @@ class Context:
     """The per-user rate limit; None when it is switched off."""
     epoch: str = ""
     """The database's timeline, which every event names (``db.current_epoch``)."""
-    prepaid: float = 0.0
-    """Points the request paid before GraphQL ran (``ratelimit.Budgets``): its first
-    charges draw on them."""
+    spent: Spending = field(default_factory=Spending)
+    """What the request's operations took, for ``BearerAuth`` (``ratelimit.Budgets``)."""
     loaders: Loaders = field(default_factory=Loaders)
 
     async def charge(self, points: float) -> None:
         """Pay ``points`` from the caller's budget; RateLimitedError when it cannot."""
-        owed = max(0.0, points - self.prepaid)
-        self.prepaid = max(0.0, self.prepaid - points)
-        if self.limiter is not None and owed > 0:
-            await self.limiter.charge(self.user_id, owed)
+        if self.limiter is not None:
+            try:
+                await self.limiter.charge(self.user_id, points)
+            except RateLimitedError:
+                self.spent.refused = True
+                raise
+            self.spent.points += points
 
     @property
     def user_id(self) -> str:
