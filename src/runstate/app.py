@@ -28,6 +28,7 @@ from runstate.schema.build import build_schema
 from runstate.services import validation
 from runstate.services.sweep import sweep_forever
 from runstate.settings import Settings
+from runstate.sockets import SharedSockets
 from runstate.web import routes as web_routes
 
 
@@ -101,6 +102,10 @@ def create_app(settings: Settings) -> Starlette:
             budgets.users = _limiter(settings, key_prefix(installation), False)
             budgets.addresses = _limiter(settings, key_prefix(installation) + "anon:", True)
         graphql.limiter = budgets.users
+        if settings.redis_url:
+            connections.shared = SharedSockets(
+                settings.redis_url, key_prefix(installation), settings.max_connections
+            )
         await broker.start()
         await publisher.start()
         pubsub.install(Hub(broker, publisher))
@@ -126,6 +131,8 @@ def create_app(settings: Settings) -> Starlette:
             await publisher.close()
             await broker.close()
             await budgets.close()
+            if connections.shared is not None:
+                await connections.shared.close()
             await close_database()
 
     middleware = [

@@ -1,6 +1,9 @@
 """Open WebSocket connections: how many each user holds, and closing those whose
 token has been revoked.
 
+The per-user cap counts this process's connections, and with Redis every
+process's (``sockets.SharedSockets``, whose claims ``watch`` refreshes).
+
 A token is checked once, in ``connection_init``; after that the connection lives
 on its own. ``Connections.watch`` checks the tokens of every open connection of
 the process in one query every ``auth_check_seconds`` and closes (4403) those
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 
 from runstate import memory
 from runstate.services.tokens import live_digests
+from runstate.sockets import SharedSockets
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +44,7 @@ class Connection:
 
 
 class TooManyConnectionsError(Exception):
-    """The user already holds as many connections as one process allows."""
+    """The user already holds as many connections as are allowed."""
 
 
 class Connections:
@@ -48,20 +52,28 @@ class Connections:
 
     def __init__(self, per_user: int) -> None:
         self.per_user = per_user
+        self.shared: SharedSockets | None = None
+        """The count across processes (with Redis), set when the app starts."""
         self._by_user: dict[str, set[Connection]] = defaultdict(set)
         self.ended = 0
         """Connections that ended since memory was last given back."""
         self._ended_at_check = 0
         """``ended`` as the previous check saw it."""
 
-    def add(self, connection: Connection) -> None:
-        """Count a new connection; TooManyConnectionsError past ``per_user``."""
+    async def add(self, connection: Connection) -> None:
+        """Count a new connection; TooManyConnectionsError past ``per_user``, on this
+        process or, with Redis, on all of them."""
         held = self._by_user[connection.user_id]
         if len(held) >= self.per_user:
             raise TooManyConnectionsError
         held.add(connection)
+        if self.shared is not None and not await self.shared.claim(
+            connection.user_id, self._member(connection)
+        ):
+            await self.remove(connection)
+            raise TooManyConnectionsError
 
-    def remove(self, connection: Connection) -> None:
+    async def remove(self, connection: Connection) -> None:
         """Forget a connection that has ended (idempotent)."""
         held = self._by_user.get(connection.user_id)
         if held is not None and connection in held:
@@ -69,6 +81,12 @@ class Connections:
             self.ended += 1
             if not held:
                 del self._by_user[connection.user_id]
+            if self.shared is not None:
+                await self.shared.release(connection.user_id, self._member(connection))
+
+    def _member(self, connection: Connection) -> str:
+        assert self.shared is not None
+        return self.shared.member(id(connection))
 
     def __len__(self) -> int:
         return sum(len(held) for held in self._by_user.values())
@@ -93,7 +111,7 @@ class Connections:
         """Forget and close (4403) these connections; how many there were."""
         closed = 0
         for connection in connections:
-            self.remove(connection)
+            await self.remove(connection)
             await connection.close(REVOKED, "token revoked")
             closed += 1
         return closed
@@ -114,6 +132,8 @@ class Connections:
                 continue
             if closed:
                 log.info("closed %d connections whose token was revoked", closed)
+            if self.shared is not None:
+                await self.shared.refresh((c.user_id, self._member(c)) for c in self.all())
             settled = self.ended == self._ended_at_check
             self._ended_at_check = self.ended
             if self.ended >= TRIM_AFTER and settled:

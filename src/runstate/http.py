@@ -91,7 +91,7 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         logs.name_user(principal.user_id)
         connection = Connection(principal.user_id, principal.token_digest, self.websocket.close)
         try:
-            self.view.connections.add(connection)
+            await self.view.connections.add(connection)
         except TooManyConnectionsError:
             limit = self.view.connections.per_user
             await self.websocket.close(
@@ -130,7 +130,7 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             await super().shutdown()
         finally:
             if self.connection is not None:
-                self.view.connections.remove(self.connection)
+                await self.view.connections.remove(self.connection)
 
 
 SUBSCRIPTIONS_OVER_HTTP = (

@@ -48,7 +48,8 @@ class Settings:
     max_subscriptions: int = 20
     """Operations one WebSocket connection may run at once."""
     max_connections: int = 50
-    """WebSocket connections one user may hold open on one server process."""
+    """WebSocket connections one user may hold open: on all processes together with
+    Redis (``sockets``), on each process without it."""
     connection_init_seconds: float = 10.0
     keep_alive_seconds: int = 75
     """How long an idle HTTP connection is kept open for its next request. Longer
