@@ -62,7 +62,7 @@ def checkpoint(api: Api, task_id: str, version: int, **input: Any) -> dict[str, 
     )
 
 
-def set_status(api: Api, task_id: str, version: int, status: str) -> dict[str, Any]:
+def set_status(api: Api, task_id: str, version: int, status: str, **input: Any) -> dict[str, Any]:
     return step(
         api,
         "setTaskStatus",
@@ -70,6 +70,7 @@ def set_status(api: Api, task_id: str, version: int, status: str) -> dict[str, A
         taskId=task_id,
         expectedVersion=version,
         status=status,
+        **input,
     )
 
 

@@ -18,7 +18,14 @@ from graphql import (
 )
 
 from runstate.schema.build import schema
-from tests.integration.test_api import create_task, events, new_task, start_session, step
+from tests.integration.test_api import (
+    create_task,
+    events,
+    new_task,
+    set_status,
+    start_session,
+    step,
+)
 from tests.integration.test_lifecycle import tool
 from tests.support import Api, Server, query_value
 
@@ -195,18 +202,6 @@ def test_every_mutation_answers_invalid_input_for_a_bad_key(alice: Api, key: str
     assert len(answers) == 18
 
 
-def keyed_status(api: Api, task_id: str, version: int, status: str, k: str) -> dict[str, Any]:
-    return step(
-        api,
-        "setTaskStatus",
-        "SetTaskStatusInput",
-        taskId=task_id,
-        expectedVersion=version,
-        status=status,
-        idempotencyKey=k,
-    )
-
-
 def test_keys_on_a_big_task_hold_a_reference_not_the_task(alice: Api, server: Server) -> None:
     """Guards the stored answer's form (``idempotency._stored_answer``): 100 keyed
     writes on a task with a 10,000-character goal store a few dozen bytes of answer
@@ -219,7 +214,7 @@ def test_keys_on_a_big_task_hold_a_reference_not_the_task(alice: Api, server: Se
     version = 1
     for i, k in enumerate(keys):
         status = "RUNNING" if i % 2 == 0 else "WAITING_TOOL"
-        answer = keyed_status(alice, task["id"], version, status, k)
+        answer = set_status(alice, task["id"], version, status, idempotencyKey=k)
         assert answer["__typename"] == "Task", answer
         version = answer["version"]
     stored = query_value(
@@ -228,5 +223,5 @@ def test_keys_on_a_big_task_hold_a_reference_not_the_task(alice: Api, server: Se
         f" WHERE key IN ({', '.join(repr(k) for k in keys)})",
     )
     assert stored < 100 * 100, f"{stored} bytes for 100 keys"
-    replayed = keyed_status(alice, task["id"], 1, "RUNNING", keys[0])
+    replayed = set_status(alice, task["id"], 1, "RUNNING", idempotencyKey=keys[0])
     assert (replayed["version"], replayed["status"], replayed["goal"]) == (2, "RUNNING", goal)

@@ -623,16 +623,22 @@ async def test_a_server_that_never_answers_raises_server_unavailable() -> None:
             await rs.task("any")
 
 
+def budget_server(
+    tmp_path_factory: pytest.TempPathFactory, burst: int, per_second: int
+) -> Iterator[tuple[Server, str]]:
+    """A server whose users' budgets hold ``burst`` points, regained at ``per_second``."""
+    tmp = tmp_path_factory.mktemp("budget")
+    url = f"sqlite://{tmp / 'budget.db'}"
+    token = create_token(url, "spender")
+    env = {"RUNSTATE_RATE_BURST": str(burst), "RUNSTATE_RATE_PER_SECOND": str(per_second)}
+    with Server(url, tmp / "server.log", **env) as server:
+        yield server, token
+
+
 @pytest.fixture(scope="module")
 def tight_budget(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
     """A server whose rate limit a few writers exhaust: 4 points, 20 a second."""
-    tmp = tmp_path_factory.mktemp("budget")
-    url = f"sqlite://{tmp / 'budget.db'}"
-    token = create_token(url, "busy")
-    env = {"RUNSTATE_RATE_BURST": "4", "RUNSTATE_RATE_PER_SECOND": "20"}
-    server = Server(url, tmp / "server.log", **env).start()
-    yield server, token
-    server.stop()
+    yield from budget_server(tmp_path_factory, 4, 20)
 
 
 async def test_rate_limited_writes_are_waited_out_not_raised(
@@ -730,13 +736,7 @@ async def follow_to_the_end(watch: AsyncIterable[Event], kinds: list[str]) -> No
 @pytest.fixture(scope="module")
 def small_budget(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
     """A server with a budget of 10 points regained at 5 a second."""
-    tmp = tmp_path_factory.mktemp("small-budget")
-    url = f"sqlite://{tmp / 'budget.db'}"
-    token = create_token(url, "watcher")
-    env = {"RUNSTATE_RATE_BURST": "10", "RUNSTATE_RATE_PER_SECOND": "5"}
-    server = Server(url, tmp / "server.log", **env).start()
-    yield server, token
-    server.stop()
+    yield from budget_server(tmp_path_factory, 10, 5)
 
 
 async def test_a_rate_limited_watch_waits_and_then_follows(
