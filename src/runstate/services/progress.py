@@ -319,8 +319,10 @@ async def session_activity(
                     seen = last.get(live.task_pk, 0)
                     if live.seq <= seen:
                         continue
-                    if _after_expiry(watch, live):
-                        await _session_state(session.pk, session.id, watch)
+                    if _after_expiry(watch, live) and not await _session_state(
+                        session.pk, session.id, watch
+                    ):
+                        return  # the session was deleted
                     if live.seq == seen + 1 or not gap_fill:
                         DELIVERY_SECONDS.observe(lag(live))
                         yield live
