@@ -25,7 +25,7 @@ from cross_web import HTTPException
 from graphql import GraphQLError, OperationType, get_operation_ast
 from starlette.datastructures import Headers, QueryParams
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
@@ -161,11 +161,21 @@ _MEDIA = "runstate.media"
 ALLOWED_METHODS = "GET, POST"
 
 
-def refusal(status: int, message: str, media_type: str = media.JSON) -> Response:
-    """A request refused before it ran, as a GraphQL response with one error and no
-    ``data`` (a 405 names the methods that are allowed)."""
-    headers = {"Allow": ALLOWED_METHODS} if status == 405 else None
-    body = json.dumps({"errors": [{"message": message}]}, separators=(",", ":"))
+def refusal(
+    status: int,
+    message: str,
+    media_type: str = media.JSON,
+    *,
+    extensions: Mapping[str, object] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    """A request refused (or stopped: 503) outside GraphQL, as a GraphQL response with
+    one error and no ``data``; a 405 names the methods that are allowed."""
+    error: dict[str, object] = {"message": message}
+    if extensions is not None:
+        error["extensions"] = dict(extensions)
+    headers = {**(headers or {}), **({"Allow": ALLOWED_METHODS} if status == 405 else {})}
+    body = json.dumps({"errors": [error]}, separators=(",", ":"))
     return Response(body, status_code=status, media_type=media_type, headers=headers)
 
 
@@ -380,13 +390,6 @@ def _clean_strings(value: object) -> bool:
     return True
 
 
-UNAUTHENTICATED = {
-    "errors": [
-        {"message": "missing or invalid bearer token", "extensions": {"code": "UNAUTHENTICATED"}}
-    ]
-}
-"""The body of a 401: the code is the one GraphQL clients (Apollo's among them) know."""
-
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/readyz"})
 """Routes that answer without a token: they hold no one's data."""
 
@@ -433,8 +436,12 @@ class BearerAuth:
             response: Response = (
                 _too_many(wait)
                 if wait > 0
-                else JSONResponse(
-                    UNAUTHENTICATED, status_code=401, headers={"WWW-Authenticate": "Bearer"}
+                else refusal(
+                    401,
+                    "missing or invalid bearer token",
+                    # The code GraphQL clients (Apollo's among them) know.
+                    extensions={"code": "UNAUTHENTICATED"},
+                    headers={"WWW-Authenticate": "Bearer"},
                 )
             )
             await response(scope, receive, send)
@@ -461,9 +468,8 @@ async def _take(limiter: RateLimiter | None, key: str, mode: str = TAKE) -> floa
 def _too_many(wait: float) -> Response:
     """429: the budget is spent; the wait, as RateLimited says it, and Retry-After."""
     refused = RateLimitedError(wait)
-    error = {"message": refused.message, "extensions": refused.extensions}
     headers = {"Retry-After": str(math.ceil(refused.retry_after))}
-    return JSONResponse({"errors": [error]}, status_code=429, headers=headers)
+    return refusal(429, refused.message, extensions=refused.extensions, headers=headers)
 
 
 class BodyLimit:
@@ -502,10 +508,7 @@ class _TooLargeError(Exception):
 
 
 async def _too_large(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-    response = JSONResponse(
-        {"errors": [{"message": f"request body is larger than {limit} bytes"}]}, status_code=413
-    )
-    await response(scope, receive, send)
+    await refusal(413, f"request body is larger than {limit} bytes")(scope, receive, send)
 
 
 class CancelOnDisconnect:
@@ -559,9 +562,7 @@ class CancelOnDisconnect:
             with contextlib.suppress(asyncio.CancelledError):
                 await work
             if not started:
-                await JSONResponse(
-                    {"errors": [{"message": stopped_after(self.seconds)}]}, status_code=503
-                )(scope, receive, send)
+                await refusal(503, stopped_after(self.seconds))(scope, receive, send)
         except asyncio.CancelledError:
             work.cancel()
             task = asyncio.current_task()

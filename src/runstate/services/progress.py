@@ -199,14 +199,14 @@ async def task_progress(
                     live = decode(message)
                     if live is None or live.task_pk != view.pk or live.seq <= watch.last:
                         continue
-                    if _after_expiry(watch, live) and await _task_head(view, watch) is None:
+                    if _past_expiry(watch, live.at) and await _task_head(view, watch) is None:
                         return
                     if live.seq == watch.last + 1 or not gap_fill:
                         DELIVERY_SECONDS.observe(lag(live))
                         yield live
                         watch.last = live.seq
                         continue
-                if not gap_fill and not _after_expiry_check(watch):
+                if not gap_fill and not _past_expiry(watch, utcnow()):
                     continue
                 head = await _task_head(view, watch)
                 if head is None:
@@ -233,15 +233,15 @@ async def _heard(
             message = await watch.inbox.next(wait)
             if message is not None:
                 yield message
-            elif watch.expires_at is not None and utcnow() >= watch.expires_at:
+            elif _past_expiry(watch, utcnow()):
                 yield RESYNC
 
 
-def _after_expiry(watch: Watch, event: EventView) -> bool:
-    """Whether a live event was written at or after the session's expiry as last read
-    (a lease release, which works in an expired session, or a renewed session):
-    the stream reads the session before it delivers it."""
-    return watch.expires_at is not None and event.at >= watch.expires_at
+def _past_expiry(watch: Watch, at: datetime) -> bool:
+    """Whether ``at`` is at or past the session's expiry as the stream last read it:
+    then the stream reads the session again, before it delivers an event written
+    then (a lease release, which works in an expired session) or goes on waiting."""
+    return watch.expires_at is not None and at >= watch.expires_at
 
 
 async def _task_head(view: TaskView, watch: Watch) -> int | None:
@@ -259,11 +259,6 @@ async def _task_head(view: TaskView, watch: Watch) -> int | None:
     _refuse_expired(view.session_id, status, expires_at)
     watch.expires_at = expires_at
     return int(seq)
-
-
-def _after_expiry_check(watch: Watch) -> bool:
-    """Whether a resync without gap filling is the expiry's own check."""
-    return watch.expires_at is not None and utcnow() >= watch.expires_at
 
 
 def _refuse_expired(session_id: str, status: object, expires_at: datetime) -> None:
@@ -319,7 +314,7 @@ async def session_activity(
                     seen = last.get(live.task_pk, 0)
                     if live.seq <= seen:
                         continue
-                    if _after_expiry(watch, live) and not await _session_state(
+                    if _past_expiry(watch, live.at) and not await _session_state(
                         session.pk, session.id, watch
                     ):
                         return  # the session was deleted
@@ -328,7 +323,7 @@ async def session_activity(
                         yield live
                         last[live.task_pk] = live.seq
                         continue
-                if not gap_fill and not _after_expiry_check(watch):
+                if not gap_fill and not _past_expiry(watch, utcnow()):
                     continue
                 if not await _session_state(session.pk, session.id, watch):
                     return  # the session was deleted
