@@ -46,7 +46,7 @@ from runstate.schema.build import parse_document
 from runstate.schema.context import Context
 from runstate.schema.fanout import SHARED
 from runstate.services.errors import RateLimitedError
-from runstate.services.validation import storable_text
+from runstate.services.validation import encoded, storable_text
 from runstate.settings import Settings
 from runstate.web.routes import GRAPHIQL
 
@@ -305,12 +305,13 @@ class GraphQLView(GraphQL[Context, None]):
 
     def encode_json(self, data: object) -> str | bytes:
         """A subscription's ``next`` message around the event's shared rendering
-        (see ``schema.fanout``); anything else as Strawberry encodes it."""
+        (see ``schema.fanout``); anything else compact, its text as UTF-8
+        (``validation.encoded``: what the stored bytes count)."""
         if isinstance(data, Mapping):
             shared = SHARED.next_message(data)
             if shared is not None:
                 return shared
-        return super().encode_json(data)
+        return encoded(data)
 
     def parse_json(self, data: str | bytes) -> Any:
         """A request body: anything ``strict_json`` refuses is a 400, and so is JSON
@@ -507,6 +508,10 @@ class _TooLargeError(Exception):
     """A streamed body went past the limit."""
 
 
+class _PastDeadlineError(Exception):
+    """An answer ready only after the operation's time limit."""
+
+
 async def _too_large(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
     await refusal(413, f"request body is larger than {limit} bytes")(scope, receive, send)
 
@@ -517,7 +522,10 @@ class CancelOnDisconnect:
     uvicorn does not cancel an HTTP request whose client disconnected: the work
     ran on, for minutes, answering no one. Once the body has been read, this
     listens for ``http.disconnect`` and cancels the request. A request still
-    running after ``seconds`` is cancelled too and answered 503, saying so.
+    running after ``seconds`` is cancelled too and answered 503, saying so; so is
+    one whose answer is ready only after it: encoding a large answer runs without
+    a pause where the timeout could cancel it, and such answers once went out 200
+    after 32 s of a 30 s limit.
     """
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
@@ -530,6 +538,7 @@ class CancelOnDisconnect:
             return
         body_read = asyncio.Event()
         started = False
+        deadline = asyncio.get_running_loop().time() + self.seconds
 
         async def reading() -> Message:
             message = await receive()
@@ -539,6 +548,8 @@ class CancelOnDisconnect:
 
         async def sending(message: Message) -> None:
             nonlocal started
+            if not started and asyncio.get_running_loop().time() >= deadline:
+                raise _PastDeadlineError
             started = True
             await send(message)
 
@@ -555,11 +566,11 @@ class CancelOnDisconnect:
 
         watcher = asyncio.create_task(until_gone())
         try:
-            async with asyncio.timeout(self.seconds):
+            async with asyncio.timeout_at(deadline):
                 await asyncio.shield(work)
-        except TimeoutError:
+        except (TimeoutError, _PastDeadlineError):
             work.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, _PastDeadlineError):
                 await work
             if not started:
                 await refusal(503, stopped_after(self.seconds))(scope, receive, send)

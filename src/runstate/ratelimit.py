@@ -2,7 +2,9 @@
 
 Each user has a token bucket of ``burst`` points refilled at ``per_second``. A
 read costs ``READ_COST`` per top-level field, a write ``WRITE_COST`` per mutation,
-a subscription ``SUBSCRIBE_COST`` when it starts. A request the bucket cannot pay
+a subscription ``SUBSCRIBE_COST`` when it starts. An operation also pays for what
+it could answer (``schema.bounds``): a point per ``ANSWER_BYTES_PER_POINT`` and
+per ``ANSWER_OBJECTS_PER_POINT`` of its estimate. A request the bucket cannot pay
 for is refused with the seconds until it could (``RateLimitedError``); it never
 waits, so a user over budget holds up nobody, not even themselves.
 
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 READ_COST = 1
 WRITE_COST = 2
 SUBSCRIBE_COST = 5
+ANSWER_BYTES_PER_POINT = 131_072
+ANSWER_OBJECTS_PER_POINT = 1_000
 
 
 SPENT = "runstate.spent"

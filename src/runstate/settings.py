@@ -44,6 +44,9 @@ class Settings:
     max_nodes: int = 20_000
     """The most nodes a query may ask for, estimated from its ``first`` arguments
     before it runs (see ``schema.limits``)."""
+    max_response_bytes: int = 32 * 1_048_576
+    """The largest answer an operation may give, estimated before it runs from what
+    is stored (see ``schema.cost``)."""
     max_ws_message_bytes: int = 1_048_576
     max_subscriptions: int = 20
     """Operations one WebSocket connection may run at once."""
@@ -109,6 +112,7 @@ class Settings:
             max_aliases=_positive_int(env, "RUNSTATE_MAX_ALIASES", 15),
             max_tokens=_positive_int(env, "RUNSTATE_MAX_TOKENS", 2000),
             max_nodes=_positive_int(env, "RUNSTATE_MAX_NODES", 20_000),
+            max_response_bytes=_positive_int(env, "RUNSTATE_MAX_RESPONSE_BYTES", 32 * 1_048_576),
             max_ws_message_bytes=_positive_int(env, "RUNSTATE_MAX_WS_MESSAGE_BYTES", 1_048_576),
             max_subscriptions=_positive_int(env, "RUNSTATE_MAX_SUBSCRIPTIONS", 20),
             max_connections=_positive_int(env, "RUNSTATE_MAX_CONNECTIONS", 50),
@@ -184,6 +188,7 @@ CEILINGS: dict[str, float] = {
     "RUNSTATE_MAX_ALIASES": 100,
     "RUNSTATE_MAX_TOKENS": 100_000,
     "RUNSTATE_MAX_NODES": 1_000_000,
+    "RUNSTATE_MAX_RESPONSE_BYTES": 256 * MIB,
     "RUNSTATE_MAX_SUBSCRIPTIONS": 1_000,
     "RUNSTATE_MAX_CONNECTIONS": 10_000,
     "RUNSTATE_SUBSCRIBER_QUEUE": 100_000,

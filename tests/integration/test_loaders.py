@@ -43,7 +43,8 @@ async def run(query: str) -> dict[str, Any]:
 
 async def test_a_page_of_tasks_reads_sessions_and_events_in_batches(db: None) -> None:
     """Guards the session and events loaders: a page of 50 tasks, each with its
-    session and its first 3 events with their steps, runs 5 SELECTs (it ran 201:
+    session and its first 3 events with their steps, runs 5 SELECTs, and one more
+    for the answer's estimate (the caller's usage: ``schema.bounds``) (it ran 201:
     one per task for the session, three for its events), and every task shows its
     own session and events."""
     made = []
@@ -66,7 +67,8 @@ async def test_a_page_of_tasks_reads_sessions_and_events_in_batches(db: None) ->
             {"seq": 2, "kind": "STEP_STARTED", "steps": [{"index": 0, "status": "RUNNING"}]},
         ]
     reads = [s for s in statements.seen if s.startswith("SELECT")]
-    assert len(reads) == 5, reads
+    assert len(reads) == 6, reads
+    assert reads[0].startswith('SELECT "stored_bytes","user_id" FROM "user_usage"'), reads
 
 
 DASHBOARD = """{ sessions(first: 20) { edges { node { id

@@ -25,6 +25,7 @@ from runstate.metrics import OPERATIONS, WRITE_SECONDS
 from runstate.resolvers.mutations import Mutation
 from runstate.resolvers.queries import Query
 from runstate.resolvers.subscriptions import Subscription
+from runstate.schema.bounds import BoundedAnswers, Bounds
 from runstate.schema.fanout import SharedEventExecutor
 from runstate.schema.limits import limit_rules
 from runstate.services.errors import DomainError
@@ -169,12 +170,19 @@ def build_schema(settings: Settings | None = None) -> strawberry.Schema:
         max_depth=settings.max_depth, max_aliases=settings.max_aliases, max_nodes=settings.max_nodes
     )
     known: set[str] = {"__typename", "__schema", "__type"}  # filled once the schema is built
+    bounds = Bounds(
+        max_nodes=settings.max_nodes,
+        max_bytes=settings.max_response_bytes,
+        max_body_bytes=settings.max_body_bytes,
+        burst=settings.rate_burst,
+    )
     # Classes or factories, never instances: Strawberry builds a fresh one per request.
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         ParseOnce,
         SmallValidationCache,
         partial(AddValidationRules, rules),
         partial(MaxTokensLimiter, max_token_count=settings.max_tokens),
+        partial(BoundedAnswers, bounds),
         partial(MaskUnexpectedErrors, should_mask_error=_should_mask),
         partial(Measured, known),
     ]

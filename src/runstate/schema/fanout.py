@@ -25,6 +25,7 @@ from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
 from runstate.bounded import BoundedCache
 from runstate.enums import TaskEventKind
+from runstate.services import validation
 from runstate.services.views import EventView
 
 MAX_ITEMS = 1024
@@ -68,7 +69,7 @@ class SharedEvents:
         self.executions += 1
         if result.errors or result.data is None:
             return
-        rendered = Rendered(result, json.dumps(result.data, separators=(",", ":")))
+        rendered = Rendered(result, validation.encoded(result.data))
         self._rendered.put(key, rendered, len(rendered.text))
         if self._rendered.get(key) is rendered:
             self._by_data[id(result.data)] = rendered

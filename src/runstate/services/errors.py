@@ -123,6 +123,32 @@ class UnmatchedWriteError(Exception):
     """
 
 
+class AnswerTooLargeError(DomainError):
+    """An operation that could answer more than a limit allows, refused before it
+    runs; the limit is named by its setting."""
+
+    code = "RESPONSE_TOO_LARGE"
+
+    def __init__(self, limit: str, estimate: int, maximum: int, unit: str) -> None:
+        super().__init__(
+            f"this operation could answer about {estimate} {unit}, more than {limit}"
+            f" ({maximum}): ask for fewer items (first), fields or aliases, or read the"
+            " task's history in pages (events(afterSeq, first))"
+        )
+        self.limit = limit
+        self.estimate = estimate
+        self.maximum = maximum
+
+    @property
+    def extensions(self) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "limit": self.limit,
+            "estimate": self.estimate,
+            "maximum": self.maximum,
+        }
+
+
 class RateLimitedError(DomainError):
     """The caller spent its request budget; it may try again after ``retry_after``
     seconds. Other callers are not affected.

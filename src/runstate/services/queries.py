@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import base64
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
 from tortoise import connections
 from tortoise.expressions import Q
+from tortoise.functions import Count
 from tortoise.queryset import QuerySet
 
 from runstate.enums import SessionStatus, TaskStatus
-from runstate.models import ID_LENGTH, Session, Task
+from runstate.models import ID_LENGTH, Session, Task, ToolState
 from runstate.services import history, sql, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, NotFoundError, SessionExpiredError
@@ -67,6 +69,41 @@ async def get_task(user_id: str, task_id: str) -> TaskView:
         await mark_expired(row.session_id)
         raise SessionExpiredError(row.session.public_id)
     return task_view(row, row.session.public_id, now)
+
+
+@dataclass(frozen=True)
+class TaskSize:
+    """What a task holds, as a read's cost estimate needs it (``schema.cost``)."""
+
+    stored_bytes: int
+    steps: int
+    tool_states: int
+    events: int
+
+
+async def task_sizes(user_id: str, task_ids: Collection[str]) -> dict[str, TaskSize]:
+    """The sizes of those of ``task_ids`` the user has, by id: two indexed queries
+    (the tasks, then their tool states counted), whatever the number of ids."""
+    ids = [i for i in task_ids if len(i) <= ID_LENGTH]
+    if not ids:
+        return {}
+    rows = await Task.filter(user_id=user_id, public_id__in=ids).values_list(
+        "id", "public_id", "stored_bytes", "total_steps", "event_seq"
+    )
+    tools: dict[int, int] = (
+        dict(
+            await ToolState.filter(task_id__in=[r[0] for r in rows])
+            .group_by("task_id")
+            .annotate(n=Count("id"))
+            .values_list("task_id", "n")
+        )
+        if rows
+        else {}
+    )
+    return {
+        public_id: TaskSize(stored, steps, tools.get(pk, 0), events)
+        for pk, public_id, stored, steps, events in rows
+    }
 
 
 async def sessions_by_pk(pks: Sequence[int]) -> list[SessionView]:

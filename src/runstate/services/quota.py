@@ -2,9 +2,10 @@
 
 Sizes estimate what the database keeps: the UTF-8 bytes of what clients send
 (goals, actions, inputs, outputs, errors, tool results, metadata; JSON as compact
-JSON), plus ``ROW_BYTES`` for every row a write adds (a session, a task, a step,
-an event, a step's history row). Without the row charge a user could fill the
-disk with empty tasks or with events that change only a status.
+JSON, text with the escapes an answer gives it), plus ``ROW_BYTES`` for every row
+a write adds (a session, a task, a step, an event, a step's history row).
+Without the row charge a user could fill the disk with empty tasks or with events
+that change only a status.
 
 A task's count (``tasks.stored_bytes``) grows with its history and is checked by
 the write that adds to it, against the row its opening UPDATE has locked. A
@@ -45,8 +46,10 @@ CONTENT_FIELDS = {
 
 
 def text_bytes(value: str | None) -> int:
-    """The UTF-8 size of a text (None: 0)."""
-    return 0 if value is None else len(value.encode())
+    """The size of a text as an answer carries it (None: 0): its UTF-8 bytes, with
+    the escapes JSON needs (a quote, a newline, a control character) but not the
+    quotes around it."""
+    return 0 if value is None else len(validation.encoded(value).encode()) - 2
 
 
 def new_step_bytes(step: Step) -> int:

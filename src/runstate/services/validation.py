@@ -152,12 +152,19 @@ def error_text(value: str, field: str = "error") -> str:
     return value
 
 
+def encoded(value: Any) -> str:
+    """A JSON value as the API answers it: compact, non-ASCII text as it is (sent as
+    UTF-8). What is stored is counted in this form, so that a task's stored bytes
+    bound what reading it answers (``schema.cost``)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def json_size(value: Any) -> int:
     """The size of a client's JSON value as compact UTF-8 JSON (None: 0): what the
     payload limit and the byte quotas (``quota``) both measure."""
     if value is None:
         return 0
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    return len(encoded(value).encode())
 
 
 def json_payload(value: Any, field: str) -> Any:

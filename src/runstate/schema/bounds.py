@@ -1,0 +1,139 @@
+"""Operations bounded by what they could answer, before they run (``schema.cost``).
+
+An operation whose estimate passes ``RUNSTATE_MAX_NODES`` objects or
+``RUNSTATE_MAX_RESPONSE_BYTES`` bytes is refused with ``RESPONSE_TOO_LARGE``,
+naming the limit, the estimate and the maximum; nothing of it runs. One that
+passes pays its estimate from the caller's rate budget (``ratelimit``), so large
+reads sent together run out of points instead of taking the server's memory.
+
+Each document is first estimated at the most the limits allow, which reads
+nothing and is kept per document: a write answering its task's version and
+status (what the SDK asks) stays under every limit and costs no points that way,
+and needs nothing more. Otherwise the sizes are read (``queries.task_sizes``,
+``quota.held``: two or three indexed SELECTs) and the operation estimated again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Iterable
+
+from graphql import DocumentNode, OperationDefinitionNode
+from strawberry.extensions import SchemaExtension
+
+from runstate.bounded import BoundedCache
+from runstate.ratelimit import ANSWER_BYTES_PER_POINT, ANSWER_OBJECTS_PER_POINT
+from runstate.schema.context import Context
+from runstate.schema.cost import Estimate, Sizes, Walk, unknown_sizes
+from runstate.services import queries, quota, validation
+from runstate.services.errors import AnswerTooLargeError
+
+DocumentKey = tuple[str, str | None]
+"""A document's text and the operation it runs."""
+
+
+class Bounds:
+    """The limits, and the estimates at the most they allow, kept per document."""
+
+    def __init__(self, *, max_nodes: int, max_bytes: int, max_body_bytes: int, burst: float):
+        self.max_nodes = max_nodes
+        self.max_bytes = max_bytes
+        self.max_body_bytes = max_body_bytes
+        self.burst = math.floor(burst)
+        self.unsized: BoundedCache[DocumentKey, Estimate] = BoundedCache(256, 4 * 1_048_576)
+
+    def check(self, estimate: Estimate) -> None:
+        """Raise ``AnswerTooLargeError`` for an estimate past a limit."""
+        if estimate.objects > self.max_nodes:
+            raise AnswerTooLargeError(
+                "RUNSTATE_MAX_NODES", estimate.objects, self.max_nodes, "objects"
+            )
+        if estimate.bytes > self.max_bytes:
+            raise AnswerTooLargeError(
+                "RUNSTATE_MAX_RESPONSE_BYTES", estimate.bytes, self.max_bytes, "bytes"
+            )
+
+    def points(self, estimate: Estimate) -> int:
+        """What an estimate costs beyond the operation's own price, at most the whole
+        burst (a read larger than the budget still runs, taking all of it)."""
+        points = estimate.bytes // ANSWER_BYTES_PER_POINT
+        points += estimate.objects // ANSWER_OBJECTS_PER_POINT
+        return min(points, self.burst)
+
+    def free(self, estimate: Estimate, charging: bool) -> bool:
+        """Whether an estimate is within every limit and, when the rate limit is on
+        (``charging``), costs nothing."""
+        return (
+            estimate.objects <= self.max_nodes
+            and estimate.bytes <= self.max_bytes
+            and not (charging and self.points(estimate))
+        )
+
+    def at_most(self, walk: Walk, key: DocumentKey) -> Estimate:
+        """The walk's estimate at the most the limits allow, kept for its document
+        when it read no variable."""
+        kept = self.unsized.get(key)
+        if kept is not None:
+            return kept
+        estimate = walk.estimate(unknown_sizes(self.max_body_bytes))
+        if not walk.varied:
+            self.unsized.put(key, estimate, len(key[0]))
+        return estimate
+
+
+class BoundedAnswers(SchemaExtension):
+    """Refuses an operation that could answer too much; charges one that may run."""
+
+    def __init__(self, bounds: Bounds) -> None:
+        self.bounds = bounds
+
+    async def on_execute(self) -> AsyncIterator[None]:
+        context = self.execution_context
+        caller = context.context
+        document = context.graphql_document
+        if isinstance(caller, Context) and caller.principal is not None and document is not None:
+            await self._bound(
+                document, context.operation_name, context.variables, caller, context.query or ""
+            )
+        yield
+
+    async def _bound(
+        self,
+        document: DocumentNode,
+        name: str | None,
+        variables: dict[str, object] | None,
+        caller: Context,
+        query: str,
+    ) -> None:
+        operation = _operation(document.definitions, name)
+        if operation is None:
+            return  # none or several to choose from: execution refuses it
+        walk = Walk(self.execution_context.schema._schema, document, operation, variables)
+        charging = caller.limiter is not None
+        if self.bounds.free(self.bounds.at_most(walk, (query, name)), charging):
+            return
+        input_bytes = len(query) + validation.json_size(variables)
+        estimate = await estimate_of(walk, caller.user_id, input_bytes)
+        self.bounds.check(estimate)
+        points = self.bounds.points(estimate)
+        if points:
+            await caller.charge(points)
+
+
+async def estimate_of(walk: Walk, user_id: str, input_bytes: int) -> Estimate:
+    """The walk's estimate from the sizes stored for ``user_id``."""
+    return walk.estimate(
+        Sizes(
+            tasks=await queries.task_sizes(user_id, walk.task_ids()),
+            user_bytes=await quota.held(user_id),
+            input_bytes=input_bytes,
+        )
+    )
+
+
+def _operation(definitions: Iterable[object], name: str | None) -> OperationDefinitionNode | None:
+    """The operation a request runs: the one named, or the only one."""
+    operations = [d for d in definitions if isinstance(d, OperationDefinitionNode)]
+    if name is None:
+        return operations[0] if len(operations) == 1 else None
+    return next((o for o in operations if o.name is not None and o.name.value == name), None)
