@@ -18,7 +18,15 @@ from typing import Any
 import pytest
 
 from tests.integration.test_api import new_task
-from tests.support import Api, Server, create_token, mutate, sqlite_server
+from tests.support import (
+    Api,
+    Server,
+    Subscriber,
+    SubscriptionError,
+    create_token,
+    mutate,
+    sqlite_server,
+)
 
 BURST = 1000
 MAX_NODES = 4000
@@ -117,6 +125,29 @@ def test_fifteen_aliases_of_a_fat_task_are_refused_before_running(server: Server
     one = api.post({"query": aliases(1)})
     assert one.status_code == 200
     assert STEPS * len(OUTPUT) < len(one.content) <= extensions["estimate"] / 15
+    api.close()
+
+
+async def test_a_subscription_is_bounded_by_what_one_message_could_carry(server: Server) -> None:
+    """Guards the estimate over a WebSocket: a taskProgress whose SNAPSHOT would carry
+    the fat task's outputs three times over (45 MB) is answered the same typed
+    error in place of its first message, nothing of it run; the control, the outputs once, streams its
+    SNAPSHOT (15 MB) as usual."""
+    api = caller(server, "watcher")
+    fat_task(api, "fat-watched")
+    outputs = " ".join(f"s{i}: steps {{ output }}" for i in range(3))
+    thrice = f'subscription {{ taskProgress(taskId: "fat-watched") {{ task {{ {outputs} }} }} }}'
+    async with Subscriber(server.url, api.token, thrice) as refused:
+        with pytest.raises(SubscriptionError) as error:
+            await refused.next()
+    [message] = error.value.args[0]
+    assert message["extensions"]["code"] == "RESPONSE_TOO_LARGE"
+    assert message["extensions"]["limit"] == "RUNSTATE_MAX_RESPONSE_BYTES"
+    once = 'subscription { taskProgress(taskId: "fat-watched") { kind task { steps { output } } } }'
+    async with Subscriber(server.url, api.token, once) as watching:
+        snapshot = await watching.next()
+    assert snapshot["taskProgress"]["kind"] == "SNAPSHOT"
+    assert len(snapshot["taskProgress"]["task"]["steps"]) == STEPS
     api.close()
 
 

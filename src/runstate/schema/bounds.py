@@ -105,11 +105,14 @@ class BoundedAnswers(SchemaExtension):
         caller: Context,
         query: str,
     ) -> None:
+        charging = caller.limiter is not None
+        kept = self.bounds.unsized.get((query, name))
+        if kept is not None and self.bounds.free(kept, charging):
+            return  # the SDK's writes: nothing more to read or pay
         operation = _operation(document.definitions, name)
         if operation is None:
             return  # none or several to choose from: execution refuses it
         walk = Walk(self.execution_context.schema._schema, document, operation, variables)
-        charging = caller.limiter is not None
         if self.bounds.free(self.bounds.at_most(walk, (query, name)), charging):
             return
         input_bytes = len(query) + validation.json_size(variables)
@@ -121,14 +124,14 @@ class BoundedAnswers(SchemaExtension):
 
 
 async def estimate_of(walk: Walk, user_id: str, input_bytes: int) -> Estimate:
-    """The walk's estimate from the sizes stored for ``user_id``."""
-    return walk.estimate(
-        Sizes(
-            tasks=await queries.task_sizes(user_id, walk.task_ids()),
-            user_bytes=await quota.held(user_id),
-            input_bytes=input_bytes,
-        )
-    )
+    """The walk's estimate from the sizes stored for ``user_id``: the tasks it names,
+    and, when it lists tasks or sessions, what the user holds."""
+    tasks = await queries.task_sizes(user_id, walk.task_ids())
+    estimate = walk.estimate(Sizes(tasks=tasks, user_bytes=0, input_bytes=input_bytes))
+    if not walk.listed:
+        return estimate
+    held = await quota.held(user_id)
+    return walk.estimate(Sizes(tasks=tasks, user_bytes=held, input_bytes=input_bytes))
 
 
 def _operation(definitions: Iterable[object], name: str | None) -> OperationDefinitionNode | None:

@@ -167,6 +167,9 @@ class Walk:
         self.caps = payload_caps()
         self._scopes: list[Scope] = []
         self._user = 0
+        self.listed = False
+        """Whether the last estimate counted a list of the caller's tasks or sessions
+        (it then needs ``Sizes.user_bytes``)."""
         self.varied = False
         """Whether the estimate read a variable (a ``first``): else it holds for
         every request of the same document."""
@@ -190,6 +193,7 @@ class Walk:
             return Estimate(0, ENVELOPE_BYTES)
         self._scopes = []
         self._user = sizes.user_bytes
+        self.listed = False
         objects = 0
         total = 0
         for node, on in self._fields(self.root, self.operation.selection_set):
@@ -235,6 +239,7 @@ class Walk:
 
     def _listing(self, content: int, copies: int = 1) -> Scope:
         """A scope of tasks not known in advance, holding ``content`` together."""
+        self.listed = True
         limits = validation.LIMITS
         rows = content // ROW_BYTES
         return self._scope(
