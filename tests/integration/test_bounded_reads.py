@@ -131,8 +131,8 @@ def test_fifteen_aliases_of_a_fat_task_are_refused_before_running(server: Server
 async def test_a_subscription_is_bounded_by_what_one_message_could_carry(server: Server) -> None:
     """Guards the estimate over a WebSocket: a taskProgress whose SNAPSHOT would carry
     the fat task's outputs three times over (45 MB) is answered the same typed
-    error in place of its first message, nothing of it run; the control, the outputs once, streams its
-    SNAPSHOT (15 MB) as usual."""
+    error in place of its first message, nothing of it run; the control, the
+    outputs once, streams its SNAPSHOT (15 MB) as usual."""
     api = caller(server, "watcher")
     fat_task(api, "fat-watched")
     outputs = " ".join(f"s{i}: steps {{ output }}" for i in range(3))
