@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.memory
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.policies
+	$(BIN)/python -m bench.hostile
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
