@@ -214,3 +214,59 @@ def test_the_count_is_what_the_rows_hold_and_the_sweep_gives_it_back(server: Ser
 
         wait_until(swept, 30, "the session to expire and be swept")
         assert usage(api) == 0
+
+
+def test_kept_answers_count_until_the_sweep(server: Server) -> None:
+    """Guards ``idempotency._counted``: a keyed updateSession keeps its answer, the
+    session with its metadata, and that counts toward the user's quota: the user's
+    count is what the sessions, tasks and key rows hold together, each of five keys
+    counting at least its 1,500 bytes of metadata; once the answers fill the quota
+    the next keyed write is refused (InvalidInput on idempotencyKey) and writes
+    nothing; the sweep deletes the keys past their time and gives their bytes back.
+    Without the count, the keys held what the quota never saw, and none was refused."""
+    api = caller(server, "yan")
+    session = start_session(api)
+    metadata = {"notes": "n" * 1_500}
+    version = session["version"]
+    rows = (
+        "SELECT (SELECT coalesce(sum(stored_bytes), 0) FROM tasks WHERE user_id = 'yan')"
+        " + (SELECT coalesce(sum(stored_bytes), 0) FROM sessions WHERE user_id = 'yan')"
+    )
+    keys = "SELECT coalesce(sum(stored_bytes), 0) FROM idempotency_keys WHERE user_id = 'yan'"
+    for i in range(5):
+        answer = update_session(
+            api, session["id"], version, metadata=metadata, idempotencyKey=f"k{i}"
+        )
+        assert answer["__typename"] == "AgentSession", answer
+        version = answer["version"]
+    kept = query_value(server.database_url, keys)
+    assert kept > 5 * 1_500
+    assert usage(api) == query_value(server.database_url, rows) + kept
+    refused = None
+    for i in range(5, 40):
+        answer = update_session(
+            api, session["id"], version, metadata=metadata, idempotencyKey=f"k{i}"
+        )
+        if answer["__typename"] != "AgentSession":
+            refused = answer
+            break
+        version = answer["version"]
+    assert refused is not None
+    assert refused["field"] == "idempotencyKey", refused
+    assert stored_session_version(server, session["id"]) == version
+    assert usage(api) <= USER_LIMIT
+    query_value(
+        server.database_url,
+        "UPDATE idempotency_keys SET expires_at = created_at WHERE user_id = 'yan' RETURNING 1",
+    )
+    runstate("sweep", database_url=server.database_url)
+    assert query_value(server.database_url, keys) == 0
+    assert usage(api) == query_value(server.database_url, rows)
+    api.close()
+
+
+def stored_session_version(server: Server, session_id: str) -> int:
+    version: int = query_value(
+        server.database_url, f"SELECT version FROM sessions WHERE public_id = '{session_id}'"
+    )
+    return version

@@ -265,6 +265,9 @@ class IdempotencyKey(Model):
     operation = fields.CharField(max_length=64)
     fingerprint = fields.CharField(max_length=64)
     answer = fields.JSONField[dict[str, object]](null=True)
+    stored_bytes = fields.BigIntField(default=0, db_default=0)
+    """What the row counts toward its user's quota (``quota``): an answer kept as it
+    is (a session, a tool state); 0 for a task's, kept as a reference."""
     created_at = fields.DatetimeField()
     expires_at = fields.DatetimeField(db_index=True)
 

@@ -18,8 +18,12 @@ A task's answer is stored as a reference, the task and the seq the write left it
 at (and its stored bytes then): a repeat answers ``taskAt`` of that seq, which is
 the task as it stood right after the write. So a key holds a few dozen bytes
 whatever the task holds; storing the task itself (a 10,000-character goal in every
-key) kept bytes outside the quota. Other answers (a session, a lease, a tool state)
-are stored as they are.
+key) kept bytes outside the quota. Other answers are stored as they are; those
+that carry what clients stored (a session with its metadata, a tool state with
+its result) count toward the user's quota (``quota``) from the write that keeps
+them until the sweep deletes them: a user's keyed ``updateSession`` calls with
+64 KiB of metadata once kept 64 KiB each outside it. A lease's answer holds ids
+and times only, and is not counted.
 """
 
 from __future__ import annotations
@@ -29,14 +33,17 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import IntegrityError
+from tortoise.queryset import QuerySet
+from tortoise.transactions import in_transaction
 
 from runstate.models import KEY_LENGTH, IdempotencyKey, Task
-from runstate.services import progress
+from runstate.services import progress, quota, sql, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import IdempotencyKeyReusedError, InvalidInputError, NotFoundError
 from runstate.services.group import GROUP
@@ -44,7 +51,14 @@ from runstate.services.history import task_at
 from runstate.services.lifecycle import ResumePlanView
 from runstate.services.loading import task_view
 from runstate.services.retry import retried
-from runstate.services.views import EventView, TaskView, decode_as, to_json
+from runstate.services.views import (
+    EventView,
+    SessionView,
+    TaskView,
+    ToolStateView,
+    decode_as,
+    to_json,
+)
 
 V = TypeVar("V")
 
@@ -108,11 +122,8 @@ async def _once(
         # Writes first: SQLite takes its write lock at once; an expired row of this
         # key (not swept yet) makes way.
         now = utcnow()
-        await (
-            IdempotencyKey.filter(user_id=call.user_id, key=call.key, expires_at__lte=now)
-            .using_db(conn)
-            .delete()
-        )
+        expired = IdempotencyKey.filter(user_id=call.user_id, key=call.key, expires_at__lte=now)
+        await _delete(conn, expired)
         row = await IdempotencyKey.create(
             user_id=call.user_id,
             key=call.key,
@@ -124,7 +135,15 @@ async def _once(
         )
         with progress.held() as held:
             result = await write()
-        await IdempotencyKey.filter(id=row.id).using_db(conn).update(answer=_stored_answer(result))
+        answer = _stored_answer(result)
+        counted = _counted(answer, result)
+        if counted:
+            await quota.charge(conn, call.user_id, counted, "idempotencyKey")
+        await (
+            IdempotencyKey.filter(id=row.id)
+            .using_db(conn)
+            .update(answer=answer, stored_bytes=counted)
+        )
         events.extend(held)
         return result
 
@@ -158,6 +177,23 @@ def _stored_answer(result: object) -> dict[str, Any]:
     return {"v": to_json(result)}
 
 
+def _counted(answer: dict[str, Any], result: object) -> int:
+    """What a key row counts toward the quota: a kept answer carrying stored content,
+    with its row."""
+    if isinstance(result, SessionView | ToolStateView):
+        return quota.ROW_BYTES + validation.json_size(answer)
+    return 0
+
+
+async def _delete(conn: BaseDBAsyncClient, rows: QuerySet[IdempotencyKey]) -> int:
+    """Delete key rows, giving back what they counted; how many went."""
+    gone = await sql.update_returning(
+        conn, rows.using_db(conn).delete(), '"user_id", "stored_bytes"'
+    )
+    await quota.release(conn, quota.add_up(gone))
+    return len(gone)
+
+
 def _reference(view: TaskView) -> dict[str, int]:
     return {"pk": view.pk, "seq": view.event_seq, "stored_bytes": view.stored_bytes}
 
@@ -187,6 +223,19 @@ async def _task_as_written(user_id: str, reference: dict[str, int]) -> TaskView:
     return replace(past, stored_bytes=reference["stored_bytes"])
 
 
-async def sweep_keys() -> int:
-    """Delete the keys past their retention; how many went."""
-    return await IdempotencyKey.filter(expires_at__lte=utcnow()).delete()
+async def sweep_keys(batch: int = 500) -> int:
+    """Delete the keys past their retention, ``batch`` at a time, giving their bytes
+    back; how many went."""
+    now = utcnow()
+    gone = 0
+    while True:
+        due = IdempotencyKey.filter(expires_at__lte=now).order_by("id").limit(batch)
+        ids = [int(row[0]) for row in await due.values_list("id")]
+        if not ids:
+            return gone
+        gone += await retried(partial(_delete_due, ids, now))
+
+
+async def _delete_due(ids: list[int], now: datetime) -> int:
+    async with in_transaction() as conn:
+        return await _delete(conn, IdempotencyKey.filter(id__in=ids, expires_at__lte=now))
