@@ -242,6 +242,16 @@ UNLIMITED = {
 would refuse that, are not what is measured."""
 
 
+def wait_answering(url: str) -> None:
+    """Poll a server's /healthz for up to ten seconds, until it answers."""
+    for _ in range(100):
+        try:
+            httpx.get(f"{url}/healthz", timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+
+
 @contextmanager
 def serving(count: int, **env: str) -> Iterator[tuple[list[str], str, list[int]]]:
     """``count`` servers on one fresh SQLite file, a token for them, their pids."""
@@ -263,12 +273,7 @@ def serving(count: int, **env: str) -> Iterator[tuple[list[str], str, list[int]]
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         try:
             for url in urls:
-                for _ in range(100):
-                    try:
-                        httpx.get(f"{url}/healthz", timeout=1)
-                        break
-                    except httpx.TransportError:
-                        time.sleep(0.1)
+                wait_answering(url)
             yield urls, token, [server.pid for server in servers]
         finally:
             for server in servers:

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from bench.fanout import free_port, runstate
+from bench.fanout import free_port, runstate, wait_answering
 
 SECONDS = float(os.environ.get("BENCH_HOSTILE_SECONDS", "20"))
 HOSTILE = 8
@@ -133,12 +133,7 @@ def scenario(
             stderr=subprocess.DEVNULL,
         )
         try:
-            for _ in range(100):
-                try:
-                    httpx.get(f"{url}/healthz", timeout=1)
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.1)
+            wait_answering(url)
             with httpx.Client(
                 base_url=url, headers={"Authorization": f"Bearer {hostile}"}, timeout=60
             ) as h:

@@ -35,15 +35,12 @@ from graphql import (
     DocumentNode,
     FieldNode,
     FragmentDefinitionNode,
-    FragmentSpreadNode,
     GraphQLEnumType,
     GraphQLField,
-    GraphQLInterfaceType,
     GraphQLNamedType,
     GraphQLObjectType,
     GraphQLSchema,
     GraphQLUnionType,
-    InlineFragmentNode,
     OperationDefinitionNode,
     OperationType,
     SelectionSetNode,
@@ -53,6 +50,7 @@ from graphql import (
     value_from_ast_untyped,
 )
 
+from runstate.schema.limits import field_definition, selected_fields
 from runstate.services import validation
 from runstate.services.queries import TaskSize
 from runstate.services.quota import ROW_BYTES
@@ -182,7 +180,7 @@ class Walk:
             return set()
         ids: set[str] = set()
         for node, on in self._fields(self.root, self.operation.selection_set):
-            definition = _definition(on, node.name.value)
+            definition = field_definition(on, node.name.value)
             if definition is not None and self._answers_a_task(definition):
                 ids.update(self._named_tasks(node))
         return ids
@@ -197,7 +195,7 @@ class Walk:
         objects = 0
         total = 0
         for node, on in self._fields(self.root, self.operation.selection_set):
-            definition = _definition(on, node.name.value)
+            definition = field_definition(on, node.name.value)
             if definition is None or node.selection_set is None:
                 total += _leaf_bytes(node, definition)
                 continue
@@ -279,7 +277,7 @@ class Walk:
         total = 2 * count  # braces
         for node, on in self._fields(parent, selection_set):
             name = node.name.value
-            definition = _definition(on, name)
+            definition = field_definition(on, name)
             if definition is None or node.selection_set is None:
                 payload = self.caps.get((on.name, name))
                 if payload is None:
@@ -381,34 +379,9 @@ class Walk:
         return default
 
     def _fields(
-        self,
-        parent: GraphQLNamedType,
-        selection_set: SelectionSetNode,
-        seen: frozenset[str] = frozenset(),
+        self, parent: GraphQLNamedType, selection_set: SelectionSetNode
     ) -> Iterable[tuple[FieldNode, GraphQLNamedType]]:
-        """The fields of a selection with the type each is selected on, fragments spread."""
-        for selection in selection_set.selections:
-            if isinstance(selection, FieldNode):
-                yield selection, parent
-            elif isinstance(selection, InlineFragmentNode):
-                on = parent
-                if selection.type_condition is not None:
-                    on = self.schema.get_type(selection.type_condition.name.value) or parent
-                yield from self._fields(on, selection.selection_set, seen)
-            elif isinstance(selection, FragmentSpreadNode):
-                name = selection.name.value
-                fragment = self.fragments.get(name)
-                if fragment is None or name in seen:
-                    continue  # unknown or cyclic: validation refused the document
-                on = self.schema.get_type(fragment.type_condition.name.value) or parent
-                yield from self._fields(on, fragment.selection_set, seen | {name})
-
-
-def _definition(parent: GraphQLNamedType, name: str) -> GraphQLField | None:
-    if isinstance(parent, GraphQLObjectType | GraphQLInterfaceType):
-        found: GraphQLField | None = parent.fields.get(name)
-        return found
-    return None
+        return selected_fields(self.schema, self.fragments.get, parent, selection_set)
 
 
 def _key(node: FieldNode) -> int:

@@ -9,7 +9,7 @@ Strawberry's limiter extensions do) would make every lookup miss.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from graphql import (
@@ -25,6 +25,7 @@ from graphql import (
     GraphQLList,
     GraphQLNamedType,
     GraphQLObjectType,
+    GraphQLSchema,
     InlineFragmentNode,
     IntValueNode,
     OperationDefinitionNode,
@@ -125,7 +126,7 @@ def estimate_nodes(
     """
     total = 0
     for field, parent_type in _fields(context, parent, selection_set, seen):
-        definition = _field_definition(parent_type, field.name.value)
+        definition = field_definition(parent_type, field.name.value)
         if definition is None or field.selection_set is None:
             continue
         child = get_named_type(definition.type)
@@ -145,29 +146,44 @@ def _fields(
     selection_set: SelectionSetNode,
     seen: frozenset[str],
 ) -> Iterable[tuple[FieldNode, GraphQLNamedType]]:
-    """The fields of a selection with the type each is selected on, fragments spread."""
+    return selected_fields(context.schema, context.get_fragment, parent, selection_set, seen)
+
+
+def selected_fields(
+    schema: GraphQLSchema,
+    fragment_named: Callable[[str], FragmentDefinitionNode | None],
+    parent: GraphQLNamedType,
+    selection_set: SelectionSetNode,
+    seen: frozenset[str] = frozenset(),
+) -> Iterable[tuple[FieldNode, GraphQLNamedType]]:
+    """The fields of a selection with the type each is selected on, fragments spread
+    (``fragment_named`` finds a document's fragment by name)."""
     for selection in selection_set.selections:
         if isinstance(selection, FieldNode):
             yield selection, parent
         elif isinstance(selection, InlineFragmentNode):
             on = parent
             if selection.type_condition is not None:
-                on = context.schema.get_type(selection.type_condition.name.value) or parent
-            yield from _fields(context, on, selection.selection_set, seen)
+                on = schema.get_type(selection.type_condition.name.value) or parent
+            yield from selected_fields(schema, fragment_named, on, selection.selection_set, seen)
         elif isinstance(selection, FragmentSpreadNode):
             name = selection.name.value
-            fragment = context.get_fragment(name)
+            fragment = fragment_named(name)
             if fragment is None or name in seen:  # unknown or cyclic: other rules report it
                 continue
-            on = context.schema.get_type(fragment.type_condition.name.value) or parent
-            yield from _fields(context, on, fragment.selection_set, seen | {name})
+            on = schema.get_type(fragment.type_condition.name.value) or parent
+            yield from selected_fields(
+                schema, fragment_named, on, fragment.selection_set, seen | {name}
+            )
 
 
-def _field_definition(parent: GraphQLNamedType, name: str) -> GraphQLField | None:
+def field_definition(parent: GraphQLNamedType, name: str) -> GraphQLField | None:
+    """A field of an object or interface type; None on a union (only __typename,
+    selected without fragments)."""
     if isinstance(parent, GraphQLObjectType | GraphQLInterfaceType):
         field: GraphQLField | None = parent.fields.get(name)
         return field
-    return None  # a union: only __typename, selected without fragments
+    return None
 
 
 def _list_size(field: FieldNode, definition: GraphQLField, parent: GraphQLNamedType) -> int:
