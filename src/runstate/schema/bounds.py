@@ -10,7 +10,8 @@ Each document is first estimated at the most the limits allow, which reads
 nothing and is kept per document: a write answering its task's version and
 status (what the SDK asks) stays under every limit and costs no points that way,
 and needs nothing more. Otherwise the sizes are read (``queries.task_sizes``,
-``quota.held``: two or three indexed SELECTs) and the operation estimated again.
+``quota.held`` for a list: one or two indexed SELECTs) and the operation estimated
+again.
 """
 
 from __future__ import annotations
@@ -72,9 +73,6 @@ class Bounds:
     def at_most(self, walk: Walk, key: DocumentKey) -> Estimate:
         """The walk's estimate at the most the limits allow, kept for its document
         when it read no variable."""
-        kept = self.unsized.get(key)
-        if kept is not None:
-            return kept
         estimate = walk.estimate(unknown_sizes(self.max_body_bytes))
         if not walk.varied:
             self.unsized.put(key, estimate, len(key[0]))
@@ -106,14 +104,15 @@ class BoundedAnswers(SchemaExtension):
         query: str,
     ) -> None:
         charging = caller.limiter is not None
-        kept = self.bounds.unsized.get((query, name))
-        if kept is not None and self.bounds.free(kept, charging):
+        key = (query, name)
+        most = self.bounds.unsized.get(key)
+        if most is not None and self.bounds.free(most, charging):
             return  # the SDK's writes: nothing more to read or pay
         operation = _operation(document.definitions, name)
         if operation is None:
             return  # none or several to choose from: execution refuses it
         walk = Walk(self.execution_context.schema._schema, document, operation, variables)
-        if self.bounds.free(self.bounds.at_most(walk, (query, name)), charging):
+        if most is None and self.bounds.free(self.bounds.at_most(walk, key), charging):
             return
         input_bytes = len(query) + validation.json_size(variables)
         estimate = await estimate_of(walk, caller.user_id, input_bytes)

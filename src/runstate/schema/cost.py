@@ -63,6 +63,8 @@ LEAF_BYTES = {"Int": 11, "Float": 24, "Boolean": 5, "DateTime": 34, "ID": 270}
 alphabet; a step's is its task's and an index)."""
 KEY_BYTES = 4
 """What a key costs beyond its name: quotes, colon, comma."""
+STEP_BYTES = 8
+"""The least a step added by a write takes of its request (``{action:"a"}``)."""
 ENVELOPE_BYTES = 64
 """The answer around the data: ``{"data":...}``."""
 
@@ -226,7 +228,7 @@ class Walk:
             named = [sizes.tasks[i] for i in ids if i in sizes.tasks]
             return self._scope(
                 content=sum(s.stored_bytes for s in named) + grows,
-                steps=min(limits.steps, sum(s.steps for s in named) + grows // 8 + writes),
+                steps=min(limits.steps, sum(s.steps for s in named) + grows // STEP_BYTES + writes),
                 tool_states=sum(s.tool_states for s in named) + writes,
                 events=sum(s.events for s in named) + writes,
             )
@@ -288,13 +290,11 @@ class Walk:
                     total += count * (_key(node) + 4)  # null, or the payload's quotes
                 continue
             child = get_named_type(definition.type)
-            inner_page = self._first(node, definition)
-            items, inner, inner_path = self._step(on.name, name, count, scope, path, page, node)
+            first = self._first(node, definition)
+            items, inner, inner_path = self._step(on.name, name, count, scope, path, page, first)
             objects += items
             total += count * (_key(node) + 2)  # key and brackets
-            found, encoded = self._walk(
-                child, node.selection_set, items, inner, inner_path, inner_page
-            )
+            found, encoded = self._walk(child, node.selection_set, items, inner, inner_path, first)
             objects += found
             total += encoded
             if objects > 1 << 40:  # far past any limit: stop counting
@@ -309,10 +309,11 @@ class Walk:
         scope: Scope,
         path: tuple[str, ...],
         page: int,
-        node: FieldNode,
+        first: int,
     ) -> tuple[int, Scope, tuple[str, ...]]:
         """How many objects a composite field answers for ``count`` parents, and the
-        scope and path they belong to."""
+        scope and path they belong to; ``page``: the ``first`` of the connection
+        around it, ``first``: its own."""
         here = (*path, name)
         match on, name:
             case ("Task", "steps") | ("TaskEvent", "steps"):
@@ -320,7 +321,6 @@ class Walk:
             case ("Task", "toolStates"):
                 return min(count * scope.tool_states, scope.rows), scope, here
             case ("Task", "events"):
-                first = min(self._argument(node, "first", 100), scope.events)
                 history = self._scope(
                     content=scope.content,
                     copies=scope.copies,
@@ -328,7 +328,7 @@ class Walk:
                     tool_states=scope.tool_states,
                     events=scope.events,
                 )
-                return min(count * first, scope.rows), history, ()
+                return min(count * min(first, scope.events), scope.rows), history, ()
             case ("Task", "session"):
                 limits = validation.LIMITS
                 sessions = self._scope(

@@ -43,7 +43,7 @@ from tortoise.queryset import QuerySet
 from tortoise.transactions import in_transaction
 
 from runstate.models import KEY_LENGTH, IdempotencyKey, Task
-from runstate.services import progress, quota, sql, validation
+from runstate.services import progress, quota, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import IdempotencyKeyReusedError, InvalidInputError, NotFoundError
 from runstate.services.group import GROUP
@@ -187,9 +187,7 @@ def _counted(answer: dict[str, Any], result: object) -> int:
 
 async def _delete(conn: BaseDBAsyncClient, rows: QuerySet[IdempotencyKey]) -> int:
     """Delete key rows, giving back what they counted; how many went."""
-    gone = await sql.update_returning(
-        conn, rows.using_db(conn).delete(), '"user_id", "stored_bytes"'
-    )
+    gone = await quota.delete_counted(conn, rows)
     await quota.release(conn, quota.add_up(gone))
     return len(gone)
 

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tortoise.backends.base.client import BaseDBAsyncClient
+from tortoise.queryset import QuerySet
 
 from runstate.enums import TaskEventKind
 from runstate.models import Step, Usage, unbox
@@ -125,6 +126,15 @@ async def release(conn: BaseDBAsyncClient, freed: Mapping[str, int]) -> None:
                 'UPDATE "user_usage" SET "stored_bytes" = "stored_bytes" - ? WHERE "user_id" = ?',
                 [freed[user_id], user_id],
             )
+
+
+async def delete_counted(conn: BaseDBAsyncClient, rows: QuerySet[Any]) -> list[dict[str, Any]]:
+    """Delete rows that count toward their users' quotas (tasks, sessions, kept
+    idempotency answers), answering each one's ``user_id`` and ``stored_bytes``
+    for ``add_up`` and ``release``."""
+    return await sql.update_returning(
+        conn, rows.using_db(conn).delete(), '"user_id", "stored_bytes"'
+    )
 
 
 def add_up(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:

@@ -11,7 +11,7 @@ from tortoise.transactions import in_transaction
 
 from runstate.enums import SessionStatus
 from runstate.models import Session, Task, box
-from runstate.services import quota, sql, validation
+from runstate.services import quota, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import (
     InvalidInputError,
@@ -181,11 +181,9 @@ async def remove_sessions(ids: Subquery | list[int], *, still: Q | None = None) 
     condition = Q(id__in=ids) if still is None else Q(id__in=ids) & still
     async with in_transaction() as conn:
         tasks = Task.filter(session_id__in=Subquery(Session.filter(condition).values("id")))
-        freed = await sql.update_returning(conn, tasks.delete(), '"user_id", "stored_bytes"')
+        freed = await quota.delete_counted(conn, tasks)
         await Session.filter(condition).select_for_update().only("id").using_db(conn)
-        freed += await sql.update_returning(conn, tasks.delete(), '"user_id", "stored_bytes"')
-        gone = await sql.update_returning(
-            conn, Session.filter(condition).delete(), '"user_id", "stored_bytes"'
-        )
+        freed += await quota.delete_counted(conn, tasks)
+        gone = await quota.delete_counted(conn, Session.filter(condition))
         await quota.release(conn, quota.add_up(freed + gone))
     return len(gone)
