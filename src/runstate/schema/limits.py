@@ -125,7 +125,8 @@ def estimate_nodes(
     estimate depends on the document alone and is cached with its validation.
     """
     total = 0
-    for field, parent_type in _fields(context, parent, selection_set, seen):
+    spread = selected_fields(context.schema, context.get_fragment, parent, selection_set, seen)
+    for field, parent_type in spread:
         definition = field_definition(parent_type, field.name.value)
         if definition is None or field.selection_set is None:
             continue
@@ -138,15 +139,6 @@ def estimate_nodes(
         if total > 1 << 40:  # far past any limit: stop counting
             return total
     return total
-
-
-def _fields(
-    context: ValidationContext,
-    parent: GraphQLNamedType,
-    selection_set: SelectionSetNode,
-    seen: frozenset[str],
-) -> Iterable[tuple[FieldNode, GraphQLNamedType]]:
-    return selected_fields(context.schema, context.get_fragment, parent, selection_set, seen)
 
 
 def selected_fields(
