@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import asyncpg  # type: ignore[import-untyped]
 from tortoise import Tortoise
+from tortoise.backends.asyncpg.client import AsyncpgDBClient
+from tortoise.backends.base.config_generator import expand_db_url
 from tortoise.migrations.api.migrate import migrate
 
 from runstate.models import Installation
@@ -21,12 +23,19 @@ from runstate.services.clock import utcnow
 
 APP = "runstate"
 _MIGRATION_LOCK_KEY = 0x72756E7374617465  # "runstate"
+_POSTGRES = ("postgres", "postgresql", "asyncpg")
+MIN_SQLITE = (3, 35, 0)
+"""The oldest SQLite runstate runs on: the write path needs ``UPDATE ... RETURNING``."""
 
 
 def tortoise_config(database_url: str) -> dict[str, Any]:
     """The Tortoise configuration for one database URL (``sqlite://``, ``postgres://``)."""
+    if urlsplit(database_url).scheme in _POSTGRES:
+        connection: str | dict[str, Any] = _postgres_connection(database_url)
+    else:
+        connection = _with_sqlite_pragmas(database_url)
     return {
-        "connections": {"default": _with_sqlite_pragmas(database_url)},
+        "connections": {"default": connection},
         "apps": {
             APP: {
                 "models": ["runstate.models"],
@@ -58,12 +67,42 @@ def _with_sqlite_pragmas(url: str) -> str:
     return url
 
 
+def _postgres_connection(url: str) -> str | dict[str, Any]:
+    """Tortoise's connection settings for a PostgreSQL URL: the URL itself, unless it
+    names libpq's ``sslmode``, which Tortoise hands to asyncpg by that name (and
+    asyncpg refuses): then the expanded settings, the mode given as asyncpg's ``ssl``
+    (which takes the same names: disable, prefer, require, verify-ca, verify-full)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    modes = [value for name, value in query if name == "sslmode"]
+    if not modes:
+        return url
+    rest = urlencode([(name, value) for name, value in query if name != "sslmode"])
+    expanded = expand_db_url(urlunsplit(parts._replace(query=rest)))
+    expanded["credentials"]["ssl"] = modes[-1]
+    return expanded
+
+
+def check_sqlite(version: tuple[int, ...] = sqlite3.sqlite_version_info) -> None:
+    """Refuse to start on a SQLite older than ``MIN_SQLITE``, with what to do about it,
+    instead of failing at the first write."""
+    if version < MIN_SQLITE:
+        found = ".".join(map(str, version))
+        needed = ".".join(map(str, MIN_SQLITE))
+        raise RuntimeError(
+            f"runstate needs SQLite {needed} or newer (UPDATE ... RETURNING); this Python"
+            f" has SQLite {found}: use a Python built with a newer SQLite, or PostgreSQL"
+        )
+
+
 @asynccontextmanager
 async def _migration_lock(database_url: str) -> AsyncIterator[None]:
     """Hold a lock across processes while migrating, so servers may start together.
 
     SQLite: an exclusive ``flock`` on a file beside the database. PostgreSQL: a
-    session-level advisory lock on a connection of its own.
+    session-level advisory lock on a connection of its own, opened by Tortoise's own
+    client from the same settings as the server's connections, so every parameter
+    of the URL (``sslmode``, ``ssl``, timeouts, ...) applies to it as well.
     """
     url = urlsplit(database_url)
     if url.scheme == "sqlite":
@@ -77,20 +116,36 @@ async def _migration_lock(database_url: str) -> AsyncIterator[None]:
             yield
         finally:
             lock_file.close()  # closing the file releases the lock
-    elif url.scheme in ("postgres", "postgresql", "asyncpg"):
-        conn = await asyncpg.connect(urlunsplit(("postgresql", url.netloc, url.path, "", "")))
-        try:
+    elif url.scheme in _POSTGRES:
+        async with lock_connection(database_url) as conn:
             await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK_KEY)
             yield
-        finally:
-            await conn.close()
     else:
         yield
+
+
+@asynccontextmanager
+async def lock_connection(database_url: str) -> AsyncIterator[Any]:
+    """One asyncpg connection of its own to the PostgreSQL of ``database_url``, made
+    as the server's connections are (``tortoise_config``); closed on leaving."""
+    connection = tortoise_config(database_url)["connections"]["default"]
+    if isinstance(connection, str):
+        connection = expand_db_url(connection)
+    settings = dict(connection["credentials"], minsize=1, maxsize=1)
+    client = AsyncpgDBClient(connection_name="runstate-migration-lock", **settings)
+    await client.create_connection(with_db=True)
+    try:
+        async with client.acquire_connection() as conn:
+            yield conn
+    finally:
+        await client.close()
 
 
 async def open_database(database_url: str) -> str:
     """Apply pending migrations (one process at a time), open the connections, and
     return the database's installation id."""
+    if urlsplit(database_url).scheme == "sqlite":
+        check_sqlite()
     config = tortoise_config(database_url)
     async with _migration_lock(database_url):
         try:

@@ -3,16 +3,17 @@ step write, and the bytes the history of a long task keeps (SQLite, in-process).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 import pytest
 from tortoise import connections
 
 from runstate.enums import StepStatus
-from runstate.services import sessions, tasks, taskwrite
+from runstate.services import sessions, sql, tasks, taskwrite
 from runstate.services.clock import utcnow
 from runstate.services.taskwrite import StepPatch
 from runstate.services.validation import StepPlan
@@ -152,6 +153,29 @@ async def test_the_opening_statement_reads_steps_by_index(db: str) -> None:
     details = [str(row[-1]) for row in plan]
     assert not [d for d in details if d.startswith("SCAN")], details
     assert any(d.startswith("SEARCH n USING INDEX") for d in details), details
+
+
+async def test_the_opening_statement_is_one_text_at_every_step(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards the step index bound as a parameter: the opening UPDATE of a write to
+    step 3 and of one to step 40 are one statement text, so the statement caches
+    (SQLite's, asyncpg's, ``sql.in_dialect``'s) hold one entry for every position.
+    With the index written into the text, as before, the two texts differ."""
+    texts: list[str] = []
+    fetch = sql.fetch
+
+    async def recorded(conn: Any, text: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+        texts.append(text)
+        return await fetch(conn, text, params)
+
+    task_id = await long_task(50)
+    monkeypatch.setattr(sql, "fetch", recorded)
+    version = (await tasks.start_step(USER, task_id, 3, expected_version=1)).version
+    await tasks.start_step(USER, task_id, 40, expected_version=version)
+    opening = [t for t in texts if t.startswith('UPDATE "tasks"')]
+    assert len(opening) == 2
+    assert opening[0] == opening[1]
 
 
 async def test_a_write_a_second_after_the_last_touches_the_session(

@@ -20,7 +20,7 @@ from tortoise import connections
 from tortoise.expressions import Q
 
 from runstate.enums import StepStatus, TaskEventKind
-from runstate.models import Step, StepVersion, Task, TaskEvent, ToolState, unbox
+from runstate.models import Step, StepVersion, TaskEvent, ToolState, unbox
 from runstate.services import sql
 from runstate.services.errors import InvalidInputError
 from runstate.services.loading import step_view, tool_state_view
@@ -74,7 +74,7 @@ def _versioned(step: Step, version: dict[str, Any] | None) -> StepView:
 async def _versions_at(task_pk: int, positions: Sequence[int], seq: int) -> dict[int, Any]:
     """For each position, its latest version at or before ``seq`` (absent: none)."""
     found: dict[int, Any] = {}
-    conn = Step._meta.db
+    conn = connections.get("default")
     columns = ", ".join(f'v."{name}"' for name in _VERSION_FIELDS)
     for chunk in sql.chunks(positions):
         marks = ", ".join("?" for _ in chunk)
@@ -112,7 +112,7 @@ async def tool_states_at(task_pk: int, task_id: str, seq: int) -> tuple[ToolStat
         marks = ", ".join("?" for _ in chunk)
         kind = TaskEventKind.TOOL_STATE_CHANGED.value
         found = await sql.fetch(
-            Task._meta.db,
+            connections.get("default"),
             'SELECT e."delta" FROM "task_events" e WHERE e."task_id" = ? AND e."kind" = ?'
             f' AND e."tool_name" IN ({marks}) AND e."seq" = (SELECT MAX(f."seq")'
             ' FROM "task_events" f WHERE f."task_id" = e."task_id" AND f."kind" = e."kind"'
@@ -134,7 +134,7 @@ async def lock_at(task_pk: int, seq: int) -> LockView | None:
     latest = 'SELECT "seq", "delta" FROM "task_events" WHERE "task_id" = ? AND "kind" = ?'
     latest += ' AND "seq" <= ? ORDER BY "seq" DESC LIMIT 1'
     rows = await sql.fetch(
-        Task._meta.db,
+        connections.get("default"),
         f"SELECT * FROM ({latest}) a UNION ALL SELECT * FROM ({latest}) b",
         [
             *(task_pk, TaskEventKind.LOCK_ACQUIRED.value, seq),

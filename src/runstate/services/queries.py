@@ -95,7 +95,7 @@ async def task_sizes(user_id: str, task_ids: Collection[str]) -> dict[str, TaskS
     found: dict[str, TaskSize] = {}
     for chunk in sql.chunks(ids):
         marks = ", ".join("?" for _ in chunk)
-        rows = await sql.fetch(Task._meta.db, _SIZES.format(marks), [user_id, *chunk])
+        rows = await sql.fetch(connections.get("default"), _SIZES.format(marks), [user_id, *chunk])
         for r in rows:
             found[r["public_id"]] = TaskSize(
                 int(r["stored_bytes"]), r["total_steps"], int(r["tools"]), r["event_seq"]

@@ -11,6 +11,7 @@ the model fields' own decoding.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import re
@@ -23,7 +24,8 @@ from tortoise.fields import DatetimeField, Field
 from tortoise.models import Model
 from tortoise.queryset import DeleteQuery, UpdateQuery
 
-_QMARK = re.compile(r"\?")
+_MARK_OR_LITERAL = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\?")
+"""A ``?`` placeholder, or a quoted string or name to leave as it is."""
 
 CHUNK = 500
 """Values per ``IN (...)``: SQLite binds at most 999 variables in one statement."""
@@ -39,10 +41,24 @@ def chunks(items: Sequence[T]) -> Iterator[list[T]]:
 
 def numbered(conn: BaseDBAsyncClient, sql: str) -> str:
     """``sql`` written with ``?`` placeholders, in the connection's own style."""
-    if conn.capabilities.dialect == "sqlite":
+    return in_dialect(conn.capabilities.dialect, sql)
+
+
+@functools.lru_cache(maxsize=1024)
+def in_dialect(dialect: str, sql: str) -> str:
+    """``sql``'s ``?`` placeholders as ``dialect`` writes them: as they are on SQLite,
+    ``$1``, ``$2``, ... on PostgreSQL. A ``?`` inside a quoted literal or name is
+    text, not a placeholder, and stays. Rewritten once per statement and dialect:
+    the write path's statements are a few fixed texts."""
+    if dialect == "sqlite":
         return sql
     counter = itertools.count(1)
-    return _QMARK.sub(lambda _: f"${next(counter)}", sql)
+
+    def mark(found: re.Match[str]) -> str:
+        text = found.group()
+        return f"${next(counter)}" if text == "?" else text
+
+    return _MARK_OR_LITERAL.sub(mark, sql)
 
 
 async def fetch(conn: BaseDBAsyncClient, sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:

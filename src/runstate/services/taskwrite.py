@@ -380,10 +380,11 @@ async def write_selected(
     raise RuntimeError("a task write kept missing with no reason to refuse")
 
 
-@functools.lru_cache(maxsize=256)
-def _returning(step: int | None, dialect: str) -> str:
+@functools.lru_cache(maxsize=4)
+def _returning(one_step: bool, dialect: str) -> str:
     """The RETURNING list of the opening UPDATE: the task row, its session's expiry,
-    and the one step a single-step write changes with the first unfinished one after.
+    and for a single-step write (``one_step``) that step with the first unfinished
+    one after it, whose position is bound twice as the statement's last parameters.
     The session's and the step's columns come packed in one JSON array each
     (``sql.packed``): one subquery per column cost ten times the UPDATE itself."""
     columns = [f'"{name}"' for name in TASK_FIELDS]
@@ -392,13 +393,13 @@ def _returning(step: int | None, dialect: str) -> str:
             dialect, "session", SESSION_FIELDS, 's WHERE s."id" = "tasks"."session_id"', "sessions"
         )
     )
-    if step is not None:
-        row = f'p WHERE p."task_id" = "tasks"."id" AND p."position" = {int(step)}'
+    if one_step:
+        row = 'p WHERE p."task_id" = "tasks"."id" AND p."position" = ?'
         columns.append(sql.packed(dialect, "step", STEP_FIELDS, row, "steps"))
         unfinished = ", ".join(f"'{s}'" for s in _UNFINISHED)
         columns.append(
             '(SELECT n."position" FROM "steps" n WHERE n."task_id" = "tasks"."id"'
-            f' AND n."position" > {int(step)} AND n."status" IN ({unfinished})'
+            f' AND n."position" > ? AND n."status" IN ({unfinished})'
             ' ORDER BY n."position" LIMIT 1) AS "next_unfinished"'
         )
     return ", ".join(columns)
@@ -410,11 +411,12 @@ async def _open(
     """The opening compare-and-swap; its RETURNING row becomes the draft."""
     sets, values = guard.sets(now)
     where, params = sql.both(select, guard.where(now))
+    one_step = guard.step is not None
+    returning = _returning(one_step, conn.capabilities.dialect)
     rows = await sql.fetch(
         conn,
-        f'UPDATE "tasks" SET {sets} WHERE {where}'
-        f" RETURNING {_returning(guard.step, conn.capabilities.dialect)}",
-        [*values, *params],
+        f'UPDATE "tasks" SET {sets} WHERE {where} RETURNING {returning}',
+        [*values, *params, *([guard.step, guard.step] if one_step else [])],
     )
     if not rows:
         raise UnmatchedWriteError
