@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, TypeVar, cast
+
 import strawberry
 from strawberry.scalars import JSON
 
@@ -13,6 +16,21 @@ IDEMPOTENCY_KEY = (
     "Client-chosen, unique per caller: a retry with the same key and input, within "
     "RUNSTATE_IDEMPOTENCY_TTL, answers as the first call did and writes nothing."
 )
+
+
+T = TypeVar("T")
+
+
+def plain(target: type[T], given: object) -> T:
+    """The service's ``target`` dataclass for a GraphQL input, led by the target's
+    fields: each is the input's field of the same name, and one the client left null
+    or unset takes the target's default (``idempotent: null`` is the default true)."""
+    values = {}
+    for field in dataclasses.fields(cast(Any, target)):
+        value = getattr(given, field.name)
+        if value is not None and value is not strawberry.UNSET:
+            values[field.name] = value
+    return target(**values)
 
 
 @strawberry.input
@@ -58,9 +76,7 @@ class StepPlanInput:
 
     def plan(self) -> StepPlan:
         """The service's value for this input."""
-        return StepPlan(
-            action=self.action, input=self.input, idempotent=self.idempotent is not False
-        )
+        return plain(StepPlan, self)
 
 
 @strawberry.input

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from collections.abc import Hashable
 from datetime import datetime
+from typing import Any, TypeVar, cast
 
 import strawberry
 from strawberry.scalars import JSON
@@ -22,6 +26,38 @@ from runstate.services.views import (
     ToolStateView,
 )
 
+G = TypeVar("G", bound="FromView")
+
+
+class FromView:
+    """A GraphQL object made from a service view by ``of``, led by its own fields."""
+
+    @classmethod
+    def of(cls: type[G], view: Any, **given: Any) -> G:
+        """The object for ``view``: each data field of the type (those without a
+        resolver) is the view's attribute of the same name, a view inside converted
+        to its GraphQL type (``_GRAPHQL``) and a tuple to a list; a ``view`` field
+        holds the view itself; ``given`` fields are as given. A field added to a view
+        and to its type needs no converter edited."""
+        names = _init_fields(cast(Hashable, cls))
+        values = {"view": view} if "view" in names else {}
+        for name in names - values.keys() - given.keys():
+            values[name] = _converted(getattr(view, name))
+        return cls(**values, **given)
+
+
+@functools.cache
+def _init_fields(cls: Any) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
+
+
+def _converted(value: Any) -> Any:
+    """A view's value as a GraphQL field holds it."""
+    if isinstance(value, tuple):
+        return [_converted(v) for v in value]
+    graphql = _GRAPHQL.get(type(value))
+    return value if graphql is None else graphql.of(value)
+
 
 @strawberry.type
 class PageInfo:
@@ -32,7 +68,7 @@ class PageInfo:
 
 
 @strawberry.type(description="One user's conversation with an agent.")
-class AgentSession:
+class AgentSession(FromView):
     """A session, as the caller sees it."""
 
     view: strawberry.Private[SessionView]
@@ -49,23 +85,6 @@ class AgentSession:
     metadata: JSON | None
     ttl_seconds: int
 
-    @classmethod
-    def of(cls, view: SessionView) -> AgentSession:
-        """The GraphQL object for a session view."""
-        return cls(
-            view=view,
-            id=strawberry.ID(view.id),
-            user_id=view.user_id,
-            status=view.status,
-            version=view.version,
-            message_count=view.message_count,
-            created_at=view.created_at,
-            last_active_at=view.last_active_at,
-            expires_at=view.expires_at,
-            metadata=view.metadata,
-            ttl_seconds=view.ttl_seconds,
-        )
-
     @strawberry.field(description="The session's tasks, newest first.")
     async def tasks(
         self,
@@ -79,7 +98,7 @@ class AgentSession:
 
 
 @strawberry.type
-class Step:
+class Step(FromView):
     """One step of a task."""
 
     id: strawberry.ID = strawberry.field(
@@ -102,25 +121,13 @@ class Step:
     completed_at: datetime | None
 
     @classmethod
-    def of(cls, view: StepView, task_id: str) -> Step:
+    def of(cls, view: StepView, task_id: str) -> Step:  # type: ignore[override]
         """The GraphQL object for a step view of the task ``task_id``."""
-        return cls(
-            id=strawberry.ID(f"{task_id}:{view.index}"),
-            index=view.index,
-            action=view.action,
-            input=view.input,
-            output=view.output,
-            status=view.status,
-            idempotent=view.idempotent,
-            attempts=view.attempts,
-            error=view.error,
-            started_at=view.started_at,
-            completed_at=view.completed_at,
-        )
+        return super().of(view, id=strawberry.ID(f"{task_id}:{view.index}"))
 
 
 @strawberry.type
-class ToolState:
+class ToolState(FromView):
     """Per task and tool: retries used, last result or error, rate limit."""
 
     task_id: strawberry.ID
@@ -134,27 +141,11 @@ class ToolState:
     rate_limit_reset_at: datetime | None
     updated_at: datetime
 
-    @classmethod
-    def of(cls, view: ToolStateView) -> ToolState:
-        """The GraphQL object for a tool-state view."""
-        return cls(
-            task_id=strawberry.ID(view.task_id),
-            tool_name=view.tool_name,
-            status=view.status,
-            version=view.version,
-            retry_count=view.retry_count,
-            max_retries=view.max_retries,
-            last_result=view.last_result,
-            last_error=view.last_error,
-            rate_limit_reset_at=view.rate_limit_reset_at,
-            updated_at=view.updated_at,
-        )
-
 
 @strawberry.type(
     description="A lease on a task: only its holder may change the task's steps while it lasts."
 )
-class TaskLock:
+class TaskLock(FromView):
     """A live lease."""
 
     task_id: strawberry.ID
@@ -164,19 +155,9 @@ class TaskLock:
     )
     expires_at: datetime
 
-    @classmethod
-    def of(cls, view: LockView) -> TaskLock:
-        """The GraphQL object for a lease view."""
-        return cls(
-            task_id=strawberry.ID(view.task_id),
-            holder_id=view.holder_id,
-            fencing_token=view.fencing_token,
-            expires_at=view.expires_at,
-        )
-
 
 @strawberry.type(description="One multi-step job inside a session.")
-class Task:
+class Task(FromView):
     """A task with its steps, tool states and lease.
 
     Steps and tool states are read only when selected, as they stood at the
@@ -216,26 +197,6 @@ class Task:
             "taskAt answers the figure as it stands now."
         )
     )
-
-    @classmethod
-    def of(cls, view: TaskView) -> Task:
-        """The GraphQL object for a task view."""
-        return cls(
-            view=view,
-            id=strawberry.ID(view.id),
-            session_id=strawberry.ID(view.session_id),
-            goal=view.goal,
-            status=view.status,
-            version=view.version,
-            current_step=view.current_step,
-            total_steps=view.total_steps,
-            lock=None if view.lock is None else TaskLock.of(view.lock),
-            stalled=view.stalled,
-            created_at=view.created_at,
-            updated_at=view.updated_at,
-            event_seq=view.event_seq,
-            stored_bytes=view.stored_bytes,
-        )
 
     @strawberry.field
     async def steps(self) -> list[Step]:
@@ -281,16 +242,11 @@ class Task:
 
 
 @strawberry.type(description="Where a forked task came from.")
-class TaskOrigin:
+class TaskOrigin(FromView):
     """The source of a fork."""
 
     task_id: strawberry.ID
     seq: int = strawberry.field(description="The source task's seq the fork started from.")
-
-    @classmethod
-    def of(cls, view: OriginView) -> TaskOrigin:
-        """The GraphQL object for a fork's origin."""
-        return cls(task_id=strawberry.ID(view.task_id), seq=view.seq)
 
 
 @strawberry.type(
@@ -301,7 +257,7 @@ class TaskOrigin:
         "`status`, replace `toolState` by name, set `lock`) holds the task as of seq n."
     )
 )
-class TaskEvent:
+class TaskEvent(FromView):
     """One entry of a task's change log, as a delta."""
 
     view: strawberry.Private[EventView]
@@ -368,28 +324,9 @@ class TaskEvent:
         return info.context.epoch
 
     @classmethod
-    def of(cls, view: EventView) -> TaskEvent:
+    def of(cls, view: EventView, **given: Any) -> TaskEvent:
         """The GraphQL object for an event view."""
-        return cls(
-            view=view,
-            task_id=strawberry.ID(view.task_id),
-            seq=view.seq,
-            task_version=view.task_version,
-            kind=view.kind,
-            step_index=view.step_index,
-            tool_name=view.tool_name,
-            at=view.at,
-            status=view.status,
-            stalled=view.stalled,
-            steps=[Step.of(s, view.task_id) for s in view.steps],
-            tool_state=None if view.tool_state is None else ToolState.of(view.tool_state),
-            lock=None if view.lock is None else TaskLock.of(view.lock),
-            origin=None if view.origin is None else TaskOrigin.of(view.origin),
-            actor=view.actor,
-            holder=view.holder,
-            note=view.note,
-            task=None if view.task is None else Task.of(view.task),
-        )
+        return super().of(view, steps=[Step.of(s, view.task_id) for s in view.steps], **given)
 
 
 @strawberry.type
@@ -454,7 +391,7 @@ def _page_info(page: Page[TaskView] | Page[SessionView]) -> PageInfo:
 
 
 @strawberry.type
-class ResumePlan:
+class ResumePlan(FromView):
     """Where to go on after a crash."""
 
     task: Task
@@ -474,15 +411,18 @@ class ResumePlan:
         )
     )
 
-    @classmethod
-    def of(cls, plan: ResumePlanView) -> ResumePlan:
-        """The GraphQL object for a resume plan."""
-        return cls(
-            task=Task.of(plan.task),
-            resume_from=plan.resume_from,
-            needs_decision=plan.needs_decision,
-            steps_in_doubt=list(plan.steps_in_doubt),
-        )
+
+_GRAPHQL: dict[type, type[FromView]] = {
+    SessionView: AgentSession,
+    ToolStateView: ToolState,
+    LockView: TaskLock,
+    OriginView: TaskOrigin,
+    TaskView: Task,
+    EventView: TaskEvent,
+    ResumePlanView: ResumePlan,
+}
+"""The GraphQL type of each view that ``FromView.of`` converts inside another (a
+step needs its task's id, so ``Step.of`` is called by hand)."""
 
 
 @strawberry.type

@@ -18,6 +18,7 @@ from typing import Any
 
 from tortoise import connections
 from tortoise.expressions import Q
+from tortoise.fields import JSONField
 
 from runstate.enums import StepStatus, TaskEventKind
 from runstate.models import Step, StepVersion, TaskEvent, ToolState, unbox
@@ -35,40 +36,25 @@ from runstate.services.views import (
     from_json,
 )
 
-VERSIONED = ("status", "output", "attempts", "error", "started_at", "completed_at")
-"""What a step's history row keeps of the step after a change (``taskwrite``
-writes these columns, this module reads them back)."""
+VERSIONED = sql.columns(StepVersion, "id", "task_id", "position", "seq")
+"""What a step's history row keeps of the step after a change: every column of
+``StepVersion`` but its keys (``taskwrite`` writes them, this module reads them)."""
 _VERSION_FIELDS = ("position", *VERSIONED)
+_BOXED = frozenset(
+    name for name in VERSIONED if isinstance(StepVersion._meta.fields_map[name], JSONField)
+)
+AS_ADDED: dict[str, Any] = dict.fromkeys(VERSIONED) | {"status": StepStatus.PENDING, "attempts": 0}
+"""The changing fields of a step as a plan adds it: PENDING, no attempts, the rest
+None (a new versioned column starts as None unless named here)."""
 
 
 def _versioned(step: Step, version: dict[str, Any] | None) -> StepView:
     """A step's fixed fields with its changing ones as a version row left them
-    (None: as it was added, PENDING with no attempts)."""
+    (None: as it was added)."""
     if version is None:
-        return StepView(
-            index=step.position,
-            action=step.action,
-            input=unbox(step.input),
-            output=None,
-            status=StepStatus.PENDING,
-            idempotent=step.idempotent,
-            attempts=0,
-            error=None,
-            started_at=None,
-            completed_at=None,
-        )
-    return StepView(
-        index=step.position,
-        action=step.action,
-        input=unbox(step.input),
-        output=unbox(version["output"]),
-        status=version["status"],
-        idempotent=step.idempotent,
-        attempts=version["attempts"],
-        error=version["error"],
-        started_at=version["started_at"],
-        completed_at=version["completed_at"],
-    )
+        return replace(step_view(step), **AS_ADDED)
+    state = {name: unbox(version[name]) if name in _BOXED else version[name] for name in VERSIONED}
+    return replace(step_view(step), **state)
 
 
 async def _versions_at(task_pk: int, positions: Sequence[int], seq: int) -> dict[int, Any]:

@@ -1,15 +1,24 @@
-"""Turning stored rows into views, in as few queries as a page of results allows."""
+"""Turning stored rows into views, in as few queries as a page of results allows.
+
+A view is read from its row by ``from_row``, led by the view's own fields: a field
+added to a model and to its view needs no converter edited."""
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from dataclasses import fields
 from datetime import datetime
+from typing import Any, TypeVar, cast
 
 from tortoise.backends.base.client import BaseDBAsyncClient
+from tortoise.fields import JSONField
+from tortoise.models import Model
 
 from runstate.enums import SessionStatus, TaskStatus
-from runstate.models import Session, Step, Task, ToolState, unbox
+from runstate.models import Session, Step, Task, ToolState, box, unbox
+from runstate.services import sql
 from runstate.services.views import LockView, SessionView, StepView, TaskView, ToolStateView
 
 
@@ -23,53 +32,69 @@ def expired(status: object, expires_at: datetime, now: datetime) -> bool:
     return status == SessionStatus.EXPIRED or expires_at <= now
 
 
+V = TypeVar("V")
+
+COLUMNS = {"pk": "id", "id": "public_id", "index": "position", "session_pk": "session_id"}
+"""View fields that read a column of another name; every other field of a view reads
+the model field of its own name."""
+
+
+@functools.cache
+def _plan(view: Any, model: Any) -> tuple[tuple[str, str, bool], ...]:
+    """For each field of ``view`` that a ``model`` row holds: the field, its column,
+    and whether the column keeps a client value boxed (a JSON column, ``box``).
+
+    A foreign key's id column (``task_id``: a row id) is read only under a name of
+    ``COLUMNS``, so a view's public id of the same name (``ToolStateView.task_id``)
+    is never taken from it. Fields the row does not hold are the caller's to give.
+    """
+    meta = model._meta
+    keys = {meta.fields_map[name].source_field or f"{name}_id" for name in meta.fk_fields}
+    stored = set(sql.columns(model))
+    plan = []
+    for field in fields(view):
+        column = COLUMNS.get(field.name, field.name)
+        if column not in stored or (column in keys and field.name not in COLUMNS):
+            continue
+        plan.append((field.name, column, isinstance(meta.fields_map.get(column), JSONField)))
+    return tuple(plan)
+
+
+def from_row(view: type[V], row: Model, **given: Any) -> V:
+    """The ``view`` of a stored ``row``, led by the view's fields: each read from its
+    column (client values unboxed), those in ``given`` (computed, or from another
+    row) as given. A view field neither stored nor given fails loudly here."""
+    values = {
+        name: unbox(getattr(row, column)) if boxed else getattr(row, column)
+        for name, column, boxed in _plan(cast(Hashable, view), cast(Hashable, type(row)))
+        if name not in given
+    }
+    return view(**values, **given)
+
+
+def to_row(model: type[Model], view: Any) -> dict[str, Any]:
+    """The columns of ``model`` that a ``view`` holds, client values boxed: a copied
+    row (a fork's steps) made from what a view shows."""
+    return {
+        column: box(getattr(view, name)) if boxed else getattr(view, name)
+        for name, column, boxed in _plan(cast(Hashable, type(view)), cast(Hashable, model))
+    }
+
+
 def session_view(row: Session, now: datetime) -> SessionView:
     """The session as the caller sees it; expiry shows as EXPIRED before the sweep marks it."""
-    return SessionView(
-        pk=row.id,
-        id=row.public_id,
-        user_id=row.user_id,
-        status=SessionStatus.EXPIRED if is_expired(row, now) else row.status,
-        version=row.version,
-        message_count=row.message_count,
-        ttl_seconds=row.ttl_seconds,
-        created_at=row.created_at,
-        last_active_at=row.last_active_at,
-        expires_at=row.expires_at,
-        metadata=unbox(row.metadata),
-    )
+    status = SessionStatus.EXPIRED if is_expired(row, now) else row.status
+    return from_row(SessionView, row, status=status)
 
 
 def step_view(row: Step) -> StepView:
     """One step row as a view."""
-    return StepView(
-        index=row.position,
-        action=row.action,
-        input=unbox(row.input),
-        output=unbox(row.output),
-        status=row.status,
-        idempotent=row.idempotent,
-        attempts=row.attempts,
-        error=row.error,
-        started_at=row.started_at,
-        completed_at=row.completed_at,
-    )
+    return from_row(StepView, row)
 
 
 def tool_state_view(row: ToolState, task_id: str) -> ToolStateView:
     """One tool-state row as a view."""
-    return ToolStateView(
-        task_id=task_id,
-        tool_name=row.tool_name,
-        status=row.status,
-        version=row.version,
-        retry_count=row.retry_count,
-        max_retries=row.max_retries,
-        last_result=unbox(row.last_result),
-        last_error=row.last_error,
-        rate_limit_reset_at=row.rate_limit_reset_at,
-        updated_at=row.updated_at,
-    )
+    return from_row(ToolStateView, row, task_id=task_id)
 
 
 def lock_view(row: Task, now: datetime) -> LockView | None:
@@ -98,23 +123,13 @@ def task_view(
     tool_states: Sequence[ToolState] | None = None,
 ) -> TaskView:
     """One task row as a view, with its steps and tool states when they are given."""
-    return TaskView(
-        pk=row.id,
-        id=row.public_id,
-        user_id=row.user_id,
-        session_pk=row.session_id,
+    lock = lock_view(row, now)
+    return from_row(
+        TaskView,
+        row,
         session_id=session_id,
-        goal=row.goal,
-        status=row.status,
-        version=row.version,
-        event_seq=row.event_seq,
-        current_step=row.current_step,
-        total_steps=row.total_steps,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        lock=lock_view(row, now),
-        stored_bytes=row.stored_bytes,
-        stalled=is_stalled(row.status, row.lock_token > 0, lock_view(row, now)),
+        lock=lock,
+        stalled=is_stalled(row.status, row.lock_token > 0, lock),
         steps=None
         if steps is None
         else tuple(step_view(s) for s in sorted(steps, key=lambda s: s.position)),
@@ -149,15 +164,3 @@ async def task_views(
         task_view(r, session_ids[r.session_id], now, steps=steps[r.id], tool_states=tools[r.id])
         for r in rows
     ]
-
-
-async def steps_of(task_pk: int) -> tuple[StepView, ...]:
-    """A task's steps as they stand, in order."""
-    rows = await Step.filter(task_id=task_pk).order_by("position")
-    return tuple(step_view(r) for r in rows)
-
-
-async def tool_states_of(task_pk: int, task_id: str) -> tuple[ToolStateView, ...]:
-    """A task's tool states as they stand, by name."""
-    rows = await ToolState.filter(task_id=task_pk).order_by("tool_name")
-    return tuple(tool_state_view(r, task_id) for r in rows)

@@ -162,7 +162,7 @@ async def list_tasks(
     )
 
 
-_TASK_COLUMNS = (*Task._meta.fields_db_projection, "session_id")
+_TASK_COLUMNS = sql.columns(Task)
 
 
 async def session_task_pages(

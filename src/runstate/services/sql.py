@@ -108,6 +108,17 @@ def insert_rows(model: type[Model], rows: Sequence[Mapping[str, Any]]) -> tuple[
     return f'INSERT INTO "{model._meta.db_table}" ({columns}) VALUES {values}', params
 
 
+def columns(model: type[Model], *leaving: str) -> tuple[str, ...]:
+    """Every column of ``model``'s table by field name, foreign keys' ``<name>_id``
+    included, but those ``leaving``: the lists a statement reads back, derived from
+    the model so that none can miss a column added to it. (Tortoise lists a foreign
+    key's column among the fields only once it is initialised.)"""
+    meta = model._meta
+    keys = [meta.fields_map[name].source_field or f"{name}_id" for name in sorted(meta.fk_fields)]
+    names = dict.fromkeys([*meta.fields_db_projection, *keys])
+    return tuple(name for name in names if name not in leaving)
+
+
 def db_value(model: type[Model], field: str, value: Any) -> Any:
     """A Python value as Tortoise writes it to ``model.field``'s column."""
     return model._meta.fields_map[field].to_db_value(value, model)

@@ -15,7 +15,8 @@ from runstate.models import Session, Step, Task, TaskEvent, box, unbox
 from runstate.services import progress, queries, quota, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, InvalidTransitionError, UnmatchedWriteError
-from runstate.services.loading import step_view, task_view
+from runstate.services.history import AS_ADDED
+from runstate.services.loading import step_view, task_view, to_row
 from runstate.services.queries import get_task
 from runstate.services.rules import FINISHED_STEPS
 from runstate.services.sessions import get_session
@@ -110,34 +111,14 @@ def _forked_status(steps: Sequence[StepView]) -> TaskStatus:
 
 
 def _copied_step(view: StepView) -> Step:
-    step = Step(
-        task_id=0,
-        position=view.index,
-        action=view.action,
-        input=box(view.input),
-        output=box(view.output),
-        status=view.status,
-        idempotent=view.idempotent,
-        attempts=view.attempts,
-        error=view.error,
-        started_at=view.started_at,
-        completed_at=view.completed_at,
-    )
+    step = Step(task_id=0, **to_row(Step, view))
     step.changed_seq = 0 if step_view(step) == _initial(view) else 1
     return step
 
 
 def _initial(view: StepView) -> StepView:
     """The step as it stands when added to a plan."""
-    return replace(
-        view,
-        output=None,
-        status=StepStatus.PENDING,
-        attempts=0,
-        error=None,
-        started_at=None,
-        completed_at=None,
-    )
+    return replace(view, **AS_ADDED)
 
 
 async def _insert_task(
@@ -282,15 +263,7 @@ def _fixed(step: Step) -> tuple[str, Any, bool]:
 
 
 def _new_step(task_pk: int, position: int, plan: StepPlan) -> Step:
-    return Step(
-        task_id=task_pk,
-        position=position,
-        action=plan.action,
-        input=box(plan.input),
-        status=StepStatus.PENDING,
-        idempotent=plan.idempotent,
-        attempts=0,
-    )
+    return Step(task_id=task_pk, position=position, **to_row(Step, plan), **AS_ADDED)
 
 
 async def add_steps(

@@ -68,40 +68,9 @@ _ENTERS_RUNNING = frozenset({StepStatus.RUNNING, StepStatus.SUCCESS, StepStatus.
 _STARTED = frozenset({StepStatus.RUNNING, StepStatus.IN_DOUBT})
 _UNDONE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.IN_DOUBT})
 
-TASK_FIELDS = (
-    "id",
-    "public_id",
-    "user_id",
-    "session_id",
-    "goal",
-    "status",
-    "version",
-    "event_seq",
-    "current_step",
-    "total_steps",
-    "lock_holder",
-    "lock_token",
-    "lock_expires_at",
-    "created_at",
-    "updated_at",
-    "stored_bytes",
-)
+TASK_FIELDS = sql.columns(Task)
 SESSION_FIELDS = ("public_id", "status", "expires_at", "last_active_at", "ttl_seconds")
-STEP_FIELDS = (
-    "id",
-    "position",
-    "action",
-    "input",
-    "output",
-    "status",
-    "idempotent",
-    "attempts",
-    "error",
-    "started_at",
-    "completed_at",
-    "created_seq",
-    "changed_seq",
-)
+STEP_FIELDS = sql.columns(Step, "task_id")
 _UNFINISHED = tuple(s.value for s in StepStatus if s not in FINISHED_STEPS)
 _CHANGING = (*VERSIONED, "changed_seq")
 """The columns of a step that a write changes."""
