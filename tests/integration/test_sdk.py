@@ -673,7 +673,7 @@ from runstate.client import WAIT, Runstate
 async def main():
     async with Runstate(sys.argv[1], sys.argv[2]) as rs:
         async with rs.run(sys.argv[3], holder="agent-w", decision=WAIT, lease_ttl=5) as run:
-            print("resumed", [s.status for s in run.task.steps], flush=True)
+            print("resumed", [s.status.value for s in run.task.steps], flush=True)
 
 asyncio.run(main())
 """

@@ -1,6 +1,18 @@
-"""The GraphQL documents the SDK sends."""
+"""The GraphQL documents the SDK sends, their field lists written from the SDK's
+dataclasses (``models.selection``)."""
 
 from __future__ import annotations
+
+from runstate.client.models import (
+    Event,
+    Lock,
+    ResumePlan,
+    Session,
+    Step,
+    Task,
+    ToolState,
+    selection,
+)
 
 PROBLEM = """
   __typename
@@ -8,15 +20,13 @@ PROBLEM = """
   ... on RateLimited { retryAfterSeconds }
 """
 
-SESSION = "... on AgentSession { id status version messageCount expiresAt }"
+SESSION = "... on AgentSession {" + selection(Session) + "}"
 
-STEP_FIELDS = "id index action input output status idempotent attempts error"
-TOOL_FIELDS = "toolName status version retryCount maxRetries rateLimitResetAt"
-LOCK_FIELDS = "taskId holderId fencingToken expiresAt"
-HEAD_FIELDS = (
-    f"id sessionId goal status version currentStep eventSeq stalled lock {{ {LOCK_FIELDS} }}"
-)
-TASK_FIELDS = f"{HEAD_FIELDS} steps {{ {STEP_FIELDS} }} toolStates {{ {TOOL_FIELDS} }}"
+STEP_FIELDS = selection(Step)
+TOOL_FIELDS = selection(ToolState)
+LOCK_FIELDS = selection(Lock)
+HEAD_FIELDS = selection(Task, "steps", "tool_states")
+TASK_FIELDS = selection(Task)
 
 TASK = "... on Task {" + TASK_FIELDS + "}"
 HEAD = "... on Task {" + HEAD_FIELDS + "}"
@@ -47,14 +57,7 @@ DECIDE = mutation("decideStep", "DecideStepInput", HEAD + PROBLEM_DETAILS)
 RESUME = mutation(
     "resumeTask",
     "ResumeTaskInput",
-    "... on ResumePlan { resumeFrom needsDecision stepsInDoubt task {"
-    + TASK_FIELDS
-    + "} }"
-    + """
-  ... on VersionConflict { currentVersion }
-  ... on LockHeld { holderId expiresAt }
-  ... on StaleFencingToken { currentToken }
-""",
+    "... on ResumePlan {" + selection(ResumePlan) + "}" + PROBLEM_DETAILS,
 )
 ACQUIRE = mutation(
     "acquireTaskLock",
@@ -70,8 +73,7 @@ RELEASE = mutation("releaseTaskLock", "ReleaseTaskLockInput", HEAD)
 TOOL = mutation(
     "recordToolCall",
     "RecordToolCallInput",
-    "... on ToolState { toolName status version retryCount maxRetries rateLimitResetAt }"
-    + PROBLEM_DETAILS,
+    "... on ToolState {" + TOOL_FIELDS + "}" + PROBLEM_DETAILS,
 )
 FORK = mutation("forkTask", "ForkTaskInput", TASK)
 CLAIM = mutation("claimTask", "ClaimTaskInput", "... on TaskLock {" + LOCK_FIELDS + "}")
@@ -82,8 +84,6 @@ TASK_AT_QUERY = (
 WATCH = (
     "subscription watch($taskId: ID!, $afterSeq: Int, $epoch: String) {"
     " taskProgress(taskId: $taskId, afterSeq: $afterSeq, epoch: $epoch) {"
-    " seq kind taskVersion stepIndex toolName at status stalled actor holder note epoch"
-    " origin { taskId seq }"
-    f" steps {{ {STEP_FIELDS} }} toolState {{ {TOOL_FIELDS} }} lock {{ {LOCK_FIELDS} }}"
-    " task {" + TASK_FIELDS + "} } }"
+    + selection(Event)
+    + "} }"
 )

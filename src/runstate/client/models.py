@@ -1,40 +1,110 @@
-"""What the SDK returns: small, typed snapshots of the server's objects."""
+"""What the SDK returns: small, typed snapshots of the server's objects.
+
+Each dataclass here is the one declaration of what the SDK reads of a GraphQL
+type: ``Answer.of`` decodes an answer by the dataclass's fields, and
+``selection`` writes the documents' field lists from them (``documents.py``), so
+a field added here is asked for and read with no other edit. Statuses are
+``runstate.enums``, as the server declares them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+import functools
+import types
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
-from typing import Any
+from enum import Enum
+from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
+
+from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+
+A = TypeVar("A", bound="Answer")
 
 
-def _dt(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
+def camel(name: str) -> str:
+    """A Python field name as GraphQL spells it: ``retry_count`` -> ``retryCount``."""
+    first, *rest = name.split("_")
+    return first + "".join(part.title() for part in rest)
+
+
+class Answer:
+    """A snapshot decoded from a GraphQL answer by its dataclass fields."""
+
+    @classmethod
+    def of(cls: type[A], data: Mapping[str, Any]) -> A:
+        """The snapshot of one answered object: each field read at its camelCase
+        name (one not selected keeps its default), times parsed, statuses as
+        enums, objects inside decoded by their own fields."""
+        hints = _hints(cast(Hashable, cls))
+        values = {
+            field.name: _decoded(hints[field.name], data[camel(field.name)])
+            for field in fields(cast(Any, cls))
+            if camel(field.name) in data
+        }
+        return cls(**values)
+
+
+def selection(cls: type[Answer], *leaving: str) -> str:
+    """The GraphQL field list of ``cls``'s fields but those ``leaving``: camelCase
+    names, an object's own field list inside braces."""
+    hints = _hints(cast(Hashable, cls))
+    names = []
+    for field in fields(cast(Any, cls)):
+        if field.name in leaving:
+            continue
+        inner = _answer_type(hints[field.name])
+        name = camel(field.name)
+        names.append(name if inner is None else f"{name} {{ {selection(inner)} }}")
+    return " ".join(names)
+
+
+@functools.cache
+def _hints(cls: Any) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _inner(hint: Any) -> Any:
+    """``hint`` without ``| None`` and without ``tuple[..., ...]`` around it."""
+    if get_origin(hint) in (Union, types.UnionType):
+        (hint,) = (a for a in get_args(hint) if a is not type(None))
+    if get_origin(hint) is tuple:
+        hint = get_args(hint)[0]
+    return hint
+
+
+def _answer_type(hint: Any) -> type[Answer] | None:
+    inner = _inner(hint)
+    return inner if isinstance(inner, type) and issubclass(inner, Answer) else None
+
+
+def _decoded(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    if get_origin(hint) in (Union, types.UnionType):
+        (hint,) = (a for a in get_args(hint) if a is not type(None))
+    if get_origin(hint) is tuple:
+        return tuple(_decoded(get_args(hint)[0], v) for v in value)
+    if hint is datetime:
+        return datetime.fromisoformat(value)
+    if isinstance(hint, type) and issubclass(hint, Enum | Answer):
+        return hint.of(value) if issubclass(hint, Answer) else hint(value)
+    return value
 
 
 @dataclass(frozen=True)
-class Session:
+class Session(Answer):
     """A conversation."""
 
     id: str
-    status: str
+    status: SessionStatus
     version: int
     message_count: int
     expires_at: datetime
 
-    @classmethod
-    def of(cls, data: dict[str, Any]) -> Session:
-        return cls(
-            id=data["id"],
-            status=data["status"],
-            version=data["version"],
-            message_count=data["messageCount"],
-            expires_at=datetime.fromisoformat(data["expiresAt"]),
-        )
-
 
 @dataclass(frozen=True)
-class Step:
+class Step(Answer):
     """One step of a task; ``id`` is ``"<taskId>:<index>"``."""
 
     id: str
@@ -42,28 +112,14 @@ class Step:
     action: str
     input: Any
     output: Any
-    status: str
+    status: StepStatus
     idempotent: bool
     attempts: int
     error: str | None
 
-    @classmethod
-    def of(cls, data: dict[str, Any]) -> Step:
-        return cls(
-            id=data["id"],
-            index=data["index"],
-            action=data["action"],
-            input=data["input"],
-            output=data["output"],
-            status=data["status"],
-            idempotent=data["idempotent"],
-            attempts=data["attempts"],
-            error=data["error"],
-        )
-
 
 @dataclass(frozen=True)
-class Lock:
+class Lock(Answer):
     """A live lease on a task."""
 
     task_id: str
@@ -71,48 +127,28 @@ class Lock:
     fencing_token: int
     expires_at: datetime
 
-    @classmethod
-    def of(cls, data: dict[str, Any]) -> Lock:
-        return cls(
-            task_id=data["taskId"],
-            holder_id=data["holderId"],
-            fencing_token=data["fencingToken"],
-            expires_at=datetime.fromisoformat(data["expiresAt"]),
-        )
-
 
 @dataclass(frozen=True)
-class ToolState:
+class ToolState(Answer):
     """A tool's state within a task."""
 
     tool_name: str
-    status: str
+    status: ToolStatus
     version: int
     retry_count: int
     max_retries: int
     rate_limit_reset_at: datetime | None
 
-    @classmethod
-    def of(cls, data: dict[str, Any]) -> ToolState:
-        return cls(
-            tool_name=data["toolName"],
-            status=data["status"],
-            version=data["version"],
-            retry_count=data["retryCount"],
-            max_retries=data["maxRetries"],
-            rate_limit_reset_at=_dt(data["rateLimitResetAt"]),
-        )
-
 
 @dataclass(frozen=True)
-class Task:
+class Task(Answer):
     """A task. ``steps`` and ``tool_states`` are None in a write's answer, which
     carries the task's head only (the runner knows what it changed)."""
 
     id: str
     session_id: str
     goal: str
-    status: str
+    status: TaskStatus
     version: int
     current_step: int
     event_seq: int
@@ -121,23 +157,6 @@ class Task:
     """Its agent is gone (see the API's Task.stalled): claimTask hands it on."""
     steps: tuple[Step, ...] | None = None
     tool_states: tuple[ToolState, ...] | None = None
-
-    @classmethod
-    def of(cls, data: dict[str, Any]) -> Task:
-        steps, tools = data.get("steps"), data.get("toolStates")
-        return cls(
-            id=data["id"],
-            session_id=data["sessionId"],
-            goal=data["goal"],
-            status=data["status"],
-            version=data["version"],
-            current_step=data["currentStep"],
-            event_seq=data["eventSeq"],
-            lock=None if data["lock"] is None else Lock.of(data["lock"]),
-            stalled=data["stalled"],
-            steps=None if steps is None else tuple(Step.of(s) for s in steps),
-            tool_states=None if tools is None else tuple(ToolState.of(t) for t in tools),
-        )
 
     def apply(self, event: Event) -> Task:
         """The task as of ``event``, from this task as of the event before it: steps
@@ -172,17 +191,17 @@ class Task:
         """This task's steps, with ``changed`` fields of some of them, under ``head``
         (a write's answer): what a writer knows after its own write."""
         steps = list(self.steps or ())
-        for index, fields in changed.items():
-            steps[index] = replace(steps[index], **fields)
+        for index, changes in changed.items():
+            steps[index] = replace(steps[index], **changes)
         return replace(head, steps=tuple(steps), tool_states=self.tool_states)
 
 
-FINISHED = frozenset({"SUCCESS", "SKIPPED"})
-LEASE_EVENTS = frozenset({"LOCK_ACQUIRED", "LOCK_RELEASED"})
+FINISHED = frozenset({StepStatus.SUCCESS, StepStatus.SKIPPED})
+LEASE_EVENTS = frozenset({TaskEventKind.LOCK_ACQUIRED, TaskEventKind.LOCK_RELEASED})
 
 
 @dataclass(frozen=True)
-class ResumePlan:
+class ResumePlan(Answer):
     """Where a task goes on after a crash."""
 
     task: Task
@@ -190,18 +209,9 @@ class ResumePlan:
     needs_decision: bool
     steps_in_doubt: tuple[int, ...]
 
-    @classmethod
-    def of(cls, data: dict[str, Any]) -> ResumePlan:
-        return cls(
-            task=Task.of(data["task"]),
-            resume_from=data["resumeFrom"],
-            needs_decision=data["needsDecision"],
-            steps_in_doubt=tuple(data["stepsInDoubt"]),
-        )
-
 
 @dataclass(frozen=True)
-class Event:
+class Event(Answer):
     """One entry of a task's change log: what changed (apply it with ``Task.apply``).
 
     ``task`` is set on SNAPSHOT events only. ``actor`` is the user whose token made
@@ -210,12 +220,12 @@ class Event:
     started from (its first event)."""
 
     seq: int
-    kind: str
+    kind: TaskEventKind
     task_version: int
     step_index: int | None
     tool_name: str | None
     at: datetime
-    status: str
+    status: TaskStatus
     stalled: bool
     steps: tuple[Step, ...]
     tool_state: ToolState | None
@@ -228,32 +238,9 @@ class Event:
     epoch: str | None = None
     """The database's timeline the event belongs to (new after a restore)."""
 
-    @classmethod
-    def of(cls, data: dict[str, Any]) -> Event:
-        origin = data.get("origin")
-        return cls(
-            seq=data["seq"],
-            kind=data["kind"],
-            task_version=data["taskVersion"],
-            step_index=data["stepIndex"],
-            tool_name=data["toolName"],
-            at=datetime.fromisoformat(data["at"]),
-            status=data["status"],
-            stalled=data["stalled"],
-            steps=tuple(Step.of(s) for s in data["steps"]),
-            tool_state=None if data["toolState"] is None else ToolState.of(data["toolState"]),
-            lock=None if data["lock"] is None else Lock.of(data["lock"]),
-            task=None if data["task"] is None else Task.of(data["task"]),
-            actor=data.get("actor"),
-            holder=data.get("holder"),
-            note=data.get("note"),
-            origin=None if origin is None else Origin(origin["taskId"], origin["seq"]),
-            epoch=data.get("epoch"),
-        )
-
 
 @dataclass(frozen=True)
-class Origin:
+class Origin(Answer):
     """Where a forked task came from: the source task and the seq it was forked at."""
 
     task_id: str

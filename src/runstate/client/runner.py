@@ -31,8 +31,9 @@ from runstate.client.errors import (
     ServerUnavailable,
     StaleFencingToken,
 )
-from runstate.client.models import Step, Task, ToolState
+from runstate.client.models import FINISHED, Step, Task, ToolState
 from runstate.client.policies import CheckpointPolicy, EveryStep
+from runstate.enums import StepStatus, ToolStatus
 
 if TYPE_CHECKING:
     from runstate.client.api import Runstate
@@ -90,7 +91,7 @@ class TaskRunner:
                 self._say_waiting(plan.steps_in_doubt)
                 await self._await_decision()
                 continue
-            status = "PENDING" if self.decision == "RETRY" else "SKIPPED"
+            status = StepStatus.PENDING if self.decision == "RETRY" else StepStatus.SKIPPED
             for index in plan.steps_in_doubt:  # one decision per step in doubt
                 head = await self._guard(
                     self.api.decide(
@@ -210,7 +211,7 @@ class TaskRunner:
     @property
     def remaining(self) -> list[Step]:
         """Steps not yet finished (SUCCESS or SKIPPED), in order, as of the last write."""
-        return [s for s in self._task.steps or () if s.status not in ("SUCCESS", "SKIPPED")]
+        return [s for s in self._task.steps or () if s.status not in FINISHED]
 
     def _check(self) -> None:
         if self.lost.is_set():
@@ -227,9 +228,9 @@ class TaskRunner:
                     self.task_id, index, self.version, fencing_token=self.fencing_token
                 )
             )
-            self._wrote(head, {index: {"status": "RUNNING"}})
+            self._wrote(head, {index: {"status": StepStatus.RUNNING}})
         elif not step.idempotent:
-            self._pending.append({"index": index, "status": "RUNNING"})
+            self._pending.append({"index": index, "status": StepStatus.RUNNING})
             await self.flush()
 
     async def succeed(self, index: int, output: Any = None) -> None:
@@ -241,9 +242,9 @@ class TaskRunner:
                     self.task_id, index, self.version, output, fencing_token=self.fencing_token
                 )
             )
-            self._wrote(head, {index: {"status": "SUCCESS", "output": output}})
+            self._wrote(head, {index: {"status": StepStatus.SUCCESS, "output": output}})
             return
-        self._pending.append({"index": index, "status": "SUCCESS", "output": output})
+        self._pending.append({"index": index, "status": StepStatus.SUCCESS, "output": output})
         self._completed_since_flush += 1
         if self.policy.due(self._completed_since_flush):
             await self.flush()
@@ -257,9 +258,9 @@ class TaskRunner:
                     self.task_id, index, self.version, error, fencing_token=self.fencing_token
                 )
             )
-            self._wrote(head, {index: {"status": "FAILED", "error": error}})
+            self._wrote(head, {index: {"status": StepStatus.FAILED, "error": error}})
             return
-        self._pending.append({"index": index, "status": "FAILED", "error": error})
+        self._pending.append({"index": index, "status": StepStatus.FAILED, "error": error})
         await self.flush()
 
     async def tool(self, tool_name: str, outcome: str, **report: Any) -> ToolState:
@@ -270,7 +271,9 @@ class TaskRunner:
                 self.task_id, tool_name, outcome, fencing_token=self.fencing_token, **report
             )
         )
-        if self.policy.key_points and (outcome == "RATE_LIMITED" or state.status == "FAILED"):
+        if self.policy.key_points and (
+            outcome == "RATE_LIMITED" or state.status is ToolStatus.FAILED
+        ):
             await self.flush()
         return state
 
