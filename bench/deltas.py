@@ -21,7 +21,8 @@ from pathlib import Path
 from tortoise import connections
 
 from runstate.db import close_database, open_database
-from runstate.services import history, queries, sessions, tasks
+from runstate.services import history, sessions, tasks
+from runstate.services.read import queries
 from runstate.services.validation import StepPlan
 
 USER = "bench"

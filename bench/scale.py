@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from runstate.db import close_database, open_database
-from runstate.services import history, leases, queries, sessions, tasks
+from runstate.services import history, leases, sessions, tasks
+from runstate.services.read import queries
 from runstate.services.validation import StepPlan
 
 SMALL = 10_000

@@ -205,7 +205,7 @@ def slow_checks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 async def test_no_event_after_expiry_reaches_a_subscription_and_it_ends_on_time(
     slow_checks: Server,
 ) -> None:
-    """Guards the streams' expiry deadline (``progress._heard``, ``_after_expiry``): a
+    """Guards the streams' expiry deadline (``streams._heard``, ``_after_expiry``): a
     lease released after the session's expiresAt (a release works in an expired
     session) is not delivered to the session's subscriptions, which end with
     SessionExpired at the expiry itself, long before the next check of the

@@ -57,7 +57,7 @@ def test_deleting_a_session_while_its_tasks_are_written_never_errs(server: Serve
     tasks, then the session, as writes do): with the session deleted first,
     PostgreSQL found deadlocks between its cascade (session, then tasks) and the
     writes (task, then session) in 3 runs out of 3, and the victim answered
-    "Unexpected error."; retrying the victim (``services.retry``) alone still
+    "Unexpected error."; retrying the victim (``services.write.retry``) alone still
     failed once in CI, after five deadlocks in a row."""
     token = create_token(server.database_url, "racer")
     answers: list[Any] = []

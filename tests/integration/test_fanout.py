@@ -16,7 +16,8 @@ from runstate.app import create_app, server_options
 from runstate.db import close_database, open_database
 from runstate.pubsub import Hub, MemoryBroker, Publisher
 from runstate.schema.fanout import SHARED
-from runstate.services import progress, sessions, tasks, tokens
+from runstate.services import sessions, tasks, tokens
+from runstate.services.live import streams
 from runstate.services.validation import StepPlan
 from runstate.settings import Settings
 from tests.support import Subscriber, free_port
@@ -80,12 +81,12 @@ async def test_fifty_watchers_cost_one_decode_and_one_rendering_per_selection(
     try:
         for watcher in watchers:
             assert (await watcher.next())["taskProgress"]["kind"] == "SNAPSHOT"
-        decoded, executed, unshared = progress.decode.count, SHARED.executions, SHARED.unshared
+        decoded, executed, unshared = streams.decode.count, SHARED.executions, SHARED.unshared
         last = await drive(task.id, 10)
         for watcher in watchers:
             await watcher.until(lambda e: e["taskProgress"]["seq"] == last)
         assert last == 21
-        assert progress.decode.count - decoded == 20
+        assert streams.decode.count - decoded == 20
         assert SHARED.executions - executed == 2 * 20
         assert SHARED.unshared - unshared == 0
         brief = [w.events for w in watchers[1::2]]
@@ -127,10 +128,10 @@ async def test_a_stalled_subscriber_stops_at_its_byte_limit_and_is_caught_up(
     session = await sessions.start_session(USER, default_ttl=3600)
     plan = [StepPlan(f"step-{i}") for i in range(20)]
     task = await tasks.create_task(USER, session.id, goal="big", steps=plan)
-    stream = progress.task_progress(USER, task.id, None, interval=60)
+    stream = streams.task_progress(USER, task.id, None, interval=60)
     snapshot = await anext(stream)
     assert snapshot.seq == 1
-    stalled = await small_inboxes.subscribe([progress.task_channel(task.pk)])
+    stalled = await small_inboxes.subscribe([streams.task_channel(task.pk)])
     last = await drive(task.id, 20, output="x" * 10_000)
     deadline = asyncio.get_running_loop().time() + 10
     while stalled.dropped == 0:

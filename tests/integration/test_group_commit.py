@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from runstate.enums import TaskStatus
-from runstate.services import idempotency, queries, sessions, tasks
+from runstate.services import idempotency, sessions, tasks
 from runstate.services.errors import InvalidInputError, VersionConflictError
-from runstate.services.group import GROUP
+from runstate.services.read import queries
 from runstate.services.validation import StepPlan
 from runstate.services.views import TaskView
+from runstate.services.write.group_commit import GROUP
 from tests.integration.test_write_cost import Statements
 from tests.support import opened
 
@@ -42,7 +43,7 @@ def commits(statements: Statements) -> int:
 
 
 async def test_writes_that_arrive_together_share_one_commit(db: None) -> None:
-    """Guards ``group.Group``: 16 concurrent step writes run in one transaction with
+    """Guards ``group_commit.Group``: 16 concurrent step writes run in one transaction with
     one COMMIT, and every one of them is stored. The control: the same writes one
     after the other take a COMMIT each (without grouping, so would concurrent ones)."""
     ids = await new_tasks(2 * WRITERS)

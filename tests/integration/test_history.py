@@ -22,13 +22,14 @@ from tortoise.exceptions import IntegrityError
 from runstate import pubsub
 from runstate.enums import StepDecision, StepStatus, TaskEventKind, TaskStatus, ToolOutcome
 from runstate.models import Step, StepVersion, Task, TaskEvent
-from runstate.services import history, leases, lifecycle, progress, sessions, tasks, tools
+from runstate.services import history, leases, recovery, sessions, tasks, tools
 from runstate.services.clock import utcnow
 from runstate.services.errors import DomainError
-from runstate.services.loading import task_views
-from runstate.services.taskwrite import StepPatch
+from runstate.services.live import streams
+from runstate.services.read.convert import task_views
 from runstate.services.validation import StepPlan
 from runstate.services.views import EventView, TaskView, current_step
+from runstate.services.write.engine import StepPatch
 from tests.support import database, opened
 
 USER = "historian"
@@ -155,10 +156,10 @@ async def run(task_id: str, op: tuple[Any, ...], now: TaskView) -> None:
         plans = [StepPlan(f"added-{i}", {"i": i}, idempotent=s) for i, s in enumerate(args[0])]
         await tasks.add_steps(USER, task_id, plans, **versioned)
     elif kind == "resume":
-        await lifecycle.resume_task(USER, task_id, fencing_token=token)
+        await recovery.resume_task(USER, task_id, fencing_token=token)
     elif kind == "decide":
         index, decision, output = args
-        await lifecycle.decide_step(USER, task_id, index, decision, output=output, **versioned)
+        await recovery.decide_step(USER, task_id, index, decision, output=output, **versioned)
     elif kind == "tool":
         name, outcome, result = args
         await tools.record_tool_call(
@@ -186,7 +187,7 @@ async def live_events(subscription: pubsub.Subscription, task_pk: int, last: int
         assert remaining > 0, f"live events stopped at {sorted(found)}; expected up to {last}"
         message = await subscription.next(remaining)
         if isinstance(message, bytes):
-            event = progress.decode(message)
+            event = streams.decode(message)
             assert event is not None
             if event.task_pk == task_pk:
                 found[event.seq] = event
@@ -236,7 +237,7 @@ async def test_every_state_is_read_back_and_replayed(
     session = await sessions.start_session(USER, default_ttl=3600, session_id=f"s{next(_ids)}")
     hub = pubsub.current()
     assert hub is not None
-    async with hub.broker.subscription([progress.session_channel(session.pk)]) as inbox:
+    async with hub.broker.subscription([streams.session_channel(session.pk)]) as inbox:
         task_id = f"t{next(_ids)}"
         plans = [StepPlan(f"step-{i}", {"i": i}, idempotent=safe) for i, safe in enumerate(plan)]
         await tasks.create_task(USER, session.id, goal="history", steps=plans, task_id=task_id)
@@ -320,7 +321,7 @@ async def test_a_fork_of_a_task_awaiting_a_decision_starts_with_the_step_pending
         USER, session.id, goal="pay", steps=[StepPlan("charge", idempotent=False)]
     )
     await tasks.start_step(USER, source.id, 0, expected_version=1)
-    plan = await lifecycle.resume_task(USER, source.id)
+    plan = await recovery.resume_task(USER, source.id)
     assert (plan.steps_in_doubt, plan.task.status) == ((0,), TaskStatus.AWAITING_DECISION)
     fork = await recorded((await tasks.fork_task(USER, source.id, plan.task.event_seq)).id)
     assert fork.steps is not None

@@ -16,7 +16,8 @@ from typing import Any
 from tortoise import connections
 
 from runstate.enums import TaskStatus
-from runstate.services import leases, queries, sessions, tasks
+from runstate.services import leases, sessions, tasks
+from runstate.services.read import queries
 from runstate.services.validation import StepPlan
 from tests.integration.test_write_cost import _sqlite
 from tests.support import opened

@@ -15,8 +15,9 @@ from tortoise import connections
 
 from runstate.pubsub import RESYNC
 from runstate.pubsub.broker import Subscription
-from runstate.services import progress, sessions, tasks
-from runstate.services.heads import HEADS, Heads, Watch
+from runstate.services import sessions, tasks
+from runstate.services.live import streams
+from runstate.services.live.catch_up import HEADS, Heads, Watch
 from runstate.services.validation import StepPlan
 from tests.integration.test_write_cost import Statements
 from tests.support import opened
@@ -51,8 +52,7 @@ async def test_2000_idle_streams_cost_one_statement_per_interval(live: None) -> 
         for _ in range(TASKS)
     ]
     streams = [
-        progress.task_progress(USER, ids[i % TASKS], None, interval=INTERVAL)
-        for i in range(STREAMS)
+        streams.task_progress(USER, ids[i % TASKS], None, interval=INTERVAL) for i in range(STREAMS)
     ]
     for stream in streams:
         assert (await anext(stream)).kind.value == "SNAPSHOT"
@@ -85,10 +85,10 @@ async def test_a_session_catch_up_reads_only_tasks_changed_lately(live: None) ->
         (await tasks.create_task(USER, session.id, goal="g", steps=[StepPlan("a")])).id
         for _ in range(300)
     ]
-    stream = progress.session_activity(USER, session.id, interval=INTERVAL)
+    stream = streams.session_activity(USER, session.id, interval=INTERVAL)
     waiting = asyncio.ensure_future(anext(stream))
     await wait_for_rounds(1)
-    with progress.held():  # committed, never announced: as if the broker lost it
+    with streams.held():  # committed, never announced: as if the broker lost it
         await tasks.start_step(USER, ids[7], 0, expected_version=1)
     async with Statements() as statements:
         event = await asyncio.wait_for(waiting, 30)

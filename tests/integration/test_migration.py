@@ -28,7 +28,7 @@ from runstate.db import close_database, open_database, tortoise_config
 from runstate.models import Task, TaskEvent
 from runstate.services import history
 from runstate.services.clock import utcnow
-from runstate.services.loading import task_views
+from runstate.services.read.convert import task_views
 from runstate.services.views import TaskView, current_step, from_json
 from tests.integration.test_history import check_history
 from tests.support import postgres_database

@@ -17,10 +17,10 @@ from runstate.models import Step, Task, ToolState, box
 from runstate.schema import types
 from runstate.schema.inputs import StepPlanInput
 from runstate.services.history import AS_ADDED, VERSIONED
-from runstate.services.loading import from_row, lock_view, task_view, to_row
-from runstate.services.taskwrite import STEP_FIELDS, TASK_FIELDS
+from runstate.services.read.convert import from_row, lock_view, task_view, to_row
 from runstate.services.validation import StepPlan
 from runstate.services.views import LockView, StepView, TaskView, ToolStateView
+from runstate.services.write.engine import STEP_FIELDS, TASK_FIELDS
 from tests.support import opened
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -47,7 +47,7 @@ def stored_step() -> Step:
 
 
 def test_a_view_reads_every_field_from_its_row() -> None:
-    """Guards ``loading.from_row``: each view field is its column (``index`` is
+    """Guards ``convert.from_row``: each view field is its column (``index`` is
     ``position``, a client's JSON unboxed: the text "done" stays text). A field left
     out of the plan fails the constructor; a JSON value not unboxed shows the box."""
     assert from_row(StepView, stored_step()) == StepView(
@@ -79,7 +79,7 @@ def test_a_view_reads_every_field_from_its_row() -> None:
 
 
 def test_a_row_copied_from_a_view_reads_back_as_that_view() -> None:
-    """Guards ``loading.to_row`` (a fork's steps): a copied row holds the view's
+    """Guards ``convert.to_row`` (a fork's steps): a copied row holds the view's
     values, boxed where the column keeps a client value."""
     view = from_row(StepView, stored_step())
     copy = Step(task_id=0, **to_row(Step, view))

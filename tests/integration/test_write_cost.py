@@ -13,11 +13,12 @@ import pytest
 from tortoise import connections
 
 from runstate.enums import StepStatus
-from runstate.services import sessions, sql, tasks, taskwrite
+from runstate.services import sessions, sql, tasks
 from runstate.services.clock import utcnow
-from runstate.services.taskwrite import StepPatch
 from runstate.services.validation import StepPlan
 from runstate.services.views import TaskView
+from runstate.services.write import engine
+from runstate.services.write.engine import StepPatch
 from tests.support import opened
 
 USER = "counter"
@@ -46,7 +47,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], None]:
     def advance(seconds: float) -> None:
         now[0] += timedelta(seconds=seconds)
 
-    monkeypatch.setattr(taskwrite, "utcnow", tick)
+    monkeypatch.setattr(engine, "utcnow", tick)
     return advance
 
 

@@ -36,8 +36,8 @@ from runstate.schema.inputs import (
     UpdateSessionInput,
 )
 from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
-from runstate.services import leases, lifecycle, sessions, tasks, tools
-from runstate.services.lifecycle import ResumePlanView
+from runstate.services import leases, recovery, sessions, tasks, tools
+from runstate.services.recovery import ResumePlanView
 from runstate.services.views import LockView, SessionView, TaskView, ToolStateView
 
 
@@ -221,7 +221,7 @@ class Mutation:
             info,
             input,
             ResumePlanView,
-            lambda: lifecycle.resume_task(
+            lambda: recovery.resume_task(
                 info.context.user_id,
                 input.task_id,
                 expected_version=input.expected_version,
@@ -236,7 +236,7 @@ class Mutation:
             info,
             input,
             TaskView,
-            lambda: lifecycle.decide_step(
+            lambda: recovery.decide_step(
                 info.context.user_id,
                 input.task_id,
                 input.step_index,

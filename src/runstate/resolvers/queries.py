@@ -9,7 +9,8 @@ from runstate.ratelimit import READ_COST
 from runstate.resolvers.results import SessionResult, TaskResult, answer
 from runstate.schema.context import Info
 from runstate.schema.types import AgentSession, SessionConnection, Task, TaskConnection, Usage
-from runstate.services import queries, quota, sessions, validation
+from runstate.services import quota, sessions, validation
+from runstate.services.read import queries
 
 
 @strawberry.type

@@ -1,4 +1,4 @@
-"""Subscription resolvers: the gap-free event streams of ``services.progress``."""
+"""Subscription resolvers: the gap-free event streams of ``services.live.streams``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from runstate.metrics import SUBSCRIPTIONS
 from runstate.ratelimit import SUBSCRIBE_COST
 from runstate.schema.context import Info
 from runstate.schema.types import TaskEvent
-from runstate.services import progress
+from runstate.services.live import streams
 
 
 def _another_timeline(info: Info, epoch: str | None) -> bool:
@@ -24,7 +24,7 @@ class Subscription:
 
     @strawberry.subscription(
         description=(
-            "The task's progress. First a SNAPSHOT event of the task as it stands now "
+            "The task's streams. First a SNAPSHOT event of the task as it stands now "
             "(its seq is the task's eventSeq), or, with afterSeq, every stored event after "
             "that seq, in order, then each new event as it commits. Every subscriber of one "
             "task, on any server process, sees the same events in the same order with no "
@@ -44,7 +44,7 @@ class Subscription:
         await info.context.charge(SUBSCRIBE_COST)
         settings = info.context.settings
         with SUBSCRIPTIONS.track_inprogress():
-            async for event in progress.task_progress(
+            async for event in streams.task_progress(
                 info.context.user_id,
                 task_id,
                 None if _another_timeline(info, epoch) else after_seq,
@@ -67,7 +67,7 @@ class Subscription:
         await info.context.charge(SUBSCRIBE_COST)
         settings = info.context.settings
         with SUBSCRIPTIONS.track_inprogress():
-            async for event in progress.session_activity(
+            async for event in streams.session_activity(
                 info.context.user_id,
                 session_id,
                 resync=_another_timeline(info, epoch),

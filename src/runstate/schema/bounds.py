@@ -26,8 +26,9 @@ from runstate.bounded import BoundedCache
 from runstate.ratelimit import ANSWER_BYTES_PER_POINT, ANSWER_OBJECTS_PER_POINT
 from runstate.schema.context import Context
 from runstate.schema.cost import Estimate, Sizes, Walk, unknown_sizes
-from runstate.services import queries, quota, validation
+from runstate.services import quota, validation
 from runstate.services.errors import AnswerTooLargeError
+from runstate.services.read import queries
 
 DocumentKey = tuple[str, str | None]
 """A document's text and the operation it runs."""

@@ -13,9 +13,10 @@ from strawberry.dataloader import DataLoader
 from runstate.auth import Principal
 from runstate.enums import TaskStatus
 from runstate.ratelimit import RateLimiter, Spending
-from runstate.services import history, queries
+from runstate.services import history
 from runstate.services.errors import RateLimitedError
 from runstate.services.history import TaskRef
+from runstate.services.read import queries
 from runstate.services.views import EventView, Page, SessionView, TaskView
 from runstate.settings import Settings
 

@@ -52,8 +52,8 @@ from graphql import (
 
 from runstate.schema.limits import field_definition, selected_fields
 from runstate.services import validation
-from runstate.services.queries import TaskSize
 from runstate.services.quota import ROW_BYTES
+from runstate.services.read.queries import TaskSize
 
 SHORT_TEXT = 2 + 6 * 255
 """A name (tool, holder, user) or a message encoded at its longest: 255 characters,

@@ -9,8 +9,8 @@ import strawberry
 from strawberry.scalars import JSON
 
 from runstate.enums import SessionStatus, StepDecision, StepStatus, TaskStatus, ToolOutcome
-from runstate.services.taskwrite import StepPatch
 from runstate.services.validation import StepPlan
+from runstate.services.write.engine import StepPatch
 
 IDEMPOTENCY_KEY = (
     "Client-chosen, unique per caller: a retry with the same key and input, within "

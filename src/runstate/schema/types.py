@@ -14,7 +14,7 @@ from strawberry.scalars import JSON
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
 from runstate.schema.context import Info
 from runstate.services import history, validation
-from runstate.services.lifecycle import ResumePlanView
+from runstate.services.recovery import ResumePlanView
 from runstate.services.views import (
     EventView,
     LockView,

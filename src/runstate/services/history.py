@@ -24,7 +24,7 @@ from runstate.enums import StepStatus, TaskEventKind
 from runstate.models import Step, StepVersion, TaskEvent, ToolState, unbox
 from runstate.services import sql
 from runstate.services.errors import InvalidInputError
-from runstate.services.loading import step_view, tool_state_view
+from runstate.services.read.convert import step_view, tool_state_view
 from runstate.services.views import (
     EventView,
     LockView,
@@ -38,7 +38,7 @@ from runstate.services.views import (
 
 VERSIONED = sql.columns(StepVersion, "id", "task_id", "position", "seq")
 """What a step's history row keeps of the step after a change: every column of
-``StepVersion`` but its keys (``taskwrite`` writes them, this module reads them)."""
+``StepVersion`` but its keys (``write.engine`` writes them, this module reads them)."""
 _VERSION_FIELDS = ("position", *VERSIONED)
 _BOXED = frozenset(
     name for name in VERSIONED if isinstance(StepVersion._meta.fields_map[name], JSONField)

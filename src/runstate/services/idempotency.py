@@ -8,7 +8,7 @@ and answers from it; the same key with other input is IdempotencyKeyReused. Two
 calls with one key at the same moment are decided by the UNIQUE (user_id, key)
 index: the transaction opens by inserting the row, so the second call waits for
 the first (PostgreSQL), or for the write lock or in the same shared transaction
-(SQLite, ``services.group``), fails on the index, and answers from the row the
+(SQLite, ``services.write.group_commit``), fails on the index, and answers from the row the
 first one committed. Never a check-then-insert.
 
 Events of a write under a key are announced after the outer commit, so no
@@ -43,14 +43,13 @@ from tortoise.queryset import QuerySet
 from tortoise.transactions import in_transaction
 
 from runstate.models import KEY_LENGTH, IdempotencyKey, Task
-from runstate.services import progress, quota, validation
+from runstate.services import quota, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import IdempotencyKeyReusedError, InvalidInputError, NotFoundError
-from runstate.services.group import GROUP
 from runstate.services.history import task_at
-from runstate.services.lifecycle import ResumePlanView
-from runstate.services.loading import task_view
-from runstate.services.retry import retried
+from runstate.services.live import streams
+from runstate.services.read.convert import task_view
+from runstate.services.recovery import ResumePlanView
 from runstate.services.views import (
     EventView,
     SessionView,
@@ -59,6 +58,8 @@ from runstate.services.views import (
     decode_as,
     to_json,
 )
+from runstate.services.write.group_commit import GROUP
+from runstate.services.write.retry import retried
 
 V = TypeVar("V")
 
@@ -90,7 +91,7 @@ async def once(
 ) -> V:
     """``write()`` at most once per key within ``ttl_seconds``; ``kind`` is the type of
     its answer, for answering a repeat from the stored JSON. A transaction the
-    database aborted (a deadlock's victim) is tried again (``services.retry``).
+    database aborted (a deadlock's victim) is tried again (``services.write.retry``).
 
     A write, once begun, is finished even when its caller is cancelled (its client
     left): cancelled halfway, a transaction on SQLite's single connection could be
@@ -133,7 +134,7 @@ async def _once(
             expires_at=now + timedelta(seconds=ttl_seconds),
             using_db=conn,
         )
-        with progress.held() as held:
+        with streams.held() as held:
             result = await write()
         answer = _stored_answer(result)
         counted = _counted(answer, result)
@@ -156,7 +157,7 @@ async def _once(
         repeated: V = await _replay(stored, call, kind)
         return repeated
     for event in events:
-        progress.announce(event)
+        streams.announce(event)
     return result
 
 

@@ -13,28 +13,35 @@ from datetime import datetime, timedelta
 
 from tortoise.queryset import QuerySet
 
-from runstate.enums import SessionStatus, TaskEventKind, TaskStatus
+from runstate.enums import TaskEventKind, TaskStatus
 from runstate.models import USER_LENGTH, Task
 from runstate.services import sql, validation
 from runstate.services.clock import utcnow
+from runstate.services.conditions import (
+    WORKING,
+    at,
+    no_live_lease,
+    no_live_lease_sql,
+    open_session,
+    open_session_sql,
+    stalled,
+    stalled_sql,
+)
 from runstate.services.errors import (
     DomainError,
     InvalidInputError,
     LockNotHeldError,
     NotFoundError,
 )
-from runstate.services.queries import WORKING, no_live_lease, stalled
-from runstate.services.taskwrite import (
+from runstate.services.views import LockView, TaskView
+from runstate.services.write.engine import (
     Change,
     Draft,
     Guard,
-    at,
     lease_refusal,
-    no_live_lease_sql,
     write_selected,
     write_task,
 )
-from runstate.services.views import LockView, TaskView
 
 MAX_TTL_SECONDS = 24 * 3600
 
@@ -131,9 +138,6 @@ async def release_task_lock(user_id: str, task_id: str, holder_id: str) -> TaskV
     return await write_task(user_id, task_id, _released, guard)
 
 
-_OPEN_SESSIONS = (SessionStatus.ACTIVE, SessionStatus.PAUSED)
-
-
 async def claim_task(
     user_id: str, holder_id: str, ttl_seconds: int, *, session_id: str | None = None
 ) -> LockView:
@@ -188,23 +192,15 @@ def _grant(holder_id: str, ttl_seconds: int) -> Callable[[datetime], sql.Fragmen
 
 def _still_claimable(now: datetime) -> sql.Fragment:
     """A task a worker may claim, as SQL on the task row: PLANNED with no live
-    lease, or stalled (``queries.stalled``), in an open session. What the claim's
-    UPDATE checks again of the task it picked."""
-    live = no_live_lease_sql(now)
-    working = ", ".join("?" for _ in WORKING)
-    opened = ", ".join("?" for _ in _OPEN_SESSIONS)
+    lease, or stalled, in an open session (``conditions``). What the claim's UPDATE
+    checks again of the task it picked."""
+    live, live_params = no_live_lease_sql(now)
+    gone, gone_params = stalled_sql(now)
+    opened, opened_params = open_session_sql(now, "s")
     return (
-        f'(("status" = ? AND ({live[0]})) OR ("status" IN ({working}) AND "lock_token" > 0'
-        f' AND ({live[0]}))) AND EXISTS (SELECT 1 FROM "sessions" s WHERE'
-        f' s."id" = "tasks"."session_id" AND s."status" IN ({opened}) AND s."expires_at" > ?)',
-        [
-            TaskStatus.PLANNED.value,
-            *live[1],
-            *(s.value for s in WORKING),
-            *live[1],
-            *(s.value for s in _OPEN_SESSIONS),
-            at(now),
-        ],
+        f'(("status" = ? AND ({live})) OR ({gone})) AND EXISTS (SELECT 1 FROM "sessions" s'
+        f' WHERE s."id" = "tasks"."session_id" AND {opened})',
+        [TaskStatus.PLANNED.value, *live_params, *gone_params, *opened_params],
     )
 
 
@@ -214,9 +210,7 @@ class _Taken(Exception):  # noqa: N818 - a signal, not an error
 
 def _candidates(user_id: str, session_id: str | None, now: datetime) -> QuerySet[Task]:
     """The caller's tasks in open sessions (of one session, if given)."""
-    query = Task.filter(
-        user_id=user_id, session__status__in=_OPEN_SESSIONS, session__expires_at__gt=now
-    )
+    query = Task.filter(open_session(now, via="session__"), user_id=user_id)
     return query if session_id is None else query.filter(session__public_id=session_id)
 
 

@@ -42,8 +42,6 @@ SKIP along the usual machine for the others."""
 
 FINISHED_STEPS = frozenset({S.SUCCESS, S.SKIPPED})
 
-_NOT_FINAL = (T.PLANNED, T.RUNNING, T.WAITING_TOOL, T.AWAITING_DECISION, T.FAILED)
-
 TASK_MOVES: Mapping[TaskStatus, frozenset[TaskStatus]] = {
     T.PLANNED: frozenset({T.RUNNING, T.FAILED, T.CANCELLED, T.COMPLETED}),
     T.RUNNING: frozenset({T.WAITING_TOOL, T.AWAITING_DECISION, T.FAILED, T.CANCELLED, T.COMPLETED}),

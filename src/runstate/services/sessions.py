@@ -20,10 +20,10 @@ from runstate.services.errors import (
     UnmatchedWriteError,
     VersionConflictError,
 )
-from runstate.services.loading import is_expired, session_view
-from runstate.services.retry import retried
+from runstate.services.read.convert import is_expired, session_view
 from runstate.services.rules import check_session_move
 from runstate.services.views import SessionView
+from runstate.services.write.retry import retried
 
 
 async def start_session(

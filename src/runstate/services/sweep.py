@@ -25,8 +25,8 @@ from runstate.metrics import SWEPT
 from runstate.models import Session, Task
 from runstate.services.clock import utcnow
 from runstate.services.idempotency import sweep_keys
-from runstate.services.retry import retried
 from runstate.services.sessions import remove_sessions
+from runstate.services.write.retry import retried
 
 log = logging.getLogger(__name__)
 

@@ -10,25 +10,19 @@ from typing import Any
 from tortoise.exceptions import IntegrityError
 from tortoise.transactions import in_transaction
 
-from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus
+from runstate.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, Task, TaskEvent, box, unbox
-from runstate.services import progress, queries, quota, validation
+from runstate.services import quota, validation
 from runstate.services.clock import utcnow
+from runstate.services.conditions import open_session
 from runstate.services.errors import InvalidInputError, InvalidTransitionError, UnmatchedWriteError
 from runstate.services.history import AS_ADDED
-from runstate.services.loading import step_view, task_view, to_row
-from runstate.services.queries import get_task
+from runstate.services.live import streams
+from runstate.services.read import queries
+from runstate.services.read.convert import step_view, task_view, to_row
+from runstate.services.read.queries import get_task
 from runstate.services.rules import FINISHED_STEPS
 from runstate.services.sessions import get_session
-from runstate.services.taskwrite import (
-    Change,
-    Draft,
-    StepPatch,
-    log_event,
-    record_versions,
-    versioned,
-    write_task,
-)
 from runstate.services.validation import StepPlan
 from runstate.services.views import (
     EventView,
@@ -38,8 +32,15 @@ from runstate.services.views import (
     current_step,
     to_json,
 )
-
-_OPEN_SESSION = (SessionStatus.ACTIVE, SessionStatus.PAUSED)
+from runstate.services.write.engine import (
+    Change,
+    Draft,
+    StepPatch,
+    log_event,
+    record_versions,
+    versioned,
+    write_task,
+)
 
 
 async def create_task(
@@ -150,12 +151,7 @@ async def _insert_task(
     try:
         async with in_transaction() as conn:
             touched = (
-                await Session.filter(
-                    user_id=user_id,
-                    public_id=session_id,
-                    status__in=_OPEN_SESSION,
-                    expires_at__gt=now,
-                )
+                await Session.filter(open_session(now), user_id=user_id, public_id=session_id)
                 .using_db(conn)
                 .update(last_active_at=now)
             )
@@ -200,7 +196,7 @@ async def _insert_task(
         raise InvalidInputError(
             "sessionId", f"session is {session_view.status}; it takes no new tasks"
         ) from None
-    progress.announce(event)
+    streams.announce(event)
     return view
 
 

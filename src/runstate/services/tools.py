@@ -20,10 +20,10 @@ from runstate.services.errors import (
     InvalidTransitionError,
     VersionConflictError,
 )
-from runstate.services.loading import tool_state_view
-from runstate.services.taskwrite import Change, Draft, versioned, write_task
+from runstate.services.read.convert import tool_state_view
 from runstate.services.validation import error_text, json_payload
 from runstate.services.views import ToolStateView
+from runstate.services.write.engine import Change, Draft, versioned, write_task
 
 DEFAULT_MAX_RETRIES = 3
 MAX_RETRY_BUDGET = 1000

@@ -10,10 +10,10 @@ from runstate.enums import StepDecision, StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Step, box
 from runstate.services import validation
 from runstate.services.errors import InvalidTransitionError
-from runstate.services.loading import step_view
+from runstate.services.read.convert import step_view
 from runstate.services.rules import DECISION_MOVES, FINISHED_STEPS, RESUME_MOVES
-from runstate.services.taskwrite import Change, Draft, Unchanged, versioned, write_task
 from runstate.services.views import StepView, TaskView
+from runstate.services.write.engine import Change, Draft, Unchanged, versioned, write_task
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ import base64
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TypeVar
 
 from tortoise import connections
@@ -17,24 +16,11 @@ from runstate.enums import SessionStatus, TaskStatus
 from runstate.models import ID_LENGTH, Session, Task
 from runstate.services import history, sql, validation
 from runstate.services.clock import utcnow
+from runstate.services.conditions import WORKING, stalled
 from runstate.services.errors import InvalidInputError, NotFoundError, SessionExpiredError
-from runstate.services.loading import is_expired, session_view, task_view
+from runstate.services.read.convert import is_expired, session_view, task_view
 from runstate.services.sessions import mark_expired
 from runstate.services.views import Page, SessionView, TaskView
-
-WORKING = (TaskStatus.RUNNING, TaskStatus.WAITING_TOOL)
-
-
-def no_live_lease(now: datetime) -> Q:
-    """No lease on the task, or only one that has lapsed."""
-    return Q(lock_expires_at__isnull=True) | Q(lock_expires_at__lte=now)
-
-
-def stalled(now: datetime) -> Q:
-    """RUNNING or WAITING_TOOL, leased once, and no lease live any more: its agent is
-    gone (its lease lapsed, or was given back mid-task)."""
-    return Q(status__in=WORKING, lock_token__gt=0) & no_live_lease(now)
-
 
 M = TypeVar("M", Session, Task)
 

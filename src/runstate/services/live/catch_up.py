@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from runstate.models import Session, Task
 from runstate.pubsub.broker import Subscription
 from runstate.services.clock import utcnow
-from runstate.services.loading import expired
+from runstate.services.read.convert import expired
 from runstate.services.sql import chunks
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class Watch:
     """sessionActivity: when it last caught up."""
     expires_at: datetime | None = None
     """When its session expires, as last read: no event after it is delivered, and
-    the stream checks again then (``progress``), so it ends on time."""
+    the stream checks again then (``streams``), so it ends on time."""
 
 
 class Heads:

@@ -28,8 +28,9 @@ from tortoise.expressions import Q
 
 from runstate.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, StepVersion, Task, TaskEvent
-from runstate.services import progress, quota, sql, validation
+from runstate.services import quota, sql, validation
 from runstate.services.clock import utcnow
+from runstate.services.conditions import no_live_lease_sql
 from runstate.services.errors import (
     DomainError,
     InvalidTransitionError,
@@ -40,10 +41,10 @@ from runstate.services.errors import (
     UnmatchedWriteError,
     VersionConflictError,
 )
-from runstate.services.group import GROUP
 from runstate.services.history import VERSIONED
-from runstate.services.loading import expired, is_expired, lock_view, step_view, task_view
-from runstate.services.queries import get_task
+from runstate.services.live import streams
+from runstate.services.read.convert import expired, is_expired, lock_view, step_view, task_view
+from runstate.services.read.queries import get_task
 from runstate.services.rules import (
     FINAL_TASKS,
     FINISHED_STEPS,
@@ -58,6 +59,7 @@ from runstate.services.views import (
     ToolStateView,
     to_json,
 )
+from runstate.services.write.group_commit import GROUP
 
 MAX_ATTEMPTS = 5
 TOUCH_EVERY = timedelta(seconds=1)
@@ -241,16 +243,6 @@ class Guard:
     leased: bool = False
 
 
-def at(now: datetime) -> Any:
-    """A time as a parameter of the task row's columns."""
-    return sql.db_value(Task, "updated_at", now)
-
-
-def no_live_lease_sql(now: datetime) -> sql.Fragment:
-    """``queries.no_live_lease`` as SQL on the task row."""
-    return '"lock_expires_at" IS NULL OR "lock_expires_at" <= ?', [at(now)]
-
-
 def lease_allows(fencing_token: int | None, now: datetime) -> sql.Fragment:
     """The WHERE condition under which the task's lease lets a write through."""
     if fencing_token is None:
@@ -337,7 +329,7 @@ async def write_selected(
         try:
             view, event = await GROUP.run(write)
             if event is not None:
-                progress.announce(event)
+                streams.announce(event)
             return view
         except UnmatchedWriteError:
             refusal = await explain()

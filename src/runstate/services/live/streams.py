@@ -5,7 +5,7 @@ snapshot, or the stored events after ``after_seq``), then relays live events.
 It drops what it has already sent and, whenever a live event skips ahead or the
 broker asks for a resync, it compares the stored ``event_seq`` with the last seq
 it sent and sends what is missing from the database. Quiet streams are checked
-together, one statement per interval for all of them (``services.heads``), and
+together, one statement per interval for all of them (``services.live.catch_up``), and
 flagged for that resync when they are behind. So every subscriber sees seq 1, 2,
 3, ... whatever the broker lost.
 """
@@ -29,10 +29,10 @@ from runstate.pubsub import RESYNC, Resync
 from runstate.services import history
 from runstate.services.clock import utcnow
 from runstate.services.errors import InvalidInputError, SessionExpiredError
-from runstate.services.heads import HEADS, MARGIN, Watch
 from runstate.services.history import TaskRef
-from runstate.services.loading import expired
-from runstate.services.queries import get_task
+from runstate.services.live.catch_up import HEADS, MARGIN, Watch
+from runstate.services.read.convert import expired
+from runstate.services.read.queries import get_task
 from runstate.services.sessions import get_session
 from runstate.services.views import EventView, TaskView, from_json, to_json
 

@@ -16,9 +16,10 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.fields import JSONField
 from tortoise.models import Model
 
-from runstate.enums import SessionStatus, TaskStatus
+from runstate.enums import SessionStatus
 from runstate.models import Session, Step, Task, ToolState, box, unbox
 from runstate.services import sql
+from runstate.services.conditions import is_stalled, lease_live
 from runstate.services.views import LockView, SessionView, StepView, TaskView, ToolStateView
 
 
@@ -99,19 +100,15 @@ def tool_state_view(row: ToolState, task_id: str) -> ToolStateView:
 
 def lock_view(row: Task, now: datetime) -> LockView | None:
     """The task's lease while it is live; an expired lease is as good as released."""
-    if row.lock_holder is None or row.lock_expires_at is None or row.lock_expires_at <= now:
+    expires = row.lock_expires_at
+    if row.lock_holder is None or expires is None or not lease_live(expires, now):
         return None
     return LockView(
         task_id=row.public_id,
         holder_id=row.lock_holder,
         fencing_token=row.lock_token,
-        expires_at=row.lock_expires_at,
+        expires_at=expires,
     )
-
-
-def is_stalled(status: TaskStatus, ever_leased: bool, lock: LockView | None) -> bool:
-    """RUNNING or WAITING_TOOL, leased once, and no lease live: its agent is gone."""
-    return status in (TaskStatus.RUNNING, TaskStatus.WAITING_TOOL) and ever_leased and not lock
 
 
 def task_view(
@@ -129,7 +126,7 @@ def task_view(
         row,
         session_id=session_id,
         lock=lock,
-        stalled=is_stalled(row.status, row.lock_token > 0, lock),
+        stalled=is_stalled(row.status, row.lock_token, lock is not None),
         steps=None
         if steps is None
         else tuple(step_view(s) for s in sorted(steps, key=lambda s: s.position)),

@@ -1,0 +1,2 @@
+"""Reads: stored rows turned into views (``convert``) and the reads and
+newest-first pages of the API (``queries``)."""

@@ -1,0 +1,119 @@
+"""The forms of each shared condition (``services/conditions.py``) agree: Python, the
+ORM's Q and SQL pick the same rows on every combination of the values they read."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tortoise import connections
+from tortoise.queryset import QuerySet
+
+from runstate.enums import SessionStatus, TaskStatus
+from runstate.models import Session, Task
+from runstate.services import conditions, sql
+from runstate.services.clock import utcnow
+from tests.support import opened
+
+NOW = utcnow()
+TIMES = (NOW - timedelta(minutes=5), NOW, NOW + timedelta(minutes=5))
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[None]:
+    async with opened(f"sqlite://{tmp_path / 'conditions.db'}"):
+        yield
+
+
+async def session(status: SessionStatus, expires_at: datetime, name: str) -> Session:
+    return await Session.create(
+        public_id=name,
+        user_id="u",
+        status=status,
+        ttl_seconds=60,
+        created_at=NOW,
+        last_active_at=NOW,
+        expires_at=expires_at,
+    )
+
+
+async def ids(query: QuerySet[Any]) -> set[int]:
+    """The primary keys of the rows ``query`` picks."""
+    found: list[Any] = await query.values_list("id", flat=True)
+    return {int(pk) for pk in found}
+
+
+async def picked_by_sql(table: str, alias: str, condition: sql.Fragment) -> set[int]:
+    text, params = condition
+    rows = await sql.fetch(
+        connections.get("default"),
+        f'SELECT {alias}."id" FROM "{table}" {alias} WHERE {text}',
+        params,
+    )
+    return {int(r["id"]) for r in rows}
+
+
+@pytest.mark.usefixtures("db")
+async def test_lease_and_stalled_forms_agree() -> None:
+    """Guards ``conditions``' task rules: for every status, token (never or once
+    leased) and lease expiry (none, lapsed, now, ahead), the Python test, the Q and
+    the SQL pick the same tasks. Seen failing with ``stalled_sql`` missing its
+    ``"lock_token" > 0`` (it then also picked tasks never leased)."""
+    home = await session(SessionStatus.ACTIVE, NOW + timedelta(hours=1), "home")
+    expected_stalled, expected_free = set(), set()
+    combos = itertools.product(TaskStatus, (0, 2), (None, *TIMES))
+    for n, (status, token, expires) in enumerate(combos):
+        task = await Task.create(
+            public_id=f"t{n}",
+            user_id="u",
+            session=home,
+            goal="g",
+            status=status,
+            lock_holder=None if expires is None else "w",
+            lock_token=token,
+            lock_expires_at=expires,
+            created_at=NOW,
+            updated_at=NOW,
+        )
+        live = conditions.lease_live(expires, NOW)
+        if conditions.is_stalled(status, token, live):
+            expected_stalled.add(task.id)
+        if not live:
+            expected_free.add(task.id)
+    assert 0 < len(expected_stalled) < len(expected_free)
+    stalled_q = await ids(Task.filter(conditions.stalled(NOW)))
+    free_q = await ids(Task.filter(conditions.no_live_lease(NOW)))
+    assert stalled_q == expected_stalled
+    assert free_q == expected_free
+    assert await picked_by_sql("tasks", "tasks", conditions.stalled_sql(NOW)) == expected_stalled
+    assert await picked_by_sql("tasks", "tasks", conditions.no_live_lease_sql(NOW)) == (
+        expected_free
+    )
+
+
+@pytest.mark.usefixtures("db")
+async def test_open_session_forms_agree() -> None:
+    """Guards ``conditions``' session rule: for every status and expiry, the Python
+    test, the Q (on sessions, and on tasks through their session) and the SQL pick
+    the same sessions."""
+    expected: set[int] = set()
+    tasks_of: dict[int, int] = {}
+    for n, (status, expires) in enumerate(itertools.product(SessionStatus, TIMES)):
+        row = await session(status, expires, f"s{n}")
+        task = await Task.create(
+            public_id=f"t{n}", user_id="u", session=row, goal="g",
+            status=TaskStatus.PLANNED, created_at=NOW, updated_at=NOW,
+        )  # fmt: skip
+        tasks_of[row.id] = task.id
+        if conditions.session_open(status, expires, NOW):
+            expected.add(row.id)
+    assert 0 < len(expected) < len(tasks_of)
+    by_q = await ids(Session.filter(conditions.open_session(NOW)))
+    assert by_q == expected
+    via = conditions.open_session(NOW, via="session__")
+    assert await ids(Task.filter(via)) == {tasks_of[s] for s in expected}
+    assert await picked_by_sql("sessions", "s", conditions.open_session_sql(NOW, "s")) == expected
