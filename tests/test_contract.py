@@ -21,7 +21,9 @@ from graphql import (
 )
 from graphql.pyutils import Undefined
 
-from runstate.schema.build import schema as runstate_schema
+from runstate import api
+
+runstate_schema = api.build_schema()
 
 CONTRACT = Path(__file__).with_name("contract.graphql")
 

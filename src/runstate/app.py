@@ -15,6 +15,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from runstate import logs, pubsub
+from runstate.api import build_schema
 from runstate.auth import Tokens, forget_revoked
 from runstate.connections import Connections
 from runstate.db import close_database, current_epoch, open_database
@@ -24,7 +25,6 @@ from runstate.metrics import WEBSOCKETS
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
 from runstate.pubsub.redis import RedisBroker, key_prefix
 from runstate.ratelimit import Budgets, MemoryRateLimiter, RateLimiter, RedisRateLimiter
-from runstate.schema.build import build_schema
 from runstate.services import validation
 from runstate.services.sweep import sweep_forever
 from runstate.settings import Settings

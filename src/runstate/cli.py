@@ -119,7 +119,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             asyncio.run(serve_with_demo(args.host, args.port, settings.database_url))
         print("runstate: stopped", flush=True)
     elif args.command == "export-schema":
-        from runstate.schema.build import schema
+        from runstate import api
+
+        schema = api.build_schema()
 
         if args.possible_types:
             print(json.dumps(possible_types(build_schema(schema.as_str())), indent=2))

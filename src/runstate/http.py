@@ -42,8 +42,8 @@ from runstate import logs, media
 from runstate.auth import Principal, Tokens
 from runstate.connections import Connection, Connections, TooManyConnectionsError
 from runstate.ratelimit import PEEK, SPEND, SPENT, TAKE, Budgets, RateLimiter, Spending
-from runstate.schema.build import parse_document
 from runstate.schema.context import Context
+from runstate.schema.extensions import parse_document
 from runstate.schema.fanout import SHARED
 from runstate.services.errors import RateLimitedError
 from runstate.services.validation import encoded, storable_text

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from graphql import OperationDefinitionNode, parse
 
+from runstate.api import build_schema
 from runstate.auth import Principal
 from runstate.enums import ToolOutcome
 from runstate.schema.bounds import estimate_of
-from runstate.schema.build import build_schema
 from runstate.schema.context import Context
 from runstate.schema.cost import Estimate, Walk
 from runstate.services import sessions, tasks, tools, validation

@@ -8,8 +8,8 @@ import asyncio
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from runstate.db import _migration_lock, check_sqlite, close_database, open_database
-from tests.support import POSTGRES_URL, postgres_database, require_service
+from runstate.db import _migration_lock, check_sqlite, current_epoch
+from tests.support import POSTGRES_URL, opened, postgres_database, require_service
 
 PROBE = "runstate-lock-probe"
 
@@ -49,14 +49,12 @@ def test_a_server_starts_on_a_url_with_sslmode() -> None:
     ``ssl``. Handed to Tortoise as it is, asyncpg refuses the keyword
     (TypeError: unexpected keyword argument 'sslmode') and nothing starts."""
 
-    async def start(url: str) -> str:
-        try:
-            return await open_database(url)
-        finally:
-            await close_database()
+    async def start(url: str) -> None:
+        async with opened(url):  # open_database, Tortoise's statement cache cleared first
+            assert await current_epoch()
 
     with postgres_database() as url:
-        assert asyncio.run(start(f"{url}?sslmode=disable"))
+        asyncio.run(start(f"{url}?sslmode=disable"))
 
 
 def test_an_old_sqlite_is_refused_at_start() -> None:

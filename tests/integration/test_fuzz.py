@@ -12,8 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runstate.schema.build import schema
+from runstate.api import build_schema
 from tests.support import Api, Server, create_token, sqlite_server
+
+schema = build_schema()
 
 NAMES = sorted(
     {name for type_ in schema._schema.type_map.values() for name in getattr(type_, "fields", {})}

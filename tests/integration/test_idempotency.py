@@ -17,7 +17,7 @@ from graphql import (
     build_schema,
 )
 
-from runstate.schema.build import schema
+import runstate.api
 from tests.integration.test_api import (
     create_task,
     events,
@@ -28,6 +28,8 @@ from tests.integration.test_api import (
 )
 from tests.integration.test_lifecycle import tool
 from tests.support import Api, Server, query_value
+
+schema = runstate.api.build_schema()
 
 
 def key() -> str:

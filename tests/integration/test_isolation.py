@@ -27,9 +27,11 @@ from graphql import (
     get_named_type,
 )
 
-from runstate.schema.build import schema
+from runstate.api import build_schema
 from tests.integration.test_api import create_task, start_session, step
 from tests.support import Api, Server, Subscriber, SubscriptionError, create_token, sqlite_server
+
+schema = build_schema()
 
 GRAPHQL = schema._schema
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from runstate.api import build_schema
 from runstate.auth import Principal
-from runstate.schema.build import build_schema
 from runstate.schema.context import Context
 from runstate.services import sessions, tasks
 from runstate.services.validation import StepPlan

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 from tortoise.backends.base.executor import EXECUTOR_CACHE
 
+from runstate.api import build_schema
 from runstate.auth import Principal
 from runstate.db import close_database, open_database
-from runstate.schema.build import schema
 from runstate.schema.context import Context
 from runstate.settings import Settings
+
+schema = build_schema()
 
 
 async def test_an_unexpected_error_is_masked_in_an_answer() -> None:

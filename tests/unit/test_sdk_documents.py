@@ -8,9 +8,11 @@ from datetime import datetime
 import pytest
 from graphql import parse, validate
 
+from runstate.api import build_schema
 from runstate.client import documents, models
 from runstate.enums import StepStatus
-from runstate.schema.build import schema
+
+schema = build_schema()
 
 DOCUMENTS = {
     name: value

@@ -8,7 +8,9 @@ from typing import Any
 from strawberry.extensions.parser_cache import _get_parse_cache
 from strawberry.extensions.validation_cache import DEFAULT_MAXSIZE, _get_validate_cache
 
-from runstate.schema.build import schema
+from runstate.api import build_schema
+
+schema = build_schema()
 
 
 async def test_a_repeated_document_is_validated_once() -> None:

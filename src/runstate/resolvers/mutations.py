@@ -4,16 +4,7 @@ from __future__ import annotations
 
 import strawberry
 
-from runstate.resolvers.results import (
-    DeleteResult,
-    LockResult,
-    ReleaseResult,
-    ResumeResult,
-    SessionResult,
-    TaskResult,
-    ToolStateResult,
-    answer_once,
-)
+from runstate.resolvers.answers import answered_mutation, once
 from runstate.schema.context import Info
 from runstate.schema.inputs import (
     AcquireTaskLockInput,
@@ -35,6 +26,15 @@ from runstate.schema.inputs import (
     StepRefInput,
     UpdateSessionInput,
 )
+from runstate.schema.results import (
+    DeleteResult,
+    LockResult,
+    ReleaseResult,
+    ResumeResult,
+    SessionResult,
+    TaskResult,
+    ToolStateResult,
+)
 from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
 from runstate.services import leases, recovery, sessions, tasks, tools
 from runstate.services.recovery import ResumePlanView
@@ -49,298 +49,315 @@ def _deleted(session_id: str) -> Deleted:
 class Mutation:
     """Every change an agent or a person makes."""
 
-    @strawberry.mutation
+    @answered_mutation()
     async def start_session(self, info: Info, input: StartSessionInput) -> SessionResult:
-        return await answer_once(
-            info,
-            input,
-            SessionView,
-            lambda: sessions.start_session(
-                info.context.user_id,
-                default_ttl=info.context.settings.session_ttl,
-                session_id=input.id,
-                ttl_seconds=input.ttl_seconds,
-                metadata=input.metadata,
-            ),
-            AgentSession.of,
+        return AgentSession.of(
+            await once(
+                info,
+                input,
+                SessionView,
+                lambda: sessions.start_session(
+                    info.context.user_id,
+                    default_ttl=info.context.settings.session_ttl,
+                    session_id=input.id,
+                    ttl_seconds=input.ttl_seconds,
+                    metadata=input.metadata,
+                ),
+            )
         )
 
-    @strawberry.mutation
+    @answered_mutation()
     async def update_session(self, info: Info, input: UpdateSessionInput) -> SessionResult:
         set_metadata = input.metadata is not strawberry.UNSET
-        return await answer_once(
-            info,
-            input,
-            SessionView,
-            lambda: sessions.update_session(
-                info.context.user_id,
-                input.id,
-                expected_version=input.expected_version,
-                status=input.status,
-                message_count_delta=input.message_count_delta,
-                metadata=input.metadata if set_metadata else None,
-                set_metadata=set_metadata,
-            ),
-            AgentSession.of,
+        return AgentSession.of(
+            await once(
+                info,
+                input,
+                SessionView,
+                lambda: sessions.update_session(
+                    info.context.user_id,
+                    input.id,
+                    expected_version=input.expected_version,
+                    status=input.status,
+                    message_count_delta=input.message_count_delta,
+                    metadata=input.metadata if set_metadata else None,
+                    set_metadata=set_metadata,
+                ),
+            )
         )
 
-    @strawberry.mutation(
+    @answered_mutation(
         description=(
             "Ends the session now and deletes it with all its tasks, steps, tool states and events."
         )
     )
     async def delete_session(self, info: Info, input: DeleteSessionInput) -> DeleteResult:
-        return await answer_once(
-            info,
-            input,
-            str,
-            lambda: sessions.delete_session(info.context.user_id, input.id),
-            _deleted,
+        return _deleted(
+            await once(
+                info, input, str, lambda: sessions.delete_session(info.context.user_id, input.id)
+            )
         )
 
-    @strawberry.mutation
+    @answered_mutation()
     async def create_task(self, info: Info, input: CreateTaskInput) -> TaskResult:
-        return await answer_once(
-            info,
-            input,
-            TaskView,
-            lambda: tasks.create_task(
-                info.context.user_id,
-                input.session_id,
-                goal=input.goal,
-                steps=[s.plan() for s in input.steps],
-                task_id=input.id,
-            ),
-            Task.of,
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: tasks.create_task(
+                    info.context.user_id,
+                    input.session_id,
+                    goal=input.goal,
+                    steps=[s.plan() for s in input.steps],
+                    task_id=input.id,
+                ),
+            )
         )
 
-    @strawberry.mutation(
+    @answered_mutation(
         description="Appends steps to the plan (agents often discover steps as they go)."
     )
     async def add_steps(self, info: Info, input: AddStepsInput) -> TaskResult:
-        return await answer_once(
-            info,
-            input,
-            TaskView,
-            lambda: tasks.add_steps(
-                info.context.user_id,
-                input.task_id,
-                [s.plan() for s in input.steps],
-                expected_version=input.expected_version,
-                fencing_token=input.fencing_token,
-            ),
-            Task.of,
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: tasks.add_steps(
+                    info.context.user_id,
+                    input.task_id,
+                    [s.plan() for s in input.steps],
+                    expected_version=input.expected_version,
+                    fencing_token=input.fencing_token,
+                ),
+            )
         )
 
-    @strawberry.mutation
+    @answered_mutation()
     async def start_step(self, info: Info, input: StepRefInput) -> TaskResult:
-        return await answer_once(
-            info,
-            input,
-            TaskView,
-            lambda: tasks.start_step(
-                info.context.user_id,
-                input.task_id,
-                input.step_index,
-                expected_version=input.expected_version,
-                fencing_token=input.fencing_token,
-            ),
-            Task.of,
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: tasks.start_step(
+                    info.context.user_id,
+                    input.task_id,
+                    input.step_index,
+                    expected_version=input.expected_version,
+                    fencing_token=input.fencing_token,
+                ),
+            )
         )
 
-    @strawberry.mutation
+    @answered_mutation()
     async def complete_step(self, info: Info, input: CompleteStepInput) -> TaskResult:
-        return await answer_once(
-            info,
-            input,
-            TaskView,
-            lambda: tasks.complete_step(
-                info.context.user_id,
-                input.task_id,
-                input.step_index,
-                expected_version=input.expected_version,
-                output=input.output,
-                fencing_token=input.fencing_token,
-            ),
-            Task.of,
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: tasks.complete_step(
+                    info.context.user_id,
+                    input.task_id,
+                    input.step_index,
+                    expected_version=input.expected_version,
+                    output=input.output,
+                    fencing_token=input.fencing_token,
+                ),
+            )
         )
 
-    @strawberry.mutation
+    @answered_mutation()
     async def fail_step(self, info: Info, input: FailStepInput) -> TaskResult:
-        return await answer_once(
-            info,
-            input,
-            TaskView,
-            lambda: tasks.fail_step(
-                info.context.user_id,
-                input.task_id,
-                input.step_index,
-                expected_version=input.expected_version,
-                error=input.error,
-                fencing_token=input.fencing_token,
-            ),
-            Task.of,
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: tasks.fail_step(
+                    info.context.user_id,
+                    input.task_id,
+                    input.step_index,
+                    expected_version=input.expected_version,
+                    error=input.error,
+                    fencing_token=input.fencing_token,
+                ),
+            )
         )
 
-    @strawberry.mutation
+    @answered_mutation()
     async def checkpoint_task(self, info: Info, input: CheckpointTaskInput) -> TaskResult:
-        return await answer_once(
-            info,
-            input,
-            TaskView,
-            lambda: tasks.checkpoint_task(
-                info.context.user_id,
-                input.task_id,
-                [s.patch() for s in input.steps],
-                expected_version=input.expected_version,
-                status=input.status,
-                fencing_token=input.fencing_token,
-            ),
-            Task.of,
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: tasks.checkpoint_task(
+                    info.context.user_id,
+                    input.task_id,
+                    [s.patch() for s in input.steps],
+                    expected_version=input.expected_version,
+                    status=input.status,
+                    fencing_token=input.fencing_token,
+                ),
+            )
         )
 
-    @strawberry.mutation
+    @answered_mutation()
     async def set_task_status(self, info: Info, input: SetTaskStatusInput) -> TaskResult:
-        return await answer_once(
-            info,
-            input,
-            TaskView,
-            lambda: tasks.set_task_status(
-                info.context.user_id,
-                input.task_id,
-                input.status,
-                expected_version=input.expected_version,
-                fencing_token=input.fencing_token,
-            ),
-            Task.of,
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: tasks.set_task_status(
+                    info.context.user_id,
+                    input.task_id,
+                    input.status,
+                    expected_version=input.expected_version,
+                    fencing_token=input.fencing_token,
+                ),
+            )
         )
 
-    @strawberry.mutation
+    @answered_mutation()
     async def resume_task(self, info: Info, input: ResumeTaskInput) -> ResumeResult:
-        return await answer_once(
-            info,
-            input,
-            ResumePlanView,
-            lambda: recovery.resume_task(
-                info.context.user_id,
-                input.task_id,
-                expected_version=input.expected_version,
-                fencing_token=input.fencing_token,
-            ),
-            ResumePlan.of,
+        return ResumePlan.of(
+            await once(
+                info,
+                input,
+                ResumePlanView,
+                lambda: recovery.resume_task(
+                    info.context.user_id,
+                    input.task_id,
+                    expected_version=input.expected_version,
+                    fencing_token=input.fencing_token,
+                ),
+            )
         )
 
-    @strawberry.mutation
+    @answered_mutation()
     async def decide_step(self, info: Info, input: DecideStepInput) -> TaskResult:
-        return await answer_once(
-            info,
-            input,
-            TaskView,
-            lambda: recovery.decide_step(
-                info.context.user_id,
-                input.task_id,
-                input.step_index,
-                input.decision,
-                expected_version=input.expected_version,
-                output=input.output,
-                note=input.note,
-                fencing_token=input.fencing_token,
-            ),
-            Task.of,
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: recovery.decide_step(
+                    info.context.user_id,
+                    input.task_id,
+                    input.step_index,
+                    input.decision,
+                    expected_version=input.expected_version,
+                    output=input.output,
+                    note=input.note,
+                    fencing_token=input.fencing_token,
+                ),
+            )
         )
 
-    @strawberry.mutation
+    @answered_mutation()
     async def acquire_task_lock(self, info: Info, input: AcquireTaskLockInput) -> LockResult:
-        return await answer_once(
-            info,
-            input,
-            LockView,
-            lambda: leases.acquire_task_lock(
-                info.context.user_id, input.task_id, input.holder_id, input.ttl_seconds
-            ),
-            TaskLock.of,
+        return TaskLock.of(
+            await once(
+                info,
+                input,
+                LockView,
+                lambda: leases.acquire_task_lock(
+                    info.context.user_id, input.task_id, input.holder_id, input.ttl_seconds
+                ),
+            )
         )
 
-    @strawberry.mutation
+    @answered_mutation()
     async def renew_task_lock(self, info: Info, input: RenewTaskLockInput) -> LockResult:
-        return await answer_once(
-            info,
-            input,
-            LockView,
-            lambda: leases.renew_task_lock(
-                info.context.user_id, input.task_id, input.holder_id, input.ttl_seconds
-            ),
-            TaskLock.of,
+        return TaskLock.of(
+            await once(
+                info,
+                input,
+                LockView,
+                lambda: leases.renew_task_lock(
+                    info.context.user_id, input.task_id, input.holder_id, input.ttl_seconds
+                ),
+            )
         )
 
-    @strawberry.mutation
+    @answered_mutation()
     async def release_task_lock(self, info: Info, input: ReleaseTaskLockInput) -> ReleaseResult:
-        return await answer_once(
-            info,
-            input,
-            TaskView,
-            lambda: leases.release_task_lock(info.context.user_id, input.task_id, input.holder_id),
-            Task.of,
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: leases.release_task_lock(
+                    info.context.user_id, input.task_id, input.holder_id
+                ),
+            )
         )
 
-    @strawberry.mutation
+    @answered_mutation()
     async def record_tool_call(self, info: Info, input: RecordToolCallInput) -> ToolStateResult:
-        return await answer_once(
-            info,
-            input,
-            ToolStateView,
-            lambda: tools.record_tool_call(
-                info.context.user_id,
-                input.task_id,
-                input.tool_name,
-                input.outcome,
-                expected_version=input.expected_version,
-                fencing_token=input.fencing_token,
-                result=input.result,
-                error=input.error,
-                retry_after_seconds=input.retry_after_seconds,
-                max_retries=input.max_retries,
-            ),
-            ToolState.of,
+        return ToolState.of(
+            await once(
+                info,
+                input,
+                ToolStateView,
+                lambda: tools.record_tool_call(
+                    info.context.user_id,
+                    input.task_id,
+                    input.tool_name,
+                    input.outcome,
+                    expected_version=input.expected_version,
+                    fencing_token=input.fencing_token,
+                    result=input.result,
+                    error=input.error,
+                    retry_after_seconds=input.retry_after_seconds,
+                    max_retries=input.max_retries,
+                ),
+            )
         )
 
-    @strawberry.mutation(
+    @answered_mutation(
         description=(
             "A new task in the same session from a past state of another: its steps as "
             "they stood at atSeq (RUNNING ones PENDING); its first event names the source."
         )
     )
     async def fork_task(self, info: Info, input: ForkTaskInput) -> TaskResult:
-        return await answer_once(
-            info,
-            input,
-            TaskView,
-            lambda: tasks.fork_task(
-                info.context.user_id,
-                input.task_id,
-                input.at_seq,
-                new_id=input.id,
-                goal=input.goal,
-            ),
-            Task.of,
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: tasks.fork_task(
+                    info.context.user_id,
+                    input.task_id,
+                    input.at_seq,
+                    new_id=input.id,
+                    goal=input.goal,
+                ),
+            )
         )
 
-    @strawberry.mutation(
+    @answered_mutation(
         description=(
             "Atomically picks the oldest task that needs a worker and leases it; NotFound "
             "when none does."
         )
     )
     async def claim_task(self, info: Info, input: ClaimTaskInput) -> LockResult:
-        return await answer_once(
-            info,
-            input,
-            LockView,
-            lambda: leases.claim_task(
-                info.context.user_id,
-                input.holder_id,
-                input.ttl_seconds,
-                session_id=input.session_id,
-            ),
-            TaskLock.of,
+        return TaskLock.of(
+            await once(
+                info,
+                input,
+                LockView,
+                lambda: leases.claim_task(
+                    info.context.user_id,
+                    input.holder_id,
+                    input.ttl_seconds,
+                    session_id=input.session_id,
+                ),
+            )
         )

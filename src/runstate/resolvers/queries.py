@@ -6,8 +6,9 @@ import strawberry
 
 from runstate.enums import SessionStatus, TaskStatus
 from runstate.ratelimit import READ_COST
-from runstate.resolvers.results import SessionResult, TaskResult, answer
+from runstate.resolvers.answers import answered
 from runstate.schema.context import Info
+from runstate.schema.results import SessionResult, TaskResult
 from runstate.schema.types import AgentSession, SessionConnection, Task, TaskConnection, Usage
 from runstate.services import quota, sessions, validation
 from runstate.services.read import queries
@@ -17,12 +18,11 @@ from runstate.services.read import queries
 class Query:
     """Reads of the caller's own state."""
 
-    @strawberry.field(
-        description="The caller's session. An expired session answers SessionExpired."
-    )
+    @answered(description="The caller's session. An expired session answers SessionExpired.")
     async def session(self, info: Info, id: strawberry.ID) -> SessionResult:
         user = info.context.user_id
-        return await answer(info, lambda: sessions.get_session(user, id), AgentSession.of)
+        await info.context.charge(READ_COST)
+        return AgentSession.of(await sessions.get_session(user, id))
 
     @strawberry.field(description="The caller's sessions, newest first.")
     async def sessions(
@@ -38,17 +38,19 @@ class Query:
         )
         return SessionConnection.of(page)
 
-    @strawberry.field
+    @answered()
     async def task(self, info: Info, id: strawberry.ID) -> TaskResult:
         user = info.context.user_id
-        return await answer(info, lambda: queries.get_task(user, id), Task.of)
+        await info.context.charge(READ_COST)
+        return Task.of(await queries.get_task(user, id))
 
-    @strawberry.field(
+    @answered(
         description="The task exactly as it stood just after event `seq` (history, time travel)."
     )
     async def task_at(self, info: Info, id: strawberry.ID, seq: int) -> TaskResult:
         user = info.context.user_id
-        return await answer(info, lambda: queries.get_task_at(user, id, seq), Task.of)
+        await info.context.charge(READ_COST)
+        return Task.of(await queries.get_task_at(user, id, seq))
 
     @strawberry.field(
         description=(

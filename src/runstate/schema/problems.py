@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from enum import Enum
+from typing import Any
 
 import strawberry
+from strawberry.extensions import FieldExtension
 
 from runstate.services import errors
 
@@ -152,3 +155,23 @@ def to_problem(error: errors.DomainError) -> Problem:
         case errors.RateLimitedError():
             return RateLimited(code=code, message=message, retry_after_seconds=error.retry_after)
     raise TypeError(f"no Problem answers {type(error).__name__}")
+
+
+class AnswerProblems(FieldExtension):
+    """Answers a refusal raised by the field's resolver (a ``DomainError``, the rate
+    limit's included) as its Problem member: the one place where the services'
+    errors become answers of the contract's unions."""
+
+    def resolve(self, next_: Callable[..., Any], source: Any, info: Any, **kwargs: Any) -> Any:
+        try:
+            return next_(source, info, **kwargs)
+        except errors.DomainError as error:
+            return to_problem(error)
+
+    async def resolve_async(
+        self, next_: Callable[..., Awaitable[Any]], source: Any, info: Any, **kwargs: Any
+    ) -> Any:
+        try:
+            return await next_(source, info, **kwargs)
+        except errors.DomainError as error:
+            return to_problem(error)

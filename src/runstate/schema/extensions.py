@@ -1,19 +1,16 @@
-"""The Schema with its extensions: parser and validation caches, limits, error masking."""
+"""The Schema class and its extensions: parser and validation caches, error masking,
+metrics. The schema itself is assembled above the resolvers, in ``runstate.api``."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Set
-from functools import partial
+from collections.abc import Iterator, Set
 
 import strawberry
 from graphql import DocumentNode, FieldNode, GraphQLError, OperationDefinitionNode, parse
 from strawberry.extensions import (
-    AddValidationRules,
-    DisableIntrospection,
     MaskErrors,
-    MaxTokensLimiter,
     ParserCache,
     SchemaExtension,
     ValidationCache,
@@ -22,17 +19,10 @@ from strawberry.extensions.parser_cache import DEFAULT_MAXSIZE, _get_parse_cache
 from strawberry.types import ExecutionContext
 
 from runstate.metrics import OPERATIONS, WRITE_SECONDS
-from runstate.resolvers.mutations import Mutation
-from runstate.resolvers.queries import Query
-from runstate.resolvers.subscriptions import Subscription
-from runstate.schema.bounds import BoundedAnswers, Bounds
-from runstate.schema.fanout import SharedEventExecutor
-from runstate.schema.limits import limit_rules
 from runstate.services.errors import DomainError
-from runstate.settings import Settings
 
 
-def _should_mask(error: GraphQLError) -> bool:
+def should_mask(error: GraphQLError) -> bool:
     """Hide unexpected failures; let syntax, validation and service refusals through."""
     original = error.original_error
     return original is not None and not isinstance(original, DomainError | GraphQLError)
@@ -155,49 +145,6 @@ class Schema(strawberry.Schema):
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
     ) -> None:
-        unexpected = [error for error in errors if _should_mask(error)]
+        unexpected = [error for error in errors if should_mask(error)]
         if unexpected:
             super().process_errors(unexpected, execution_context)
-
-
-def build_schema(settings: Settings | None = None) -> strawberry.Schema:
-    """The runstate GraphQL schema with the limits of ``settings`` (the defaults when
-    None); ``settings.introspection`` off refuses schema queries."""
-    settings = settings or Settings()
-    # Built once here, so that every request hands graphql-core's validation cache
-    # the same rule classes (see ``schema.limits``).
-    rules = limit_rules(
-        max_depth=settings.max_depth, max_aliases=settings.max_aliases, max_nodes=settings.max_nodes
-    )
-    known: set[str] = {"__typename", "__schema", "__type"}  # filled once the schema is built
-    bounds = Bounds(
-        max_nodes=settings.max_nodes,
-        max_bytes=settings.max_response_bytes,
-        max_body_bytes=settings.max_body_bytes,
-        burst=settings.rate_burst,
-    )
-    # Classes or factories, never instances: Strawberry builds a fresh one per request.
-    extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
-        ParseOnce,
-        SmallValidationCache,
-        partial(AddValidationRules, rules),
-        partial(MaxTokensLimiter, max_token_count=settings.max_tokens),
-        partial(BoundedAnswers, bounds),
-        partial(MaskUnexpectedErrors, should_mask_error=_should_mask),
-        partial(Measured, known),
-    ]
-    if not settings.introspection:
-        extensions.append(DisableIntrospection)
-    built = Schema(
-        query=Query,
-        mutation=Mutation,
-        subscription=Subscription,
-        extensions=extensions,
-        execution_context_class=SharedEventExecutor,
-    )
-    roots = (built._schema.query_type, built._schema.mutation_type, built._schema.subscription_type)
-    known.update(name for root in roots if root is not None for name in root.fields)
-    return built
-
-
-schema = build_schema()

@@ -1,0 +1,71 @@
+"""The GraphQL API assembled: the resolvers' root types in one Schema with the
+limits and extensions of the settings. It sits above the resolvers, which import
+nothing from here (``make lint``'s import contracts)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from strawberry.extensions import (
+    AddValidationRules,
+    DisableIntrospection,
+    MaxTokensLimiter,
+    SchemaExtension,
+)
+
+from runstate.resolvers.mutations import Mutation
+from runstate.resolvers.queries import Query
+from runstate.resolvers.subscriptions import Subscription
+from runstate.schema.bounds import BoundedAnswers, Bounds
+from runstate.schema.extensions import (
+    MaskUnexpectedErrors,
+    Measured,
+    ParseOnce,
+    Schema,
+    SmallValidationCache,
+    should_mask,
+)
+from runstate.schema.fanout import SharedEventExecutor
+from runstate.schema.limits import limit_rules
+from runstate.settings import Settings
+
+
+def build_schema(settings: Settings | None = None) -> Schema:
+    """The runstate GraphQL schema with the limits of ``settings`` (the defaults when
+    None); ``settings.introspection`` off refuses schema queries."""
+    settings = settings or Settings()
+    # Built once here, so that every request hands graphql-core's validation cache
+    # the same rule classes (see ``schema.limits``).
+    rules = limit_rules(
+        max_depth=settings.max_depth, max_aliases=settings.max_aliases, max_nodes=settings.max_nodes
+    )
+    known: set[str] = {"__typename", "__schema", "__type"}  # filled once the schema is built
+    bounds = Bounds(
+        max_nodes=settings.max_nodes,
+        max_bytes=settings.max_response_bytes,
+        max_body_bytes=settings.max_body_bytes,
+        burst=settings.rate_burst,
+    )
+    # Classes or factories, never instances: Strawberry builds a fresh one per request.
+    extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
+        ParseOnce,
+        SmallValidationCache,
+        partial(AddValidationRules, rules),
+        partial(MaxTokensLimiter, max_token_count=settings.max_tokens),
+        partial(BoundedAnswers, bounds),
+        partial(MaskUnexpectedErrors, should_mask_error=should_mask),
+        partial(Measured, known),
+    ]
+    if not settings.introspection:
+        extensions.append(DisableIntrospection)
+    built = Schema(
+        query=Query,
+        mutation=Mutation,
+        subscription=Subscription,
+        extensions=extensions,
+        execution_context_class=SharedEventExecutor,
+    )
+    roots = (built._schema.query_type, built._schema.mutation_type, built._schema.subscription_type)
+    known.update(name for root in roots if root is not None for name in root.fields)
+    return built

@@ -1,0 +1,40 @@
+"""What every resolver of a union does the same way: refusals answered as Problem
+members (``AnswerProblems``, applied by ``answered`` and ``answered_mutation``),
+and a write charged and run under its idempotency key (``once``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import strawberry
+
+from runstate.ratelimit import WRITE_COST
+from runstate.schema.context import Info
+from runstate.schema.problems import AnswerProblems
+from runstate.services import idempotency
+
+V = TypeVar("V")
+
+
+def answered(**options: Any) -> Any:
+    """``strawberry.field`` whose refusals are answered as Problem members."""
+    return strawberry.field(extensions=[AnswerProblems()], **options)
+
+
+def answered_mutation(**options: Any) -> Any:
+    """``strawberry.mutation`` whose refusals are answered as Problem members."""
+    return strawberry.mutation(extensions=[AnswerProblems()], **options)
+
+
+async def once(info: Info, input: Any, kind: type[Any], write: Callable[[], Awaitable[V]]) -> V:
+    """The service's answer to a mutation, charged to the caller's budget: with
+    ``input.idempotencyKey``, a repeat answers as the first call did and writes
+    nothing (``services.idempotency``). The operation is the mutation's name; its
+    fingerprint covers the input without the key. ``kind`` is the type of the
+    service's answer, to read a stored one back."""
+    await info.context.charge(WRITE_COST)
+    payload = {k: v for k, v in dataclasses.asdict(input).items() if k != "idempotency_key"}
+    call = idempotency.keyed(info.context.user_id, input.idempotency_key, info.field_name, payload)
+    return await idempotency.once(call, info.context.settings.idempotency_ttl, kind, write)
