@@ -46,6 +46,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix src tests bench

@@ -35,7 +35,7 @@ from runstate.client import (
     Unauthorized,
     VersionConflict,
 )
-from runstate.client import api as api_module
+from runstate.client import calls as api_module
 from tests.support import Server, create_token, free_port, restart
 
 STEPS = 6

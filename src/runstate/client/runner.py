@@ -36,7 +36,7 @@ from runstate.client.policies import CheckpointPolicy, EveryStep
 from runstate.enums import StepStatus, ToolStatus
 
 if TYPE_CHECKING:
-    from runstate.client.api import Runstate
+    from runstate.client.calls import Calls
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class TaskRunner:
 
     def __init__(
         self,
-        api: Runstate,
+        api: Calls,
         task_id: str,
         *,
         holder: str,

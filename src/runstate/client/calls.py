@@ -1,0 +1,559 @@
+"""``Runstate``: the async SDK client, on the gql GraphQL client library.
+
+Queries and mutations go over HTTP (httpx); ``watch`` follows a task over
+graphql-transport-ws and reconnects by itself, resuming after the last seq it saw.
+A ``Problem`` answer becomes the matching exception of ``runstate.client.errors``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import uuid
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from functools import cache
+from typing import Any, Self
+from urllib.parse import quote
+
+from gql import Client, GraphQLRequest
+from gql.client import AsyncClientSession
+from gql.transport.exceptions import (
+    TransportConnectionFailed,
+    TransportError,
+    TransportProtocolError,
+    TransportQueryError,
+    TransportServerError,
+)
+from gql.transport.httpx import HTTPXAsyncTransport
+from gql.transport.websockets import WebsocketsTransport
+from graphql import DocumentNode, parse
+from websockets.exceptions import WebSocketException
+
+from runstate.client import documents as doc
+from runstate.client.errors import (
+    PROBLEMS,
+    NotFound,
+    ProblemError,
+    RateLimited,
+    RunstateError,
+    ServerUnavailable,
+    Unauthorized,
+)
+from runstate.client.models import Event, Lock, ResumePlan, Session, Task, ToolState
+
+log = logging.getLogger(__name__)
+
+RETRIES = 8
+RATE_LIMIT_WAIT = 60.0
+"""The longest a call waits, in all, for the caller's rate limit before it raises."""
+FIRST_BACKOFF = 0.05
+MAX_BACKOFF = 3.0
+_TRANSIENT = (TransportConnectionFailed, TransportProtocolError, TransportServerError)
+
+StepPlan = str | Mapping[str, Any]
+"""A step to plan: its action, or ``{"action", "input", "idempotent"}``."""
+
+
+@cache
+def _parsed(document: str) -> DocumentNode:
+    return parse(document)
+
+
+def _plan(step: StepPlan) -> dict[str, Any]:
+    return {"action": step} if isinstance(step, str) else dict(step)
+
+
+def _some(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _unauthenticated(error: TransportQueryError) -> bool:
+    """Whether the server answered 401: the token was refused."""
+    return any(
+        (e.get("extensions") or {}).get("code") == "UNAUTHENTICATED" for e in error.errors or []
+    )
+
+
+def _rate_limited(error: TransportQueryError) -> float | None:
+    """The wait a RATE_LIMITED error asks for (None: another error)."""
+    for e in error.errors or []:
+        extensions = e.get("extensions") or {}
+        if extensions.get("code") == "RATE_LIMITED":
+            return float(extensions["retryAfterSeconds"])
+    return None
+
+
+def _ended_by(error: TransportQueryError) -> ProblemError:
+    """The Problem a subscription's GraphQL error stands for, by its ``code``
+    (SessionExpired when the session expired, NotFound for an unknown task)."""
+    first = (error.errors or [{}])[0]
+    extensions = first.get("extensions") or {}
+    problem = _BY_CODE.get(str(extensions.get("code")), NotFound)
+    return problem({"message": first.get("message", str(error)), **extensions})
+
+
+_BY_CODE = {cls.code: cls for cls in PROBLEMS.values()}
+
+FORBIDDEN = 4403
+"""The close code of a WebSocket whose token the server refused."""
+
+
+def _close_code(error: BaseException) -> int | None:
+    """The close code of the WebSocket close behind ``error``, if one is."""
+    cause: BaseException | None = error
+    while cause is not None:
+        received = getattr(cause, "rcvd", None)
+        if received is not None:
+            return int(received.code)
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+async def _pause(name: str, wait: float) -> float:
+    """Sleep out a rate limit's wait and up to a quarter more; the time slept."""
+    pause = wait * random.uniform(1.0, 1.25)
+    log.info("%s was rate limited; trying again in %.2fs", name, pause)
+    await asyncio.sleep(pause)
+    return pause
+
+
+class Calls:
+    """The GraphQL calls of a runstate client for one caller (its token); ``Runstate``
+    adds the worker loops that drive a task with a ``TaskRunner``.
+
+    Use it as ``async with Runstate(url, token) as rs: ...``. Every write carries an
+    idempotency key of its own, and a request whose answer never came (a dropped
+    connection, a timeout, a 5xx) is sent again, up to ``retries`` times with a
+    jittered, growing pause: the server answers a repeated write as it did the
+    first time, so an agent never sees a network error it should have survived.
+    A RateLimited answer is waited out (its retryAfterSeconds, plus up to a quarter
+    more so that writers refused together do not come back together) and the call
+    sent again, for up to ``RATE_LIMIT_WAIT`` seconds in all.
+
+    A refused token raises ``Unauthorized``; a server that never answers raises
+    ``ServerUnavailable`` once the retries are spent. Neither is gql's exception.
+    """
+
+    def __init__(
+        self, url: str, token: str, *, timeout: float = 30.0, retries: int = RETRIES
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.retries = retries
+        self._client = Client(
+            transport=HTTPXAsyncTransport(
+                url=f"{self.url}/graphql",
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=timeout,
+            )
+        )
+        self._session: AsyncClientSession | None = None
+
+    def dashboard_link(self, task_id: str | None = None, *, signed_in: bool = False) -> str:
+        """The dashboard's address, on ``task_id`` if given. ``signed_in`` puts this
+        client's token in the link's fragment (never sent to a server, but keep such
+        a link to yourself); without it the page asks for the token."""
+        fragment = [f"token={self.token}"] if signed_in else []
+        if task_id is not None:
+            fragment.append(f"task={quote(task_id, safe='')}")
+        return f"{self.url}/" + (f"#{'&'.join(fragment)}" if fragment else "")
+
+    async def __aenter__(self) -> Self:
+        self._session = await self._client.connect_async()  # type: ignore[no-untyped-call]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.close_async()  # type: ignore[no-untyped-call]
+        self._session = None
+
+    async def _call(self, document: str, name: str, **variables: Any) -> dict[str, Any]:
+        """One operation's answer, or the exception of its Problem; a RateLimited
+        answer (the Problem, or the 429 a request gets when its budget cannot pay its
+        first point) is waited out and the request sent again."""
+        request = GraphQLRequest(_parsed(document), variable_values=variables)
+        waited = 0.0
+        while True:
+            try:
+                data: dict[str, Any] = (await self._send(request, name))[name]
+            except TransportQueryError as error:
+                wait = _rate_limited(error)
+                if wait is None or waited >= RATE_LIMIT_WAIT:
+                    raise
+                waited += await _pause(name, wait)
+                continue
+            problem = PROBLEMS.get(data["__typename"])
+            if problem is RateLimited and waited < RATE_LIMIT_WAIT:
+                waited += await _pause(name, float(data["retryAfterSeconds"]))
+                continue
+            if problem is not None:
+                raise problem(data)
+            return data
+
+    async def _send(self, request: GraphQLRequest, name: str) -> dict[str, Any]:
+        """One request; a transport failure (no answer, a broken one, a 5xx) is tried
+        again after a jittered, growing pause, up to ``retries`` times in all, then
+        raised as ``ServerUnavailable``. A refused token is ``Unauthorized``."""
+        if self._session is None:
+            raise RunstateError("use Runstate as `async with Runstate(url, token) as rs:`")
+        for attempt in itertools.count(1):
+            try:
+                answer = await self._session.execute(request)
+                break
+            except TransportQueryError as error:
+                if _unauthenticated(error):
+                    raise Unauthorized(
+                        f"{self.url} refused the token (wrong, revoked or missing); "
+                        "make one with `runstate token create USER`"
+                    ) from None
+                raise
+            except _TRANSIENT as error:
+                lasting = isinstance(error, TransportServerError) and (error.code or 500) < 500
+                if lasting:
+                    raise
+                if attempt >= self.retries:
+                    raise ServerUnavailable(
+                        f"{self.url} did not answer {name} ({error}), {attempt} tries"
+                    ) from error
+                pause = random.uniform(0, min(MAX_BACKOFF, FIRST_BACKOFF * 2**attempt))
+                log.info("%s failed (%s); trying again in %.2fs", name, error, pause)
+                await asyncio.sleep(pause)
+        return answer
+
+    async def _mutate(self, document: str, name: str, **input: Any) -> dict[str, Any]:
+        """A write, sent with an idempotency key of its own: when a retry follows a
+        lost answer, the server answers as it did and writes nothing more."""
+        key = uuid.uuid4().hex
+        return await self._call(document, name, input={**_some(**input), "idempotencyKey": key})
+
+    # -- sessions and tasks
+
+    async def start_session(
+        self, id: str | None = None, *, ttl_seconds: int | None = None, metadata: Any = None
+    ) -> Session:
+        """Start a session (or get the one with this client-chosen id)."""
+        data = await self._mutate(
+            doc.START_SESSION, "startSession", id=id, ttlSeconds=ttl_seconds, metadata=metadata
+        )
+        return Session.of(data)
+
+    async def create_task(
+        self, session_id: str, goal: str, steps: Sequence[StepPlan], *, id: str | None = None
+    ) -> Task:
+        """Create a task with its plan (or get the one with this client-chosen id)."""
+        data = await self._mutate(
+            doc.CREATE_TASK,
+            "createTask",
+            sessionId=session_id,
+            goal=goal,
+            steps=[_plan(s) for s in steps],
+            id=id,
+        )
+        return Task.of(data)
+
+    async def task(self, task_id: str) -> Task:
+        """The task as it stands."""
+        return Task.of(await self._call(doc.TASK_QUERY, "task", id=task_id))
+
+    async def task_at(self, task_id: str, seq: int) -> Task:
+        """The task exactly as it stood just after event ``seq``."""
+        return Task.of(await self._call(doc.TASK_AT_QUERY, "taskAt", id=task_id, seq=seq))
+
+    async def fork(
+        self, task_id: str, at_seq: int, *, id: str | None = None, goal: str | None = None
+    ) -> Task:
+        """A new task from the source's state at ``at_seq`` (RUNNING steps PENDING)."""
+        data = await self._mutate(
+            doc.FORK, "forkTask", taskId=task_id, atSeq=at_seq, id=id, goal=goal
+        )
+        return Task.of(data)
+
+    async def start_step(
+        self, task_id: str, index: int, version: int, *, fencing_token: int | None = None
+    ) -> Task:
+        """PENDING -> RUNNING."""
+        data = await self._mutate(
+            doc.START_STEP,
+            "startStep",
+            taskId=task_id,
+            stepIndex=index,
+            expectedVersion=version,
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    async def complete_step(
+        self,
+        task_id: str,
+        index: int,
+        version: int,
+        output: Any = None,
+        *,
+        fencing_token: int | None = None,
+    ) -> Task:
+        """RUNNING -> SUCCESS with its output."""
+        data = await self._mutate(
+            doc.COMPLETE_STEP,
+            "completeStep",
+            taskId=task_id,
+            stepIndex=index,
+            expectedVersion=version,
+            output=output,
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    async def fail_step(
+        self,
+        task_id: str,
+        index: int,
+        version: int,
+        error: str,
+        *,
+        fencing_token: int | None = None,
+    ) -> Task:
+        """RUNNING -> FAILED with its error; the task fails too."""
+        data = await self._mutate(
+            doc.FAIL_STEP,
+            "failStep",
+            taskId=task_id,
+            stepIndex=index,
+            expectedVersion=version,
+            error=error,
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    async def checkpoint(
+        self,
+        task_id: str,
+        version: int,
+        steps: Sequence[Mapping[str, Any]],
+        *,
+        status: str | None = None,
+        fencing_token: int | None = None,
+    ) -> Task:
+        """Several step changes (``{"index", "status", "output"?, "error"?}``) as one write."""
+        data = await self._mutate(
+            doc.CHECKPOINT,
+            "checkpointTask",
+            taskId=task_id,
+            expectedVersion=version,
+            steps=[dict(s) for s in steps],
+            status=status,
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    async def set_status(
+        self, task_id: str, version: int, status: str, *, fencing_token: int | None = None
+    ) -> Task:
+        """Move the task along its state machine."""
+        data = await self._mutate(
+            doc.SET_STATUS,
+            "setTaskStatus",
+            taskId=task_id,
+            expectedVersion=version,
+            status=status,
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    # -- recovery, leases, tools
+
+    async def resume(
+        self, task_id: str, *, version: int | None = None, fencing_token: int | None = None
+    ) -> ResumePlan:
+        """Make a crashed task ready to go on; see ``ResumePlan``."""
+        data = await self._mutate(
+            doc.RESUME,
+            "resumeTask",
+            taskId=task_id,
+            expectedVersion=version,
+            fencingToken=fencing_token,
+        )
+        return ResumePlan.of(data)
+
+    async def decide(
+        self,
+        task_id: str,
+        index: int,
+        decision: str,
+        version: int,
+        *,
+        output: Any = None,
+        note: str | None = None,
+        fencing_token: int | None = None,
+    ) -> Task:
+        """RETRY, SKIP or COMPLETE (with ``output``: what the person found happened) a
+        step left IN_DOUBT by a crash; ``note`` says why (the event keeps it)."""
+        data = await self._mutate(
+            doc.DECIDE,
+            "decideStep",
+            taskId=task_id,
+            stepIndex=index,
+            decision=decision,
+            output=output,
+            note=note,
+            expectedVersion=version,
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    async def acquire_lock(self, task_id: str, holder_id: str, ttl_seconds: int) -> Lock:
+        """A lease on the task, or LockHeld."""
+        data = await self._mutate(
+            doc.ACQUIRE,
+            "acquireTaskLock",
+            taskId=task_id,
+            holderId=holder_id,
+            ttlSeconds=ttl_seconds,
+        )
+        return Lock.of(data)
+
+    async def renew_lock(self, task_id: str, holder_id: str, ttl_seconds: int) -> Lock:
+        """Extend this holder's live lease, or LockNotHeld."""
+        data = await self._mutate(
+            doc.RENEW,
+            "renewTaskLock",
+            taskId=task_id,
+            holderId=holder_id,
+            ttlSeconds=ttl_seconds,
+        )
+        return Lock.of(data)
+
+    async def release_lock(self, task_id: str, holder_id: str) -> Task:
+        """Give the lease up, or LockNotHeld."""
+        data = await self._mutate(
+            doc.RELEASE, "releaseTaskLock", taskId=task_id, holderId=holder_id
+        )
+        return Task.of(data)
+
+    async def record_tool_call(
+        self,
+        task_id: str,
+        tool_name: str,
+        outcome: str,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        retry_after_seconds: int | None = None,
+        max_retries: int | None = None,
+        version: int | None = None,
+        fencing_token: int | None = None,
+    ) -> ToolState:
+        """Report a tool call: CALLING, SUCCESS, FAILURE or RATE_LIMITED."""
+        data = await self._mutate(
+            doc.TOOL,
+            "recordToolCall",
+            taskId=task_id,
+            toolName=tool_name,
+            outcome=outcome,
+            result=result,
+            error=error,
+            retryAfterSeconds=retry_after_seconds,
+            maxRetries=max_retries,
+            expectedVersion=version,
+            fencingToken=fencing_token,
+        )
+        return ToolState.of(data)
+
+    # -- live progress
+
+    def watch(
+        self, task_id: str, after_seq: int | None = None, *, retry_seconds: float = 1.0
+    ) -> Watch:
+        """Follow a task live: ``async for event in rs.watch(task_id)``; the returned
+        ``Watch`` also keeps ``.task``, the task as of the last event yielded.
+
+        Without ``after_seq`` the first event is a SNAPSHOT. After a dropped
+        connection or a server restart it subscribes again with the last seq it
+        yielded, so no event is missed or repeated.
+        """
+        return Watch(self, task_id, after_seq, retry_seconds)
+
+    async def claim(
+        self, holder_id: str, ttl_seconds: int, *, session_id: str | None = None
+    ) -> Lock | None:
+        """Lease the oldest task that needs a worker (PLANNED, or stalled: its agent
+        died), or None when none does."""
+        try:
+            data = await self._mutate(
+                doc.CLAIM,
+                "claimTask",
+                holderId=holder_id,
+                ttlSeconds=ttl_seconds,
+                sessionId=session_id,
+            )
+        except NotFound:
+            return None
+        return Lock.of(data)
+
+
+class Watch:
+    """A live view of one task: an async iterator of its events that also keeps the
+    task itself current (``task``) from the snapshot and the deltas.
+
+    Started with ``after_seq``, the first task it holds is read with ``taskAt``.
+    """
+
+    def __init__(
+        self, api: Calls, task_id: str, after_seq: int | None, retry_seconds: float
+    ) -> None:
+        self.api = api
+        self.task_id = task_id
+        self.after_seq = after_seq
+        self.retry_seconds = retry_seconds
+        self.task: Task | None = None
+        """The task as of the last event yielded (None before the first)."""
+
+    def __aiter__(self) -> AsyncGenerator[Event, None]:
+        """The events; a generator, so ``contextlib.aclosing`` closes its socket at once
+        when a caller stops early."""
+        return self._events()
+
+    async def _events(self) -> AsyncGenerator[Event, None]:
+        last = self.after_seq
+        epoch: str | None = None  # the timeline ``last`` belongs to, once an event said
+        api = self.api
+        ws_url = api.url.replace("http", "ws", 1) + "/graphql"
+        while True:
+            transport = WebsocketsTransport(
+                url=ws_url,
+                init_payload={"authorization": f"Bearer {api.token}"},
+                subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL],
+            )
+            variables = {"taskId": self.task_id, "afterSeq": last, "epoch": epoch}
+            request = GraphQLRequest(_parsed(doc.WATCH), variable_values=variables)
+            try:
+                async with Client(transport=transport) as session:
+                    async for result in session.subscribe(request):
+                        event = Event.of(result["taskProgress"])
+                        # A SNAPSHOT is taken whatever its seq: after a restore (a new
+                        # epoch) the task's history may be shorter than the one left.
+                        resync = event.kind == "SNAPSHOT"
+                        if not resync and last is not None and event.seq <= last:
+                            continue
+                        await self._follow(event)
+                        last, epoch = event.seq, event.epoch
+                        yield event
+            except TransportQueryError as error:
+                wait = _rate_limited(error)
+                if wait is None:
+                    raise _ended_by(error) from error
+                await _pause("taskProgress", wait)  # then resume after the last seq
+                continue
+            except (TransportError, OSError, WebSocketException) as error:
+                if _close_code(error) == FORBIDDEN:
+                    raise Unauthorized(f"{api.url} refused the token ({error})") from error
+                log.info("watch of %s interrupted (%s); reconnecting", self.task_id, error)
+            await asyncio.sleep(self.retry_seconds)
+
+    async def _follow(self, event: Event) -> None:
+        if self.task is None and event.task is None:
+            self.task = await self.api.task_at(self.task_id, event.seq)
+        elif self.task is None:
+            self.task = event.task
+        else:
+            self.task = self.task.apply(event)
