@@ -179,8 +179,10 @@ class Calls:
                 data: dict[str, Any] = (await self._send(request, name))[name]
             except TransportQueryError as error:
                 wait = _rate_limited(error)
-                if wait is None or waited >= RATE_LIMIT_WAIT:
+                if wait is None:
                     raise
+                if waited >= RATE_LIMIT_WAIT:  # RateLimited, as when a resolver refuses
+                    raise _ended_by(error) from None
                 waited += await _pause(name, wait)
                 continue
             problem = PROBLEMS.get(data["__typename"])
