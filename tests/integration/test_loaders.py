@@ -12,8 +12,9 @@ import pytest
 
 from runstate.api import build_schema
 from runstate.auth import Principal
+from runstate.enums import ToolOutcome
 from runstate.schema.context import Context
-from runstate.services import sessions, tasks
+from runstate.services import sessions, tasks, tools
 from runstate.services.validation import StepPlan
 from runstate.settings import Settings
 from tests.integration.test_write_cost import Statements
@@ -98,3 +99,36 @@ async def test_the_dashboard_poll_reads_every_sessions_tasks_in_one_query(db: No
     assert shown == {s: (ids[::-1][:2], len(ids) > 2) for s, ids in made.items()}
     reads = [s for s in statements.seen if s.startswith("SELECT")]
     assert len(reads) == 2, reads
+
+
+STEPS_PAGE = """{ tasks(first: 50) { edges { node { id
+  steps { index status output } toolStates { toolName status } } } } }"""
+
+
+async def test_a_page_of_tasks_reads_steps_and_tool_states_in_batches(db: None) -> None:
+    """Guards the steps and tool-state loaders: a page of 50 tasks, each with its
+    steps and tool states, runs 4 SELECTs (the caller's usage for the answer's
+    estimate, the page, the steps of all, the tool states of all); without the
+    loaders it ran 102, two per task. Every task shows its own steps and tool
+    states, as they stand at its seq."""
+    made = {}
+    for i in range(TASKS):
+        session = await sessions.start_session(USER, default_ttl=3600, session_id=f"s{i % 5}")
+        task = await tasks.create_task(USER, session.id, goal="g", steps=[StepPlan("a")] * 2)
+        task = await tasks.start_step(USER, task.id, 0, expected_version=1)
+        task = await tasks.complete_step(USER, task.id, 0, expected_version=2, output=i)
+        await tools.record_tool_call(USER, task.id, f"tool-{i}", ToolOutcome.SUCCESS)
+        made[task.id] = i
+    async with Statements() as statements:
+        data = await run(STEPS_PAGE)
+    nodes = [edge["node"] for edge in data["tasks"]["edges"]]
+    assert len(nodes) == TASKS
+    for node in nodes:
+        i = made[node["id"]]
+        assert node["steps"] == [
+            {"index": 0, "status": "SUCCESS", "output": i},
+            {"index": 1, "status": "PENDING", "output": None},
+        ]
+        assert node["toolStates"] == [{"toolName": f"tool-{i}", "status": "SUCCESS"}]
+    reads = [s for s in statements.seen if s.startswith("SELECT")]
+    assert len(reads) == 4, [r[:90] for r in reads]

@@ -17,7 +17,14 @@ from runstate.services import history
 from runstate.services.errors import RateLimitedError
 from runstate.services.history import TaskRef
 from runstate.services.read import queries
-from runstate.services.views import EventView, Page, SessionView, TaskView
+from runstate.services.views import (
+    EventView,
+    Page,
+    SessionView,
+    StepView,
+    TaskView,
+    ToolStateView,
+)
 from runstate.settings import Settings
 
 A = TypeVar("A", bound=Hashable)
@@ -65,6 +72,16 @@ async def _events(keys: Sequence[EventsKey]) -> list[list[EventView]]:
     return await _per_arguments(keys, lambda arguments, tasks: history.events_of(tasks, *arguments))
 
 
+async def _steps(keys: Sequence[tuple[int, int]]) -> list[tuple[StepView, ...]]:
+    """``Task.steps`` of every task of a page, each at its seq."""
+    return await history.steps_at_many(keys)
+
+
+async def _tool_states(keys: Sequence[tuple[int, str, int]]) -> list[tuple[ToolStateView, ...]]:
+    """``Task.toolStates`` of every task of a page, each at its seq."""
+    return await history.tool_states_at_many(keys)
+
+
 @dataclass
 class Loaders:
     """Batch loaders: a field asked of every item of a page is read with one batch
@@ -81,6 +98,14 @@ class Loaders:
     tasks: DataLoader[TasksKey, Page[TaskView]] = field(
         default_factory=lambda: DataLoader(_tasks, cache=False)
     )
+    steps: DataLoader[tuple[int, int], tuple[StepView, ...]] = field(
+        default_factory=lambda: DataLoader(_steps, cache=False)
+    )
+    """A task's steps by (row id, seq)."""
+    tool_states: DataLoader[tuple[int, str, int], tuple[ToolStateView, ...]] = field(
+        default_factory=lambda: DataLoader(_tool_states, cache=False)
+    )
+    """A task's tool states by (row id, public id, seq)."""
 
 
 @dataclass

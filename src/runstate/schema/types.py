@@ -13,7 +13,7 @@ from strawberry.scalars import JSON
 
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
 from runstate.schema.context import Info
-from runstate.services import history, validation
+from runstate.services import validation
 from runstate.services.recovery import ResumePlanView
 from runstate.services.views import (
     EventView,
@@ -199,17 +199,18 @@ class Task(FromView):
     )
 
     @strawberry.field
-    async def steps(self) -> list[Step]:
+    async def steps(self, info: Info) -> list[Step]:
         views = self.view.steps
         if views is None:
-            views = await history.steps_at(self.view.pk, self.view.event_seq)
+            views = await info.context.loaders.steps.load((self.view.pk, self.view.event_seq))
         return [Step.of(s, self.view.id) for s in views]
 
     @strawberry.field
-    async def tool_states(self) -> list[ToolState]:
+    async def tool_states(self, info: Info) -> list[ToolState]:
         views = self.view.tool_states
         if views is None:
-            views = await history.tool_states_at(self.view.pk, self.view.id, self.view.event_seq)
+            key = (self.view.pk, self.view.id, self.view.event_seq)
+            views = await info.context.loaders.tool_states.load(key)
         return [ToolState.of(t) for t in views]
 
     @strawberry.field

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from tortoise import connections
 from tortoise.expressions import Q
@@ -80,21 +80,70 @@ async def _versions_at(task_pk: int, positions: Sequence[int], seq: int) -> dict
 
 async def steps_at(task_pk: int, seq: int) -> tuple[StepView, ...]:
     """The task's steps as they stood just after event ``seq``."""
-    rows = await Step.filter(task_id=task_pk, created_seq__lte=seq).order_by("position")
-    later = [r.position for r in rows if r.changed_seq > seq]
-    versions = await _versions_at(task_pk, later, seq) if later else {}
-    return tuple(
-        step_view(r) if r.changed_seq <= seq else _versioned(r, versions.get(r.position))
-        for r in rows
-    )
+    return (await steps_at_many([(task_pk, seq)]))[0]
+
+
+async def steps_at_many(keys: Sequence[tuple[int, int]]) -> list[tuple[StepView, ...]]:
+    """``steps_at`` of several (task, seq) at once (a page of tasks showing their
+    steps): the step rows of all of them in one query per ``sql.CHUNK`` tasks, and a
+    history lookup only for a task with steps changed after its seq."""
+    rows = await _rows_of(Step, {pk for pk, _ in keys}, "position")
+    found = []
+    for pk, seq in keys:
+        current = [r for r in rows[pk] if r.created_seq <= seq]
+        later = [r.position for r in current if r.changed_seq > seq]
+        versions = await _versions_at(pk, later, seq) if later else {}
+        found.append(
+            tuple(
+                step_view(r) if r.changed_seq <= seq else _versioned(r, versions.get(r.position))
+                for r in current
+            )
+        )
+    return found
 
 
 async def tool_states_at(task_pk: int, task_id: str, seq: int) -> tuple[ToolStateView, ...]:
     """The task's tool states as they stood just after event ``seq``."""
-    rows = await ToolState.filter(task_id=task_pk, created_seq__lte=seq).order_by("tool_name")
-    later = [r.tool_name for r in rows if r.changed_seq > seq]
+    return (await tool_states_at_many([(task_pk, task_id, seq)]))[0]
+
+
+async def tool_states_at_many(
+    keys: Sequence[tuple[int, str, int]],
+) -> list[tuple[ToolStateView, ...]]:
+    """``tool_states_at`` of several (task, public id, seq) at once, as
+    ``steps_at_many`` does for steps."""
+    rows = await _rows_of(ToolState, {pk for pk, _, _ in keys}, "tool_name")
+    found = []
+    for pk, task_id, seq in keys:
+        current = [r for r in rows[pk] if r.created_seq <= seq]
+        later = [r.tool_name for r in current if r.changed_seq > seq]
+        earlier = await _tools_at(pk, later, seq) if later else {}
+        found.append(
+            tuple(
+                tool_state_view(r, task_id) if r.changed_seq <= seq else earlier[r.tool_name]
+                for r in current
+            )
+        )
+    return found
+
+
+R = TypeVar("R", Step, ToolState)
+
+
+async def _rows_of(model: type[R], pks: set[int], order: str) -> dict[int, list[R]]:
+    """The rows of ``model`` of the tasks ``pks``, by task, in ``order``."""
+    rows: dict[int, list[R]] = defaultdict(list)
+    for chunk in sql.chunks(sorted(pks)):
+        for row in await model.filter(task_id__in=chunk).order_by("task_id", order):
+            rows[row.task_id].append(row)
+    return rows
+
+
+async def _tools_at(task_pk: int, names: Sequence[str], seq: int) -> dict[str, ToolStateView]:
+    """Each named tool state of the task as the latest event at or before ``seq``
+    about it left it."""
     earlier: dict[str, ToolStateView] = {}
-    for chunk in sql.chunks(later):
+    for chunk in sql.chunks(names):
         marks = ", ".join("?" for _ in chunk)
         kind = TaskEventKind.TOOL_STATE_CHANGED.value
         found = await sql.fetch(
@@ -109,9 +158,7 @@ async def tool_states_at(task_pk: int, task_id: str, seq: int) -> tuple[ToolStat
             delta = sql.decode(TaskEvent, row, ("delta",))["delta"]
             tool = from_json(ToolStateView, delta["tool"])
             earlier[tool.tool_name] = tool
-    return tuple(
-        tool_state_view(r, task_id) if r.changed_seq <= seq else earlier[r.tool_name] for r in rows
-    )
+    return earlier
 
 
 async def lock_at(task_pk: int, seq: int) -> LockView | None:
