@@ -19,7 +19,6 @@ from runstate.api import build_schema
 from runstate.auth import Tokens, forget_revoked
 from runstate.connections import Connections
 from runstate.db import close_database, current_epoch, open_database
-from runstate.http import BearerAuth, BodyLimit, CancelOnDisconnect, GraphQLView
 from runstate.logs import RequestLog
 from runstate.metrics import WEBSOCKETS
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
@@ -29,6 +28,10 @@ from runstate.services import validation
 from runstate.services.sweep import sweep_forever
 from runstate.settings import Settings
 from runstate.sockets import SharedSockets
+from runstate.transport.auth import BearerAuth
+from runstate.transport.body_limit import BodyLimit
+from runstate.transport.deadline import CancelOnDisconnect
+from runstate.transport.view import GraphQLView
 from runstate.web import routes as web_routes
 
 

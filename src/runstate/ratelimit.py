@@ -173,7 +173,7 @@ class RedisRateLimiter(RateLimiter):
 
 @dataclass
 class Budgets:
-    """The limits applied around GraphQL (``http.BearerAuth``), filled in when the app
+    """The limits applied around GraphQL (``transport.auth.BearerAuth``), filled in when the app
     starts: a request whose user's budget is empty is refused before its body is
     read, and one whose operations took nothing (``{ __typename }``, a document
     that does not parse, a body that is refused) pays one point after, so that no

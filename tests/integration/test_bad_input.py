@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runstate.http import SUBSCRIPTIONS_OVER_HTTP
+from runstate.transport.view import SUBSCRIPTIONS_OVER_HTTP
 from tests.integration.test_api import (
     create_task,
     events,

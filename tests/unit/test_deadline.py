@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
 
-from runstate.http import CancelOnDisconnect
+from runstate.transport.deadline import CancelOnDisconnect
 
 SCOPE: Scope = {"type": "http", "method": "POST", "path": "/graphql", "headers": []}
 

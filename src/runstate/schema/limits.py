@@ -197,7 +197,7 @@ def _list_size(field: FieldNode, definition: GraphQLField, parent: GraphQLNamedT
 
 class CleanLiterals(ValidationRule):
     """Refuses string literals with NUL or unpaired surrogates and floats that are
-    not finite (``1e999``), as ``http.strict_json`` refuses them in variables:
+    not finite (``1e999``), as ``transport.strict_json`` refuses them in variables:
     neither database stores them alike."""
 
     def enter_string_value(self, node: StringValueNode, *_: Any) -> None:

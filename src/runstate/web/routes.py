@@ -16,7 +16,7 @@ from runstate.metrics import REGISTRY
 _INDEX = files("runstate.web").joinpath("index.html").read_text(encoding="utf-8")
 _WITHOUT_GRAPHIQL = _INDEX.replace('<body data-graphiql="on">', '<body data-graphiql="off">')
 GRAPHIQL = files("runstate.web").joinpath("graphiql.html").read_text(encoding="utf-8")
-"""GraphiQL at ``GET /graphql`` (``http.GraphQLView``), on files in ``static/vendor``."""
+"""GraphiQL at ``GET /graphql`` (``transport.view.GraphQLView``), on files in ``static/vendor``."""
 
 
 def index(graphiql: bool) -> Callable[[Request], Awaitable[Response]]:

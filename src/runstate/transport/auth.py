@@ -1,0 +1,98 @@
+"""Auth is the default: ``BearerAuth`` wraps the whole app and lets through
+without a token only the routes that carry no data (``PUBLIC_PATHS``, the static
+files) and a plain GET of the GraphiQL page, decided on the decoded request."""
+
+from __future__ import annotations
+
+import math
+
+from starlette.datastructures import Headers, QueryParams
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from runstate import logs
+from runstate.auth import Tokens
+from runstate.ratelimit import PEEK, SPEND, SPENT, TAKE, Budgets, RateLimiter, Spending
+from runstate.services.errors import RateLimitedError
+from runstate.transport.refusals import refusal
+
+PUBLIC_PATHS = frozenset({"/", "/healthz", "/readyz"})
+"""Routes that answer without a token: they hold no one's data."""
+
+
+def _is_public(scope: Scope, graphiql: bool) -> bool:
+    """A route any visitor may load: the web page, health checks, static files, and a
+    plain GET of the GraphiQL page (no parameters at all, once decoded)."""
+    path: str = scope["path"]
+    if path in PUBLIC_PATHS or path.startswith("/static/"):
+        return True
+    if path != "/graphql" or not graphiql or scope["method"] != "GET":
+        return False
+    if QueryParams(scope.get("query_string", b"")):
+        return False
+    return "text/html" in Headers(scope=scope).get("accept", "")
+
+
+class BearerAuth:
+    """Resolves ``Authorization: Bearer`` to a Principal; 401 for an HTTP request
+    without one, on every route but the public ones. WebSockets authenticate in
+    ``connection_init`` (``GraphQLView.on_ws_connect``).
+
+    No request is free (``Budgets``): one whose user's budget is empty is answered
+    429 before its body is read (the wait, as the GraphQL error RATE_LIMITED), and
+    one whose operations took no points pays one after; one without a live token
+    takes a point from its client address's budget, 429 past it instead of 401.
+    """
+
+    def __init__(self, app: ASGIApp, *, graphiql: bool, tokens: Tokens, budgets: Budgets) -> None:
+        self.app = app
+        self.graphiql = graphiql
+        self.tokens = tokens
+        self.budgets = budgets
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or _is_public(scope, self.graphiql):
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        principal = await self.tokens.principal(header)
+        if principal is None:
+            address = (scope.get("client") or ("unknown",))[0]
+            wait = await _take(self.budgets.addresses, f"address:{address}")
+            response: Response = (
+                _too_many(wait)
+                if wait > 0
+                else refusal(
+                    401,
+                    "missing or invalid bearer token",
+                    # The code GraphQL clients (Apollo's among them) know.
+                    extensions={"code": "UNAUTHENTICATED"},
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+            )
+            await response(scope, receive, send)
+            return
+        logs.name_user(principal.user_id)
+        users = self.budgets.users
+        wait = await _take(users, principal.user_id, PEEK)
+        if wait > 0:
+            await _too_many(wait)(scope, receive, send)
+            return
+        spent = Spending()
+        try:
+            await self.app({**scope, "runstate.principal": principal, SPENT: spent}, receive, send)
+        finally:
+            if users is not None and spent.points == 0 and not spent.refused:
+                await users.take(principal.user_id, 1, SPEND)
+
+
+async def _take(limiter: RateLimiter | None, key: str, mode: str = TAKE) -> float:
+    """One point from ``key``'s budget: 0, or the seconds until it could pay."""
+    return 0.0 if limiter is None else await limiter.take(key, 1, mode)
+
+
+def _too_many(wait: float) -> Response:
+    """429: the budget is spent; the wait, as RateLimited says it, and Retry-After."""
+    refused = RateLimitedError(wait)
+    headers = {"Retry-After": str(math.ceil(refused.retry_after))}
+    return refusal(429, refused.message, extensions=refused.extensions, headers=headers)

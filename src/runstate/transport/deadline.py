@@ -1,0 +1,83 @@
+"""``CancelOnDisconnect``: a departed client's request stopped, and the time
+limit of a request (503), its answer's encoding included."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runstate.transport.refusals import refusal, stopped_after
+
+
+class _PastDeadlineError(Exception):
+    """An answer ready only after the operation's time limit."""
+
+
+class CancelOnDisconnect:
+    """Stops a request's work when its client goes away, or after ``seconds``.
+
+    uvicorn does not cancel an HTTP request whose client disconnected: the work
+    ran on, for minutes, answering no one. Once the body has been read, this
+    listens for ``http.disconnect`` and cancels the request. A request still
+    running after ``seconds`` is cancelled too and answered 503, saying so; so is
+    one whose answer is ready only after it: encoding a large answer runs without
+    a pause where the timeout could cancel it, and such answers once went out 200
+    after 32 s of a 30 s limit.
+    """
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        body_read = asyncio.Event()
+        started = False
+        deadline = asyncio.get_running_loop().time() + self.seconds
+
+        async def reading() -> Message:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body"):
+                body_read.set()
+            return message
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            if not started and asyncio.get_running_loop().time() >= deadline:
+                raise _PastDeadlineError
+            started = True
+            await send(message)
+
+        async def respond() -> None:
+            await self.app(scope, reading, sending)
+
+        work = asyncio.create_task(respond())
+
+        async def until_gone() -> None:
+            await body_read.wait()
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            work.cancel()
+
+        watcher = asyncio.create_task(until_gone())
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.shield(work)
+        except (TimeoutError, _PastDeadlineError):
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError, _PastDeadlineError):
+                await work
+            if not started:
+                await refusal(503, stopped_after(self.seconds))(scope, receive, send)
+        except asyncio.CancelledError:
+            work.cancel()
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the server is stopping this request
+            # else the client left, and ``until_gone`` stopped the work: nobody to answer
+        finally:
+            watcher.cancel()

@@ -1,0 +1,119 @@
+"""The graphql-transport-ws handler: ``connection_init`` authenticated, a cap of
+connections per user (close code ``TOO_MANY_CONNECTIONS``), and the time limit of
+queries and mutations sent over a WebSocket."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from graphql import GraphQLError, OperationType, get_operation_ast
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
+    BaseGraphQLTransportWSHandler,
+    Operation,
+)
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import ConnectionInitMessage
+
+from runstate import logs
+from runstate.connections import Connection, TooManyConnectionsError
+from runstate.schema.context import Context
+from runstate.schema.extensions import parse_document
+from runstate.transport.refusals import stopped_after
+
+if TYPE_CHECKING:
+    from runstate.transport.view import GraphQLView
+
+TOO_MANY_CONNECTIONS = 4029
+"""runstate's own close code for a user past ``RUNSTATE_MAX_CONNECTIONS``. Not one
+graphql-transport-ws defines (its 4429 means a second ``connection_init``, which
+graphql-ws treats as fatal): graphql-ws retries this one with its backoff, 1.3 s
+and more between attempts, five times, by which time a connection may be free."""
+
+
+class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
+    """graphql-transport-ws, authenticated in ``connection_init`` and counted per user.
+
+    The caller comes from ``{"authorization": "Bearer <token>"}`` in the init payload
+    (or GraphiQL's ``Authorization``); anything else closes the socket with 4403, and
+    a user past ``max_connections`` on this process gets ``TOO_MANY_CONNECTIONS``.
+    """
+
+    view: GraphQLView
+    connection: Connection | None = None
+
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        """Strawberry's handling of ``connection_init``, with runstate's checks in
+        place of ``on_ws_connect`` (which can only answer 4403)."""
+        if self.connection_timed_out:
+            return
+        if self.connection_init_timeout_task:
+            self.connection_init_timeout_task.cancel()
+        payload = message.get("payload") or {}
+        if not isinstance(payload, dict):
+            await self.websocket.close(4400, "Invalid connection init payload")
+            return
+        if self.connection_init_received:
+            await self.websocket.close(4429, "Too many initialisation requests")
+            return
+        self.connection_init_received = True
+        header = payload.get("authorization", payload.get("Authorization"))
+        principal = await self.view.tokens.principal(header if isinstance(header, str) else None)
+        if principal is None:
+            await self.websocket.close(4403, "Forbidden: missing or invalid bearer token")
+            return
+        logs.name_user(principal.user_id)
+        connection = Connection(principal.user_id, principal.token_digest, self.websocket.close)
+        try:
+            await self.view.connections.add(connection)
+        except TooManyConnectionsError:
+            limit = self.view.connections.per_user
+            await self.websocket.close(
+                TOO_MANY_CONNECTIONS, f"Too many connections: at most {limit} per user"
+            )
+            return
+        self.connection = connection
+        self.context.connection_params = payload
+        self.context.principal = principal
+        await self.send_message({"type": "connection_ack"})
+        self.connection_acknowledged = True
+
+    async def run_operation(self, operation: Operation[Context, None]) -> None:
+        """Strawberry's, with a query or mutation stopped after ``operation_seconds``
+        and answered with an error, as over HTTP; a subscription runs as long as its
+        client wants it."""
+        seconds = self.view.settings.operation_seconds
+        if self._is_subscription(operation):
+            await super().run_operation(operation)
+            return
+        try:
+            async with asyncio.timeout(seconds):
+                await super().run_operation(operation)
+        except TimeoutError:
+            await operation.send_initial_errors([GraphQLError(stopped_after(seconds))])
+
+    def _is_subscription(self, operation: Operation[Context, None]) -> bool:
+        """Whether the operation is a subscription (see ``subscribes``). Parsed
+        within the token limit and through the schema's parser cache, so Strawberry
+        does not parse it again."""
+        return subscribes(operation.query, operation.operation_name, self.view.settings.max_tokens)
+
+    async def shutdown(self) -> None:
+        """End the connection's operations, then stop counting it."""
+        try:
+            await super().shutdown()
+        finally:
+            if self.connection is not None:
+                await self.view.connections.remove(self.connection)
+
+
+def subscribes(query: str | None, operation_name: str | None, max_tokens: int) -> bool:
+    """Whether the operation is a subscription (False if the document does not parse
+    or has no such operation: Strawberry answers those)."""
+    if query is None:
+        return False
+    try:
+        document = parse_document(query, max_tokens)
+    except GraphQLError:
+        return False
+    found = get_operation_ast(document, operation_name)
+    return found is not None and found.operation is OperationType.SUBSCRIPTION
