@@ -36,6 +36,7 @@ from runstate.services.write.engine import (
     Change,
     Draft,
     StepPatch,
+    insert_steps,
     log_event,
     record_versions,
     versioned,
@@ -180,8 +181,7 @@ async def _insert_task(
             )
             for step in steps:
                 step.task_id = task.id
-            if steps:
-                await Step.bulk_create(steps, using_db=conn)
+            await insert_steps(conn, steps)
             await record_versions(conn, task.id, 1, histories)
             view = task_view(task, session.public_id, now, steps=steps, tool_states=())
             event = created_event(view, now, origin)

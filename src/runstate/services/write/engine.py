@@ -18,13 +18,12 @@ session's ``lastActiveAt`` moves at most once a second.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from tortoise.backends.base.client import BaseDBAsyncClient
-from tortoise.expressions import Q
 
 from runstate.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, StepVersion, Task, TaskEvent
@@ -73,6 +72,9 @@ _UNDONE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.IN_DOUBT
 TASK_FIELDS = sql.columns(Task)
 SESSION_FIELDS = ("public_id", "status", "expires_at", "last_active_at", "ttl_seconds")
 STEP_FIELDS = sql.columns(Step, "task_id")
+_STEP_ROWS = "SELECT " + ", ".join(f'"{name}"' for name in STEP_FIELDS)
+_STEP_ROWS += ' FROM "steps" WHERE "task_id" = ?'
+"""A task's step rows, every column; the draft adds its condition."""
 _UNFINISHED = tuple(s.value for s in StepStatus if s not in FINISHED_STEPS)
 _CHANGING = (*VERSIONED, "changed_seq")
 """The columns of a step that a write changes."""
@@ -125,36 +127,37 @@ class Draft:
         """The step at ``index``, or InvalidInput naming ``field``."""
         validation.step_index(index, self.total, field)
         if index not in self.steps:
-            await self._load(Q(position=index))
+            await self._load('"position" = ?', [index])
         return self.steps[index]
 
     async def load(self, indexes: Iterable[int]) -> None:
         """Load several steps with one query (a checkpoint's patched steps)."""
         missing = sorted(set(indexes) - self.steps.keys())
-        if missing:
-            await self._load(Q(position__in=missing))
+        for chunk in sql.chunks(missing):
+            await self._load(f'"position" IN ({", ".join("?" for _ in chunk)})', chunk)
 
     async def all_steps(self) -> list[Step]:
         """Every step, in order (a whole-task write such as resume)."""
         if len(self.steps) < self.total:
-            await self._load(Q())
+            await self._load("1 = 1", [])
         return [self.steps[i] for i in range(self.total)]
 
     async def others_in_doubt(self, index: int) -> bool:
         """Whether a step other than ``index`` is IN_DOUBT (one indexed query)."""
         if any(s.status is StepStatus.IN_DOUBT and p != index for p, s in self.steps.items()):
             return True
-        found = (
-            Step.filter(task_id=self.task.id, status=StepStatus.IN_DOUBT)
-            .exclude(position=index)
-            .exclude(position__in=list(self.steps))
-            .using_db(self.conn)
+        rows = await sql.fetch(
+            self.conn,
+            'SELECT "position" FROM "steps" WHERE "task_id" = ? AND "status" = ?',
+            [self.task.id, StepStatus.IN_DOUBT.value],
         )
-        return await found.exists()
+        return any(r["position"] != index and r["position"] not in self.steps for r in rows)
 
-    async def _load(self, where: Q) -> None:
-        rows = await Step.filter(where, task_id=self.task.id).using_db(self.conn)
-        for row in rows:
+    async def _load(self, where: str, params: list[Any]) -> None:
+        """Add the task's steps matching ``where`` (SQL on the step row) to the draft."""
+        found = await sql.fetch(self.conn, f"{_STEP_ROWS} AND ({where})", [self.task.id, *params])
+        for raw in found:
+            row = Step(task_id=self.task.id, **sql.decode(Step, raw, STEP_FIELDS))
             self.steps.setdefault(row.position, row)
 
     def move_step(
@@ -410,11 +413,9 @@ async def _touch_session(
     if expired(session["status"], session["expires_at"], now):
         raise _ExpiredSessionError(session_pk, session["public_id"])
     if now - session["last_active_at"] >= TOUCH_EVERY:
-        await (
-            Session.filter(id=session_pk)
-            .using_db(conn)
-            .update(last_active_at=now, expires_at=now + timedelta(seconds=session["ttl_seconds"]))
-        )
+        expires = now + timedelta(seconds=session["ttl_seconds"])
+        moved = {"last_active_at": now, "expires_at": expires}
+        await sql.execute(conn, *sql.update_row(Session, session_pk, moved))
 
 
 async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventView | None]:
@@ -474,10 +475,9 @@ async def _settle(draft: Draft, stored_bytes: int) -> None:
         step.changed_seq = seq
         columns = {name: getattr(step, name) for name in _CHANGING}
         await sql.execute(conn, *sql.update_row(Step, step.id, columns))
-    if draft.added:
-        for step in draft.added:
-            step.created_seq = seq
-        await Step.bulk_create(draft.added, using_db=conn)
+    for step in draft.added:
+        step.created_seq = seq
+    await insert_steps(conn, draft.added)
     await record_versions(conn, task.id, seq, changed)
     current = await _current_step(draft)
     if draft.wants_completed and current < draft.total:
@@ -493,6 +493,14 @@ async def _settle(draft: Draft, stored_bytes: int) -> None:
         moved["total_steps"] = draft.total
     await sql.execute(conn, *sql.update_row(Task, task.id, moved))
     task.update_from_dict(moved)
+
+
+async def insert_steps(conn: BaseDBAsyncClient, steps: Sequence[Step]) -> None:
+    """Insert new step rows (every column but the id), in statements of at most
+    ``sql.CHUNK`` rows."""
+    rows = [{name: getattr(step, name) for name in sql.columns(Step, "id")} for step in steps]
+    for chunk in sql.chunks(rows):
+        await sql.execute(conn, *sql.insert_rows(Step, chunk))
 
 
 async def record_versions(
@@ -522,14 +530,14 @@ async def _current_step(draft: Draft) -> int:
         return current
     if draft.opened_step == current and draft.changed == {current} and not draft.added:
         return draft.total if draft.next_unfinished is None else draft.next_unfinished
-    following = await (
-        Step.filter(task_id=draft.task.id, position__gt=current, status__in=_UNFINISHED)
-        .using_db(draft.conn)
-        .order_by("position")
-        .only("id", "position")
-        .first()
+    marks = ", ".join("?" for _ in _UNFINISHED)
+    following = await sql.fetch(
+        draft.conn,
+        'SELECT "position" FROM "steps" WHERE "task_id" = ? AND "position" > ?'
+        f' AND "status" IN ({marks}) ORDER BY "position" LIMIT 1',
+        [draft.task.id, current, *_UNFINISHED],
     )
-    return draft.total if following is None else following.position
+    return following[0]["position"] if following else draft.total
 
 
 def _task_view(draft: Draft) -> TaskView:
