@@ -117,3 +117,20 @@ async def test_open_session_forms_agree() -> None:
     via = conditions.open_session(NOW, via="session__")
     assert await ids(Task.filter(via)) == {tasks_of[s] for s in expected}
     assert await picked_by_sql("sessions", "s", conditions.open_session_sql(NOW, "s")) == expected
+
+
+@pytest.mark.usefixtures("db")
+async def test_expired_session_forms_agree() -> None:
+    """Guards ``conditions``' expiry rule: for every status and expiry, the Python
+    test and the Q (and its negation, the live sessions) pick the same sessions.
+    Seen failing with ``expired_session`` testing ``expires_at < now``."""
+    expected: set[int] = set()
+    every: set[int] = set()
+    for n, (status, expires) in enumerate(itertools.product(SessionStatus, TIMES)):
+        row = await session(status, expires, f"e{n}")
+        every.add(row.id)
+        if conditions.session_expired(status, expires, NOW):
+            expected.add(row.id)
+    assert 0 < len(expected) < len(every)
+    assert await ids(Session.filter(conditions.expired_session(NOW))) == expected
+    assert await ids(Session.filter(~conditions.expired_session(NOW))) == every - expected

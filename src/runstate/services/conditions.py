@@ -8,7 +8,9 @@ holds the forms of each equal on every combination of the values they read.
 - **stalled**: RUNNING or WAITING_TOOL, leased once, no live lease: its agent is
   gone and ``claimTask`` may hand it on;
 - an **open session**: ACTIVE or PAUSED and not past its expiry, which tasks may
-  be created in and claimed from.
+  be created in and claimed from;
+- an **expired session**: marked EXPIRED, or past its expiry and not yet marked
+  (the sweep marks it later; every read and write treats it as expired at once).
 """
 
 from __future__ import annotations
@@ -76,6 +78,19 @@ def stalled_sql(now: datetime) -> sql.Fragment:
         f'"status" IN ({_marks(WORKING)}) AND "lock_token" > 0 AND ({live})',
         [*(s.value for s in WORKING), *params],
     )
+
+
+# An expired session.
+
+
+def session_expired(status: object, expires_at: datetime, now: datetime) -> bool:
+    """Whether a session read as its status and expiry is expired at ``now``."""
+    return status == SessionStatus.EXPIRED or expires_at <= now
+
+
+def expired_session(now: datetime) -> Q:
+    """Expired sessions at ``now``; ``~expired_session(now)``, the live ones."""
+    return Q(status=SessionStatus.EXPIRED) | Q(expires_at__lte=now)
 
 
 # An open session.

@@ -13,6 +13,7 @@ from runstate.enums import SessionStatus
 from runstate.models import Session, Task, box
 from runstate.services import quota, validation
 from runstate.services.clock import utcnow
+from runstate.services.conditions import expired_session
 from runstate.services.errors import (
     InvalidInputError,
     NotFoundError,
@@ -121,13 +122,12 @@ async def update_session(
         async with in_transaction() as conn:
             matched = (
                 await Session.filter(
+                    ~expired_session(now),
                     user_id=user_id,
                     public_id=session_id,
                     version=expected_version,
-                    expires_at__gt=now,
                     message_count__lte=room,
                 )
-                .exclude(status=SessionStatus.EXPIRED)
                 .using_db(conn)
                 .update(**changes)
             )

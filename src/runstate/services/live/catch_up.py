@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from runstate.models import Session, Task
 from runstate.pubsub.broker import Subscription
 from runstate.services.clock import utcnow
-from runstate.services.read.convert import expired
+from runstate.services.conditions import session_expired
 from runstate.services.sql import chunks
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class Heads:
             rows = await Task.filter(id__in=chunk).values_list(
                 "id", "event_seq", "session__status", "session__expires_at"
             )
-            heads = {int(r[0]): (int(r[1]), expired(r[2], r[3], now)) for r in rows}
+            heads = {int(r[0]): (int(r[1]), session_expired(r[2], r[3], now)) for r in rows}
             for pk in chunk:
                 seq, gone = heads.get(pk, (0, True))
                 self._previous[pk] = seq
@@ -126,7 +126,7 @@ class Heads:
             if not watches:
                 continue
             states = await Session.filter(id__in=chunk).values_list("id", "status", "expires_at")
-            live = {int(r[0]) for r in states if not expired(r[1], r[2], now)}
+            live = {int(r[0]) for r in states if not session_expired(r[1], r[2], now)}
             since = min(w.since for w in watches) - MARGIN
             changed = await (
                 Task.filter(session_id__in=chunk, updated_at__gte=since)

@@ -28,10 +28,10 @@ from runstate.models import Session, Task
 from runstate.pubsub import RESYNC, Resync
 from runstate.services import history
 from runstate.services.clock import utcnow
+from runstate.services.conditions import session_expired
 from runstate.services.errors import InvalidInputError, SessionExpiredError
 from runstate.services.history import TaskRef
 from runstate.services.live.catch_up import HEADS, MARGIN, Watch
-from runstate.services.read.convert import expired
 from runstate.services.read.queries import get_task
 from runstate.services.sessions import get_session
 from runstate.services.views import EventView, TaskView, from_json, to_json
@@ -262,7 +262,7 @@ async def _task_head(view: TaskView, watch: Watch) -> int | None:
 
 
 def _refuse_expired(session_id: str, status: object, expires_at: datetime) -> None:
-    if expired(status, expires_at, utcnow()):
+    if session_expired(status, expires_at, utcnow()):
         raise SessionExpiredError(session_id)
 
 

@@ -19,18 +19,13 @@ from tortoise.models import Model
 from runstate.enums import SessionStatus
 from runstate.models import Session, Step, Task, ToolState, box, unbox
 from runstate.services import sql
-from runstate.services.conditions import is_stalled, lease_live
+from runstate.services.conditions import is_stalled, lease_live, session_expired
 from runstate.services.views import LockView, SessionView, StepView, TaskView, ToolStateView
 
 
 def is_expired(row: Session, now: datetime) -> bool:
-    """Past its expiry, or already marked EXPIRED."""
-    return expired(row.status, row.expires_at, now)
-
-
-def expired(status: object, expires_at: datetime, now: datetime) -> bool:
-    """``is_expired`` of a session read as its status and expiry alone."""
-    return status == SessionStatus.EXPIRED or expires_at <= now
+    """Past its expiry, or already marked EXPIRED (``conditions.session_expired``)."""
+    return session_expired(row.status, row.expires_at, now)
 
 
 V = TypeVar("V")

@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from tortoise import connections
-from tortoise.expressions import Q
 from tortoise.queryset import QuerySet
 
 from runstate.enums import SessionStatus, TaskStatus
 from runstate.models import ID_LENGTH, Session, Task
 from runstate.services import history, sql, validation
 from runstate.services.clock import utcnow
-from runstate.services.conditions import WORKING, stalled
+from runstate.services.conditions import WORKING, expired_session, stalled
 from runstate.services.errors import InvalidInputError, NotFoundError, SessionExpiredError
 from runstate.services.read.convert import is_expired, session_view, task_view
 from runstate.services.sessions import mark_expired
@@ -103,9 +102,9 @@ async def list_sessions(
     now = utcnow()
     query = Session.filter(user_id=user_id)
     if status is SessionStatus.EXPIRED:
-        query = query.filter(Q(status=SessionStatus.EXPIRED) | Q(expires_at__lte=now))
+        query = query.filter(expired_session(now))
     elif status is not None:
-        query = query.filter(status=status, expires_at__gt=now)
+        query = query.filter(~expired_session(now), status=status)
     rows, has_next = await _page(query, first, after)
     return Page(
         items=tuple(session_view(r, now) for r in rows),

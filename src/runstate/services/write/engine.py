@@ -29,7 +29,7 @@ from runstate.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, StepVersion, Task, TaskEvent
 from runstate.services import quota, sql, validation
 from runstate.services.clock import utcnow
-from runstate.services.conditions import no_live_lease_sql
+from runstate.services.conditions import no_live_lease_sql, session_expired
 from runstate.services.errors import (
     DomainError,
     InvalidTransitionError,
@@ -42,7 +42,7 @@ from runstate.services.errors import (
 )
 from runstate.services.history import VERSIONED
 from runstate.services.live import streams
-from runstate.services.read.convert import expired, is_expired, lock_view, step_view, task_view
+from runstate.services.read.convert import is_expired, lock_view, step_view, task_view
 from runstate.services.read.queries import get_task
 from runstate.services.rules import (
     FINAL_TASKS,
@@ -410,7 +410,7 @@ async def _touch_session(
 ) -> None:
     """Refuse if the session has expired; else move its ``lastActiveAt`` to now, unless
     it moved less than ``TOUCH_EVERY`` ago."""
-    if expired(session["status"], session["expires_at"], now):
+    if session_expired(session["status"], session["expires_at"], now):
         raise _ExpiredSessionError(session_pk, session["public_id"])
     if now - session["last_active_at"] >= TOUCH_EVERY:
         expires = now + timedelta(seconds=session["ttl_seconds"])
