@@ -51,12 +51,12 @@ async def test_2000_idle_streams_cost_one_statement_per_interval(live: None) -> 
         (await tasks.create_task(USER, session.id, goal="g", steps=[StepPlan("a")])).id
         for _ in range(TASKS)
     ]
-    streams = [
+    watching = [
         streams.task_progress(USER, ids[i % TASKS], None, interval=INTERVAL) for i in range(STREAMS)
     ]
-    for stream in streams:
+    for stream in watching:
         assert (await anext(stream)).kind.value == "SNAPSHOT"
-    pending = [asyncio.ensure_future(anext(stream)) for stream in streams]
+    pending = [asyncio.ensure_future(anext(stream)) for stream in watching]
     await wait_for_rounds(1)
     async with Statements() as statements:
         before = HEADS.rounds
@@ -71,7 +71,7 @@ async def test_2000_idle_streams_cost_one_statement_per_interval(live: None) -> 
     for future in pending:
         future.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
-    for stream in streams:
+    for stream in watching:
         await stream.aclose()
 
 
