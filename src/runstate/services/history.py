@@ -40,6 +40,15 @@ VERSIONED = sql.columns(StepVersion, "id", "task_id", "position", "seq")
 """What a step's history row keeps of the step after a change: every column of
 ``StepVersion`` but its keys (``write.engine`` writes them, this module reads them)."""
 _VERSION_FIELDS = ("position", *VERSIONED)
+_SPAN_FIELDS = ("task_id", "seq", *_VERSION_FIELDS)
+_AT_FIELDS = ("status", "task_version", "at", "delta")
+"""What ``task_at`` reads of the event it stands at."""
+
+
+def _columns(names: Sequence[str]) -> str:
+    return ", ".join(f'"{name}"' for name in names)
+
+
 _BOXED = frozenset(
     name for name in VERSIONED if isinstance(StepVersion._meta.fields_map[name], JSONField)
 )
@@ -186,7 +195,12 @@ async def task_at(head: TaskView, seq: int) -> TaskView:
     """The task ``head`` (as it stands) exactly as it stood just after event ``seq``."""
     if not 1 <= seq <= head.event_seq:
         raise InvalidInputError("seq", f"must be between 1 and {head.event_seq}")
-    event = await TaskEvent.get(task_id=head.pk, seq=seq)
+    (found,) = await sql.fetch(
+        connections.get("default"),
+        f'SELECT {_columns(_AT_FIELDS)} FROM "task_events" WHERE "task_id" = ? AND "seq" = ?',
+        [head.pk, seq],
+    )
+    event = TaskEvent(**sql.decode(TaskEvent, found, _AT_FIELDS))
     steps = await steps_at(head.pk, seq)
     lock = await lock_at(head.pk, seq)
     if lock is not None and lock.expires_at <= event.at:
@@ -261,6 +275,15 @@ async def events_of(
     if not spans:
         return [[] for _ in tasks]
 
+    spans_sql = " OR ".join('("task_id" = ? AND "seq" BETWEEN ? AND ?)' for _ in spans)
+    spans_params = [n for pk, (low, high) in spans.items() for n in (pk, low, high)]
+    found_versions = await sql.fetch(
+        connections.get("default"),
+        f'SELECT {_columns(_SPAN_FIELDS)} FROM "step_versions" WHERE {spans_sql}',
+        spans_params,
+    )
+    versions = [sql.decode(StepVersion, row, _SPAN_FIELDS) for row in found_versions]
+
     def within(column: str) -> Q:
         """Rows of each task whose ``column`` lies in that task's span of seqs."""
         spans_of: list[dict[str, Any]] = [
@@ -269,10 +292,9 @@ async def events_of(
         ]
         return Q(*(Q(**span) for span in spans_of), join_type=Q.OR)
 
-    versions = await StepVersion.filter(within("seq"))
     added = await Step.filter(within("created_seq"))
     fixed = {(s.task_id, s.position): s for s in added}
-    wanted = {(v.task_id, v.position) for v in versions} - fixed.keys()
+    wanted = {(v["task_id"], v["position"]) for v in versions} - fixed.keys()
     if wanted:
         by_task: dict[int, set[int]] = defaultdict(set)
         for pk, position in wanted:
@@ -287,9 +309,8 @@ async def events_of(
     for step in added:
         changed[step.task_id, step.created_seq][step.position] = _versioned(step, None)
     for version in versions:
-        step = fixed[version.task_id, version.position]
-        values = {name: getattr(version, name) for name in _VERSION_FIELDS}
-        changed[version.task_id, version.seq][step.position] = _versioned(step, values)
+        step = fixed[version["task_id"], version["position"]]
+        changed[version["task_id"], version["seq"]][step.position] = _versioned(step, version)
     return [
         [
             event_view(row, task, tuple(v for _, v in sorted(changed[task.pk, row.seq].items())))
