@@ -24,7 +24,7 @@ from runstate.enums import StepStatus, TaskEventKind
 from runstate.models import Step, StepVersion, TaskEvent, ToolState, unbox
 from runstate.services import sql
 from runstate.services.errors import InvalidInputError
-from runstate.services.read.convert import step_view, tool_state_view
+from runstate.services.read.convert import from_row, step_view, tool_state_view
 from runstate.services.views import (
     EventView,
     LockView,
@@ -61,9 +61,9 @@ def _versioned(step: Step, version: dict[str, Any] | None) -> StepView:
     """A step's fixed fields with its changing ones as a version row left them
     (None: as it was added)."""
     if version is None:
-        return replace(step_view(step), **AS_ADDED)
+        return from_row(StepView, step, **AS_ADDED)
     state = {name: unbox(version[name]) if name in _BOXED else version[name] for name in VERSIONED}
-    return replace(step_view(step), **state)
+    return from_row(StepView, step, **state)
 
 
 async def _versions_at(task_pk: int, positions: Sequence[int], seq: int) -> dict[int, Any]:
