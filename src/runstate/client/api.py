@@ -8,46 +8,20 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from runstate.client.calls import (
-    FIRST_BACKOFF,
-    FORBIDDEN,
-    MAX_BACKOFF,
-    RATE_LIMIT_WAIT,
-    RETRIES,
-    Calls,
-    Watch,
-)
+from runstate.client.calls import Calls
 from runstate.client.errors import NeedsDecision
 from runstate.client.policies import CheckpointPolicy
 from runstate.client.runner import TaskRunner
-
-__all__ = [
-    "FIRST_BACKOFF",
-    "FORBIDDEN",
-    "MAX_BACKOFF",
-    "RATE_LIMIT_WAIT",
-    "RETRIES",
-    "Runstate",
-    "Watch",
-]
 
 log = logging.getLogger(__name__)
 
 
 class Runstate(Calls):
-    """A connection to a runstate server for one caller (its token).
+    """A connection to a runstate server for one caller (its token): the calls of
+    ``Calls`` (with their retries and rate-limit waits), and the worker loops that
+    drive a task through a ``TaskRunner`` (``run``, ``work``).
 
-    Use it as ``async with Runstate(url, token) as rs: ...``. Every write carries an
-    idempotency key of its own, and a request whose answer never came (a dropped
-    connection, a timeout, a 5xx) is sent again, up to ``retries`` times with a
-    jittered, growing pause: the server answers a repeated write as it did the
-    first time, so an agent never sees a network error it should have survived.
-    A RateLimited answer is waited out (its retryAfterSeconds, plus up to a quarter
-    more so that writers refused together do not come back together) and the call
-    sent again, for up to ``RATE_LIMIT_WAIT`` seconds in all.
-
-    A refused token raises ``Unauthorized``; a server that never answers raises
-    ``ServerUnavailable`` once the retries are spent. Neither is gql's exception.
+    Use it as ``async with Runstate(url, token) as rs: ...``.
     """
 
     async def work(

@@ -123,7 +123,7 @@ class Calls:
     """The GraphQL calls of a runstate client for one caller (its token); ``Runstate``
     adds the worker loops that drive a task with a ``TaskRunner``.
 
-    Use it as ``async with Runstate(url, token) as rs: ...``. Every write carries an
+    Every write carries an
     idempotency key of its own, and a request whose answer never came (a dropped
     connection, a timeout, a 5xx) is sent again, up to ``retries`` times with a
     jittered, growing pause: the server answers a repeated write as it did the
