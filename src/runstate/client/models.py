@@ -9,15 +9,13 @@ a field added here is asked for and read with no other edit. Statuses are
 
 from __future__ import annotations
 
-import functools
-import types
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
-from enum import Enum
-from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar, cast, get_args, get_origin
 
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+from runstate.typed import decoded, hints, without_none
 
 A = TypeVar("A", bound="Answer")
 
@@ -36,9 +34,9 @@ class Answer:
         """The snapshot of one answered object: each field read at its camelCase
         name (one not selected keeps its default), times parsed, statuses as
         enums, objects inside decoded by their own fields."""
-        hints = _hints(cast(Hashable, cls))
+        typed = hints(cls)
         values = {
-            field.name: _decoded(hints[field.name], data[camel(field.name)])
+            field.name: decoded(typed[field.name], data[camel(field.name)], _answer_of)
             for field in fields(cast(Any, cls))
             if camel(field.name) in data
         }
@@ -48,48 +46,28 @@ class Answer:
 def selection(cls: type[Answer], *leaving: str) -> str:
     """The GraphQL field list of ``cls``'s fields but those ``leaving``: camelCase
     names, an object's own field list inside braces."""
-    hints = _hints(cast(Hashable, cls))
+    typed = hints(cls)
     names = []
     for field in fields(cast(Any, cls)):
         if field.name in leaving:
             continue
-        inner = _answer_type(hints[field.name])
+        inner = _answer_type(typed[field.name])
         name = camel(field.name)
         names.append(name if inner is None else f"{name} {{ {selection(inner)} }}")
     return " ".join(names)
 
 
-@functools.cache
-def _hints(cls: Any) -> dict[str, Any]:
-    return get_type_hints(cls)
-
-
-def _inner(hint: Any) -> Any:
-    """``hint`` without ``| None`` and without ``tuple[..., ...]`` around it."""
-    if get_origin(hint) in (Union, types.UnionType):
-        (hint,) = (a for a in get_args(hint) if a is not type(None))
-    if get_origin(hint) is tuple:
-        hint = get_args(hint)[0]
-    return hint
-
-
 def _answer_type(hint: Any) -> type[Answer] | None:
-    inner = _inner(hint)
+    """The snapshot type a field of type ``hint`` holds (one, optional, or a tuple of
+    them), None for a plain value."""
+    inner = without_none(hint)
+    if get_origin(inner) is tuple:
+        inner = get_args(inner)[0]
     return inner if isinstance(inner, type) and issubclass(inner, Answer) else None
 
 
-def _decoded(hint: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    if get_origin(hint) in (Union, types.UnionType):
-        (hint,) = (a for a in get_args(hint) if a is not type(None))
-    if get_origin(hint) is tuple:
-        return tuple(_decoded(get_args(hint)[0], v) for v in value)
-    if hint is datetime:
-        return datetime.fromisoformat(value)
-    if isinstance(hint, type) and issubclass(hint, Enum | Answer):
-        return hint.of(value) if issubclass(hint, Answer) else hint(value)
-    return value
+def _answer_of(cls: type[Answer], data: Mapping[str, Any]) -> Answer:
+    return cls.of(data)
 
 
 @dataclass(frozen=True)

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_origin
 
 import strawberry
 from strawberry.scalars import JSON
 
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+from runstate.makers import Maker, given_names, written
 from runstate.schema.context import Info
 from runstate.services import validation
 from runstate.services.recovery import ResumePlanView
@@ -26,6 +24,7 @@ from runstate.services.views import (
     TaskView,
     ToolStateView,
 )
+from runstate.typed import hints, without_none
 
 G = TypeVar("G", bound="FromView")
 
@@ -40,50 +39,40 @@ class FromView:
         to its GraphQL type (``_GRAPHQL``) and a tuple to a list; a ``view`` field
         holds the view itself; ``given`` fields are as given. A field added to a view
         and to its type needs no converter edited."""
-        names = frozenset(given) if given else _NONE
+        names = given_names(given)
         make = _MAKERS.get((cls, type(view), names)) or _maker(cls, type(view), names)
         result: G = make(view, given)
         return result
 
 
-Maker = Callable[[Any, dict[str, Any]], Any]
 _MAKERS: dict[tuple[type, type, frozenset[str]], Maker] = {}
-_NONE: frozenset[str] = frozenset()
 
 
 def _maker(cls: type, view: type, given: frozenset[str]) -> Maker:
-    """The function making a ``cls`` from a ``view``, written out once from the
-    fields (as ``dataclasses`` writes ``__init__``): one keyword per data field,
-    converted (``_converted``) only where the view's field may hold a view or a
-    tuple. Every step of an answer goes through ``Step.of`` (1,000 for a 1,000-step
-    task), and a loop over the fields per object cost 2.5x the constructor it
-    replaced."""
-    hints = typing.get_type_hints(view)
+    """The function making a ``cls`` from a ``view`` (``makers.written``): one
+    keyword per data field, converted (``_converted``) only where the view's field
+    may hold a view or a tuple. Every step of an answer goes through ``Step.of``
+    (1,000 for a 1,000-step task), and a loop over the fields per object cost 2.5x
+    the constructor it replaced."""
+    view_hints = hints(view)
     parts = []
     for field in dataclasses.fields(cls):
         if not field.init or field.name in given:
             continue
         if field.name == "view":
-            parts.append("view=view")
-        elif _may_hold_views(hints.get(field.name, Any)):
-            parts.append(f"{field.name}=converted(view.{field.name})")
+            parts.append("view=source")
+        elif _may_hold_views(view_hints.get(field.name, Any)):
+            parts.append(f"{field.name}=converted(source.{field.name})")
         else:
-            parts.append(f"{field.name}=view.{field.name}")
-    parts += [f"{name}=given[{name!r}]" for name in sorted(given)]
-    namespace: dict[str, Any] = {"Type": cls, "converted": _converted}
-    exec(f"def make(view, given):\n    return Type({', '.join(parts)})", namespace)
-    maker: Maker = namespace["make"]
-    _MAKERS[(cls, view, given)] = maker
+            parts.append(f"{field.name}=source.{field.name}")
+    maker = _MAKERS[(cls, view, given)] = written(cls, parts, given, {"converted": _converted})
     return maker
 
 
 def _may_hold_views(hint: Any) -> bool:
     """Whether a view field of type ``hint`` may hold a view or a tuple."""
-    if hint is Any:
-        return False
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return any(_may_hold_views(arg) for arg in typing.get_args(hint))
-    return typing.get_origin(hint) is tuple or dataclasses.is_dataclass(hint)
+    inner = without_none(hint)
+    return get_origin(inner) is tuple or (inner is not Any and dataclasses.is_dataclass(inner))
 
 
 def _converted(value: Any) -> Any:

@@ -10,11 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime
 from enum import Enum
-from functools import cache
-from types import UnionType
-from typing import Any, Generic, TypeVar, Union, cast, get_args, get_origin, get_type_hints
+from typing import Any, Generic, TypeVar
 
 from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+from runstate.typed import decoded, hints
 
 
 @dataclass(frozen=True)
@@ -185,8 +184,8 @@ def to_json(value: Any) -> Any:
 
 def from_json(cls: type[V], data: dict[str, Any]) -> V:
     """The view of type ``cls`` that ``to_json`` wrote, led by the dataclass's hints."""
-    hints = _hints(cast(type, cls))
-    return cls(**{name: _decode(hints[name], value) for name, value in data.items()})
+    types = hints(cls)
+    return cls(**{name: decoded(types[name], value, from_json) for name, value in data.items()})
 
 
 V = TypeVar("V")
@@ -195,28 +194,4 @@ V = TypeVar("V")
 def decode_as(hint: Any, value: Any) -> Any:
     """``value`` as ``to_json`` wrote it, decoded by the type ``hint`` (a view, a
     plain value, or an optional of one)."""
-    return _decode(hint, value)
-
-
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls)
-
-
-def _decode(hint: Any, value: Any) -> Any:
-    if value is None or hint is Any:
-        return value
-    origin = get_origin(hint)
-    if origin in (UnionType, Union):
-        (inner,) = (a for a in get_args(hint) if a is not type(None))
-        return _decode(inner, value)
-    if origin is tuple:
-        item = get_args(hint)[0]
-        return tuple(_decode(item, v) for v in value)
-    if hint is datetime:
-        return datetime.fromisoformat(value)
-    if isinstance(hint, type) and issubclass(hint, Enum):
-        return hint(value)
-    if isinstance(hint, type) and is_dataclass(hint):
-        return from_json(hint, value)
-    return value
+    return decoded(hint, value, from_json)

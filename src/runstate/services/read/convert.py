@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import Any, TypeVar, cast
@@ -17,6 +17,7 @@ from tortoise.fields import JSONField
 from tortoise.models import Model
 
 from runstate.enums import SessionStatus
+from runstate.makers import Maker, given_names, written
 from runstate.models import Session, Step, Task, ToolState, box, unbox
 from runstate.services import sql
 from runstate.services.conditions import is_stalled, lease_live, session_expired
@@ -56,31 +57,25 @@ def _plan(view: Any, model: Any) -> tuple[tuple[str, str, bool], ...]:
     return tuple(plan)
 
 
-Reader = Callable[[Any, dict[str, Any]], Any]
-
-_READERS: dict[tuple[type, type, frozenset[str]], Reader] = {}
-_NONE: frozenset[str] = frozenset()
+_READERS: dict[tuple[type, type, frozenset[str]], Maker] = {}
 
 
-def _reader(view: type, model: type[Model], given: frozenset[str]) -> Reader:
-    """The function reading ``view`` from a ``model`` row with the fields ``given``,
-    written out from the plan once (as ``dataclasses`` writes ``__init__``): one
-    keyword per field, each its column, unboxed or given. Every step of a read goes
-    through it (a 1,000-step ``taskAt`` builds 1,000 views), and a loop over the
-    plan per row took 1.7x the time of the hand-written constructor it replaced."""
+def _reader(view: type, model: type[Model], given: frozenset[str]) -> Maker:
+    """The function reading ``view`` from a ``model`` row with the fields ``given``
+    (``makers.written``): one keyword per field, its column, unboxed where the
+    column keeps a client value. Every step of a read goes through it (a 1,000-step
+    ``taskAt`` builds 1,000 views), and a loop over the plan per row took 1.7x the
+    time of the hand-written constructor it replaced."""
     key = (view, model, given)
     reader = _READERS.get(key)
     if reader is None:
         plan = _plan(cast(Hashable, view), cast(Hashable, model))
         parts = [
-            f"{name}=unbox(row.{column})" if boxed else f"{name}=row.{column}"
+            f"{name}=unbox(source.{column})" if boxed else f"{name}=source.{column}"
             for name, column, boxed in plan
             if name not in given
         ]
-        parts += [f"{name}=given[{name!r}]" for name in sorted(given)]
-        namespace: dict[str, Any] = {"View": view, "unbox": unbox}
-        exec(f"def read(row, given):\n    return View({', '.join(parts)})", namespace)
-        reader = _READERS[key] = namespace["read"]
+        reader = _READERS[key] = written(view, parts, given, {"unbox": unbox})
     return reader
 
 
@@ -88,7 +83,7 @@ def from_row(view: type[V], row: Model, **given: Any) -> V:
     """The ``view`` of a stored ``row``, led by the view's fields: each read from its
     column (client values unboxed), those in ``given`` (computed, or from another
     row) as given. A view field neither stored nor given fails loudly here."""
-    result: V = _reader(view, type(row), frozenset(given) if given else _NONE)(row, given)
+    result: V = _reader(view, type(row), given_names(given))(row, given)
     return result
 
 
