@@ -35,10 +35,6 @@ def at(now: datetime) -> Any:
     return sql.db_value(Task, "updated_at", now)
 
 
-def _marks(values: tuple[Any, ...]) -> str:
-    return ", ".join("?" for _ in values)
-
-
 # A live lease.
 
 
@@ -75,7 +71,7 @@ def stalled_sql(now: datetime) -> sql.Fragment:
     """``stalled`` on the "tasks" row."""
     live, params = no_live_lease_sql(now)
     return (
-        f'"status" IN ({_marks(WORKING)}) AND "lock_token" > 0 AND ({live})',
+        f'"status" IN ({sql.marks(WORKING)}) AND "lock_token" > 0 AND ({live})',
         [*(s.value for s in WORKING), *params],
     )
 
@@ -110,6 +106,6 @@ def open_session(now: datetime, via: str = "") -> Q:
 def open_session_sql(now: datetime, alias: str) -> sql.Fragment:
     """``open_session`` on the "sessions" row named ``alias``."""
     return (
-        f'{alias}."status" IN ({_marks(OPEN_SESSIONS)}) AND {alias}."expires_at" > ?',
+        f'{alias}."status" IN ({sql.marks(OPEN_SESSIONS)}) AND {alias}."expires_at" > ?',
         [*(s.value for s in OPEN_SESSIONS), at(now)],
     )

@@ -45,10 +45,6 @@ _AT_FIELDS = ("status", "task_version", "at", "delta")
 """What ``task_at`` reads of the event it stands at."""
 
 
-def _columns(names: Sequence[str]) -> str:
-    return ", ".join(f'"{name}"' for name in names)
-
-
 _BOXED = frozenset(
     name for name in VERSIONED if isinstance(StepVersion._meta.fields_map[name], JSONField)
 )
@@ -70,9 +66,9 @@ async def _versions_at(task_pk: int, positions: Sequence[int], seq: int) -> dict
     """For each position, its latest version at or before ``seq`` (absent: none)."""
     found: dict[int, Any] = {}
     conn = connections.get("default")
-    columns = ", ".join(f'v."{name}"' for name in _VERSION_FIELDS)
+    columns = sql.names(_VERSION_FIELDS, "v")
     for chunk in sql.chunks(positions):
-        marks = ", ".join("?" for _ in chunk)
+        marks = sql.marks(chunk)
         rows = await sql.fetch(
             conn,
             f'SELECT {columns} FROM "step_versions" v WHERE v."task_id" = ?'
@@ -153,7 +149,7 @@ async def _tools_at(task_pk: int, names: Sequence[str], seq: int) -> dict[str, T
     about it left it."""
     earlier: dict[str, ToolStateView] = {}
     for chunk in sql.chunks(names):
-        marks = ", ".join("?" for _ in chunk)
+        marks = sql.marks(chunk)
         kind = TaskEventKind.TOOL_STATE_CHANGED.value
         found = await sql.fetch(
             connections.get("default"),
@@ -197,7 +193,7 @@ async def task_at(head: TaskView, seq: int) -> TaskView:
         raise InvalidInputError("seq", f"must be between 1 and {head.event_seq}")
     (found,) = await sql.fetch(
         connections.get("default"),
-        f'SELECT {_columns(_AT_FIELDS)} FROM "task_events" WHERE "task_id" = ? AND "seq" = ?',
+        f'SELECT {sql.names(_AT_FIELDS)} FROM "task_events" WHERE "task_id" = ? AND "seq" = ?',
         [head.pk, seq],
     )
     event = TaskEvent(**sql.decode(TaskEvent, found, _AT_FIELDS))
@@ -258,7 +254,7 @@ async def events_of(
     if not tasks or first <= 0:
         return [[] for _ in tasks]
     pks = [t.pk for t in tasks]
-    marks = ", ".join("?" for _ in pks)
+    marks = sql.marks(pks)
     found = await sql.fetch(
         connections.get("default"),
         'SELECT * FROM (SELECT "task_events".*, ROW_NUMBER() OVER'
@@ -279,7 +275,7 @@ async def events_of(
     spans_params = [n for pk, (low, high) in spans.items() for n in (pk, low, high)]
     found_versions = await sql.fetch(
         connections.get("default"),
-        f'SELECT {_columns(_SPAN_FIELDS)} FROM "step_versions" WHERE {spans_sql}',
+        f'SELECT {sql.names(_SPAN_FIELDS)} FROM "step_versions" WHERE {spans_sql}',
         spans_params,
     )
     versions = [sql.decode(StepVersion, row, _SPAN_FIELDS) for row in found_versions]

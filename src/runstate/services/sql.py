@@ -71,6 +71,17 @@ async def execute(conn: BaseDBAsyncClient, sql: str, params: Sequence[Any]) -> N
     await conn.execute_query(numbered(conn, sql), list(params))
 
 
+def marks(values: Sequence[Any]) -> str:
+    """One ``?`` per value, comma-separated: the inside of an ``IN (...)``."""
+    return ", ".join("?" for _ in values)
+
+
+def names(columns: Sequence[str], alias: str = "") -> str:
+    """Quoted column names, comma-separated, each after ``alias.`` if given."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(f'{prefix}"{name}"' for name in columns)
+
+
 Fragment = tuple[str, list[Any]]
 """A piece of SQL with ``?`` placeholders, and its parameters in order."""
 
@@ -100,12 +111,11 @@ def update_row(model: type[Model], pk: int, columns: Mapping[str, Any]) -> tuple
 def insert_rows(model: type[Model], rows: Sequence[Mapping[str, Any]]) -> tuple[str, list[Any]]:
     """One ``INSERT`` of ``rows`` (each with the same columns, ids left to the
     database), and its parameters: the write path's history and event rows."""
-    names = list(rows[0])
-    marks = "(" + ", ".join("?" for _ in names) + ")"
-    params = [db_value(model, name, row[name]) for row in rows for name in names]
-    columns = ", ".join(f'"{model._meta.fields_db_projection[name]}"' for name in names)
-    values = ", ".join(marks for _ in rows)
-    return f'INSERT INTO "{model._meta.db_table}" ({columns}) VALUES {values}', params
+    fields = list(rows[0])
+    params = [db_value(model, field, row[field]) for row in rows for field in fields]
+    quoted = names([model._meta.fields_db_projection[field] for field in fields])
+    values = ", ".join(f"({marks(fields)})" for _ in rows)
+    return f'INSERT INTO "{model._meta.db_table}" ({quoted}) VALUES {values}', params
 
 
 def columns(model: type[Model], *leaving: str) -> tuple[str, ...]:
@@ -143,14 +153,13 @@ def _python(field: Field[Any], value: Any) -> Any:
     return field.to_python_value(value)
 
 
-def packed(dialect: str, alias: str, names: Sequence[str], source: str, table: str) -> str:
-    """A scalar subquery returning the columns ``names`` of the one row of ``table``
+def packed(dialect: str, alias: str, fields: Sequence[str], source: str, table: str) -> str:
+    """A scalar subquery returning the columns ``fields`` of the one row of ``table``
     that ``source`` (its alias and WHERE clause) picks, as one JSON array named
     ``alias``: one lookup for all of them (None when there is no such row)."""
     pack = "json_array" if dialect == "sqlite" else "json_build_array"
     alias_ = source.split()[0]
-    values = ", ".join(f'{alias_}."{name}"' for name in names)
-    return f'(SELECT {pack}({values}) FROM "{table}" {source}) AS "{alias}"'
+    return f'(SELECT {pack}({names(fields, alias_)}) FROM "{table}" {source}) AS "{alias}"'
 
 
 def unpacked(model: type[Model], value: Any, names: Sequence[str]) -> dict[str, Any]:

@@ -79,7 +79,7 @@ async def task_sizes(user_id: str, task_ids: Collection[str]) -> dict[str, TaskS
     ids = [i for i in task_ids if len(i) <= ID_LENGTH]
     found: dict[str, TaskSize] = {}
     for chunk in sql.chunks(ids):
-        marks = ", ".join("?" for _ in chunk)
+        marks = sql.marks(chunk)
         rows = await sql.fetch(connections.get("default"), _SIZES.format(marks), [user_id, *chunk])
         for r in rows:
             found[r["public_id"]] = TaskSize(
@@ -164,7 +164,7 @@ async def session_task_pages(
     after_pk = decode_cursor(after)
     if not session_pks:
         return []
-    marks = ", ".join("?" for _ in session_pks)
+    marks = sql.marks(session_pks)
     where = [f't."user_id" = ? AND t."session_id" IN ({marks})']
     params: list[object] = [user_id, *session_pks]
     if status is not None:

@@ -72,10 +72,21 @@ _UNDONE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.IN_DOUBT
 TASK_FIELDS = sql.columns(Task)
 SESSION_FIELDS = ("public_id", "status", "expires_at", "last_active_at", "ttl_seconds")
 STEP_FIELDS = sql.columns(Step, "task_id")
-_STEP_ROWS = "SELECT " + ", ".join(f'"{name}"' for name in STEP_FIELDS)
-_STEP_ROWS += ' FROM "steps" WHERE "task_id" = ?'
+_STEP_ROWS = f'SELECT {sql.names(STEP_FIELDS)} FROM "steps" WHERE "task_id" = ?'
 """A task's step rows, every column; the draft adds its condition."""
-_UNFINISHED = tuple(s.value for s in StepStatus if s not in FINISHED_STEPS)
+_UNFINISHED = ", ".join(f"'{s.value}'" for s in StepStatus if s not in FINISHED_STEPS)
+
+
+def _next_unfinished(task: str) -> str:
+    """The position of the task's first unfinished step after the one bound as
+    ``?``; ``task`` is the SQL for the task's row id (a column, or ``?``)."""
+    return (
+        f'SELECT n."position" FROM "steps" n WHERE n."task_id" = {task}'
+        f' AND n."position" > ? AND n."status" IN ({_UNFINISHED})'
+        ' ORDER BY n."position" LIMIT 1'
+    )
+
+
 _CHANGING = (*VERSIONED, "changed_seq")
 """The columns of a step that a write changes."""
 
@@ -134,7 +145,7 @@ class Draft:
         """Load several steps with one query (a checkpoint's patched steps)."""
         missing = sorted(set(indexes) - self.steps.keys())
         for chunk in sql.chunks(missing):
-            await self._load(f'"position" IN ({", ".join("?" for _ in chunk)})', chunk)
+            await self._load(f'"position" IN ({sql.marks(chunk)})', chunk)
 
     async def all_steps(self) -> list[Step]:
         """Every step, in order (a whole-task write such as resume)."""
@@ -351,7 +362,7 @@ def _returning(one_step: bool, dialect: str) -> str:
     one after it, whose position is bound twice as the statement's last parameters.
     The session's and the step's columns come packed in one JSON array each
     (``sql.packed``): one subquery per column cost ten times the UPDATE itself."""
-    columns = [f'"{name}"' for name in TASK_FIELDS]
+    columns = [sql.names(TASK_FIELDS)]
     columns.append(
         sql.packed(
             dialect, "session", SESSION_FIELDS, 's WHERE s."id" = "tasks"."session_id"', "sessions"
@@ -360,12 +371,8 @@ def _returning(one_step: bool, dialect: str) -> str:
     if one_step:
         row = 'p WHERE p."task_id" = "tasks"."id" AND p."position" = ?'
         columns.append(sql.packed(dialect, "step", STEP_FIELDS, row, "steps"))
-        unfinished = ", ".join(f"'{s}'" for s in _UNFINISHED)
-        columns.append(
-            '(SELECT n."position" FROM "steps" n WHERE n."task_id" = "tasks"."id"'
-            f' AND n."position" > ? AND n."status" IN ({unfinished})'
-            ' ORDER BY n."position" LIMIT 1) AS "next_unfinished"'
-        )
+        following = _next_unfinished('"tasks"."id"')
+        columns.append(f'({following}) AS "next_unfinished"')
     return ", ".join(columns)
 
 
@@ -498,7 +505,8 @@ async def _settle(draft: Draft, stored_bytes: int) -> None:
 async def insert_steps(conn: BaseDBAsyncClient, steps: Sequence[Step]) -> None:
     """Insert new step rows (every column but the id), in statements of at most
     ``sql.CHUNK`` rows."""
-    rows = [{name: getattr(step, name) for name in sql.columns(Step, "id")} for step in steps]
+    columns = sql.columns(Step, "id")
+    rows = [{name: getattr(step, name) for name in columns} for step in steps]
     for chunk in sql.chunks(rows):
         await sql.execute(conn, *sql.insert_rows(Step, chunk))
 
@@ -530,13 +538,7 @@ async def _current_step(draft: Draft) -> int:
         return current
     if draft.opened_step == current and draft.changed == {current} and not draft.added:
         return draft.total if draft.next_unfinished is None else draft.next_unfinished
-    marks = ", ".join("?" for _ in _UNFINISHED)
-    following = await sql.fetch(
-        draft.conn,
-        'SELECT "position" FROM "steps" WHERE "task_id" = ? AND "position" > ?'
-        f' AND "status" IN ({marks}) ORDER BY "position" LIMIT 1',
-        [draft.task.id, current, *_UNFINISHED],
-    )
+    following = await sql.fetch(draft.conn, _next_unfinished("?"), [draft.task.id, current])
     return following[0]["position"] if following else draft.total
 
 
