@@ -22,6 +22,7 @@ from tortoise import connections
 
 from runstate.db import close_database, open_database
 from runstate.services import history, sessions, tasks
+from runstate.services.house import House
 from runstate.services.read import queries
 from runstate.services.validation import StepPlan
 
@@ -38,25 +39,30 @@ async def history_bytes() -> int:
     return int(rows[0][0])
 
 
-async def run_task(steps: int) -> tuple[str, list[float]]:
+async def run_task(house: House, steps: int) -> tuple[str, list[float]]:
     """A task of ``steps`` steps, each started and completed with a 1 KB output; the
     seconds each start + complete pair took."""
-    session = await sessions.start_session(USER, default_ttl=86400)
+    session = await sessions.start_session(house, USER, default_ttl=86400)
     plan = [StepPlan(f"step-{i}", {"i": i}) for i in range(steps)]
-    task = await tasks.create_task(USER, session.id, goal="bench", steps=plan)
+    task = (await tasks.create_task(house, USER, session.id, goal="bench", steps=plan)).value
     version, took = 1, []
     for index in range(steps):
         began = time.perf_counter()
-        version = (await tasks.start_step(USER, task.id, index, expected_version=version)).version
-        view = await tasks.complete_step(
-            USER, task.id, index, expected_version=version, output=OUTPUT
-        )
+        version = (
+            await tasks.start_step(house, USER, task.id, index, expected_version=version)
+        ).value.version
+        view = (
+            await tasks.complete_step(
+                house, USER, task.id, index, expected_version=version, output=OUTPUT
+            )
+        ).value
         version = view.version
         took.append(time.perf_counter() - began)
     return task.id, took
 
 
 async def main() -> None:
+    house = House()  # the services, with the default limits
     with tempfile.TemporaryDirectory() as tmp:
         print(f"runstate history benchmark, SQLite, load average {os.getloadavg()[0]:.2f}")
         print(
@@ -66,7 +72,7 @@ async def main() -> None:
         p50: dict[int, float] = {}
         for steps in (10, 300, 1000):
             await open_database(f"sqlite://{Path(tmp) / f'bench-{steps}.db'}")
-            task_id, took = await run_task(steps)
+            task_id, took = await run_task(house, steps)
             events = 2 * steps + 1
             stored = await history_bytes()
             p50[steps] = statistics.median(took) * 1000

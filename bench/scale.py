@@ -28,6 +28,7 @@ from typing import Any
 
 from runstate.db import close_database, open_database
 from runstate.services import history, leases, sessions, tasks
+from runstate.services.house import House
 from runstate.services.read import queries
 from runstate.services.validation import StepPlan
 
@@ -42,17 +43,21 @@ RESULTS = Path(__file__).parent / "results" / "scale.json"
 PLAN = [StepPlan(f"step-{i}", {"i": i}) for i in range(3)]
 
 
-async def template() -> tuple[int, int]:
+async def template(house: House) -> tuple[int, int]:
     """One finished task in its own session, the row every old task is cloned from:
     (session pk, task pk)."""
-    session = await sessions.start_session(USER, default_ttl=10**7)
-    task = await tasks.create_task(USER, session.id, goal="old", steps=PLAN)
+    session = await sessions.start_session(house, USER, default_ttl=10**7)
+    task = (await tasks.create_task(house, USER, session.id, goal="old", steps=PLAN)).value
     version = task.version
     for index in range(len(PLAN)):
-        version = (await tasks.start_step(USER, task.id, index, expected_version=version)).version
-        done = await tasks.complete_step(
-            USER, task.id, index, expected_version=version, output={"ok": index}
-        )
+        version = (
+            await tasks.start_step(house, USER, task.id, index, expected_version=version)
+        ).value.version
+        done = (
+            await tasks.complete_step(
+                house, USER, task.id, index, expected_version=version, output={"ok": index}
+            )
+        ).value
         version = done.version
     row = await queries.get_task(USER, task.id)
     return int(row.session_pk), int(row.pk)
@@ -97,19 +102,20 @@ def clone(db: sqlite3.Connection, count: int, session_pk: int, task_pk: int) -> 
     db.commit()
 
 
-async def build(path: Path, count: int) -> dict[str, Any]:
+async def build(house: House, path: Path, count: int) -> dict[str, Any]:
     """A database of ``count`` old tasks and LIVE planned ones; what the calls need."""
     url = f"sqlite://{path}"
     await open_database(url)
-    session_pk, task_pk = await template()
+    session_pk, task_pk = await template(house)
     await close_database()
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA synchronous=OFF")
         clone(db, count, session_pk, task_pk)
     await open_database(url)
-    live = await sessions.start_session(USER, default_ttl=10**7)
+    live = await sessions.start_session(house, USER, default_ttl=10**7)
     ids = [
-        (await tasks.create_task(USER, live.id, goal="live", steps=PLAN)).id for _ in range(LIVE)
+        (await tasks.create_task(house, USER, live.id, goal="live", steps=PLAN)).value.id
+        for _ in range(LIVE)
     ]
     await close_database()
     return {"url": url, "count": count, "session": live.id, "live": ids, "next": 0}
@@ -123,7 +129,7 @@ def mib(folder: Path, count: int) -> float:
 Call = Callable[[], Awaitable[Any]]
 
 
-async def measure(db: dict[str, Any]) -> dict[str, list[float]]:
+async def measure(house: House, db: dict[str, Any]) -> dict[str, list[float]]:
     """One round of every call against one database: seconds per sample."""
     await open_database(db["url"])
     old = [f"old-t-{random.randrange(db['count'] - 1)}" for _ in range(SAMPLES)]
@@ -132,11 +138,11 @@ async def measure(db: dict[str, Any]) -> dict[str, list[float]]:
     async def write() -> None:  # start and complete the next live task's first step
         task_id = db["live"][LIVE // 2 + db["next"]]
         db["next"] += 1
-        began = await tasks.start_step(USER, task_id, 0, expected_version=1)
-        await tasks.complete_step(USER, task_id, 0, expected_version=began.version)
+        began = (await tasks.start_step(house, USER, task_id, 0, expected_version=1)).value
+        await tasks.complete_step(house, USER, task_id, 0, expected_version=began.version)
 
     async def claim() -> None:  # released again, untimed, after each sample
-        await leases.claim_task(USER, "bench-worker", 30)
+        await leases.claim_task(house, USER, "bench-worker", 30)
 
     calls: dict[str, Callable[[int], Call]] = {
         "task by id": lambda i: lambda: queries.get_task(USER, old[i]),
@@ -166,18 +172,19 @@ async def measure(db: dict[str, Any]) -> dict[str, list[float]]:
             await call(i)()
             took.setdefault(name, []).append(time.perf_counter() - began)
             if name == "claimTask":  # the oldest claimable: the first live task
-                await leases.release_task_lock(USER, db["live"][0], "bench-worker")
+                await leases.release_task_lock(house, USER, db["live"][0], "bench-worker")
     await close_database()
     return took
 
 
 async def main() -> None:
+    house = House()  # the services, with the default limits
     print(f"runstate at scale, SQLite, load average {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
         dbs = []
         for count in (SMALL, LARGE):
             began = time.perf_counter()
-            dbs.append(await build(Path(tmp) / f"scale-{count}.db", count))
+            dbs.append(await build(house, Path(tmp) / f"scale-{count}.db", count))
             print(
                 f"built {count:,} old tasks + {LIVE} live in"
                 f" {time.perf_counter() - began:.0f} s, {mib(Path(tmp), count):,.0f} MiB"
@@ -185,7 +192,7 @@ async def main() -> None:
         took: list[dict[str, list[float]]] = [{}, {}]
         for _ in range(ROUNDS):
             for side, db in enumerate(dbs):
-                for name, samples in (await measure(db)).items():
+                for name, samples in (await measure(house, db)).items():
                     took[side].setdefault(name, []).extend(samples)
     print(f"\n{'call':<26} {SMALL:>10,} {LARGE:>10,}  ratio  (target 1.2x or less)")
     results = {}

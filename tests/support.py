@@ -24,6 +24,9 @@ import httpx
 import pytest
 from websockets.typing import Subprotocol
 
+from runstate.services.house import House
+from runstate.services.validation import ContentLimits
+
 POSTGRES_URL = os.environ.get(
     "RUNSTATE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"
 )
@@ -481,10 +484,13 @@ def restart(server: Server) -> None:
 
 
 @asynccontextmanager
-async def opened(database_url: str, *, live: bool = False) -> AsyncIterator[None]:
-    """The database opened in this process, for tests that call the services
-    directly; with ``live``, an in-process broker installed too, so that events
-    are announced and streams can be read."""
+async def opened(
+    database_url: str, *, live: bool = False, limits: ContentLimits | None = None
+) -> AsyncIterator[House]:
+    """The database opened in this process, and a house of services for tests that
+    call them directly (``limits``: the house's content limits, the defaults when
+    None); with ``live``, an in-process broker and publisher in the house too, so
+    that streams can be read and ``house.publish`` reaches them."""
     from tortoise.backends.base.executor import EXECUTOR_CACHE
 
     from runstate import pubsub
@@ -494,16 +500,14 @@ async def opened(database_url: str, *, live: bool = False) -> AsyncIterator[None
     # process that moves from SQLite to PostgreSQL must forget the SQLite ones.
     EXECUTOR_CACHE.clear()
     await open_database(database_url)
-    publisher = None
+    house = House(limits=limits or ContentLimits())
     if live:
         broker = pubsub.MemoryBroker()
-        publisher = pubsub.Publisher(broker)
-        await publisher.start()
-        pubsub.install(pubsub.Hub(broker, publisher))
+        house.hub = pubsub.Hub(broker, pubsub.Publisher(broker))
+        await house.hub.publisher.start()
     try:
-        yield
+        yield house
     finally:
-        if publisher is not None:
-            pubsub.uninstall()
-            await publisher.close()
+        if house.hub is not None:
+            await house.hub.publisher.close()
         await close_database()

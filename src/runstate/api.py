@@ -42,6 +42,7 @@ def build_schema(settings: Settings | None = None) -> Schema:
     )
     known: set[str] = {"__typename", "__schema", "__type"}  # filled once the schema is built
     bounds = Bounds(
+        limits=settings.content,
         max_nodes=settings.max_nodes,
         max_bytes=settings.max_response_bytes,
         max_body_bytes=settings.max_body_bytes,

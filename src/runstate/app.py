@@ -14,7 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
-from runstate import logs, pubsub
+from runstate import logs
 from runstate.api import build_schema
 from runstate.auth import Tokens, forget_revoked
 from runstate.connections import Connections
@@ -24,7 +24,7 @@ from runstate.metrics import WEBSOCKETS
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
 from runstate.pubsub.redis import RedisBroker, key_prefix
 from runstate.ratelimit import Budgets, MemoryRateLimiter, RateLimiter, RedisRateLimiter
-from runstate.services import validation
+from runstate.services.house import House
 from runstate.services.sweep import sweep_forever
 from runstate.settings import Settings
 from runstate.sockets import SharedSockets
@@ -75,15 +75,18 @@ def _limiter(settings: Settings, prefix: str, anonymous: bool) -> RateLimiter:
 def create_app(settings: Settings) -> Starlette:
     """The ASGI app: GraphQL at /graphql (HTTP and WebSocket), the web page at /.
 
-    On start it migrates and opens the database, then the broker (Redis when
-    ``redis_url`` is set, in-process otherwise) and the publisher in front of it,
-    and starts the expiry sweep and the token check of open connections.
+    It builds the app's ``House`` (its limits, group commit, live streams' head
+    checks) and its schema; nothing of it is shared with another app in the same
+    process. On start it migrates and opens the database, then the broker (Redis
+    when ``redis_url`` is set, in-process otherwise) and the publisher in front of
+    it, handed to the house, and starts the expiry sweep and the token check of
+    open connections.
     """
-    validation.configure(settings.content)
+    house = House(limits=settings.content)
     connections = Connections(settings.max_connections)
     WEBSOCKETS.set_function(lambda: len(connections))
     tokens = Tokens(settings.auth_check_seconds)
-    graphql = GraphQLView(build_schema(settings), settings, connections, tokens)
+    graphql = GraphQLView(build_schema(settings), settings, house, connections, tokens)
     budgets = Budgets()
 
     @asynccontextmanager
@@ -111,7 +114,7 @@ def create_app(settings: Settings) -> Starlette:
             )
         await broker.start()
         await publisher.start()
-        pubsub.install(Hub(broker, publisher))
+        house.hub = Hub(broker, publisher)
         background = [
             asyncio.create_task(
                 sweep_forever(settings.retention, settings.sweep_seconds), name="runstate-sweeper"
@@ -130,7 +133,7 @@ def create_app(settings: Settings) -> Starlette:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            pubsub.uninstall()
+            house.hub = None
             await publisher.close()
             await broker.close()
             await budgets.close()
@@ -155,11 +158,11 @@ def create_app(settings: Settings) -> Starlette:
             ),
         )
     middleware.insert(0, Middleware(RequestLog))  # outermost: it sees every answer
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/", web_routes.index(settings.graphiql)),
             Route("/healthz", web_routes.health),
-            Route("/readyz", web_routes.ready),
+            Route("/readyz", web_routes.ready(house)),
             Route("/metrics", web_routes.metrics),
             Mount("/static", StaticFiles(packages=[("runstate.web", "static")]), name="static"),
             Route("/graphql", graphql),
@@ -168,3 +171,6 @@ def create_app(settings: Settings) -> Starlette:
         middleware=middleware,
         lifespan=lifespan,
     )
+    app.state.house = house  # the app's services, for a test that calls them directly
+    app.state.shared = graphql.shared
+    return app

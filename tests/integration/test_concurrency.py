@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from runstate.db import close_database, open_database
 from runstate.models import Session, Task, ToolState
 from runstate.services import sessions
+from runstate.services.house import House
 from tests.integration.test_api import events, new_task, start_session
-from tests.support import Api, Server, server_on
+from tests.support import Api, Server, opened, server_on
 
 WRITERS = 20
 INCREMENTS = 10
@@ -80,20 +80,19 @@ async def test_concurrent_cas_increments_lose_nothing(server: Server, alice: Api
 
 
 @pytest.fixture
-async def local_db(tmp_path: Path) -> AsyncIterator[None]:
-    await open_database(f"sqlite://{tmp_path / 'local.db'}")
-    yield
-    await close_database()
+async def house(tmp_path: Path) -> AsyncIterator[House]:
+    async with opened(f"sqlite://{tmp_path / 'local.db'}") as house:
+        yield house
 
 
-async def _race(increment: Any) -> int:
-    await sessions.start_session("u", default_ttl=3600, session_id="race")
+async def _race(house: House, increment: Any) -> int:
+    await sessions.start_session(house, "u", default_ttl=3600, session_id="race")
     await asyncio.gather(*(increment() for _ in range(WRITERS)))
     row = await Session.get(user_id="u", public_id="race")
     return row.message_count
 
 
-async def test_control_read_then_write_loses_updates(local_db: None) -> None:
+async def test_control_read_then_write_loses_updates(house: House) -> None:
     """Control: the naive version of the same writers loses most increments."""
 
     async def naive() -> None:
@@ -102,10 +101,10 @@ async def test_control_read_then_write_loses_updates(local_db: None) -> None:
             row.message_count += 1
             await row.save(update_fields=["message_count"])
 
-    assert await _race(naive) < WRITERS * INCREMENTS
+    assert await _race(house, naive) < WRITERS * INCREMENTS
 
 
-async def test_same_harness_with_cas_loses_nothing(local_db: None) -> None:
+async def test_same_harness_with_cas_loses_nothing(house: House) -> None:
     """The harness of the control, with the service's compare-and-swap instead."""
 
     async def cas() -> None:
@@ -116,14 +115,14 @@ async def test_same_harness_with_cas_loses_nothing(local_db: None) -> None:
             while True:
                 try:
                     view = await sessions.update_session(
-                        "u", "race", expected_version=version, message_count_delta=1
+                        house, "u", "race", expected_version=version, message_count_delta=1
                     )
                     version = view.version
                     break
                 except VersionConflictError as conflict:
                     version = conflict.current_version
 
-    assert await _race(cas) == WRITERS * INCREMENTS
+    assert await _race(house, cas) == WRITERS * INCREMENTS
 
 
 # ---------------------------------------------------------------- leases and tool counters
@@ -183,12 +182,12 @@ async def test_concurrent_failure_reports_lose_no_count(server: Server, alice: A
     assert final == [{"retryCount": REPORTERS, "version": REPORTERS, "status": "FAILED"}]
 
 
-async def test_control_check_then_set_grants_many_leases(local_db: None) -> None:
+async def test_control_check_then_set_grants_many_leases(house: House) -> None:
     """Control: reading the lease and then writing it lets several acquirers win."""
     from runstate.services import tasks
 
-    await sessions.start_session("u", default_ttl=3600, session_id="s")
-    await tasks.create_task("u", "s", goal="g", steps=[], task_id="t")
+    await sessions.start_session(house, "u", default_ttl=3600, session_id="s")
+    await tasks.create_task(house, "u", "s", goal="g", steps=[], task_id="t")
     winners: list[str] = []
 
     async def naive(holder: str) -> None:
@@ -203,14 +202,14 @@ async def test_control_check_then_set_grants_many_leases(local_db: None) -> None
     assert len(winners) > 1
 
 
-async def test_control_read_then_write_loses_failure_counts(local_db: None) -> None:
+async def test_control_read_then_write_loses_failure_counts(house: House) -> None:
     """Control: counting retries in Python after a read loses reports."""
     from runstate.enums import ToolOutcome
     from runstate.services import tasks, tools
 
-    await sessions.start_session("u", default_ttl=3600, session_id="s")
-    await tasks.create_task("u", "s", goal="g", steps=[], task_id="t")
-    await tools.record_tool_call("u", "t", "search", ToolOutcome.CALLING)
+    await sessions.start_session(house, "u", default_ttl=3600, session_id="s")
+    await tasks.create_task(house, "u", "s", goal="g", steps=[], task_id="t")
+    await tools.record_tool_call(house, "u", "t", "search", ToolOutcome.CALLING)
 
     async def naive() -> None:
         row = await ToolState.get(tool_name="search")

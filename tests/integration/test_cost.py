@@ -22,6 +22,7 @@ from runstate.schema.bounds import estimate_of
 from runstate.schema.context import Context
 from runstate.schema.cost import Estimate, Walk
 from runstate.services import sessions, tasks, tools, validation
+from runstate.services.house import House
 from runstate.services.validation import StepPlan
 from runstate.settings import Settings
 from tests.support import opened
@@ -70,28 +71,42 @@ DOCUMENTS = {
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[None]:
-    async with opened(f"sqlite://{tmp_path / 'cost.db'}"):
-        await sessions.start_session(USER, default_ttl=3600, session_id="s", metadata=PAYLOAD)
-        await sessions.start_session(USER, default_ttl=3600, session_id="t", metadata=[ESCAPED])
+async def house(tmp_path: Path) -> AsyncIterator[House]:
+    async with opened(f"sqlite://{tmp_path / 'cost.db'}") as house:
+        await sessions.start_session(
+            house, USER, default_ttl=3600, session_id="s", metadata=PAYLOAD
+        )
+        await sessions.start_session(
+            house, USER, default_ttl=3600, session_id="t", metadata=[ESCAPED]
+        )
         plans = [StepPlan(f"act {ESCAPED[:150]}", input=PAYLOAD) for _ in range(6)]
-        task = await tasks.create_task(USER, "s", goal=ESCAPED, steps=plans, task_id="rich")
+        task = (
+            await tasks.create_task(house, USER, "s", goal=ESCAPED, steps=plans, task_id="rich")
+        ).value
         for i in range(4):
-            task = await tasks.start_step(USER, "rich", i, expected_version=task.version)
-            task = await tasks.complete_step(
-                USER, "rich", i, expected_version=task.version, output=PAYLOAD
+            task = (
+                await tasks.start_step(house, USER, "rich", i, expected_version=task.version)
+            ).value
+            task = (
+                await tasks.complete_step(
+                    house, USER, "rich", i, expected_version=task.version, output=PAYLOAD
+                )
+            ).value
+        task = (await tasks.start_step(house, USER, "rich", 4, expected_version=task.version)).value
+        task = (
+            await tasks.fail_step(
+                house, USER, "rich", 4, expected_version=task.version, error=ESCAPED
             )
-        task = await tasks.start_step(USER, "rich", 4, expected_version=task.version)
-        task = await tasks.fail_step(USER, "rich", 4, expected_version=task.version, error=ESCAPED)
+        ).value
         for name in ("search", "mail"):
             await tools.record_tool_call(
-                USER, "rich", name, ToolOutcome.FAILURE, result=PAYLOAD, error=ESCAPED
+                house, USER, "rich", name, ToolOutcome.FAILURE, result=PAYLOAD, error=ESCAPED
             )
-        await tasks.fork_task(USER, "rich", task.event_seq, new_id="fork")
+        await tasks.fork_task(house, USER, "rich", task.event_seq, new_id="fork")
         for i in range(3):
-            await tasks.create_task(USER, "t", goal=f"small {i}", steps=[StepPlan("a")])
-        await tasks.create_task(USER, "t", goal=CONTROL, steps=[], task_id="escapes")
-        yield
+            await tasks.create_task(house, USER, "t", goal=f"small {i}", steps=[StepPlan("a")])
+        await tasks.create_task(house, USER, "t", goal=CONTROL, steps=[], task_id="escapes")
+        yield house
 
 
 JSON_FIELDS = {"input", "output", "lastResult", "metadata", "o0", "o1", "r"}
@@ -111,15 +126,15 @@ def objects(value: Any) -> int:
 
 
 async def estimated_and_answered(
-    query: str, variables: dict[str, Any] | None = None
+    house: House, query: str, variables: dict[str, Any] | None = None
 ) -> tuple[Estimate, int, int]:
     schema = build_schema(Settings(rate_limit=False))
     document = parse(query)
     [operation] = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
-    walk = Walk(schema._schema, document, operation, variables)
+    walk = Walk(schema._schema, document, operation, variables, house.limits)
     input_bytes = len(query) + validation.json_size(variables)
     estimate = await estimate_of(walk, USER, input_bytes)
-    context = Context(principal=Principal(USER, "digest"), settings=Settings())
+    context = Context(principal=Principal(USER, "digest"), settings=Settings(), house=house)
     result = await schema.execute(query, variable_values=variables, context_value=context)
     assert result.errors is None, result.errors
     answer = validation.encoded({"data": result.data}).encode()
@@ -127,24 +142,24 @@ async def estimated_and_answered(
 
 
 @pytest.mark.parametrize("name", DOCUMENTS)
-async def test_the_estimate_bounds_the_answer(db: None, name: str) -> None:
+async def test_the_estimate_bounds_the_answer(house: House, name: str) -> None:
     """Guards each part of the estimate: the answer has at most the estimated
     objects and bytes. Seen failing with the escapes left out of the stored bytes
     (``quota.text_bytes`` as plain UTF-8: ``escapes`` answers 60 KB of a goal stored
     as 10 KB), with a payload's aliases counted once (``escapes twice``), and with
     a task's steps counted as one object (``task``)."""
-    estimate, found, size = await estimated_and_answered(DOCUMENTS[name])
+    estimate, found, size = await estimated_and_answered(house, DOCUMENTS[name])
     assert found <= estimate.objects
     assert size <= estimate.bytes
 
 
-async def test_a_write_is_bounded_by_what_it_adds(db: None) -> None:
+async def test_a_write_is_bounded_by_what_it_adds(house: House) -> None:
     """Guards the write's share (``Sizes.input_bytes``): a checkpoint that adds
     outputs answers the task with them, within the estimate made before it ran."""
     query = f"""mutation($input: CheckpointTaskInput!) {{ checkpointTask(input: $input) {{
         ... on Task {{ {TASK} }} {PROBLEM} }} }}"""
     patches = [{"index": 5, "status": "SUCCESS", "output": {"big": ESCAPED * 5}}]
     variables = {"input": {"taskId": "fork", "expectedVersion": 1, "steps": patches}}
-    estimate, found, size = await estimated_and_answered(query, variables)
+    estimate, found, size = await estimated_and_answered(house, query, variables)
     assert found <= estimate.objects
     assert size <= estimate.bytes

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from starlette.applications import Starlette
 from tortoise.backends.base.executor import EXECUTOR_CACHE
 
-from runstate import pubsub
 from runstate.app import create_app, server_options
-from runstate.db import close_database, open_database
 from runstate.pubsub import Hub, MemoryBroker, Publisher
-from runstate.schema.fanout import SHARED
 from runstate.services import sessions, tasks, tokens
+from runstate.services.house import House
 from runstate.services.live import streams
+from runstate.services.live.messages import task_channel
 from runstate.services.validation import StepPlan
 from runstate.settings import Settings
-from tests.support import Subscriber, free_port
+from tests.support import Subscriber, free_port, opened
 
 USER = "watcher"
 BRIEF = "subscription($id: ID!) { taskProgress(taskId: $id) { seq kind status } }"
@@ -29,8 +29,9 @@ FULL = """subscription($id: ID!) { taskProgress(taskId: $id) {
 
 
 @pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[str]:
-    """The real app under uvicorn, inside this test's process and event loop."""
+async def server(tmp_path: Path) -> AsyncIterator[tuple[str, Starlette]]:
+    """The real app under uvicorn, inside this test's process and event loop: its
+    URL, and the app (whose house the test writes through)."""
     EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
     settings = Settings(database_url=f"sqlite://{tmp_path / 'fanout.db'}", catch_up_seconds=60)
     port = free_port()
@@ -45,50 +46,55 @@ async def server(tmp_path: Path) -> AsyncIterator[str]:
         assert asyncio.get_running_loop().time() < deadline, "uvicorn did not start"
         await asyncio.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", app
     finally:
         uv.should_exit = True
         await serving
 
 
-async def drive(task_id: str, steps: int, output: str = "done") -> int:
-    """Start and complete each step; the last seq written."""
+async def drive(house: House, task_id: str, steps: int, output: str = "done") -> int:
+    """Start and complete each step, publishing each write's events as a mutation
+    does; the last seq written."""
     version = 1
     for index in range(steps):
-        version = (await tasks.start_step(USER, task_id, index, expected_version=version)).version
-        view = await tasks.complete_step(
-            USER, task_id, index, expected_version=version, output=output
+        started = await tasks.start_step(house, USER, task_id, index, expected_version=version)
+        house.publish(started.events)
+        done = await tasks.complete_step(
+            house, USER, task_id, index, expected_version=started.value.version, output=output
         )
-        version = view.version
-    return view.event_seq
+        house.publish(done.events)
+        version = done.value.version
+    return done.value.event_seq
 
 
 async def test_fifty_watchers_cost_one_decode_and_one_rendering_per_selection(
-    server: str,
+    server: tuple[str, Starlette],
 ) -> None:
     """Guards encode-once fan-out: 50 subscribers of one task, half selecting a brief
     and half a full event: each of 20 events is decoded once and executed and
     serialised twice (once per selection), never once per subscriber."""
+    url, app = server
+    house, shared = app.state.house, app.state.shared
     token = await tokens.create_token(USER)
-    session = await sessions.start_session(USER, default_ttl=3600)
+    session = await sessions.start_session(house, USER, default_ttl=3600)
     plan = [StepPlan(f"step-{i}") for i in range(10)]
-    task = await tasks.create_task(USER, session.id, goal="watched", steps=plan)
+    task = (await tasks.create_task(house, USER, session.id, goal="watched", steps=plan)).value
     watchers = [
-        Subscriber(server, token, BRIEF if i % 2 else FULL, {"id": task.id}) for i in range(50)
+        Subscriber(url, token, BRIEF if i % 2 else FULL, {"id": task.id}) for i in range(50)
     ]
     for watcher in watchers:
         await watcher.__aenter__()
     try:
         for watcher in watchers:
             assert (await watcher.next())["taskProgress"]["kind"] == "SNAPSHOT"
-        decoded, executed, unshared = streams.decode.count, SHARED.executions, SHARED.unshared
-        last = await drive(task.id, 10)
+        decoded, executed, unshared = house.decoded.count, shared.executions, shared.unshared
+        last = await drive(house, task.id, 10)
         for watcher in watchers:
             await watcher.until(lambda e: e["taskProgress"]["seq"] == last)
         assert last == 21
-        assert streams.decode.count - decoded == 20
-        assert SHARED.executions - executed == 2 * 20
-        assert SHARED.unshared - unshared == 0
+        assert house.decoded.count - decoded == 20
+        assert shared.executions - executed == 2 * 20
+        assert shared.unshared - unshared == 0
         brief = [w.events for w in watchers[1::2]]
         full = [w.events for w in watchers[0::2]]
         assert all(events == brief[0] for events in brief)
@@ -102,44 +108,39 @@ async def test_fifty_watchers_cost_one_decode_and_one_rendering_per_selection(
 
 
 @pytest.fixture
-async def small_inboxes(tmp_path: Path) -> AsyncIterator[MemoryBroker]:
-    """A database and an in-process broker whose inboxes hold at most 64 KB."""
-    EXECUTOR_CACHE.clear()
-    await open_database(f"sqlite://{tmp_path / 'stalled.db'}")
-    broker = MemoryBroker(inbox_size=1000, inbox_bytes=64 * 1024)
-    publisher = Publisher(broker)
-    await publisher.start()
-    pubsub.install(Hub(broker, publisher))
-    try:
-        yield broker
-    finally:
-        pubsub.uninstall()
-        await publisher.close()
-        await close_database()
+async def house(tmp_path: Path) -> AsyncIterator[House]:
+    """A database and a house whose in-process broker's inboxes hold at most 64 KB."""
+    async with opened(f"sqlite://{tmp_path / 'stalled.db'}") as house:
+        broker = MemoryBroker(inbox_size=1000, inbox_bytes=64 * 1024)
+        house.hub = Hub(broker, Publisher(broker))
+        await house.hub.publisher.start()
+        try:
+            yield house
+        finally:
+            await house.hub.publisher.close()
 
 
 async def test_a_stalled_subscriber_stops_at_its_byte_limit_and_is_caught_up(
-    small_inboxes: MemoryBroker,
+    house: House,
 ) -> None:
     """Guards the byte bound: 40 events of 10 KB outputs pile up behind a subscriber
     that reads nothing; its inbox stays under 64 KB (dropping the rest and flagging
     a resync), and when it reads again it gets every seq, in order, from the
     database."""
-    session = await sessions.start_session(USER, default_ttl=3600)
+    session = await sessions.start_session(house, USER, default_ttl=3600)
     plan = [StepPlan(f"step-{i}") for i in range(20)]
-    task = await tasks.create_task(USER, session.id, goal="big", steps=plan)
-    stream = streams.task_progress(USER, task.id, None, interval=60)
+    task = (await tasks.create_task(house, USER, session.id, goal="big", steps=plan)).value
+    stream = streams.task_progress(house, USER, task.id, None, interval=60)
     snapshot = await anext(stream)
     assert snapshot.seq == 1
-    stalled = await small_inboxes.subscribe([streams.task_channel(task.pk)])
-    last = await drive(task.id, 20, output="x" * 10_000)
+    stalled = await house.broker.subscribe([task_channel(task.pk)])
+    last = await drive(house, task.id, 20, output="x" * 10_000)
     deadline = asyncio.get_running_loop().time() + 10
     while stalled.dropped == 0:
         assert asyncio.get_running_loop().time() < deadline, "nothing was ever dropped"
         await asyncio.sleep(0.01)
-    hub = pubsub.current()
-    assert hub is not None
-    while hub.publisher.bytes:  # every message handed to the broker
+    assert house.hub is not None
+    while house.hub.publisher.bytes:  # every message handed to the broker
         assert asyncio.get_running_loop().time() < deadline, "the publisher never drained"
         await asyncio.sleep(0.01)
     assert 0 < stalled.bytes <= 64 * 1024
@@ -149,4 +150,4 @@ async def test_a_stalled_subscriber_stops_at_its_byte_limit_and_is_caught_up(
         seen.append((await asyncio.wait_for(anext(stream), 10)).seq)
     assert seen == list(range(1, last + 1))
     await stream.aclose()
-    await small_inboxes.unsubscribe(stalled)
+    await house.broker.unsubscribe(stalled)

@@ -13,10 +13,10 @@ import pytest
 from runstate.enums import TaskStatus
 from runstate.services import idempotency, sessions, tasks
 from runstate.services.errors import InvalidInputError, VersionConflictError
+from runstate.services.house import House
 from runstate.services.read import queries
 from runstate.services.validation import StepPlan
 from runstate.services.views import TaskView
-from runstate.services.write.group_commit import GROUP
 from tests.integration.test_write_cost import Statements
 from tests.support import opened
 
@@ -25,16 +25,17 @@ WRITERS = 16
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[None]:
-    async with opened(f"sqlite://{tmp_path / 'group.db'}"):
-        yield
+async def house(tmp_path: Path) -> AsyncIterator[House]:
+    async with opened(f"sqlite://{tmp_path / 'group.db'}") as house:
+        yield house
 
 
-async def new_tasks(count: int) -> list[str]:
-    session = await sessions.start_session(USER, default_ttl=3600)
+async def new_tasks(house: House, count: int) -> list[str]:
+    session = await sessions.start_session(house, USER, default_ttl=3600)
     plan = [StepPlan("a"), StepPlan("b")]
     return [
-        (await tasks.create_task(USER, session.id, goal="g", steps=plan)).id for _ in range(count)
+        (await tasks.create_task(house, USER, session.id, goal="g", steps=plan)).value.id
+        for _ in range(count)
     ]
 
 
@@ -42,40 +43,42 @@ def commits(statements: Statements) -> int:
     return sum(s.startswith("COMMIT") for s in statements.seen)
 
 
-async def test_writes_that_arrive_together_share_one_commit(db: None) -> None:
+async def test_writes_that_arrive_together_share_one_commit(house: House) -> None:
     """Guards ``group_commit.Group``: 16 concurrent step writes run in one transaction with
     one COMMIT, and every one of them is stored. The control: the same writes one
     after the other take a COMMIT each (without grouping, so would concurrent ones)."""
-    ids = await new_tasks(2 * WRITERS)
+    ids = await new_tasks(house, 2 * WRITERS)
     together, apart = ids[:WRITERS], ids[WRITERS:]
-    before = GROUP.transactions
+    before = house.group.transactions
     async with Statements() as grouped:
-        await asyncio.gather(*(tasks.start_step(USER, i, 0, expected_version=1) for i in together))
-    assert (commits(grouped), GROUP.transactions - before) == (1, 1)
+        await asyncio.gather(
+            *(tasks.start_step(house, USER, i, 0, expected_version=1) for i in together)
+        )
+    assert (commits(grouped), house.group.transactions - before) == (1, 1)
     async with Statements() as one_by_one:
         for task_id in apart:
-            await tasks.start_step(USER, task_id, 0, expected_version=1)
+            await tasks.start_step(house, USER, task_id, 0, expected_version=1)
     assert commits(one_by_one) == WRITERS
     for task_id in ids:
         task = await queries.get_task(USER, task_id)
         assert (task.version, task.event_seq) == (2, 2)
 
 
-async def test_a_refused_write_rolls_back_only_itself(db: None) -> None:
+async def test_a_refused_write_rolls_back_only_itself(house: House) -> None:
     """Guards the savepoint of each write in a shared transaction: of 8 writes sent
     together, a stale version and a step that does not exist are refused with their own
     errors and leave their tasks as they were (the missing step's write had already
     raised its task's version when it was refused); the 6 others are stored."""
-    ids = await new_tasks(8)
+    ids = await new_tasks(house, 8)
     stale, impossible, fine = ids[0], ids[1], ids[2:]
-    before = GROUP.transactions
+    before = house.group.transactions
     results = await asyncio.gather(
-        tasks.start_step(USER, stale, 0, expected_version=7),
-        tasks.start_step(USER, impossible, 5, expected_version=1),  # no step 5
-        *(tasks.start_step(USER, i, 0, expected_version=1) for i in fine),
+        tasks.start_step(house, USER, stale, 0, expected_version=7),
+        tasks.start_step(house, USER, impossible, 5, expected_version=1),  # no step 5
+        *(tasks.start_step(house, USER, i, 0, expected_version=1) for i in fine),
         return_exceptions=True,
     )
-    assert GROUP.transactions - before == 1
+    assert house.group.transactions - before == 1
     assert isinstance(results[0], VersionConflictError)
     assert isinstance(results[1], InvalidInputError)
     for task_id in (stale, impossible):
@@ -87,18 +90,22 @@ async def test_a_refused_write_rolls_back_only_itself(db: None) -> None:
         assert task.status is TaskStatus.RUNNING
 
 
-async def test_keyed_writes_share_a_commit_and_a_key_writes_once(db: None) -> None:
+async def test_keyed_writes_share_a_commit_and_a_key_writes_once(house: House) -> None:
     """Guards the idempotency key's transaction going through the group (the SDK
     sends a key with every write): 16 keyed writes sent together share COMMITs (each
     first looks its key up, so they reach the group a few at a time: one or two
     transactions here, sixteen without the group), and two calls with one key among
     them answer alike and write once."""
-    ids = await new_tasks(WRITERS)
+    ids = await new_tasks(house, WRITERS)
 
     def call(task_id: str, key: str) -> Awaitable[TaskView]:
         keyed = idempotency.keyed(USER, key, "startStep", {"taskId": task_id})
         return idempotency.once(
-            keyed, 60, TaskView, lambda: tasks.start_step(USER, task_id, 0, expected_version=1)
+            house,
+            keyed,
+            60,
+            TaskView,
+            lambda: tasks.start_step(house, USER, task_id, 0, expected_version=1),
         )
 
     async with Statements() as statements:

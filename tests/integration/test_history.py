@@ -25,10 +25,11 @@ from runstate.models import Step, StepVersion, Task, TaskEvent
 from runstate.services import history, leases, recovery, sessions, tasks, tools
 from runstate.services.clock import utcnow
 from runstate.services.errors import DomainError
-from runstate.services.live import streams
+from runstate.services.house import House
+from runstate.services.live.messages import session_channel
 from runstate.services.read.convert import task_views
 from runstate.services.validation import StepPlan
-from runstate.services.views import EventView, TaskView, current_step
+from runstate.services.views import EventView, TaskView, Written, current_step
 from runstate.services.write.engine import StepPatch
 from tests.support import database, opened
 
@@ -45,11 +46,11 @@ def database_url(
 
 
 @pytest.fixture
-async def db(database_url: str) -> AsyncIterator[str]:
+async def house(database_url: str) -> AsyncIterator[House]:
     """The module's database, opened in this test's event loop, with an in-process
     broker installed so that the live events can be read too."""
-    async with opened(database_url, live=True):
-        yield database_url
+    async with opened(database_url, live=True) as house:
+        yield house
 
 
 async def recorded(task_id: str) -> TaskView:
@@ -138,33 +139,42 @@ operations = st.one_of(
 )
 
 
-async def run(task_id: str, op: tuple[Any, ...], now: TaskView) -> None:
-    """Apply one random write; a refusal (a DomainError) is as good as any answer."""
+async def run(house: House, task_id: str, op: tuple[Any, ...], now: TaskView) -> None:
+    """Apply one random write and publish its events, as a mutation does; a refusal
+    (a DomainError) is as good as any answer."""
     kind, args = op[0], op[1:]
     token = None if now.lock is None else now.lock.fencing_token
     versioned: dict[str, Any] = {"expected_version": now.version, "fencing_token": token}
+    written: Written[Any] | None = None
     if kind == "start":
-        await tasks.start_step(USER, task_id, args[0], **versioned)
+        written = await tasks.start_step(house, USER, task_id, args[0], **versioned)
     elif kind == "complete":
-        await tasks.complete_step(USER, task_id, args[0], output=args[1], **versioned)
+        written = await tasks.complete_step(
+            house, USER, task_id, args[0], output=args[1], **versioned
+        )
     elif kind == "fail":
-        await tasks.fail_step(USER, task_id, args[0], error=args[1], **versioned)
+        written = await tasks.fail_step(house, USER, task_id, args[0], error=args[1], **versioned)
     elif kind == "checkpoint":
         patches = [StepPatch(i, s, out, set_output=out is not None) for i, s, out in args[0]]
-        await tasks.checkpoint_task(USER, task_id, patches, status=args[1], **versioned)
+        written = await tasks.checkpoint_task(
+            house, USER, task_id, patches, status=args[1], **versioned
+        )
     elif kind == "status":
-        await tasks.set_task_status(USER, task_id, args[0], **versioned)
+        written = await tasks.set_task_status(house, USER, task_id, args[0], **versioned)
     elif kind == "add":
         plans = [StepPlan(f"added-{i}", {"i": i}, idempotent=s) for i, s in enumerate(args[0])]
-        await tasks.add_steps(USER, task_id, plans, **versioned)
+        written = await tasks.add_steps(house, USER, task_id, plans, **versioned)
     elif kind == "resume":
-        await recovery.resume_task(USER, task_id, fencing_token=token)
+        written = await recovery.resume_task(house, USER, task_id, fencing_token=token)
     elif kind == "decide":
         index, decision, output = args
-        await recovery.decide_step(USER, task_id, index, decision, output=output, **versioned)
+        written = await recovery.decide_step(
+            house, USER, task_id, index, decision, output=output, **versioned
+        )
     elif kind == "tool":
         name, outcome, result = args
-        await tools.record_tool_call(
+        written = await tools.record_tool_call(
+            house,
             USER,
             task_id,
             name,
@@ -175,12 +185,16 @@ async def run(task_id: str, op: tuple[Any, ...], now: TaskView) -> None:
             retry_after_seconds=60 if outcome is ToolOutcome.RATE_LIMITED else None,
         )
     elif kind == "acquire" and now.lock is None:  # re-acquiring extends: no event, by design
-        await leases.acquire_task_lock(USER, task_id, args[0], 3600)
+        written = await leases.acquire_task_lock(house, USER, task_id, args[0], 3600)
     elif kind == "release":
-        await leases.release_task_lock(USER, task_id, args[0])
+        written = await leases.release_task_lock(house, USER, task_id, args[0])
+    if written is not None:
+        house.publish(written.events)
 
 
-async def live_events(subscription: pubsub.Subscription, task_pk: int, last: int) -> list[Any]:
+async def live_events(
+    house: House, subscription: pubsub.Subscription, task_pk: int, last: int
+) -> list[Any]:
     """The broker messages of one task up to seq ``last``, read with a deadline."""
     found: dict[int, EventView] = {}
     deadline = asyncio.get_running_loop().time() + 10
@@ -189,7 +203,7 @@ async def live_events(subscription: pubsub.Subscription, task_pk: int, last: int
         assert remaining > 0, f"live events stopped at {sorted(found)}; expected up to {last}"
         message = await subscription.next(remaining)
         if isinstance(message, bytes):
-            event = streams.decode(message)
+            event = house.decoded(message)
             assert event is not None
             if event.task_pk == task_pk:
                 found[event.seq] = event
@@ -231,22 +245,25 @@ async def live_events(subscription: pubsub.Subscription, task_pk: int, last: int
     ],
 )
 async def test_every_state_is_read_back_and_replayed(
-    db: str, plan: list[bool], ops: list[tuple[Any, ...]]
+    house: House, plan: list[bool], ops: list[tuple[Any, ...]]
 ) -> None:
     """Guards taskAt and the deltas: after any sequence of writes, taskAt(seq) equals
     the task as its rows held it right after seq, and so do the state at seq 1 plus
     the stored events, and plus the live (broker) events, replayed in order."""
-    session = await sessions.start_session(USER, default_ttl=3600, session_id=f"s{next(_ids)}")
-    hub = pubsub.current()
-    assert hub is not None
-    async with hub.broker.subscription([streams.session_channel(session.pk)]) as inbox:
+    session = await sessions.start_session(
+        house, USER, default_ttl=3600, session_id=f"s{next(_ids)}"
+    )
+    async with house.broker.subscription([session_channel(session.pk)]) as inbox:
         task_id = f"t{next(_ids)}"
         plans = [StepPlan(f"step-{i}", {"i": i}, idempotent=safe) for i, safe in enumerate(plan)]
-        await tasks.create_task(USER, session.id, goal="history", steps=plans, task_id=task_id)
+        created = await tasks.create_task(
+            house, USER, session.id, goal="history", steps=plans, task_id=task_id
+        )
+        house.publish(created.events)
         states = {1: await recorded(task_id)}
         for op in ops:
             with contextlib.suppress(DomainError):
-                await run(task_id, op, states[max(states)])
+                await run(house, task_id, op, states[max(states)])
             now = await recorded(task_id)
             assert now.event_seq in (max(states), max(states) + 1), "one write, one event"
             states[now.event_seq] = now
@@ -256,26 +273,36 @@ async def test_every_state_is_read_back_and_replayed(
             past = replace(state, stored_bytes=head.stored_bytes)
             assert await history.task_at(head, seq) == past, f"taskAt seq {seq}"
         check_history(states, await history.events(head, 1, 1000))
-        check_history(states, (await live_events(inbox, head.pk, head.event_seq))[1:])
+        check_history(states, (await live_events(house, inbox, head.pk, head.event_seq))[1:])
 
 
 # ---------------------------------------------------------------- forks
 
 
-async def test_a_fork_starts_from_a_past_state_and_goes_its_own_way(db: str) -> None:
+async def test_a_fork_starts_from_a_past_state_and_goes_its_own_way(house: House) -> None:
     """Guards forkTask: the fork's steps are taskAt(seq)'s with RUNNING made PENDING,
     its first event names its origin, and later writes to either task leave the other
     as it was."""
-    session = await sessions.start_session(USER, default_ttl=3600, session_id=f"s{next(_ids)}")
+    session = await sessions.start_session(
+        house, USER, default_ttl=3600, session_id=f"s{next(_ids)}"
+    )
     plans = [StepPlan("search"), StepPlan("book", {"id": 7}, idempotent=False), StepPlan("mail")]
-    source = await tasks.create_task(USER, session.id, goal="trip", steps=plans)
-    v = (await tasks.start_step(USER, source.id, 0, expected_version=1)).version
-    v = (await tasks.complete_step(USER, source.id, 0, expected_version=v, output="found")).version
-    at = await tasks.start_step(USER, source.id, 1, expected_version=v)
+    source = (await tasks.create_task(house, USER, session.id, goal="trip", steps=plans)).value
+    v = (await tasks.start_step(house, USER, source.id, 0, expected_version=1)).value.version
+    v = (
+        (
+            await tasks.complete_step(house, USER, source.id, 0, expected_version=v, output="found")
+        ).value
+    ).version
+    at = (await tasks.start_step(house, USER, source.id, 1, expected_version=v)).value
     past = await history.task_at(at, at.event_seq)
-    await tasks.complete_step(USER, source.id, 1, expected_version=at.version, output="booked")
+    await tasks.complete_step(
+        house, USER, source.id, 1, expected_version=at.version, output="booked"
+    )
 
-    fork = await tasks.fork_task(USER, source.id, at.event_seq, new_id=f"f{next(_ids)}")
+    fork = (
+        await tasks.fork_task(house, USER, source.id, at.event_seq, new_id=f"f{next(_ids)}")
+    ).value
     forked = await recorded(fork.id)
     assert past.steps is not None
     expected = [past.steps[0], replace(past.steps[1], status=StepStatus.PENDING), past.steps[2]]
@@ -294,9 +321,9 @@ async def test_a_fork_starts_from_a_past_state_and_goes_its_own_way(db: str) -> 
     assert await history.task_at(forked, 1) == forked
 
     before = await recorded(source.id)
-    await tasks.start_step(USER, fork.id, 1, expected_version=1)
+    await tasks.start_step(house, USER, fork.id, 1, expected_version=1)
     assert await recorded(source.id) == before, "a write to the fork leaves the source"
-    await tasks.start_step(USER, source.id, 2, expected_version=before.version)
+    await tasks.start_step(house, USER, source.id, 2, expected_version=before.version)
     after = await recorded(fork.id)
     assert after.steps is not None
     assert [s.status for s in after.steps] == [
@@ -306,38 +333,50 @@ async def test_a_fork_starts_from_a_past_state_and_goes_its_own_way(db: str) -> 
     ], "a write to the source leaves the fork"
 
 
-async def test_a_fork_of_a_seq_that_never_was_is_refused(db: str) -> None:
-    session = await sessions.start_session(USER, default_ttl=3600, session_id=f"s{next(_ids)}")
-    source = await tasks.create_task(USER, session.id, goal="g", steps=[StepPlan("a")])
+async def test_a_fork_of_a_seq_that_never_was_is_refused(house: House) -> None:
+    session = await sessions.start_session(
+        house, USER, default_ttl=3600, session_id=f"s{next(_ids)}"
+    )
+    source = (
+        await tasks.create_task(house, USER, session.id, goal="g", steps=[StepPlan("a")])
+    ).value
     for seq in (0, 2):
         with pytest.raises(DomainError, match="seq: must be between 1 and 1"):
-            await tasks.fork_task(USER, source.id, seq)
+            await tasks.fork_task(house, USER, source.id, seq)
 
 
 async def test_a_fork_of_a_task_awaiting_a_decision_starts_with_the_step_pending(
-    db: str,
+    house: House,
 ) -> None:
     """A step IN_DOUBT in the source is PENDING in the fork: nobody has run it there."""
-    session = await sessions.start_session(USER, default_ttl=3600, session_id=f"s{next(_ids)}")
-    source = await tasks.create_task(
-        USER, session.id, goal="pay", steps=[StepPlan("charge", idempotent=False)]
+    session = await sessions.start_session(
+        house, USER, default_ttl=3600, session_id=f"s{next(_ids)}"
     )
-    await tasks.start_step(USER, source.id, 0, expected_version=1)
-    plan = await recovery.resume_task(USER, source.id)
+    source = (
+        await tasks.create_task(
+            house, USER, session.id, goal="pay", steps=[StepPlan("charge", idempotent=False)]
+        )
+    ).value
+    await tasks.start_step(house, USER, source.id, 0, expected_version=1)
+    plan = (await recovery.resume_task(house, USER, source.id)).value
     assert (plan.steps_in_doubt, plan.task.status) == ((0,), TaskStatus.AWAITING_DECISION)
-    fork = await recorded((await tasks.fork_task(USER, source.id, plan.task.event_seq)).id)
+    fork = await recorded(
+        (await tasks.fork_task(house, USER, source.id, plan.task.event_seq)).value.id
+    )
     assert fork.steps is not None
     assert [(s.status, s.attempts) for s in fork.steps] == [(StepStatus.PENDING, 1)]
     assert fork.status is TaskStatus.PLANNED, "no step has begun in the fork"
 
 
-async def test_the_database_keeps_seqs_positions_and_versions_unique(db: str) -> None:
+async def test_the_database_keeps_seqs_positions_and_versions_unique(house: House) -> None:
     """Guards the unique indexes behind the log and the history (on SQLite, table
     rebuilds by migrations 0003 and 0004 dropped them; 0006 restores them): a
     second event with a task's seq, a second step at a position, a second version
     of a step at a seq are refused by the database itself."""
-    session = await sessions.start_session(USER, default_ttl=3600, session_id=f"s{next(_ids)}")
-    task = await tasks.create_task(USER, session.id, goal="g", steps=[StepPlan("a")])
+    session = await sessions.start_session(
+        house, USER, default_ttl=3600, session_id=f"s{next(_ids)}"
+    )
+    task = (await tasks.create_task(house, USER, session.id, goal="g", steps=[StepPlan("a")])).value
     at = utcnow()
     version: dict[str, Any] = {"task_id": task.pk, "position": 0, "seq": 2}
     version["status"] = StepStatus.RUNNING

@@ -62,34 +62,37 @@ def add_finished(path: Path, count: int, template: int, name: str) -> None:
 async def costs(path: Path, finished: int) -> dict[str, int]:
     """Steps of a claim and of the stalled page for a user with ``finished`` finished
     tasks older than a claimable one, and as many newer than a stalled one."""
-    async with opened(f"sqlite://{path}"):
-        session = await sessions.start_session(USER, default_ttl=3600)
-        done = await tasks.create_task(USER, session.id, goal="done", steps=[StepPlan("a", {})])
+    async with opened(f"sqlite://{path}") as house:
+        session = await sessions.start_session(house, USER, default_ttl=3600)
+        done = (
+            await tasks.create_task(house, USER, session.id, goal="done", steps=[StepPlan("a", {})])
+        ).value
         for call in (tasks.start_step, tasks.complete_step):
-            done = await call(USER, done.id, 0, expected_version=done.version)
+            done = (await call(house, USER, done.id, 0, expected_version=done.version)).value
         assert done.status is TaskStatus.COMPLETED
         add_finished(path, finished, done.pk, "older")
-        planned = await tasks.create_task(USER, session.id, goal="planned", steps=[])
-        stalled = await tasks.create_task(USER, session.id, goal="stalled", steps=[])
-        lease = await leases.acquire_task_lock(USER, stalled.id, "gone", 60)
+        planned = (await tasks.create_task(house, USER, session.id, goal="planned", steps=[])).value
+        stalled = (await tasks.create_task(house, USER, session.id, goal="stalled", steps=[])).value
+        lease = (await leases.acquire_task_lock(house, USER, stalled.id, "gone", 60)).value
         head = await queries.get_task(USER, stalled.id)
         await tasks.set_task_status(
+            house,
             USER,
             stalled.id,
             TaskStatus.RUNNING,
             expected_version=head.version,
             fencing_token=lease.fencing_token,
         )
-        await leases.release_task_lock(USER, stalled.id, "gone")
+        await leases.release_task_lock(house, USER, stalled.id, "gone")
         add_finished(path, finished, done.pk, "newer")
         page = await queries.list_tasks(USER, status=None, stalled_only=True, first=10, after=None)
         assert [t.id for t in page.items] == [stalled.id]
         found: dict[str, int] = {}
 
         async def claim() -> None:
-            lock = await leases.claim_task(USER, "worker", 30)
+            lock = (await leases.claim_task(house, USER, "worker", 30)).value
             assert lock.task_id == planned.id
-            await leases.release_task_lock(USER, planned.id, "worker")
+            await leases.release_task_lock(house, USER, planned.id, "worker")
 
         found["claimTask"] = await steps_of(claim)
         found["stalled page"] = await steps_of(

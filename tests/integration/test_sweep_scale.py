@@ -14,6 +14,7 @@ from tortoise import connections
 
 from runstate.services import leases, sessions, sweep, tasks
 from runstate.services.clock import utcnow
+from runstate.services.house import House
 from runstate.services.validation import StepPlan
 from tests.integration.test_api import create_task, start_session, step
 from tests.integration.test_write_cost import Statements
@@ -23,10 +24,10 @@ USER = "sweeper"
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[str]:
+async def house(tmp_path: Path) -> AsyncIterator[House]:
     url = f"sqlite://{tmp_path / 'sweep.db'}"
-    async with opened(url):
-        yield url
+    async with opened(url) as house:
+        yield house
 
 
 async def plans(statements: list[str]) -> list[str]:
@@ -41,12 +42,12 @@ async def plans(statements: list[str]) -> list[str]:
 
 
 async def test_every_statement_of_the_sweep_uses_an_index(
-    db: str, monkeypatch: pytest.MonkeyPatch
+    house: House, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Guards the indexed sweep: no statement it runs scans the sessions table (the
     sweep once ran ``SCAN sessions``, a cost that grows with every session kept)."""
     for _ in range(3):
-        await sessions.start_session(USER, default_ttl=1)
+        await sessions.start_session(house, USER, default_ttl=1)
     later = utcnow() + timedelta(seconds=30)
     monkeypatch.setattr(sweep, "utcnow", lambda: later)
     async with Statements() as statements:
@@ -57,7 +58,7 @@ async def test_every_statement_of_the_sweep_uses_an_index(
     assert [s for s in steps if s.startswith("SCAN")] == []
 
 
-async def test_the_index_check_can_fail(db: str) -> None:
+async def test_the_index_check_can_fail(house: House) -> None:
     """Control: the unbatched statement the sweep used before scans the table."""
     steps = await plans(
         [
@@ -69,14 +70,14 @@ async def test_the_index_check_can_fail(db: str) -> None:
 
 
 async def test_a_session_whose_task_holds_a_live_lease_is_kept(
-    db: str, monkeypatch: pytest.MonkeyPatch
+    house: House, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Guards the lease check: an expired session past its retention stays while a
     task of its holds a live lease, and goes once the lease has lapsed."""
-    session = await sessions.start_session(USER, default_ttl=1)
-    task = await tasks.create_task(USER, session.id, goal="g", steps=[StepPlan("a")])
-    await leases.acquire_task_lock(USER, task.id, "worker-1", 60)
-    await sessions.start_session(USER, default_ttl=1)  # expires too, with no lease
+    session = await sessions.start_session(house, USER, default_ttl=1)
+    task = (await tasks.create_task(house, USER, session.id, goal="g", steps=[StepPlan("a")])).value
+    await leases.acquire_task_lock(house, USER, task.id, "worker-1", 60)
+    await sessions.start_session(house, USER, default_ttl=1)  # expires too, with no lease
     now = utcnow()
     monkeypatch.setattr(sweep, "utcnow", lambda: now + timedelta(seconds=30))
     first = await sweep.sweep(retention_seconds=1)
@@ -86,11 +87,11 @@ async def test_a_session_whose_task_holds_a_live_lease_is_kept(
     assert (second.expired, second.deleted) == (0, 1)
 
 
-async def test_the_sweep_goes_in_batches(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_sweep_goes_in_batches(house: House, monkeypatch: pytest.MonkeyPatch) -> None:
     """Guards batching: 7 sessions with a batch of 3 take three statements each way,
     and every session is marked and deleted once."""
     for _ in range(7):
-        await sessions.start_session(USER, default_ttl=1)
+        await sessions.start_session(house, USER, default_ttl=1)
     later = utcnow() + timedelta(seconds=30)
     monkeypatch.setattr(sweep, "utcnow", lambda: later)
     async with Statements() as statements:

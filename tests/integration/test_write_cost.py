@@ -15,8 +15,9 @@ from tortoise import connections
 from runstate.enums import StepStatus
 from runstate.services import sessions, sql, tasks
 from runstate.services.clock import utcnow
+from runstate.services.house import House
 from runstate.services.validation import StepPlan
-from runstate.services.views import TaskView
+from runstate.services.views import TaskView, Written
 from runstate.services.write import engine
 from runstate.services.write.engine import StepPatch
 from tests.support import opened
@@ -27,10 +28,9 @@ KB = 1024
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[str]:
-    url = f"sqlite://{tmp_path / 'cost.db'}"
-    async with opened(url):
-        yield url
+async def house(tmp_path: Path) -> AsyncIterator[House]:
+    async with opened(f"sqlite://{tmp_path / 'cost.db'}") as house:
+        yield house
 
 
 @pytest.fixture
@@ -75,32 +75,36 @@ class Statements:
         return [" ".join(s.split()[:3]).replace('"', "") for s in self.seen]
 
 
-async def long_task(steps: int = STEPS) -> str:
-    session = await sessions.start_session(USER, default_ttl=3600)
+async def long_task(house: House, steps: int = STEPS) -> str:
+    session = await sessions.start_session(house, USER, default_ttl=3600)
     plan = [StepPlan(f"step-{i}", {"i": i}) for i in range(steps)]
-    task = await tasks.create_task(USER, session.id, goal="long", steps=plan)
+    task = (await tasks.create_task(house, USER, session.id, goal="long", steps=plan)).value
     return task.id
 
 
-async def costs(task_id: str, first: int, version: int) -> tuple[list[list[str]], int]:
+async def costs(
+    house: House, task_id: str, first: int, version: int
+) -> tuple[list[list[str]], int]:
     """The statements of a 10-patch checkpoint (steps first..first+9 to SUCCESS), then
     of startStep and completeStep of the step after them."""
     found = []
     patches = [StepPatch(i, StepStatus.SUCCESS) for i in range(first, first + 10)]
-    calls: tuple[Callable[[int], Awaitable[TaskView]], ...] = (
-        lambda v: tasks.checkpoint_task(USER, task_id, patches, expected_version=v),
-        lambda v: tasks.start_step(USER, task_id, first + 10, expected_version=v),
-        lambda v: tasks.complete_step(USER, task_id, first + 10, expected_version=v, output="x"),
+    calls: tuple[Callable[[int], Awaitable[Written[TaskView]]], ...] = (
+        lambda v: tasks.checkpoint_task(house, USER, task_id, patches, expected_version=v),
+        lambda v: tasks.start_step(house, USER, task_id, first + 10, expected_version=v),
+        lambda v: tasks.complete_step(
+            house, USER, task_id, first + 10, expected_version=v, output="x"
+        ),
     )
     for call in calls:
         async with Statements() as statements:
-            version = (await call(version)).version
+            version = (await call(version)).value.version
         found.append(statements.kinds())
     return found, version
 
 
 async def test_a_write_costs_the_same_at_step_5_and_at_step_995(
-    db: str, clock: Callable[[float], None]
+    house: House, clock: Callable[[float], None]
 ) -> None:
     """Guards the write path: no read of all steps, no re-read after the opening
     compare-and-swap, and a session touched at most once a second. A single-step
@@ -115,14 +119,16 @@ async def test_a_write_costs_the_same_at_step_5_and_at_step_995(
     - INSERT task_events: the event;
     - UPDATE user_usage ... RETURNING: the user's byte count, within the quota.
     """
-    task_id = await long_task()
-    version = (await tasks.start_step(USER, task_id, 0, expected_version=1)).version
-    early, version = await costs(task_id, 0, version)
+    task_id = await long_task(house)
+    version = (await tasks.start_step(house, USER, task_id, 0, expected_version=1)).value.version
+    early, version = await costs(house, task_id, 0, version)
     for first in range(11, 985, 100):
         patches = [StepPatch(i, StepStatus.SUCCESS) for i in range(first, min(first + 100, 985))]
-        done = await tasks.checkpoint_task(USER, task_id, patches, expected_version=version)
+        done = (
+            await tasks.checkpoint_task(house, USER, task_id, patches, expected_version=version)
+        ).value
         version = done.version
-    late, version = await costs(task_id, 985, version)
+    late, version = await costs(house, task_id, 985, version)
     assert early == late
     checkpoint, start, complete = early
     single = [
@@ -141,13 +147,13 @@ async def test_a_write_costs_the_same_at_step_5_and_at_step_995(
     assert len(checkpoint) == len(late[0])
 
 
-async def test_the_opening_statement_reads_steps_by_index(db: str) -> None:
+async def test_the_opening_statement_reads_steps_by_index(house: House) -> None:
     """Guards the indexes the write path relies on: SQLite's plan for the opening
     UPDATE ... RETURNING of a step write searches every table by an index, never
     scans one (a scan would grow with the task, or with all tasks)."""
-    task_id = await long_task(50)
+    task_id = await long_task(house, 50)
     async with Statements() as statements:
-        await tasks.start_step(USER, task_id, 0, expected_version=1)
+        await tasks.start_step(house, USER, task_id, 0, expected_version=1)
     (opening,) = [s for s in statements.seen if s.startswith('UPDATE "tasks"') and "RETURNING" in s]
     client = connections.get("default")
     _, plan = await client.execute_query(f"EXPLAIN QUERY PLAN {opening}")
@@ -157,7 +163,7 @@ async def test_the_opening_statement_reads_steps_by_index(db: str) -> None:
 
 
 async def test_the_opening_statement_is_one_text_at_every_step(
-    db: str, monkeypatch: pytest.MonkeyPatch
+    house: House, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Guards the step index bound as a parameter: the opening UPDATE of a write to
     step 3 and of one to step 40 are one statement text, so the statement caches
@@ -170,43 +176,49 @@ async def test_the_opening_statement_is_one_text_at_every_step(
         texts.append(text)
         return await fetch(conn, text, params)
 
-    task_id = await long_task(50)
+    task_id = await long_task(house, 50)
     monkeypatch.setattr(sql, "fetch", recorded)
-    version = (await tasks.start_step(USER, task_id, 3, expected_version=1)).version
-    await tasks.start_step(USER, task_id, 40, expected_version=version)
+    version = (await tasks.start_step(house, USER, task_id, 3, expected_version=1)).value.version
+    await tasks.start_step(house, USER, task_id, 40, expected_version=version)
     opening = [t for t in texts if t.startswith('UPDATE "tasks"')]
     assert len(opening) == 2
     assert opening[0] == opening[1]
 
 
 async def test_a_write_a_second_after_the_last_touches_the_session(
-    db: str, clock: Callable[[float], None]
+    house: House, clock: Callable[[float], None]
 ) -> None:
     """Guards the session's activity: the write after a second of quiet moves
     ``lastActiveAt`` (one statement more); the next, a moment later, does not."""
-    task_id = await long_task(3)
-    version = (await tasks.start_step(USER, task_id, 0, expected_version=1)).version
+    task_id = await long_task(house, 3)
+    version = (await tasks.start_step(house, USER, task_id, 0, expected_version=1)).value.version
     clock(1.5)
     async with Statements() as quiet:
-        version = (await tasks.complete_step(USER, task_id, 0, expected_version=version)).version
+        version = (
+            (await tasks.complete_step(house, USER, task_id, 0, expected_version=version)).value
+        ).version
     async with Statements() as busy:
-        await tasks.start_step(USER, task_id, 1, expected_version=version)
+        await tasks.start_step(house, USER, task_id, 1, expected_version=version)
     assert quiet.kinds().count("UPDATE sessions SET") == 1
     assert busy.kinds().count("UPDATE sessions SET") == 0
 
 
-async def test_the_history_of_a_long_task_costs_what_it_changed(db: str) -> None:
+async def test_the_history_of_a_long_task_costs_what_it_changed(house: House) -> None:
     """Guards deltas in storage: a 1,000-step task whose steps each get a 1 KB output
     keeps events and step history within 3x the bytes of those outputs (with the
     task in every event, as release 1 stored it, it was over 100x)."""
-    task_id = await long_task()
+    task_id = await long_task(house)
     version = 1
     output = "x" * KB
     for index in range(STEPS):
-        version = (await tasks.start_step(USER, task_id, index, expected_version=version)).version
-        view = await tasks.complete_step(
-            USER, task_id, index, expected_version=version, output=output
-        )
+        version = (
+            (await tasks.start_step(house, USER, task_id, index, expected_version=version)).value
+        ).version
+        view = (
+            await tasks.complete_step(
+                house, USER, task_id, index, expected_version=version, output=output
+            )
+        ).value
         version = view.version
     assert view.event_seq == 2 * STEPS + 1
     client = connections.get("default")

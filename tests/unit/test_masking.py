@@ -13,6 +13,7 @@ from runstate.api import build_schema
 from runstate.auth import Principal
 from runstate.db import close_database, open_database
 from runstate.schema.context import Context
+from runstate.services.house import House
 from runstate.settings import Settings
 
 schema = build_schema()
@@ -45,7 +46,7 @@ async def test_only_unexpected_errors_are_logged(
     EXECUTOR_CACHE.clear()
     await open_database(f"sqlite://{tmp_path / 'log.db'}")
     try:
-        context = Context(principal=Principal("u", "d"), settings=Settings())
+        context = Context(principal=Principal("u", "d"), settings=Settings(), house=House())
         with caplog.at_level(logging.ERROR):
             await schema.execute("{ sessions { ", context_value=context)
             await schema.execute(

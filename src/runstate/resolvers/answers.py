@@ -1,6 +1,7 @@
 """What every resolver of a union does the same way: refusals answered as Problem
 members (``AnswerProblems``, applied by ``answered`` and ``answered_mutation``),
-and a write charged and run under its idempotency key (``once``)."""
+and a write charged and run under its idempotency key, its events published
+after commit (``once``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from runstate.ratelimit import WRITE_COST
 from runstate.schema.context import Info
 from runstate.schema.problems import AnswerProblems
 from runstate.services import idempotency
+from runstate.services.views import Written
 
 V = TypeVar("V")
 
@@ -28,13 +30,18 @@ def answered_mutation(**options: Any) -> Any:
     return strawberry.mutation(extensions=[AnswerProblems()], **options)
 
 
-async def once(info: Info, input: Any, kind: type[Any], write: Callable[[], Awaitable[V]]) -> V:
+async def once(
+    info: Info, input: Any, kind: type[Any], write: Callable[[], Awaitable[Written[V]]]
+) -> V:
     """The service's answer to a mutation, charged to the caller's budget: with
     ``input.idempotencyKey``, a repeat answers as the first call did and writes
     nothing (``services.idempotency``). The operation is the mutation's name; its
     fingerprint covers the input without the key. ``kind`` is the type of the
-    service's answer, to read a stored one back."""
+    service's answer, to read a stored one back. Once the write has committed, its
+    events are published through the app's house (``idempotency.once``): the one
+    place a mutation's events are published."""
     await info.context.charge(WRITE_COST)
     payload = {k: v for k, v in dataclasses.asdict(input).items() if k != "idempotency_key"}
     call = idempotency.keyed(info.context.user_id, input.idempotency_key, info.field_name, payload)
-    return await idempotency.once(call, info.context.settings.idempotency_ttl, kind, write)
+    ttl = info.context.settings.idempotency_ttl
+    return await idempotency.once(info.context.house, call, ttl, kind, write)

@@ -38,7 +38,7 @@ from runstate.schema.results import (
 from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
 from runstate.services import leases, recovery, sessions, tasks, tools
 from runstate.services.recovery import ResumePlanView
-from runstate.services.views import LockView, SessionView, TaskView, ToolStateView
+from runstate.services.views import LockView, SessionView, TaskView, ToolStateView, unpublished
 
 
 def _deleted(session_id: str) -> Deleted:
@@ -56,12 +56,15 @@ class Mutation:
                 info,
                 input,
                 SessionView,
-                lambda: sessions.start_session(
-                    info.context.user_id,
-                    default_ttl=info.context.settings.session_ttl,
-                    session_id=input.id,
-                    ttl_seconds=input.ttl_seconds,
-                    metadata=input.metadata,
+                lambda: unpublished(
+                    sessions.start_session(
+                        info.context.house,
+                        info.context.user_id,
+                        default_ttl=info.context.settings.session_ttl,
+                        session_id=input.id,
+                        ttl_seconds=input.ttl_seconds,
+                        metadata=input.metadata,
+                    )
                 ),
             )
         )
@@ -74,14 +77,17 @@ class Mutation:
                 info,
                 input,
                 SessionView,
-                lambda: sessions.update_session(
-                    info.context.user_id,
-                    input.id,
-                    expected_version=input.expected_version,
-                    status=input.status,
-                    message_count_delta=input.message_count_delta,
-                    metadata=input.metadata if set_metadata else None,
-                    set_metadata=set_metadata,
+                lambda: unpublished(
+                    sessions.update_session(
+                        info.context.house,
+                        info.context.user_id,
+                        input.id,
+                        expected_version=input.expected_version,
+                        status=input.status,
+                        message_count_delta=input.message_count_delta,
+                        metadata=input.metadata if set_metadata else None,
+                        set_metadata=set_metadata,
+                    )
                 ),
             )
         )
@@ -94,7 +100,10 @@ class Mutation:
     async def delete_session(self, info: Info, input: DeleteSessionInput) -> DeleteResult:
         return _deleted(
             await once(
-                info, input, str, lambda: sessions.delete_session(info.context.user_id, input.id)
+                info,
+                input,
+                str,
+                lambda: unpublished(sessions.delete_session(info.context.user_id, input.id)),
             )
         )
 
@@ -106,6 +115,7 @@ class Mutation:
                 input,
                 TaskView,
                 lambda: tasks.create_task(
+                    info.context.house,
                     info.context.user_id,
                     input.session_id,
                     goal=input.goal,
@@ -125,6 +135,7 @@ class Mutation:
                 input,
                 TaskView,
                 lambda: tasks.add_steps(
+                    info.context.house,
                     info.context.user_id,
                     input.task_id,
                     [s.plan() for s in input.steps],
@@ -142,6 +153,7 @@ class Mutation:
                 input,
                 TaskView,
                 lambda: tasks.start_step(
+                    info.context.house,
                     info.context.user_id,
                     input.task_id,
                     input.step_index,
@@ -159,6 +171,7 @@ class Mutation:
                 input,
                 TaskView,
                 lambda: tasks.complete_step(
+                    info.context.house,
                     info.context.user_id,
                     input.task_id,
                     input.step_index,
@@ -177,6 +190,7 @@ class Mutation:
                 input,
                 TaskView,
                 lambda: tasks.fail_step(
+                    info.context.house,
                     info.context.user_id,
                     input.task_id,
                     input.step_index,
@@ -195,6 +209,7 @@ class Mutation:
                 input,
                 TaskView,
                 lambda: tasks.checkpoint_task(
+                    info.context.house,
                     info.context.user_id,
                     input.task_id,
                     [s.patch() for s in input.steps],
@@ -213,6 +228,7 @@ class Mutation:
                 input,
                 TaskView,
                 lambda: tasks.set_task_status(
+                    info.context.house,
                     info.context.user_id,
                     input.task_id,
                     input.status,
@@ -230,6 +246,7 @@ class Mutation:
                 input,
                 ResumePlanView,
                 lambda: recovery.resume_task(
+                    info.context.house,
                     info.context.user_id,
                     input.task_id,
                     expected_version=input.expected_version,
@@ -246,6 +263,7 @@ class Mutation:
                 input,
                 TaskView,
                 lambda: recovery.decide_step(
+                    info.context.house,
                     info.context.user_id,
                     input.task_id,
                     input.step_index,
@@ -266,7 +284,11 @@ class Mutation:
                 input,
                 LockView,
                 lambda: leases.acquire_task_lock(
-                    info.context.user_id, input.task_id, input.holder_id, input.ttl_seconds
+                    info.context.house,
+                    info.context.user_id,
+                    input.task_id,
+                    input.holder_id,
+                    input.ttl_seconds,
                 ),
             )
         )
@@ -279,7 +301,11 @@ class Mutation:
                 input,
                 LockView,
                 lambda: leases.renew_task_lock(
-                    info.context.user_id, input.task_id, input.holder_id, input.ttl_seconds
+                    info.context.house,
+                    info.context.user_id,
+                    input.task_id,
+                    input.holder_id,
+                    input.ttl_seconds,
                 ),
             )
         )
@@ -292,7 +318,7 @@ class Mutation:
                 input,
                 TaskView,
                 lambda: leases.release_task_lock(
-                    info.context.user_id, input.task_id, input.holder_id
+                    info.context.house, info.context.user_id, input.task_id, input.holder_id
                 ),
             )
         )
@@ -305,6 +331,7 @@ class Mutation:
                 input,
                 ToolStateView,
                 lambda: tools.record_tool_call(
+                    info.context.house,
                     info.context.user_id,
                     input.task_id,
                     input.tool_name,
@@ -332,6 +359,7 @@ class Mutation:
                 input,
                 TaskView,
                 lambda: tasks.fork_task(
+                    info.context.house,
                     info.context.user_id,
                     input.task_id,
                     input.at_seq,
@@ -354,6 +382,7 @@ class Mutation:
                 input,
                 LockView,
                 lambda: leases.claim_task(
+                    info.context.house,
                     info.context.user_id,
                     input.holder_id,
                     input.ttl_seconds,

@@ -10,7 +10,7 @@ from runstate.resolvers.answers import answered
 from runstate.schema.context import Info
 from runstate.schema.results import SessionResult, TaskResult
 from runstate.schema.types import AgentSession, SessionConnection, Task, TaskConnection, Usage
-from runstate.services import quota, sessions, validation
+from runstate.services import quota, sessions
 from runstate.services.read import queries
 
 
@@ -83,6 +83,6 @@ class Query:
         await info.context.charge(READ_COST)
         return Usage(
             stored_bytes=await quota.held(info.context.user_id),
-            max_stored_bytes=validation.LIMITS.user_bytes,
-            max_task_bytes=validation.LIMITS.task_bytes,
+            max_stored_bytes=info.context.house.limits.user_bytes,
+            max_task_bytes=info.context.house.limits.task_bytes,
         )

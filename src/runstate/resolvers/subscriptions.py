@@ -45,6 +45,7 @@ class Subscription:
         settings = info.context.settings
         with SUBSCRIPTIONS.track_inprogress():
             async for event in streams.task_progress(
+                info.context.house,
                 info.context.user_id,
                 task_id,
                 None if _another_timeline(info, epoch) else after_seq,
@@ -68,6 +69,7 @@ class Subscription:
         settings = info.context.settings
         with SUBSCRIPTIONS.track_inprogress():
             async for event in streams.session_activity(
+                info.context.house,
                 info.context.user_id,
                 session_id,
                 resync=_another_timeline(info, epoch),

@@ -29,6 +29,7 @@ from runstate.schema.cost import Estimate, Sizes, Walk, unknown_sizes
 from runstate.services import quota, validation
 from runstate.services.errors import AnswerTooLargeError
 from runstate.services.read import queries
+from runstate.services.validation import ContentLimits
 
 DocumentKey = tuple[str, str | None]
 """A document's text and the operation it runs."""
@@ -37,7 +38,16 @@ DocumentKey = tuple[str, str | None]
 class Bounds:
     """The limits, and the estimates at the most they allow, kept per document."""
 
-    def __init__(self, *, max_nodes: int, max_bytes: int, max_body_bytes: int, burst: float):
+    def __init__(
+        self,
+        *,
+        limits: ContentLimits,
+        max_nodes: int,
+        max_bytes: int,
+        max_body_bytes: int,
+        burst: float,
+    ):
+        self.limits = limits
         self.max_nodes = max_nodes
         self.max_bytes = max_bytes
         self.max_body_bytes = max_body_bytes
@@ -74,7 +84,7 @@ class Bounds:
     def at_most(self, walk: Walk, key: DocumentKey) -> Estimate:
         """The walk's estimate at the most the limits allow, kept for its document
         when it read no variable."""
-        estimate = walk.estimate(unknown_sizes(self.max_body_bytes))
+        estimate = walk.estimate(unknown_sizes(self.limits, self.max_body_bytes))
         if not walk.varied:
             self.unsized.put(key, estimate, len(key[0]))
         return estimate
@@ -112,7 +122,13 @@ class BoundedAnswers(SchemaExtension):
         operation = _operation(document.definitions, name)
         if operation is None:
             return  # none or several to choose from: execution refuses it
-        walk = Walk(self.execution_context.schema._schema, document, operation, variables)
+        walk = Walk(
+            self.execution_context.schema._schema,
+            document,
+            operation,
+            variables,
+            self.bounds.limits,
+        )
         if most is None and self.bounds.free(self.bounds.at_most(walk, key), charging):
             return
         input_bytes = len(query) + validation.json_size(variables)

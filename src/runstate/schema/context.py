@@ -1,4 +1,5 @@
-"""What every resolver gets: the caller, the settings and the batch loaders."""
+"""What every resolver gets: the caller, the settings, the app's services (its
+``House``) and the batch loaders."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from strawberry.dataloader import DataLoader
 from runstate.auth import Principal
 from runstate.enums import TaskStatus
 from runstate.ratelimit import RateLimiter, Spending
+from runstate.schema.fanout import SharedEvents
 from runstate.services import history
 from runstate.services.errors import RateLimitedError
 from runstate.services.history import TaskRef
+from runstate.services.house import House
 from runstate.services.read import queries
 from runstate.services.views import (
     EventView,
@@ -114,6 +117,10 @@ class Context:
 
     principal: Principal | None
     settings: Settings
+    house: House
+    """The app's services: its limits, group commit, live streams and publisher."""
+    shared: SharedEvents = field(default_factory=SharedEvents)
+    """The app's rendered subscription events (``schema.fanout``)."""
     connection_params: dict[str, object] | None = None
     """The graphql-transport-ws ``connection_init`` payload, set by Strawberry."""
     limiter: RateLimiter | None = None

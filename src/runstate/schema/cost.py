@@ -54,6 +54,7 @@ from runstate.schema.limits import field_definition, selected_fields
 from runstate.services import validation
 from runstate.services.quota import ROW_BYTES
 from runstate.services.read.queries import TaskSize
+from runstate.services.validation import ContentLimits
 
 SHORT_TEXT = 2 + 6 * 255
 """A name (tool, holder, user) or a message encoded at its longest: 255 characters,
@@ -91,9 +92,9 @@ class Sizes:
     """The request's own size: what a write may add to what it answers."""
 
 
-def unknown_sizes(max_body_bytes: int) -> Sizes:
-    """Sizes at the most the limits allow, for a request of at most ``max_body_bytes``."""
-    return Sizes(tasks=None, user_bytes=validation.LIMITS.user_bytes, input_bytes=max_body_bytes)
+def unknown_sizes(limits: ContentLimits, max_body_bytes: int) -> Sizes:
+    """Sizes at the most ``limits`` allow, for a request of at most ``max_body_bytes``."""
+    return Sizes(tasks=None, user_bytes=limits.user_bytes, input_bytes=max_body_bytes)
 
 
 TASK_TYPES = frozenset({"Task", "ResumePlan", "ToolState", "TaskEvent"})
@@ -101,9 +102,8 @@ TASK_TYPES = frozenset({"Task", "ResumePlan", "ToolState", "TaskEvent"})
 for a write naming none, the task it creates)."""
 
 
-def payload_caps() -> dict[tuple[str, str], int]:
+def payload_caps(limits: ContentLimits) -> dict[tuple[str, str], int]:
     """The payload leaves, with the most one item's may hold when encoded."""
-    limits = validation.LIMITS
     text = 6  # bytes a character may take encoded (``\\u00XX``)
     return {
         ("Task", "goal"): limits.goal_chars * text,
@@ -157,14 +157,17 @@ class Walk:
         document: DocumentNode,
         operation: OperationDefinitionNode,
         variables: Mapping[str, object] | None,
+        limits: ContentLimits,
     ) -> None:
         self.schema = schema
+        self.limits = limits
+        """The app's content limits: what any payload and any task may hold at most."""
         self.operation = operation
         self.variables = dict(variables or {})
         self.fragments = {
             d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
         }
-        self.caps = payload_caps()
+        self.caps = payload_caps(limits)
         self._scopes: list[Scope] = []
         self._user = 0
         self.listed = False
@@ -212,7 +215,7 @@ class Walk:
         return Estimate(objects, total + ENVELOPE_BYTES)
 
     def _root_scope(self, node: FieldNode, definition: GraphQLField, sizes: Sizes) -> Scope:
-        limits = validation.LIMITS
+        limits = self.limits
         writes = self.operation.operation is OperationType.MUTATION
         ids = self._named_tasks(node)
         if self._answers_a_task(definition) and (ids or writes):
@@ -240,7 +243,7 @@ class Walk:
     def _listing(self, content: int, copies: int = 1) -> Scope:
         """A scope of tasks not known in advance, holding ``content`` together."""
         self.listed = True
-        limits = validation.LIMITS
+        limits = self.limits
         rows = content // ROW_BYTES
         return self._scope(
             content=content,
@@ -330,7 +333,7 @@ class Walk:
                 )
                 return min(count * min(first, scope.events), scope.rows), history, ()
             case ("Task", "session"):
-                limits = validation.LIMITS
+                limits = self.limits
                 sessions = self._scope(
                     content=count * limits.json_bytes, copies=count * scope.copies
                 )

@@ -1,6 +1,6 @@
 """Fan-out that renders each event once per selection, not once per subscriber.
 
-Every subscriber of a task in this process receives the same decoded event. Left
+Every subscriber of a task in one app receives the same decoded event. Left
 alone, graphql-core would execute the subscription's selection on it and the
 WebSocket handler would serialise the answer for each subscriber again: with a
 hundred watchers, a hundred times the work of one. Here the per-event execution
@@ -43,7 +43,8 @@ class Rendered:
 
 
 class SharedEvents:
-    """The rendered events of this process, bounded in entries and bytes."""
+    """The rendered events of one app (its requests' context carries them), bounded
+    in entries and bytes."""
 
     def __init__(self, max_items: int = MAX_ITEMS, max_bytes: int = MAX_BYTES) -> None:
         self.executions = 0
@@ -90,32 +91,31 @@ class SharedEvents:
         return f'{{"id":{operation},"type":"next","payload":{{"data":{rendered.text}}}}}'
 
 
-SHARED = SharedEvents()
-
-
 class SharedEventExecutor(StrawberryGraphQLCoreExecutionContext):
     """Strawberry's executor, sharing the execution of one subscription event among
-    the subscribers that select the same fields of it (see the module's docstring)."""
+    the subscribers that select the same fields of it (see the module's docstring),
+    in the ``SharedEvents`` of the request's context (``Context.shared``)."""
 
     def execute_operation(self, serially: bool | None = None) -> Any:
+        shared = getattr(self.context_value, "shared", None)
         key = _key(self)
-        if key is None:
+        if key is None or not isinstance(shared, SharedEvents):
             return super().execute_operation(serially)
-        rendered = SHARED.rendered(key)
+        rendered = shared.rendered(key)
         if rendered is not None:
             return rendered.result
-        pending = SHARED.pending.get(key)
+        pending = shared.pending.get(key)
         if pending is not None:
             return _wait(pending)
         result = super().execute_operation(serially)
         if isinstance(result, ExecutionResult):
-            SHARED.store(key, result)
+            shared.store(key, result)
             return result
         if not self.is_awaitable(result):  # incremental delivery: never for subscriptions
             return result
         future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
-        SHARED.pending[key] = future
-        return _finish(key, cast(Awaitable[ExecutionResult], result), future)
+        shared.pending[key] = future
+        return _finish(shared, key, cast(Awaitable[ExecutionResult], result), future)
 
 
 async def _wait(pending: asyncio.Future[ExecutionResult]) -> ExecutionResult:
@@ -123,7 +123,10 @@ async def _wait(pending: asyncio.Future[ExecutionResult]) -> ExecutionResult:
 
 
 async def _finish(
-    key: Key, result: Awaitable[ExecutionResult], future: asyncio.Future[ExecutionResult]
+    shared: SharedEvents,
+    key: Key,
+    result: Awaitable[ExecutionResult],
+    future: asyncio.Future[ExecutionResult],
 ) -> ExecutionResult:
     try:
         done = await result
@@ -132,8 +135,8 @@ async def _finish(
         future.exception()  # retrieved: the waiters raise it themselves
         raise
     finally:
-        SHARED.pending.pop(key, None)
-    SHARED.store(key, done)
+        shared.pending.pop(key, None)
+    shared.store(key, done)
     future.set_result(done)
     return done
 

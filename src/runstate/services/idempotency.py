@@ -11,8 +11,9 @@ the first (PostgreSQL), or for the write lock or in the same shared transaction
 (SQLite, ``services.write.group_commit``), fails on the index, and answers from the row the
 first one committed. Never a check-then-insert.
 
-Events of a write under a key are announced after the outer commit, so no
-subscriber hears of a write that a failed key row rolled back.
+The write runs inside the key's transaction, and its events come back with its
+answer after that commit (``Written``), so no subscriber hears of a write that a
+failed key row rolled back. A repeat answers with no events: it wrote nothing.
 
 A task's answer is stored as a reference, the task and the seq the write left it
 at (and its stored bytes then): a repeat answers ``taskAt`` of that seq, which is
@@ -47,18 +48,17 @@ from runstate.services import quota, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import IdempotencyKeyReusedError, InvalidInputError, NotFoundError
 from runstate.services.history import task_at
-from runstate.services.live import streams
+from runstate.services.house import House
 from runstate.services.read.convert import task_view
 from runstate.services.recovery import ResumePlanView
 from runstate.services.views import (
-    EventView,
     SessionView,
     TaskView,
     ToolStateView,
+    Written,
     decode_as,
     to_json,
 )
-from runstate.services.write.group_commit import GROUP
 from runstate.services.write.retry import retried
 
 V = TypeVar("V")
@@ -87,39 +87,49 @@ def keyed(
 
 
 async def once(
-    call: KeyedCall | None, ttl_seconds: int, kind: Any, write: Callable[[], Awaitable[V]]
+    house: House,
+    call: KeyedCall | None,
+    ttl_seconds: int,
+    kind: Any,
+    write: Callable[[], Awaitable[Written[V]]],
 ) -> V:
     """``write()`` at most once per key within ``ttl_seconds``; ``kind`` is the type of
     its answer, for answering a repeat from the stored JSON. A transaction the
     database aborted (a deadlock's victim) is tried again (``services.write.retry``).
+    This is a mutation's outermost transaction: once it has committed, the write's
+    events are published through the house's publisher (a repeat has none).
 
     A write, once begun, is finished even when its caller is cancelled (its client
     left): cancelled halfway, a transaction on SQLite's single connection could be
-    left open, and every later write then waited for it until stopped."""
-    work = asyncio.ensure_future(retried(lambda: _once(call, ttl_seconds, kind, write)))
-    work.add_done_callback(_retrieve)
-    return await asyncio.shield(work)
+    left open, and every later write then waited for it until stopped. Its events
+    are published then too: its watchers would otherwise wait for a head check."""
+    work = asyncio.ensure_future(retried(lambda: _once(house, call, ttl_seconds, kind, write)))
+    work.add_done_callback(partial(_published, house))
+    return (await asyncio.shield(work)).value
 
 
-def _retrieve(work: asyncio.Future[Any]) -> None:
-    """Take a finished write's exception, so that one whose caller left is not
-    reported as never retrieved (its caller has its own cancellation to handle)."""
-    if not work.cancelled():
-        work.exception()
+def _published(house: House, work: asyncio.Future[Written[Any]]) -> None:
+    """Publish a finished write's events; take a failed one's exception, so that one
+    whose caller left is not reported as never retrieved (its caller has its own
+    cancellation to handle)."""
+    if not work.cancelled() and work.exception() is None:
+        house.publish(work.result().events)
 
 
 async def _once(
-    call: KeyedCall | None, ttl_seconds: int, kind: Any, write: Callable[[], Awaitable[V]]
-) -> V:
+    house: House,
+    call: KeyedCall | None,
+    ttl_seconds: int,
+    kind: Any,
+    write: Callable[[], Awaitable[Written[V]]],
+) -> Written[V]:
     if call is None:
         return await write()
     stored = await _stored(call)
     if stored is not None:
-        replayed: V = await _replay(stored, call, kind)
-        return replayed
-    events: list[EventView] = []
+        return Written(await _replay(stored, call, kind))
 
-    async def keyed_write(conn: BaseDBAsyncClient) -> V:
+    async def keyed_write(conn: BaseDBAsyncClient) -> Written[V]:
         # Writes first: SQLite takes its write lock at once; an expired row of this
         # key (not swept yet) makes way.
         now = utcnow()
@@ -134,31 +144,25 @@ async def _once(
             expires_at=now + timedelta(seconds=ttl_seconds),
             using_db=conn,
         )
-        with streams.held() as held:
-            result = await write()
-        answer = _stored_answer(result)
-        counted = _counted(answer, result)
+        written = await write()
+        answer = _stored_answer(written.value)
+        counted = _counted(answer, written.value)
         if counted:
-            await quota.charge(conn, call.user_id, counted, "idempotencyKey")
+            await quota.charge(conn, house.limits, call.user_id, counted, "idempotencyKey")
         await (
             IdempotencyKey.filter(id=row.id)
             .using_db(conn)
             .update(answer=answer, stored_bytes=counted)
         )
-        events.extend(held)
-        return result
+        return written
 
     try:
-        result = await GROUP.run(keyed_write)
+        return await house.group.run(keyed_write)
     except IntegrityError:
         stored = await _stored(call)
         if stored is None:
             raise
-        repeated: V = await _replay(stored, call, kind)
-        return repeated
-    for event in events:
-        streams.announce(event)
-    return result
+        return Written(await _replay(stored, call, kind))
 
 
 async def _stored(call: KeyedCall) -> IdempotencyKey | None:

@@ -33,7 +33,8 @@ from runstate.services.errors import (
     LockNotHeldError,
     NotFoundError,
 )
-from runstate.services.views import LockView, TaskView
+from runstate.services.house import House
+from runstate.services.views import LockView, TaskView, Written
 from runstate.services.write.engine import (
     Change,
     Draft,
@@ -78,15 +79,15 @@ async def _released(draft: Draft) -> Change:
     return Change(TaskEventKind.LOCK_RELEASED)
 
 
-def _lock(view: TaskView) -> LockView:
-    if view.lock is None:  # the write just made it live
+def _lock(written: Written[TaskView]) -> Written[LockView]:
+    if written.value.lock is None:  # the write just made it live
         raise LockNotHeldError()
-    return view.lock
+    return written.giving(written.value.lock)
 
 
 async def acquire_task_lock(
-    user_id: str, task_id: str, holder_id: str, ttl_seconds: int
-) -> LockView:
+    house: House, user_id: str, task_id: str, holder_id: str, ttl_seconds: int
+) -> Written[LockView]:
     """A lease for ``holder_id``: its own live lease is extended (same token, no event);
     a free task is granted with the next token (LOCK_ACQUIRED); else LockHeld."""
     _checked(holder_id, ttl_seconds)
@@ -96,17 +97,19 @@ async def acquire_task_lock(
 
     extend = Guard(where=lambda now: _live_for(holder_id, now), sets=until, refusal=_not_held)
     try:
-        return _lock(await write_task(user_id, task_id, _heartbeat, extend))
+        return _lock(await write_task(house, user_id, task_id, _heartbeat, extend))
     except LockNotHeldError:
         pass  # not this holder's live lease: try a grant
 
     guard = Guard(
         where=no_live_lease_sql, sets=_grant(holder_id, ttl_seconds), refusal=_held_elsewhere
     )
-    return _lock(await write_task(user_id, task_id, _granted, guard))
+    return _lock(await write_task(house, user_id, task_id, _granted, guard))
 
 
-async def renew_task_lock(user_id: str, task_id: str, holder_id: str, ttl_seconds: int) -> LockView:
+async def renew_task_lock(
+    house: House, user_id: str, task_id: str, holder_id: str, ttl_seconds: int
+) -> Written[LockView]:
     """Extend the holder's live lease (a heartbeat: no event); else LockNotHeld."""
     _checked(holder_id, ttl_seconds)
     guard = Guard(
@@ -116,10 +119,12 @@ async def renew_task_lock(user_id: str, task_id: str, holder_id: str, ttl_second
         ),
         refusal=_not_held,
     )
-    return _lock(await write_task(user_id, task_id, _heartbeat, guard))
+    return _lock(await write_task(house, user_id, task_id, _heartbeat, guard))
 
 
-async def release_task_lock(user_id: str, task_id: str, holder_id: str) -> TaskView:
+async def release_task_lock(
+    house: House, user_id: str, task_id: str, holder_id: str
+) -> Written[TaskView]:
     """End the holder's live lease now (LOCK_RELEASED); else LockNotHeld.
 
     The token stays as it was: the next grant still gets a larger one. Releasing is
@@ -135,12 +140,17 @@ async def release_task_lock(user_id: str, task_id: str, holder_id: str) -> TaskV
         refusal=_not_held,
         touch_session=False,
     )
-    return await write_task(user_id, task_id, _released, guard)
+    return await write_task(house, user_id, task_id, _released, guard)
 
 
 async def claim_task(
-    user_id: str, holder_id: str, ttl_seconds: int, *, session_id: str | None = None
-) -> LockView:
+    house: House,
+    user_id: str,
+    holder_id: str,
+    ttl_seconds: int,
+    *,
+    session_id: str | None = None,
+) -> Written[LockView]:
     """Lease the caller's oldest claimable task (of one session, if given) to
     ``holder_id``, with the next fencing token (LOCK_ACQUIRED); NotFound when no
     task needs a worker.
@@ -169,7 +179,7 @@ async def claim_task(
         )
         select = '"user_id" = ? AND "id" = ?', [user_id, pick]
         try:
-            view = await write_selected(select, _granted, guard, taken, attempts=1)
+            view = await write_selected(house, select, _granted, guard, taken, attempts=1)
         except _Taken:
             continue
         return _lock(view)

@@ -32,6 +32,7 @@ from runstate.enums import TaskEventKind
 from runstate.models import Step, Usage, unbox
 from runstate.services import sql, validation
 from runstate.services.errors import InvalidInputError
+from runstate.services.validation import ContentLimits
 
 ROW_BYTES = 100
 """What a row costs beyond its content (ids, status, times and index entries)."""
@@ -68,9 +69,9 @@ def versions_bytes(steps: Iterable[Step]) -> int:
     return sum(version_bytes(s) for s in steps)
 
 
-def check_task(task_id: str, held: int, adding: int, field: str) -> None:
-    """Refuse a write that would take a task past ``LIMITS.task_bytes``."""
-    limit = validation.LIMITS.task_bytes
+def check_task(limits: ContentLimits, task_id: str, held: int, adding: int, field: str) -> None:
+    """Refuse a write that would take a task past ``limits.task_bytes``."""
+    limit = limits.task_bytes
     if held + adding > limit:
         raise InvalidInputError(
             field,
@@ -87,15 +88,17 @@ _OPEN = 'INSERT INTO "user_usage" ("user_id", "stored_bytes") VALUES (?, 0) ON C
 _HELD = 'SELECT "stored_bytes" FROM "user_usage" WHERE "user_id" = ?'
 
 
-async def charge(conn: BaseDBAsyncClient, user_id: str, adding: int, field: str) -> None:
+async def charge(
+    conn: BaseDBAsyncClient, limits: ContentLimits, user_id: str, adding: int, field: str
+) -> None:
     """Add ``adding`` bytes to the user's count inside the write's transaction, or
     refuse the write (InvalidInput ``field``) when that would pass
-    ``LIMITS.user_bytes``. A user's first write opens the count at 0; a negative
+    ``limits.user_bytes``. A user's first write opens the count at 0; a negative
     ``adding`` (smaller metadata) only lowers it."""
     if adding <= 0:  # shrinking is never refused, even past a lowered limit
         await release(conn, {user_id: -adding})
         return
-    limit = validation.LIMITS.user_bytes
+    limit = limits.user_bytes
     params = [adding, user_id, adding, limit]
     if await sql.fetch(conn, _CHARGE, params):
         return

@@ -10,9 +10,10 @@ from runstate.enums import StepDecision, StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Step, box
 from runstate.services import validation
 from runstate.services.errors import InvalidTransitionError
+from runstate.services.house import House
 from runstate.services.read.convert import step_view
 from runstate.services.rules import DECISION_MOVES, FINISHED_STEPS, RESUME_MOVES
-from runstate.services.views import StepView, TaskView
+from runstate.services.views import StepView, TaskView, Written
 from runstate.services.write.engine import Change, Draft, Unchanged, versioned, write_task
 
 
@@ -39,12 +40,13 @@ def plan_of(task: TaskView, steps: Sequence[StepView]) -> ResumePlanView:
 
 
 async def resume_task(
+    house: House,
     user_id: str,
     task_id: str,
     *,
     expected_version: int | None = None,
     fencing_token: int | None = None,
-) -> ResumePlanView:
+) -> Written[ResumePlanView]:
     """Make a crashed task ready to go on, in one write (semantics.md, "Resume").
 
     Every step is examined, since agents run steps in parallel: each RUNNING step
@@ -81,11 +83,13 @@ async def resume_task(
         only = next(iter(draft.changed)) if len(draft.changed) == 1 else None
         return Change(kind, only)
 
-    view = await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
-    return plan_of(view, [step_view(s) for s in seen])
+    guard = versioned(expected_version, fencing_token)
+    written = await write_task(house, user_id, task_id, apply, guard)
+    return written.giving(plan_of(written.value, [step_view(s) for s in seen]))
 
 
 async def decide_step(
+    house: House,
     user_id: str,
     task_id: str,
     step_index: int,
@@ -95,7 +99,7 @@ async def decide_step(
     output: Any = None,
     note: str | None = None,
     fencing_token: int | None = None,
-) -> TaskView:
+) -> Written[TaskView]:
     """A person's word on a step: RETRY (PENDING, STEP_RESET), SKIP (SKIPPED,
     STEP_SKIPPED) or, for a step IN_DOUBT, COMPLETE (SUCCESS with ``output``,
     STEP_SUCCEEDED). The event keeps who decided (its actor) and ``note``, why.
@@ -106,7 +110,7 @@ async def decide_step(
     judged first: deciding on a finished step says so, not that its task is final.
     """
     validation.non_negative(step_index, "stepIndex")
-    validation.json_payload(output, "output")
+    house.limits.json_payload(output, "output")
     reason = validation.note(note)
 
     async def apply(draft: Draft) -> Change:
@@ -125,7 +129,7 @@ async def decide_step(
         return Change(_DECISION_EVENTS[decision], step_index, note=reason)
 
     guard = versioned(expected_version, fencing_token, step=step_index)
-    return await write_task(user_id, task_id, apply, guard)
+    return await write_task(house, user_id, task_id, apply, guard)
 
 
 _DECIDED = {

@@ -21,6 +21,7 @@ from runstate.services.errors import (
     UnmatchedWriteError,
     VersionConflictError,
 )
+from runstate.services.house import House
 from runstate.services.read.convert import is_expired, session_view
 from runstate.services.rules import check_session_move
 from runstate.services.views import SessionView
@@ -28,6 +29,7 @@ from runstate.services.write.retry import retried
 
 
 async def start_session(
+    house: House,
     user_id: str,
     *,
     default_ttl: int,
@@ -38,7 +40,7 @@ async def start_session(
     """Start a session; starting a client-chosen id again returns the stored one unchanged."""
     public_id = validation.object_id(session_id)
     ttl = validation.ttl_seconds(ttl_seconds, default_ttl)
-    validation.json_payload(metadata, "metadata")
+    house.limits.json_payload(metadata, "metadata")
     stored = quota.ROW_BYTES + validation.json_size(metadata)
     now = utcnow()
     try:
@@ -57,7 +59,7 @@ async def start_session(
                 stored_bytes=stored,
                 using_db=conn,
             )
-            await quota.charge(conn, user_id, stored, "metadata")
+            await quota.charge(conn, house.limits, user_id, stored, "metadata")
     except IntegrityError:
         return await get_session(user_id, public_id)
     return session_view(row, now)
@@ -86,6 +88,7 @@ async def mark_expired(session_pk: int) -> None:
 
 
 async def update_session(
+    house: House,
     user_id: str,
     session_id: str,
     *,
@@ -97,7 +100,7 @@ async def update_session(
 ) -> SessionView:
     """Change a session's own fields if its version is still ``expected_version``."""
     validation.known_id(session_id, "session")
-    validation.json_payload(metadata, "metadata")
+    house.limits.json_payload(metadata, "metadata")
     delta = validation.non_negative(message_count_delta or 0, "messageCountDelta")
     room = MAX_COUNT - delta
     now = utcnow()
@@ -140,7 +143,7 @@ async def update_session(
             row.expires_at = now + timedelta(seconds=row.ttl_seconds)
             await row.save(using_db=conn, update_fields=["status", "expires_at"])
             if resized:
-                await quota.charge(conn, user_id, resized, "metadata")
+                await quota.charge(conn, house.limits, user_id, resized, "metadata")
     except UnmatchedWriteError:
         current = await get_session(user_id, session_id)
         if current.version == expected_version and current.message_count > room:

@@ -17,7 +17,7 @@ from runstate.services.clock import utcnow
 from runstate.services.conditions import open_session
 from runstate.services.errors import InvalidInputError, InvalidTransitionError, UnmatchedWriteError
 from runstate.services.history import AS_ADDED
-from runstate.services.live import streams
+from runstate.services.house import House
 from runstate.services.read import queries
 from runstate.services.read.convert import step_view, task_view, to_row
 from runstate.services.read.queries import get_task
@@ -29,6 +29,7 @@ from runstate.services.views import (
     OriginView,
     StepView,
     TaskView,
+    Written,
     current_step,
     to_json,
 )
@@ -45,32 +46,41 @@ from runstate.services.write.engine import (
 
 
 async def create_task(
+    house: House,
     user_id: str,
     session_id: str,
     *,
     goal: str,
     steps: Sequence[StepPlan],
     task_id: str | None = None,
-) -> TaskView:
+) -> Written[TaskView]:
     """Create a PLANNED task with its plan; an existing client-chosen id returns that task."""
     public_id = validation.object_id(task_id)
-    validation.goal(goal)
-    validation.step_plans(steps)
+    house.limits.goal(goal)
+    house.limits.step_plans(steps)
 
     plan = [_new_step(0, i, p) for i, p in enumerate(steps)]
     return await _insert_task(
-        user_id, session_id, public_id, task_id, goal=goal, status=TaskStatus.PLANNED, steps=plan
+        house,
+        user_id,
+        session_id,
+        public_id,
+        task_id,
+        goal=goal,
+        status=TaskStatus.PLANNED,
+        steps=plan,
     )
 
 
 async def fork_task(
+    house: House,
     user_id: str,
     task_id: str,
     at_seq: int,
     *,
     new_id: str | None = None,
     goal: str | None = None,
-) -> TaskView:
+) -> Written[TaskView]:
     """A new task in the same session whose steps are the source's as they stood just
     after ``at_seq``, RUNNING and IN_DOUBT ones turned PENDING (nobody is running them
     in the fork).
@@ -83,7 +93,7 @@ async def fork_task(
     """
     public_id = validation.object_id(new_id)
     if goal is not None:
-        validation.goal(goal)
+        house.limits.goal(goal)
     source = await queries.get_task_at(user_id, task_id, at_seq)
     assert source.steps is not None
     picked = [
@@ -93,6 +103,7 @@ async def fork_task(
         for s in source.steps
     ]
     return await _insert_task(
+        house,
         user_id,
         source.session_id,
         public_id,
@@ -124,6 +135,7 @@ def _initial(view: StepView) -> StepView:
 
 
 async def _insert_task(
+    house: House,
     user_id: str,
     session_id: str,
     public_id: str,
@@ -133,7 +145,7 @@ async def _insert_task(
     status: TaskStatus,
     steps: list[Step],
     origin: OriginView | None = None,
-) -> TaskView:
+) -> Written[TaskView]:
     """Insert a task, its ``steps`` (their task filled in here) and its TASK_CREATED
     event (seq 1) in one transaction; a client-chosen id that exists already returns
     that task unchanged when it was made with the same content (``_existing``).
@@ -147,7 +159,7 @@ async def _insert_task(
     stored = 2 * quota.ROW_BYTES + quota.text_bytes(goal)  # the task row and its event
     stored += sum(quota.new_step_bytes(r) for r in steps) + quota.versions_bytes(histories)
     field = "steps" if steps else "goal"
-    quota.check_task(public_id, 0, stored, field)
+    quota.check_task(house.limits, public_id, 0, stored, field)
     now = utcnow()
     try:
         async with in_transaction() as conn:
@@ -186,18 +198,17 @@ async def _insert_task(
             view = task_view(task, session.public_id, now, steps=steps, tool_states=())
             event = created_event(view, now, origin)
             await log_event(conn, event)
-            await quota.charge(conn, user_id, stored, field)
+            await quota.charge(conn, house.limits, user_id, stored, field)
     except IntegrityError:
-        return await _existing(user_id, public_id, session_id, goal, steps, origin)
+        return Written(await _existing(user_id, public_id, session_id, goal, steps, origin))
     except UnmatchedWriteError:
         if client_id is not None and await Task.exists(user_id=user_id, public_id=client_id):
-            return await _existing(user_id, client_id, session_id, goal, steps, origin)
+            return Written(await _existing(user_id, client_id, session_id, goal, steps, origin))
         session_view = await get_session(user_id, session_id)  # NotFound, SessionExpired
         raise InvalidInputError(
             "sessionId", f"session is {session_view.status}; it takes no new tasks"
         ) from None
-    streams.announce(event)
-    return view
+    return Written(view, (event,))
 
 
 def created_event(view: TaskView, now: datetime, origin: OriginView | None = None) -> EventView:
@@ -263,13 +274,14 @@ def _new_step(task_pk: int, position: int, plan: StepPlan) -> Step:
 
 
 async def add_steps(
+    house: House,
     user_id: str,
     task_id: str,
     steps: Sequence[StepPlan],
     *,
     expected_version: int,
     fencing_token: int | None = None,
-) -> TaskView:
+) -> Written[TaskView]:
     """Append steps to the plan (STEPS_ADDED, stepIndex = the first new index)."""
     if not steps:
         raise InvalidInputError("steps", "must hold at least one step")
@@ -277,21 +289,24 @@ async def add_steps(
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
         first = draft.total
-        validation.step_plans(steps, existing=first)
+        house.limits.step_plans(steps, existing=first)
         draft.added.extend(_new_step(draft.task.id, first + i, p) for i, p in enumerate(steps))
         return Change(TaskEventKind.STEPS_ADDED, first)
 
-    return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
+    return await write_task(
+        house, user_id, task_id, apply, versioned(expected_version, fencing_token)
+    )
 
 
 async def start_step(
+    house: House,
     user_id: str,
     task_id: str,
     step_index: int,
     *,
     expected_version: int,
     fencing_token: int | None = None,
-) -> TaskView:
+) -> Written[TaskView]:
     """PENDING -> RUNNING; the task becomes RUNNING too (STEP_STARTED)."""
     validation.non_negative(step_index, "stepIndex")
 
@@ -304,10 +319,11 @@ async def start_step(
         return Change(TaskEventKind.STEP_STARTED, step_index)
 
     guard = versioned(expected_version, fencing_token, step=step_index)
-    return await write_task(user_id, task_id, apply, guard)
+    return await write_task(house, user_id, task_id, apply, guard)
 
 
 async def complete_step(
+    house: House,
     user_id: str,
     task_id: str,
     step_index: int,
@@ -315,10 +331,10 @@ async def complete_step(
     expected_version: int,
     output: Any = None,
     fencing_token: int | None = None,
-) -> TaskView:
+) -> Written[TaskView]:
     """RUNNING -> SUCCESS with its output; the last one completes the task (STEP_SUCCEEDED)."""
     validation.non_negative(step_index, "stepIndex")
-    validation.json_payload(output, "output")
+    house.limits.json_payload(output, "output")
 
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
@@ -328,10 +344,11 @@ async def complete_step(
         return Change(TaskEventKind.STEP_SUCCEEDED, step_index)
 
     guard = versioned(expected_version, fencing_token, step=step_index)
-    return await write_task(user_id, task_id, apply, guard)
+    return await write_task(house, user_id, task_id, apply, guard)
 
 
 async def fail_step(
+    house: House,
     user_id: str,
     task_id: str,
     step_index: int,
@@ -339,10 +356,10 @@ async def fail_step(
     expected_version: int,
     error: str,
     fencing_token: int | None = None,
-) -> TaskView:
+) -> Written[TaskView]:
     """RUNNING -> FAILED with its error; the task becomes FAILED (STEP_FAILED)."""
     validation.non_negative(step_index, "stepIndex")
-    validation.error_text(error)
+    house.limits.error_text(error)
 
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
@@ -353,10 +370,11 @@ async def fail_step(
         return Change(TaskEventKind.STEP_FAILED, step_index)
 
     guard = versioned(expected_version, fencing_token, step=step_index)
-    return await write_task(user_id, task_id, apply, guard)
+    return await write_task(house, user_id, task_id, apply, guard)
 
 
 async def checkpoint_task(
+    house: House,
     user_id: str,
     task_id: str,
     patches: Sequence[StepPatch],
@@ -364,7 +382,7 @@ async def checkpoint_task(
     expected_version: int,
     status: TaskStatus | None = None,
     fencing_token: int | None = None,
-) -> TaskView:
+) -> Written[TaskView]:
     """Several step changes and an optional task status as one write (CHECKPOINT).
 
     A patch may jump along an allowed path (PENDING -> SUCCESS); one refused patch
@@ -378,8 +396,8 @@ async def checkpoint_task(
             raise InvalidInputError(f"steps[{i}].index", f"step {patch.index} is patched twice")
         seen.add(patch.index)
         if patch.error is not None:
-            validation.error_text(patch.error, f"steps[{i}].error")
-        validation.json_payload(patch.output, f"steps[{i}].output")
+            house.limits.error_text(patch.error, f"steps[{i}].error")
+        house.limits.json_payload(patch.output, f"steps[{i}].output")
     if not patches and status is None:
         raise InvalidInputError("steps", "a checkpoint changes at least one step or the status")
 
@@ -408,17 +426,20 @@ async def checkpoint_task(
         draft.complete_when_done = target not in (TaskStatus.FAILED, TaskStatus.CANCELLED)
         return Change(TaskEventKind.CHECKPOINT)
 
-    return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
+    return await write_task(
+        house, user_id, task_id, apply, versioned(expected_version, fencing_token)
+    )
 
 
 async def set_task_status(
+    house: House,
     user_id: str,
     task_id: str,
     status: TaskStatus,
     *,
     expected_version: int,
     fencing_token: int | None = None,
-) -> TaskView:
+) -> Written[TaskView]:
     """Move the task along one allowed edge of its state machine (TASK_STATUS_CHANGED)."""
 
     async def apply(draft: Draft) -> Change:
@@ -428,4 +449,6 @@ async def set_task_status(
         draft.complete_when_done = False
         return Change(TaskEventKind.TASK_STATUS_CHANGED)
 
-    return await write_task(user_id, task_id, apply, versioned(expected_version, fencing_token))
+    return await write_task(
+        house, user_id, task_id, apply, versioned(expected_version, fencing_token)
+    )

@@ -20,9 +20,10 @@ from runstate.services.errors import (
     InvalidTransitionError,
     VersionConflictError,
 )
+from runstate.services.house import House
 from runstate.services.read.convert import tool_state_view
-from runstate.services.validation import error_text, json_payload
-from runstate.services.views import ToolStateView
+from runstate.services.validation import ContentLimits
+from runstate.services.views import ToolStateView, Written
 from runstate.services.write.engine import Change, Draft, versioned, write_task
 
 DEFAULT_MAX_RETRIES = 3
@@ -32,6 +33,7 @@ TOOL_NAME_LENGTH = 128
 
 
 def _check(
+    limits: ContentLimits,
     tool_name: str,
     outcome: ToolOutcome,
     error: str | None,
@@ -49,10 +51,11 @@ def _check(
             "retryAfterSeconds", f"RATE_LIMITED needs 1 to {MAX_RETRY_AFTER} seconds"
         )
     if error is not None:
-        error_text(error)
+        limits.error_text(error)
 
 
 async def record_tool_call(
+    house: House,
     user_id: str,
     task_id: str,
     tool_name: str,
@@ -64,15 +67,15 @@ async def record_tool_call(
     error: str | None = None,
     retry_after_seconds: int | None = None,
     max_retries: int | None = None,
-) -> ToolStateView:
+) -> Written[ToolStateView]:
     """Apply one tool-call report (semantics.md, "Tool state"); TOOL_STATE_CHANGED.
 
     CALLING is refused while the tool is rate-limited. FAILURE adds 1 to the retry
     count and leaves the tool RETRYING while the count is below its budget, FAILED
     after. A tool is created IDLE at version 0 by its first report.
     """
-    _check(tool_name, outcome, error, retry_after_seconds, max_retries)
-    json_payload(result, "result")
+    _check(house.limits, tool_name, outcome, error, retry_after_seconds, max_retries)
+    house.limits.json_payload(result, "result")
     written: list[ToolStateView] = []
 
     async def apply(draft: Draft) -> Change:
@@ -131,5 +134,5 @@ async def record_tool_call(
         return Change(TaskEventKind.TOOL_STATE_CHANGED, tool_name=tool_name)
 
     guard = versioned(None, fencing_token, bump_version=False)
-    await write_task(user_id, task_id, apply, guard)
-    return written[-1]
+    done = await write_task(house, user_id, task_id, apply, guard)
+    return done.giving(written[-1])

@@ -19,9 +19,10 @@ MAX_PAGE = 100
 
 @dataclass(frozen=True)
 class ContentLimits:
-    """How large what clients store may be; the server sets them from its settings
-    (``configure``), and they hold for the whole process. Each is read from
-    ``RUNSTATE_MAX_`` and its name in capitals (``RUNSTATE_MAX_GOAL_CHARS``)."""
+    """How large what clients store may be, and the checks that hold values to them.
+    One app's are its settings' (``Settings.content``), handed to the services in
+    its ``House``. Each is read from ``RUNSTATE_MAX_`` and its name in capitals
+    (``RUNSTATE_MAX_GOAL_CHARS``)."""
 
     goal_chars: int = 10_000
     action_chars: int = 200
@@ -36,14 +37,57 @@ class ContentLimits:
     user_bytes: int = 1_073_741_824
     """What one user's sessions and tasks may hold together."""
 
+    def goal(self, value: str) -> str:
+        """A task goal: some text, not too long."""
+        if not value.strip():
+            raise InvalidInputError("goal", "must not be empty")
+        if len(value) > self.goal_chars:
+            raise InvalidInputError("goal", f"must be at most {self.goal_chars} characters")
+        return value
 
-LIMITS = ContentLimits()
+    def step_plans(self, plans: Sequence[StepPlan], existing: int = 0) -> Sequence[StepPlan]:
+        """Steps to add to a plan that already has ``existing`` steps."""
+        if existing + len(plans) > self.steps:
+            raise InvalidInputError("steps", f"a task has at most {self.steps} steps")
+        for i, plan in enumerate(plans):
+            if not plan.action.strip():
+                raise InvalidInputError(f"steps[{i}].action", "must not be empty")
+            if len(plan.action) > self.action_chars:
+                raise InvalidInputError(
+                    f"steps[{i}].action", f"must be at most {self.action_chars} characters"
+                )
+            self.json_payload(plan.input, f"steps[{i}].input")
+        return plans
 
+    def error_text(self, value: str, field: str = "error") -> str:
+        """A step's error message."""
+        if not value.strip():
+            raise InvalidInputError(field, "must not be empty")
+        if len(value) > self.error_chars:
+            raise InvalidInputError(field, f"must be at most {self.error_chars} characters")
+        return value
 
-def configure(limits: ContentLimits) -> None:
-    """Use ``limits`` from now on, in this process."""
-    global LIMITS
-    LIMITS = limits
+    def json_payload(self, value: Any, field: str) -> Any:
+        """A client's JSON value: at most ``json_depth`` levels deep and
+        ``json_bytes`` bytes as compact JSON."""
+        if value is None:
+            return None
+        depth, stack = 0, [(value, 1)]
+        while stack:
+            item, level = stack.pop()
+            depth = max(depth, level)
+            if depth > self.json_depth:
+                raise InvalidInputError(field, f"must nest at most {self.json_depth} levels deep")
+            if isinstance(item, dict):
+                stack.extend((v, level + 1) for v in item.values())
+            elif isinstance(item, list):
+                stack.extend((v, level + 1) for v in item)
+        size = json_size(value)
+        if size > self.json_bytes:
+            raise InvalidInputError(
+                field, f"is {size} bytes of JSON, more than the {self.json_bytes} allowed"
+            )
+        return value
 
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]*")
@@ -99,30 +143,6 @@ def ttl_seconds(value: int | None, default: int) -> int:
     return value
 
 
-def goal(value: str) -> str:
-    """A task goal: some text, not too long."""
-    if not value.strip():
-        raise InvalidInputError("goal", "must not be empty")
-    if len(value) > LIMITS.goal_chars:
-        raise InvalidInputError("goal", f"must be at most {LIMITS.goal_chars} characters")
-    return value
-
-
-def step_plans(plans: Sequence[StepPlan], existing: int = 0) -> Sequence[StepPlan]:
-    """Steps to add to a plan that already has ``existing`` steps."""
-    if existing + len(plans) > LIMITS.steps:
-        raise InvalidInputError("steps", f"a task has at most {LIMITS.steps} steps")
-    for i, plan in enumerate(plans):
-        if not plan.action.strip():
-            raise InvalidInputError(f"steps[{i}].action", "must not be empty")
-        if len(plan.action) > LIMITS.action_chars:
-            raise InvalidInputError(
-                f"steps[{i}].action", f"must be at most {LIMITS.action_chars} characters"
-            )
-        json_payload(plan.input, f"steps[{i}].input")
-    return plans
-
-
 NOTE_CHARS = 1000
 """The longest reason a person may give with a decision (the contract's figure)."""
 
@@ -143,15 +163,6 @@ def step_index(value: int, total: int, field: str = "stepIndex") -> int:
     return value
 
 
-def error_text(value: str, field: str = "error") -> str:
-    """A step's error message."""
-    if not value.strip():
-        raise InvalidInputError(field, "must not be empty")
-    if len(value) > LIMITS.error_chars:
-        raise InvalidInputError(field, f"must be at most {LIMITS.error_chars} characters")
-    return value
-
-
 def encoded(value: Any) -> str:
     """A JSON value as the API answers it: compact, non-ASCII text as it is (sent as
     UTF-8). What is stored is counted in this form, so that a task's stored bytes
@@ -165,29 +176,6 @@ def json_size(value: Any) -> int:
     if value is None:
         return 0
     return len(encoded(value).encode())
-
-
-def json_payload(value: Any, field: str) -> Any:
-    """A client's JSON value: at most ``LIMITS.json_depth`` levels deep and
-    ``LIMITS.json_bytes`` bytes as compact JSON."""
-    if value is None:
-        return None
-    depth, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        depth = max(depth, level)
-        if depth > LIMITS.json_depth:
-            raise InvalidInputError(field, f"must nest at most {LIMITS.json_depth} levels deep")
-        if isinstance(item, dict):
-            stack.extend((v, level + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, level + 1) for v in item)
-    size = json_size(value)
-    if size > LIMITS.json_bytes:
-        raise InvalidInputError(
-            field, f"is {size} bytes of JSON, more than the {LIMITS.json_bytes} allowed"
-        )
-    return value
 
 
 def page_size(value: int) -> int:

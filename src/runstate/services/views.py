@@ -6,7 +6,7 @@ led by the dataclass fields: the broker carries events in that form.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime
 from enum import Enum
@@ -147,6 +147,27 @@ class EventView:
 
 
 T = TypeVar("T")
+U = TypeVar("U")
+
+
+@dataclass(frozen=True)
+class Written(Generic[T]):
+    """What a write answers, with the events it committed. Nothing inside a
+    transaction publishes: the owner of the outermost one does once it has
+    committed (``idempotency.once`` for every mutation: a keyed write runs inside
+    the key's transaction), through the publisher it was given (``House.publish``)."""
+
+    value: T
+    events: tuple[EventView, ...] = ()
+
+    def giving(self, value: U) -> Written[U]:
+        """The same events, answering ``value`` (a lease, a tool state, a plan)."""
+        return Written(value, self.events)
+
+
+async def unpublished(write: Awaitable[T]) -> Written[T]:
+    """A write that makes no events (a session's own fields), answered as writes are."""
+    return Written(await write)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from runstate.auth import Principal, Tokens
 from runstate.connections import Connections
 from runstate.ratelimit import SPENT, RateLimiter, Spending
 from runstate.schema.context import Context
-from runstate.schema.fanout import SHARED
+from runstate.schema.fanout import SharedEvents
+from runstate.services.house import House
 from runstate.services.validation import encoded
 from runstate.settings import Settings
 from runstate.transport.refusals import refusal
@@ -62,6 +63,7 @@ class GraphQLView(GraphQL[Context, None]):
         self,
         schema: Any,
         settings: Settings,
+        house: House,
         connections: Connections,
         tokens: Tokens,
         limiter: RateLimiter | None = None,
@@ -76,6 +78,9 @@ class GraphQLView(GraphQL[Context, None]):
             allowed_origins=settings.allowed_origins,
         )
         self.settings = settings
+        self.house = house
+        self.shared = SharedEvents()
+        """The subscription events rendered for this app's subscribers."""
         self.connections = connections
         self.tokens = tokens
         self.limiter = limiter
@@ -139,6 +144,8 @@ class GraphQLView(GraphQL[Context, None]):
         return Context(
             principal=principal if isinstance(principal, Principal) else None,
             settings=self.settings,
+            house=self.house,
+            shared=self.shared,
             limiter=self.limiter,
             epoch=self.epoch,
             spent=request.scope.get(SPENT) or Spending(),
@@ -172,7 +179,7 @@ class GraphQLView(GraphQL[Context, None]):
         (see ``schema.fanout``); anything else compact, its text as UTF-8
         (``validation.encoded``: what the stored bytes count)."""
         if isinstance(data, Mapping):
-            shared = SHARED.next_message(data)
+            shared = self.shared.next_message(data)
             if shared is not None:
                 return shared
         return encoded(data)

@@ -10,8 +10,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from tortoise import Tortoise
 
-from runstate import pubsub
 from runstate.metrics import REGISTRY
+from runstate.services.house import House
 
 _INDEX = files("runstate.web").joinpath("index.html").read_text(encoding="utf-8")
 _WITHOUT_GRAPHIQL = _INDEX.replace('<body data-graphiql="on">', '<body data-graphiql="off">')
@@ -42,12 +42,16 @@ async def metrics(_: Request) -> Response:
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
-async def ready(_: Request) -> Response:
-    """Readiness for load balancers: 200 when the database and the broker both
-    answer now, 503 naming what does not."""
-    checks = {"database": await _database_answers(), "broker": await _broker_answers()}
-    status = 200 if all(checks.values()) else 503
-    return JSONResponse({k: "ok" if v else "unavailable" for k, v in checks.items()}, status)
+def ready(house: House) -> Callable[[Request], Awaitable[Response]]:
+    """Readiness for load balancers: 200 when the database and the house's broker
+    both answer now, 503 naming what does not."""
+
+    async def answer(_: Request) -> Response:
+        checks = {"database": await _database_answers(), "broker": await _broker_answers(house)}
+        status = 200 if all(checks.values()) else 503
+        return JSONResponse({k: "ok" if v else "unavailable" for k, v in checks.items()}, status)
+
+    return answer
 
 
 async def _database_answers() -> bool:
@@ -58,6 +62,5 @@ async def _database_answers() -> bool:
     return True
 
 
-async def _broker_answers() -> bool:
-    hub = pubsub.current()
-    return hub is not None and await hub.broker.ready()
+async def _broker_answers(house: House) -> bool:
+    return house.hub is not None and await house.hub.broker.ready()

@@ -1,4 +1,4 @@
-"""One head check per interval for every quiet live stream of this process.
+"""One head check per interval for every quiet live stream of a house.
 
 A taskProgress or sessionActivity stream that hears nothing must still learn of
 what the broker lost. Each used to read the database itself every few seconds:
@@ -53,7 +53,7 @@ class Watch:
 
 
 class Heads:
-    """The watched tasks and sessions of this process, checked together."""
+    """The watched tasks and sessions of one house, checked together."""
 
     def __init__(self) -> None:
         self.interval = 3.0
@@ -138,7 +138,3 @@ class Heads:
                 if pk not in live or pk in busy:
                     for watch in tuple(self._sessions.get(pk, ())):
                         watch.inbox.request_resync()
-
-
-HEADS = Heads()
-"""This process's head checks."""

@@ -1,4 +1,4 @@
-"""Live progress: events announced after commit, and gap-free streams for subscribers.
+"""Live progress: gap-free streams of a task's or a session's events for subscribers.
 
 A stream subscribes to its broker channel first, then reads the database (the
 snapshot, or the stored events after ``after_seq``), then relays live events.
@@ -13,15 +13,9 @@ flagged for that resync when they are behind. So every subscriber sees seq 1, 2,
 from __future__ import annotations
 
 import contextlib
-import json
-import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import datetime
 
-from runstate import pubsub
-from runstate.bounded import BoundedCache
 from runstate.enums import TaskEventKind
 from runstate.metrics import DELIVERY_SECONDS, GAP_FILLED
 from runstate.models import Session, Task
@@ -31,96 +25,24 @@ from runstate.services.clock import utcnow
 from runstate.services.conditions import session_expired
 from runstate.services.errors import InvalidInputError, SessionExpiredError
 from runstate.services.history import TaskRef
-from runstate.services.live.catch_up import HEADS, MARGIN, Watch
+from runstate.services.house import House
+from runstate.services.live.catch_up import MARGIN, Watch
+from runstate.services.live.messages import session_channel, task_channel
 from runstate.services.read.queries import get_task
 from runstate.services.sessions import get_session
-from runstate.services.views import EventView, TaskView, from_json, to_json
-
-log = logging.getLogger(__name__)
+from runstate.services.views import EventView, TaskView
 
 CATCH_UP_PAGE = 200
 
 QUIET_SECONDS = 60.0
 """How long a stream's inbox waits at a time; quiet streams are checked by
-``HEADS``, never by themselves."""
+the house's head checks (``catch_up.Heads``), never by themselves."""
 
 
 def lag(event: EventView) -> float:
     """Seconds from the write of a live event to now (clocks of servers differ a
     little: never below 0)."""
     return max(0.0, (utcnow() - event.at).total_seconds())
-
-
-def task_channel(task_pk: int) -> str:
-    """The broker channel of one task's events."""
-    return f"task:{task_pk}"
-
-
-def session_channel(session_pk: int) -> str:
-    """The broker channel of the events of every task in one session."""
-    return f"session:{session_pk}"
-
-
-def encode(event: EventView) -> bytes:
-    """An event as a broker message."""
-    return json.dumps(to_json(event), separators=(",", ":")).encode()
-
-
-class _Decoded:
-    """Broker messages decoded once per process: every subscriber of a channel is
-    handed the same message, and gets the same (immutable) event back."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        """Messages actually decoded (not found in the cache)."""
-        self._cache: BoundedCache[bytes, EventView] = BoundedCache(1024, DECODED_BYTES)
-
-    def __call__(self, data: bytes) -> EventView | None:
-        event = self._cache.get(data)
-        if event is None:
-            self.count += 1
-            try:
-                event = from_json(EventView, json.loads(data))
-            except (ValueError, KeyError, TypeError) as error:
-                log.warning("ignored a malformed broker message: %s", error)
-                return None
-            self._cache.put(data, event, 2 * len(data))
-        return event
-
-
-DECODED_BYTES = 16 * 1024 * 1024
-decode = _Decoded()
-"""A broker message as an event; None (and a log line) for anything else."""
-
-
-_held: ContextVar[list[EventView] | None] = ContextVar("runstate_held_events", default=None)
-
-
-@contextmanager
-def held() -> Iterator[list[EventView]]:
-    """Keep the events announced inside the block instead of publishing them: their
-    transaction is not committed yet (an outer one is). The caller announces them
-    after its commit."""
-    events: list[EventView] = []
-    token = _held.set(events)
-    try:
-        yield events
-    finally:
-        _held.reset(token)
-
-
-def announce(event: EventView) -> None:
-    """Queue a committed event for its task's and its session's channels."""
-    holding = _held.get()
-    if holding is not None:
-        holding.append(event)
-        return
-    hub = pubsub.current()
-    if hub is None:
-        return
-    data = encode(event)
-    hub.publisher.publish(task_channel(event.task_pk), data)
-    hub.publisher.publish(session_channel(event.session_pk), data)
 
 
 def snapshot(view: TaskView) -> EventView:
@@ -151,14 +73,8 @@ async def stored_events(task: TaskRef, after_seq: int) -> AsyncIterator[EventVie
         after_seq = page[-1].seq
 
 
-def _hub() -> pubsub.Hub:
-    hub = pubsub.current()
-    if hub is None:
-        raise RuntimeError("no broker installed: live progress needs the server's broker")
-    return hub
-
-
 async def task_progress(
+    house: House,
     user_id: str,
     task_id: str,
     after_seq: int | None,
@@ -179,7 +95,7 @@ async def task_progress(
     ref = TaskRef(view.pk, view.id, view.session_pk)
     if after_seq is not None and after_seq < 0:
         raise InvalidInputError("afterSeq", "must be 0 or more")
-    async with _hub().broker.subscription([task_channel(view.pk)]) as inbox:
+    async with house.broker.subscription([task_channel(view.pk)]) as inbox:
         if after_seq is not None and after_seq > view.event_seq:
             after_seq = None  # a cursor from before a reset or restore: start over
         watch = Watch(inbox, task_pk=view.pk)
@@ -193,10 +109,10 @@ async def task_progress(
             async for event in stored_events(ref, watch.last):
                 yield event
                 watch.last = event.seq
-        async with contextlib.aclosing(_heard(watch, interval, gap_fill)) as heard:
+        async with contextlib.aclosing(_heard(house, watch, interval, gap_fill)) as heard:
             async for message in heard:
                 if isinstance(message, bytes):
-                    live = decode(message)
+                    live = house.decoded(message)
                     if live is None or live.task_pk != view.pk or live.seq <= watch.last:
                         continue
                     if _past_expiry(watch, live.at) and await _task_head(view, watch) is None:
@@ -219,13 +135,13 @@ async def task_progress(
 
 
 async def _heard(
-    watch: Watch, interval: float, gap_fill: bool
+    house: House, watch: Watch, interval: float, gap_fill: bool
 ) -> AsyncGenerator[bytes | Resync, None]:
     """What a stream's inbox receives, messages and resyncs; while ``gap_fill``,
-    ``HEADS`` checks the quiet spells and flags a resync when one missed anything.
+    the house's head checks see to the quiet spells and flags a resync when one missed anything.
     When its session's expiry (as last read) comes, a resync too: the stream reads
     the session again, and ends if it did expire."""
-    with HEADS.watching(watch, interval) if gap_fill else contextlib.nullcontext():
+    with house.heads.watching(watch, interval) if gap_fill else contextlib.nullcontext():
         while True:
             wait = QUIET_SECONDS
             if watch.expires_at is not None:
@@ -279,6 +195,7 @@ async def _session_state(session_pk: int, session_id: str, watch: Watch) -> bool
 
 
 async def session_activity(
+    house: House,
     user_id: str,
     session_id: str,
     *,
@@ -290,7 +207,7 @@ async def session_activity(
     each task's events gap-free and in order. ``resync`` (a client that held events
     of another timeline) first sends a SNAPSHOT of each of the session's tasks."""
     session = await get_session(user_id, session_id)
-    async with _hub().broker.subscription([session_channel(session.pk)]) as inbox:
+    async with house.broker.subscription([session_channel(session.pk)]) as inbox:
         watch = Watch(inbox, session_pk=session.pk)
         await _session_state(session.pk, session.id, watch)  # its expiry: the deadline
         last: dict[int, int] = dict(
@@ -305,10 +222,10 @@ async def session_activity(
                 view = await get_task(user_id, str(public_id))
                 yield snapshot(view)
                 last[view.pk] = max(last.get(view.pk, 0), view.event_seq)
-        async with contextlib.aclosing(_heard(watch, interval, gap_fill)) as heard:
+        async with contextlib.aclosing(_heard(house, watch, interval, gap_fill)) as heard:
             async for message in heard:
                 if isinstance(message, bytes):
-                    live = decode(message)
+                    live = house.decoded(message)
                     if live is None or live.session_pk != session.pk:
                         continue
                     seen = last.get(live.task_pk, 0)

@@ -41,7 +41,7 @@ from runstate.services.errors import (
     VersionConflictError,
 )
 from runstate.services.history import VERSIONED
-from runstate.services.live import streams
+from runstate.services.house import House
 from runstate.services.read.convert import is_expired, lock_view, step_view, task_view
 from runstate.services.read.queries import get_task
 from runstate.services.rules import (
@@ -52,13 +52,14 @@ from runstate.services.rules import (
     check_task_move,
 )
 from runstate.services.sessions import mark_expired
+from runstate.services.validation import ContentLimits
 from runstate.services.views import (
     EventView,
     TaskView,
     ToolStateView,
+    Written,
     to_json,
 )
-from runstate.services.write.group_commit import GROUP
 
 MAX_ATTEMPTS = 5
 TOUCH_EVERY = timedelta(seconds=1)
@@ -116,6 +117,8 @@ class Draft:
     now: datetime
     conn: BaseDBAsyncClient
     status: TaskStatus
+    limits: ContentLimits
+    """The house's limits, which the write's content is held to."""
     steps: dict[int, Step] = field(default_factory=dict)
     changed: set[int] = field(default_factory=set)
     added: list[Step] = field(default_factory=list)
@@ -303,9 +306,12 @@ def versioned(
     return Guard(where, sets, refusal, step=step, leased=fencing_token is not None)
 
 
-async def write_task(user_id: str, task_id: str, apply: Apply, guard: Guard) -> TaskView:
+async def write_task(
+    house: House, user_id: str, task_id: str, apply: Apply, guard: Guard
+) -> Written[TaskView]:
     """Open with ``guard``'s conditional UPDATE of the caller's task ``task_id``, run
-    ``apply``, log its event, commit, then announce the event. One transaction.
+    ``apply``, log its event and commit, in the house's group commit: the task as
+    the write left it, with its event. One transaction.
 
     When the UPDATE matches nothing and no reason shows afterwards (a lease expired
     in between), the write is tried again, a few times at most; a real conflict
@@ -319,32 +325,31 @@ async def write_task(user_id: str, task_id: str, apply: Apply, guard: Guard) -> 
 
     select = '"user_id" = ? AND "public_id" = ?', [user_id, task_id]
     try:
-        return await write_selected(select, apply, guard, explain)
+        return await write_selected(house, select, apply, guard, explain)
     except Unchanged:
-        return await get_task(user_id, task_id)
+        return Written(await get_task(user_id, task_id))
 
 
 async def write_selected(
+    house: House,
     select: sql.Fragment,
     apply: Apply,
     guard: Guard,
     explain: Callable[[], Awaitable[DomainError | None]],
     *,
     attempts: int = MAX_ATTEMPTS,
-) -> TaskView:
+) -> Written[TaskView]:
     """``write_task`` for the one task the condition ``select`` picks (``claimTask``
     names it by id); ``explain`` gives the refusal for a miss, None to try again."""
 
     async def write(conn: BaseDBAsyncClient) -> tuple[TaskView, EventView | None]:
-        draft = await _open(conn, select, guard, utcnow())
+        draft = await _open(conn, select, guard, utcnow(), house.limits)
         return await _finish(draft, await apply(draft))
 
     for _ in range(attempts):
         try:
-            view, event = await GROUP.run(write)
-            if event is not None:
-                streams.announce(event)
-            return view
+            view, event = await house.group.run(write)
+            return Written(view, () if event is None else (event,))
         except UnmatchedWriteError:
             refusal = await explain()
             if refusal is not None:
@@ -377,7 +382,11 @@ def _returning(one_step: bool, dialect: str) -> str:
 
 
 async def _open(
-    conn: BaseDBAsyncClient, select: sql.Fragment, guard: Guard, now: datetime
+    conn: BaseDBAsyncClient,
+    select: sql.Fragment,
+    guard: Guard,
+    now: datetime,
+    limits: ContentLimits,
 ) -> Draft:
     """The opening compare-and-swap; its RETURNING row becomes the draft."""
     sets, values = guard.sets(now)
@@ -402,6 +411,7 @@ async def _open(
         now=now,
         conn=conn,
         status=task.status,
+        limits=limits,
         holder=task.lock_holder if guard.leased else None,
     )
     if guard.step is not None and row["step"] is not None:
@@ -432,7 +442,7 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
         return _task_view(draft), None
     adding = _added_bytes(draft) + quota.text_bytes(change.note)
     field = quota.CONTENT_FIELDS.get(change.kind, "taskId")
-    quota.check_task(task.public_id, task.stored_bytes, adding, field)
+    quota.check_task(draft.limits, task.public_id, task.stored_bytes, adding, field)
     await _settle(draft, task.stored_bytes + adding)
     view = _task_view(draft)
     steps = [draft.steps[p] for p in sorted(draft.changed)] + draft.added
@@ -456,7 +466,7 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
         note=change.note,
     )
     await log_event(draft.conn, event)
-    await quota.charge(draft.conn, task.user_id, adding, field)
+    await quota.charge(draft.conn, draft.limits, task.user_id, adding, field)
     return view, event
 
 

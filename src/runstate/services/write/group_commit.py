@@ -33,7 +33,7 @@ Work = Callable[[BaseDBAsyncClient], Awaitable[T]]
 
 
 class Group:
-    """This process's queue of SQLite writes waiting for the connection."""
+    """One house's queue of SQLite writes waiting for the connection."""
 
     def __init__(self) -> None:
         self._waiting: deque[tuple[Work[Any], asyncio.Future[Any]]] = deque()
@@ -103,7 +103,3 @@ async def _one(conn: BaseDBAsyncClient, work: Work[Any], savepoint: bool) -> tup
             return True, await work(nested)
     except Exception as error:
         return False, error
-
-
-GROUP = Group()
-"""This process's group commit."""
