@@ -19,7 +19,7 @@ $(RUNTIME): pyproject.toml
 	@touch $(RUNTIME)
 
 $(STAMP): $(RUNTIME)
-	$(PIP) --quiet -e '.[dev]'
+	$(PIP) --quiet -e '.[dev,langgraph]'
 	touch $(STAMP)
 
 # Exported rather than set on the command line, so make runs the command without a
@@ -33,7 +33,7 @@ test: $(STAMP)
 
 # Figures side by side with their baselines; never part of `make test`.
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,langgraph,bench]'
 	$(BIN)/python -m bench.writes
 	$(BIN)/python -m bench.deltas
 	$(BIN)/python -m bench.fanout

@@ -492,6 +492,39 @@ class Calls:
             return None
         return Lock.of(data)
 
+    # -- LangGraph checkpoints (``runstate.integrations.langgraph``): answers as sent
+
+    async def put_graph_checkpoint(self, **input: Any) -> Task:
+        """Store a LangGraph checkpoint in its thread's task (``putGraphCheckpoint``)."""
+        return Task.of(await self._mutate(doc.PUT_GRAPH_CHECKPOINT, "putGraphCheckpoint", **input))
+
+    async def put_graph_writes(self, **input: Any) -> Task:
+        """Store a LangGraph task's pending writes (``putGraphWrites``)."""
+        return Task.of(await self._mutate(doc.PUT_GRAPH_WRITES, "putGraphWrites", **input))
+
+    async def clear_graph(self, task_id: str, *, fencing_token: int | None = None) -> Task:
+        """Delete a thread's checkpoints (``clearGraph``)."""
+        data = await self._mutate(
+            doc.CLEAR_GRAPH, "clearGraph", taskId=task_id, fencingToken=fencing_token
+        )
+        return Task.of(data)
+
+    async def graph_checkpoint(
+        self, thread_id: str, namespace: str, checkpoint_id: str | None
+    ) -> dict[str, Any]:
+        """A checkpoint of the thread, or its latest; NotFound without one."""
+        return await self._call(
+            doc.GRAPH_CHECKPOINT_QUERY,
+            "graphCheckpoint",
+            threadId=thread_id,
+            namespace=namespace,
+            checkpointId=checkpoint_id,
+        )
+
+    async def graph_checkpoints(self, **arguments: Any) -> dict[str, Any]:
+        """A page of the caller's checkpoints, newest first (``graphCheckpoints``)."""
+        return await self._call(doc.GRAPH_CHECKPOINTS_QUERY, "graphCheckpoints", **arguments)
+
 
 class Watch:
     """A live view of one task: an async iterator of its events that also keeps the

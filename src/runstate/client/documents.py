@@ -87,3 +87,29 @@ WATCH = (
     + selection(Event)
     + "} }"
 )
+
+GRAPH_PAGE = 40
+"""Checkpoints a listing asks for at a time (a literal of the document: the
+server's node estimate counts a variable ``first`` at its largest)."""
+GRAPH_CHECKPOINT_FIELDS = (
+    "threadId namespace checkpointId parentId type payload metadata channelVersions seq"
+    " channels { channel version type payload }"
+    " pendingWrites { taskId taskPath idx channel type payload }"
+)
+"""A LangGraph checkpoint as ``integrations.langgraph`` reads it back."""
+PUT_GRAPH_CHECKPOINT = mutation(
+    "putGraphCheckpoint", "PutGraphCheckpointInput", HEAD + PROBLEM_DETAILS
+)
+PUT_GRAPH_WRITES = mutation("putGraphWrites", "PutGraphWritesInput", HEAD + PROBLEM_DETAILS)
+CLEAR_GRAPH = mutation("clearGraph", "ClearGraphInput", HEAD + PROBLEM_DETAILS)
+GRAPH_CHECKPOINT_QUERY = (
+    "query graphCheckpoint($threadId: ID!, $namespace: String!, $checkpointId: ID) {"
+    " graphCheckpoint(threadId: $threadId, namespace: $namespace, checkpointId: $checkpointId)"
+    " { " + PROBLEM + " ... on GraphCheckpoint { " + GRAPH_CHECKPOINT_FIELDS + " } } }"
+)
+GRAPH_CHECKPOINTS_QUERY = (
+    "query graphCheckpoints($threadId: ID, $namespace: String, $before: ID, $metadata: JSON,"
+    " $after: String) { graphCheckpoints(threadId: $threadId, namespace: $namespace,"
+    f" before: $before, metadata: $metadata, first: {GRAPH_PAGE}, after: $after)"
+    " { __typename after checkpoints { " + GRAPH_CHECKPOINT_FIELDS + " } } }"
+)

@@ -1,4 +1,5 @@
-"""Tortoise models: the tables behind sessions, tasks, steps, tool states, events and tokens.
+"""Tortoise models: the tables behind sessions, tasks, steps, tool states, events,
+LangGraph checkpoints and tokens.
 
 Public ids are chosen per user (``public_id``, unique with ``user_id``), so two users
 may pick the same id and neither can learn that the other did. Rows are joined by
@@ -250,6 +251,92 @@ class TaskEvent(Model):
             # The latest tool-state or lease event at or before a seq (taskAt).
             Index(fields=("task_id", "kind", "tool_name", "seq"), name="task_events_part"),
         )
+
+
+GRAPH_NAMESPACE_LENGTH = 1024
+"""The longest checkpoint namespace: a subgraph's path of ``name:task-id`` parts."""
+
+
+class GraphCheckpoint(Model):
+    """One LangGraph checkpoint of a thread, the thread being the task.
+
+    ``payload`` is the checkpoint without its channel values, as the saver's
+    serializer wrote it (``type`` names the encoding); the values live in
+    ``GraphBlob``, one row per channel and version, so a checkpoint stores only the
+    channels it changed. ``metadata`` and ``channel_versions`` are kept as JSON
+    beside it, for listing by metadata and for finding the blobs. ``seq`` is the
+    task event that stored it; ``stored_bytes`` what it counts in the quotas."""
+
+    id = fields.IntField(primary_key=True)
+    task: fields.ForeignKeyRelation[Task] = fields.ForeignKeyField(
+        "runstate.Task", related_name="graph_checkpoints", on_delete=fields.CASCADE
+    )
+    task_id: int
+    namespace = fields.CharField(max_length=GRAPH_NAMESPACE_LENGTH)
+    checkpoint_id = fields.CharField(max_length=ID_LENGTH)
+    parent_id = fields.CharField(max_length=ID_LENGTH, null=True)
+    type = fields.CharField(max_length=32)
+    payload = fields.BinaryField()
+    metadata = fields.JSONField[dict[str, object]]()
+    channel_versions = fields.JSONField[dict[str, str]]()
+    run_id = fields.CharField(max_length=KEY_LENGTH, null=True)
+    seq = fields.IntField()
+    stored_bytes = fields.BigIntField()
+
+    class Meta:
+        table = "graph_checkpoints"
+        unique_together = (("task_id", "namespace", "checkpoint_id"),)
+        indexes = (
+            # Newest first across a thread's namespaces (checkpoint ids sort by time).
+            Index(fields=("task_id", "checkpoint_id"), name="graph_checkpoints_newest"),
+            Index(fields=("run_id",), name="graph_checkpoints_run"),
+        )
+
+
+class GraphBlob(Model):
+    """One channel's value at one version in a thread's namespace, as the saver's
+    serializer wrote it: shared by every checkpoint whose versions name it."""
+
+    id = fields.IntField(primary_key=True)
+    task: fields.ForeignKeyRelation[Task] = fields.ForeignKeyField(
+        "runstate.Task", related_name="graph_blobs", on_delete=fields.CASCADE
+    )
+    task_id: int
+    namespace = fields.CharField(max_length=GRAPH_NAMESPACE_LENGTH)
+    channel = fields.CharField(max_length=KEY_LENGTH)
+    version = fields.CharField(max_length=128)
+    type = fields.CharField(max_length=32)
+    payload = fields.BinaryField()
+    stored_bytes = fields.BigIntField()
+
+    class Meta:
+        table = "graph_blobs"
+        unique_together = (("task_id", "namespace", "channel", "version"),)
+
+
+class GraphWrite(Model):
+    """A pending write of one LangGraph task (``task_key``) against a checkpoint:
+    ``idx`` orders a task's writes, special writes (errors, interrupts) have
+    LangGraph's negative indexes."""
+
+    id = fields.IntField(primary_key=True)
+    task: fields.ForeignKeyRelation[Task] = fields.ForeignKeyField(
+        "runstate.Task", related_name="graph_writes", on_delete=fields.CASCADE
+    )
+    task_id: int
+    namespace = fields.CharField(max_length=GRAPH_NAMESPACE_LENGTH)
+    checkpoint_id = fields.CharField(max_length=ID_LENGTH)
+    task_key = fields.CharField(max_length=KEY_LENGTH)
+    task_path = fields.CharField(max_length=GRAPH_NAMESPACE_LENGTH, default="")
+    idx = fields.IntField()
+    channel = fields.CharField(max_length=KEY_LENGTH)
+    type = fields.CharField(max_length=32)
+    payload = fields.BinaryField()
+    stored_bytes = fields.BigIntField()
+
+    class Meta:
+        table = "graph_writes"
+        unique_together = (("task_id", "namespace", "checkpoint_id", "task_key", "idx"),)
 
 
 class IdempotencyKey(Model):

@@ -6,6 +6,7 @@ import strawberry
 
 from runstate.resolvers.answers import answered_mutation, once
 from runstate.schema.context import Info
+from runstate.schema.graphs import ClearGraphInput, PutGraphCheckpointInput, PutGraphWritesInput
 from runstate.schema.inputs import (
     AcquireTaskLockInput,
     AddStepsInput,
@@ -36,7 +37,7 @@ from runstate.schema.results import (
     ToolStateResult,
 )
 from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
-from runstate.services import leases, recovery, sessions, tasks, tools
+from runstate.services import graphs, leases, recovery, sessions, tasks, tools
 from runstate.services.recovery import ResumePlanView
 from runstate.services.views import LockView, SessionView, TaskView, ToolStateView, unpublished
 
@@ -387,6 +388,73 @@ class Mutation:
                     input.holder_id,
                     input.ttl_seconds,
                     session_id=input.session_id,
+                ),
+            )
+        )
+
+    @answered_mutation(
+        description=(
+            "Store a LangGraph checkpoint in the thread's task (GRAPH_CHECKPOINT): a "
+            "task write like any other, refused by a live lease without its token."
+        )
+    )
+    async def put_graph_checkpoint(self, info: Info, input: PutGraphCheckpointInput) -> TaskResult:
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: graphs.put_checkpoint(
+                    info.context.house,
+                    info.context.user_id,
+                    input.task_id,
+                    namespace=input.namespace,
+                    checkpoint_id=input.checkpoint_id,
+                    parent_id=input.parent_id,
+                    checkpoint=input.checkpoint(),
+                    metadata=input.metadata,
+                    channel_versions=input.versions(),
+                    channels=input.values(),
+                    fencing_token=input.fencing_token,
+                ),
+            )
+        )
+
+    @answered_mutation(
+        description="Store a LangGraph task's pending writes in the thread's task (GRAPH_WRITES)."
+    )
+    async def put_graph_writes(self, info: Info, input: PutGraphWritesInput) -> TaskResult:
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: graphs.put_writes(
+                    info.context.house,
+                    info.context.user_id,
+                    input.task_id,
+                    namespace=input.namespace,
+                    checkpoint_id=input.checkpoint_id,
+                    writes=input.pending(),
+                    fencing_token=input.fencing_token,
+                ),
+            )
+        )
+
+    @answered_mutation(
+        description="Delete the thread's checkpoints, values and writes (GRAPH_CLEARED)."
+    )
+    async def clear_graph(self, info: Info, input: ClearGraphInput) -> TaskResult:
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: graphs.clear(
+                    info.context.house,
+                    info.context.user_id,
+                    input.task_id,
+                    fencing_token=input.fencing_token,
                 ),
             )
         )

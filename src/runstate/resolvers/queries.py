@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import strawberry
+from strawberry.scalars import JSON
 
 from runstate.enums import SessionStatus, TaskStatus
 from runstate.ratelimit import READ_COST
 from runstate.resolvers.answers import answered
 from runstate.schema.context import Info
+from runstate.schema.graphs import GraphCheckpoint, GraphCheckpointPage, GraphCheckpointResult
 from runstate.schema.results import SessionResult, TaskResult
 from runstate.schema.types import AgentSession, SessionConnection, Task, TaskConnection, Usage
-from runstate.services import quota, sessions
+from runstate.services import graphs, quota, sessions
+from runstate.services.errors import InvalidInputError
 from runstate.services.read import queries
 
 
@@ -77,6 +80,56 @@ class Query:
             after=after,
         )
         return TaskConnection.of(page)
+
+    @answered(
+        description=(
+            "A LangGraph checkpoint of the thread (task) `threadId` in `namespace`: "
+            "`checkpointId`, or the latest. NotFound without the task or the checkpoint."
+        )
+    )
+    async def graph_checkpoint(
+        self,
+        info: Info,
+        thread_id: strawberry.ID,
+        namespace: str = "",
+        checkpoint_id: strawberry.ID | None = None,
+    ) -> GraphCheckpointResult:
+        await info.context.charge(READ_COST)
+        view = await graphs.get_checkpoint(
+            info.context.user_id, thread_id, namespace, checkpoint_id
+        )
+        return GraphCheckpoint.of(view)
+
+    @strawberry.field(
+        description=(
+            "The caller's LangGraph checkpoints newest first: of one thread (or all), "
+            "one namespace (or all), before a checkpoint id, whose metadata holds every "
+            "key and value of `metadata`."
+        )
+    )
+    async def graph_checkpoints(
+        self,
+        info: Info,
+        thread_id: strawberry.ID | None = None,
+        namespace: str | None = None,
+        before: strawberry.ID | None = None,
+        metadata: JSON | None = None,
+        first: int = 10,
+        after: str | None = None,
+    ) -> GraphCheckpointPage:
+        await info.context.charge(READ_COST)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidInputError("metadata", "must be a JSON object")
+        page = await graphs.list_checkpoints(
+            info.context.user_id,
+            task_id=thread_id,
+            namespace=namespace,
+            before=before,
+            metadata=metadata,
+            first=first,
+            after=after,
+        )
+        return GraphCheckpointPage.of(page)
 
     @strawberry.field(description="How much the caller's sessions and tasks hold, and may hold.")
     async def usage(self, info: Info) -> Usage:

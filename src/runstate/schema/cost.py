@@ -50,6 +50,7 @@ from graphql import (
     value_from_ast_untyped,
 )
 
+from runstate.models import GRAPH_NAMESPACE_LENGTH
 from runstate.schema.limits import field_definition, selected_fields
 from runstate.services import validation
 from runstate.services.quota import ROW_BYTES
@@ -97,7 +98,9 @@ def unknown_sizes(limits: ContentLimits, max_body_bytes: int) -> Sizes:
     return Sizes(tasks=None, user_bytes=limits.user_bytes, input_bytes=max_body_bytes)
 
 
-TASK_TYPES = frozenset({"Task", "ResumePlan", "ToolState", "TaskEvent"})
+TASK_TYPES = frozenset(
+    {"Task", "ResumePlan", "ToolState", "TaskEvent", "GraphCheckpoint", "GraphCheckpointPage"}
+)
 """A root field answering one of these answers the task its arguments name (or,
 for a write naming none, the task it creates)."""
 
@@ -115,6 +118,14 @@ def payload_caps(limits: ContentLimits) -> dict[tuple[str, str], int]:
         ("ToolState", "lastError"): limits.error_chars * text,
         ("TaskEvent", "note"): validation.NOTE_CHARS * text,
         ("AgentSession", "metadata"): limits.json_bytes,
+        # LangGraph checkpoints: values in base64, counted so by ``services.graphs``.
+        ("GraphCheckpoint", "payload"): limits.checkpoint_bytes * 4 // 3 + 4,
+        ("GraphChannel", "payload"): limits.checkpoint_bytes * 4 // 3 + 4,
+        ("GraphPendingWrite", "payload"): limits.checkpoint_bytes * 4 // 3 + 4,
+        ("GraphCheckpoint", "metadata"): limits.json_bytes,
+        ("GraphCheckpoint", "channelVersions"): limits.checkpoint_bytes,
+        ("GraphCheckpoint", "namespace"): GRAPH_NAMESPACE_LENGTH * text,
+        ("GraphPendingWrite", "taskPath"): GRAPH_NAMESPACE_LENGTH * text,
     }
 
 
@@ -342,6 +353,10 @@ class Walk:
                 return count, self._listing(scope.copies * self._user, scope.copies), ()
             case (_, "edges") if on.endswith("Connection"):
                 return count * page, scope, here
+            case ("GraphCheckpointPage", "checkpoints"):
+                return min(count * page, scope.rows), scope, here
+            case ("GraphCheckpoint", "channels") | ("GraphCheckpoint", "pendingWrites"):
+                return scope.rows, scope, here
         return count, scope, here
 
     def _answers_a_task(self, definition: GraphQLField) -> bool:
@@ -350,12 +365,12 @@ class Walk:
         return any(m.name in TASK_TYPES for m in members)
 
     def _named_tasks(self, node: FieldNode) -> set[str]:
-        """Task ids in a root field's arguments: ``id``, ``taskId``, and the same in
-        its ``input``."""
+        """Task ids in a root field's arguments: ``id``, ``taskId``, ``threadId``,
+        and the same in its ``input``."""
         found: set[str] = set()
         for argument in node.arguments or ():
             value = value_from_ast_untyped(argument.value, self.variables)
-            if argument.name.value in ("id", "taskId") and isinstance(value, str):
+            if argument.name.value in ("id", "taskId", "threadId") and isinstance(value, str):
                 found.add(value)
             elif argument.name.value == "input" and isinstance(value, dict):
                 found.update(

@@ -190,8 +190,8 @@ def _list_size(field: FieldNode, definition: GraphQLField, parent: GraphQLNamedT
         default = definition.args["first"].default_value
         return default if isinstance(default, int) else MAX_PAGE
     if isinstance(get_nullable_type(definition.type), GraphQLList):
-        # A connection's edges are sized by the connection's own first.
-        return 1 if parent.name.endswith("Connection") else UNPAGED_LIST
+        # A connection's edges (a page's items) are sized by its own first.
+        return 1 if parent.name.endswith(("Connection", "Page")) else UNPAGED_LIST
     return 1
 
 

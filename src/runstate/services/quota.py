@@ -43,6 +43,8 @@ CONTENT_FIELDS = {
     TaskEventKind.STEP_FAILED: "error",
     TaskEventKind.CHECKPOINT: "steps",
     TaskEventKind.TOOL_STATE_CHANGED: "result",
+    TaskEventKind.GRAPH_CHECKPOINT: "checkpoint",
+    TaskEventKind.GRAPH_WRITES: "writes",
 }
 """The input field a refused write is named by, per the event it would have logged."""
 

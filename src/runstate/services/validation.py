@@ -36,6 +36,9 @@ class ContentLimits:
     """What one task may hold, its history included (``quota``)."""
     user_bytes: int = 1_073_741_824
     """What one user's sessions and tasks may hold together."""
+    checkpoint_bytes: int = 16 * 1_048_576
+    """What one LangGraph checkpoint may store in one write (its payload and the
+    channel values it changed), or one task's pending writes in one call."""
 
     def goal(self, value: str) -> str:
         """A task goal: some text, not too long."""

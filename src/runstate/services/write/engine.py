@@ -131,6 +131,9 @@ class Draft:
     tool_state: ToolStateView | None = None
     holder: str | None = None
     """The lease holder whose fencing token let the write through (None: no token)."""
+    stored: int = 0
+    """Bytes of rows the write stored beside the task's own (a LangGraph
+    checkpoint's, ``services.graphs``), negative for rows it deleted."""
 
     @property
     def total(self) -> int:
@@ -472,9 +475,10 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
 
 def _added_bytes(draft: Draft) -> int:
     """What the write adds to the task's stored bytes: its event row, the history
-    rows of the steps it changed, the steps it added and the tool state it logged."""
+    rows of the steps it changed, the steps it added, the tool state it logged and
+    the rows it stored beside (``Draft.stored``)."""
     adding = quota.ROW_BYTES + quota.versions_bytes(draft.steps[p] for p in draft.changed)
-    adding += sum(quota.new_step_bytes(s) for s in draft.added)
+    adding += sum(quota.new_step_bytes(s) for s in draft.added) + draft.stored
     if draft.tool_state is not None:
         tool = draft.tool_state
         adding += validation.json_size(tool.last_result) + quota.text_bytes(tool.last_error)

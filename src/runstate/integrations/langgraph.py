@@ -1,0 +1,405 @@
+"""``RunstateSaver``: LangGraph's checkpointer interface on a runstate server.
+
+A LangGraph thread is the runstate task whose id is the ``thread_id``, in the
+session ``session_id`` (both created on the first write). The saver talks to the
+server over its GraphQL API (``runstate.client.Runstate``), so a graph needs a
+URL and a token, never database credentials. Checkpoints are stored as LangGraph's
+Postgres saver stores them: the checkpoint without its channel values, and each
+channel's value once per version (a checkpoint stores only the channels it
+changed), every value as LangGraph's serializer wrote it (``dumps_typed``: a type
+and bytes, never re-encoded).
+
+Every call runs on one event loop of the saver's own, in a thread of its own, so
+the sync methods (``graph.invoke``) and the async ones (``graph.ainvoke``) share
+one connection and may be used from any thread or loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins
+import contextlib
+import random
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from runstate.client import Runstate
+from runstate.client.errors import NotFound
+
+T = TypeVar("T")
+
+
+def _value(typed: tuple[str, bytes]) -> dict[str, str]:
+    """A serializer's ``(type, bytes)`` as the API takes it."""
+    return {"type": typed[0], "payload": base64.b64encode(typed[1]).decode("ascii")}
+
+
+def _typed(value: dict[str, Any]) -> tuple[str, bytes]:
+    """The serializer's ``(type, bytes)`` of an answer's ``type`` and ``payload``."""
+    return str(value["type"]), base64.b64decode(value["payload"])
+
+
+class RunstateSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer whose threads are tasks of a runstate server.
+
+    ``url`` is the server's base URL and ``token`` a caller's token, as
+    ``runstate.client.Runstate`` takes them. Close it with ``close()`` or
+    ``await aclose()``, or open it with ``from_url`` / ``from_url_sync``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        session_id: str = "langgraph",
+        holder: str | None = None,
+        lease_ttl: float = 30.0,
+        serde: SerializerProtocol | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.url = url
+        self.token = token
+        self.session_id = session_id
+        self.holder = holder
+        self.lease_ttl = lease_ttl
+        self._threads: set[str] = set()
+        """Threads whose task is known to exist."""
+        self._loop = asyncio.new_event_loop()
+        self._runner = threading.Thread(
+            target=self._loop.run_forever, name="runstate-saver", daemon=True
+        )
+        self._runner.start()
+        self._client = self._on_loop(self._connect()).result()
+
+    async def _connect(self) -> Runstate:
+        client = Runstate(self.url, self.token)
+        await client.__aenter__()
+        return client
+
+    def _on_loop(self, work: Coroutine[Any, Any, T]) -> Future[T]:
+        if self._loop.is_closed():
+            raise RuntimeError("the saver is closed")
+        return asyncio.run_coroutine_threadsafe(work, self._loop)
+
+    async def _run(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work`` on the saver's loop, awaited from the caller's."""
+        return await asyncio.wrap_future(self._on_loop(work))
+
+    def _wait(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work`` on the saver's loop, waited for from a thread without one running
+        there (a sync method called from a coroutine of the saver's loop would hang)."""
+        return self._on_loop(work).result()
+
+    # -- opening and closing
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(cls, url: str, token: str, **options: Any) -> AsyncIterator[RunstateSaver]:
+        """``async with RunstateSaver.from_url(url, token) as saver``."""
+        saver = await asyncio.to_thread(cls, url, token, **options)
+        try:
+            yield saver
+        finally:
+            await saver.aclose()
+
+    @classmethod
+    @contextmanager
+    def from_url_sync(cls, url: str, token: str, **options: Any) -> Iterator[RunstateSaver]:
+        """``with RunstateSaver.from_url_sync(url, token) as saver``."""
+        saver = cls(url, token, **options)
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    def close(self) -> None:
+        """Close the connection and stop the saver's loop; idempotent."""
+        if self._loop.is_closed():
+            return
+        self._wait(self._client.__aexit__(None, None, None))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._runner.join()
+        self._loop.close()
+
+    async def aclose(self) -> None:
+        """``close``, from a coroutine."""
+        await asyncio.to_thread(self.close)
+
+    # -- LangGraph's interface: async
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._run(self._get_tuple(config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        for found in await self._run(self._list(config, filter, before, limit)):
+            yield found
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._run(self._put(config, checkpoint, metadata, new_versions))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._run(self._put_writes(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._run(self._delete_thread(thread_id))
+
+    # -- LangGraph's interface: sync
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._wait(self._get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        yield from self._wait(self._list(config, filter, before, limit))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._wait(self._put(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._wait(self._put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._wait(self._delete_thread(thread_id))
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """As LangGraph's Postgres saver: the next integer, zero-padded so versions
+        sort as text, and a random fraction so that two writers never collide."""
+        if current is None:
+            number = 0
+        elif isinstance(current, int):
+            number = current
+        else:
+            number = int(current.split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"
+
+    # -- the calls, on the saver's loop
+
+    async def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        configurable = config["configurable"]
+        try:
+            found = await self._client.graph_checkpoint(
+                str(configurable["thread_id"]),
+                configurable.get("checkpoint_ns", ""),
+                get_checkpoint_id(config),
+            )
+        except NotFound:
+            return None
+        return self._tuple(found)
+
+    async def _list(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> builtins.list[CheckpointTuple]:
+        configurable = config["configurable"] if config else {}
+        wanted = get_checkpoint_id(config) if config else None
+        arguments: dict[str, Any] = {
+            "threadId": configurable.get("thread_id"),
+            "namespace": configurable.get("checkpoint_ns"),
+            "before": get_checkpoint_id(before) if before else None,
+            "metadata": filter or None,
+        }
+        found: builtins.list[CheckpointTuple] = []
+        after = None
+        while limit is None or len(found) < limit:
+            try:
+                page = await self._client.graph_checkpoints(**arguments, after=after)
+            except NotFound:
+                return []
+            for item in page["checkpoints"]:
+                if wanted is None or item["checkpointId"] == wanted:
+                    found.append(self._tuple(item))
+            after = page["after"]
+            if after is None:
+                break
+        return found if limit is None else found[:limit]
+
+    def _tuple(self, found: dict[str, Any]) -> CheckpointTuple:
+        thread_id, namespace = found["threadId"], found["namespace"]
+        checkpoint: Checkpoint = self.serde.loads_typed(_typed(found))
+        values = {
+            c["channel"]: self.serde.loads_typed(_typed(c))
+            for c in found["channels"]
+            if c["type"] != "empty"
+        }
+        parent = found["parentId"]
+        return CheckpointTuple(
+            config={
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": namespace,
+                    "checkpoint_id": found["checkpointId"],
+                }
+            },
+            checkpoint={**checkpoint, "channel_values": values},
+            metadata=found["metadata"],
+            parent_config=(
+                {
+                    "configurable": {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": namespace,
+                        "checkpoint_id": parent,
+                    }
+                }
+                if parent
+                else None
+            ),
+            pending_writes=[
+                (w["taskId"], w["channel"], self.serde.loads_typed(_typed(w)))
+                for w in found["pendingWrites"]
+            ],
+        )
+
+    async def _thread(self, thread_id: str) -> None:
+        """Create the thread's task (and the session) unless known to exist."""
+        if thread_id in self._threads:
+            return
+        await self._client.start_session(self.session_id)
+        await self._client.create_task(
+            self.session_id, f"LangGraph thread {thread_id}", [], id=thread_id
+        )
+        self._threads.add(thread_id)
+
+    async def _written(self, thread_id: str, write: Any) -> None:
+        """``write()``, after creating the thread's task when it is missing."""
+        try:
+            await write()
+        except NotFound:
+            self._threads.discard(thread_id)
+            await self._thread(thread_id)
+            await write()
+
+    async def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        configurable = config["configurable"]
+        thread_id = str(configurable["thread_id"])
+        namespace = configurable.get("checkpoint_ns", "")
+        stored: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = stored.pop("channel_values")
+        channels = [
+            {
+                "channel": channel,
+                "version": str(version),
+                **_value(
+                    self.serde.dumps_typed(values[channel]) if channel in values else ("empty", b"")
+                ),
+            }
+            for channel, version in new_versions.items()
+        ]
+
+        async def write() -> None:
+            await self._client.put_graph_checkpoint(
+                taskId=thread_id,
+                namespace=namespace,
+                checkpointId=checkpoint["id"],
+                parentId=configurable.get("checkpoint_id"),
+                **_value(self.serde.dumps_typed(stored)),
+                metadata=get_serializable_checkpoint_metadata(config, metadata),
+                channelVersions={k: str(v) for k, v in checkpoint["channel_versions"].items()},
+                channels=channels,
+            )
+
+        await self._written(thread_id, write)
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": namespace,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    async def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> None:
+        configurable = config["configurable"]
+        thread_id = str(configurable["thread_id"])
+        stored = [
+            {
+                "idx": WRITES_IDX_MAP.get(channel, idx),
+                "channel": channel,
+                **_value(self.serde.dumps_typed(value)),
+            }
+            for idx, (channel, value) in enumerate(writes)
+        ]
+
+        async def write() -> None:
+            await self._client.put_graph_writes(
+                taskId=thread_id,
+                namespace=configurable.get("checkpoint_ns", ""),
+                checkpointId=configurable["checkpoint_id"],
+                graphTaskId=task_id,
+                graphTaskPath=task_path,
+                writes=stored,
+            )
+
+        await self._written(thread_id, write)
+
+    async def _delete_thread(self, thread_id: str) -> None:
+        with contextlib.suppress(NotFound):  # no such thread: nothing to delete
+            await self._client.clear_graph(str(thread_id))

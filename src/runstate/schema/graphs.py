@@ -1,0 +1,215 @@
+"""GraphQL types and inputs of LangGraph checkpoints (``services.graphs``): a
+thread is a task; values are LangGraph's serializer's type and bytes, the bytes
+in base64."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, cast
+
+import strawberry
+from strawberry.scalars import JSON
+
+from runstate.schema.inputs import IDEMPOTENCY_KEY
+from runstate.schema.problems import InvalidInput, NotFound, RateLimited
+from runstate.services import graphs
+from runstate.services.errors import InvalidInputError
+
+
+def _encoded(payload: bytes) -> str:
+    return base64.b64encode(payload).decode("ascii")
+
+
+def decoded(text: str, field: str) -> bytes:
+    """Base64 from a client: InvalidInput naming ``field`` when it is not."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidInputError(field, "must be base64") from None
+
+
+TYPE = "The serializer's name for the value's encoding."
+PAYLOAD = "The value's bytes as the serializer wrote them, in base64."
+
+
+@strawberry.type(description="One channel's value at one version.")
+class GraphChannel:
+    channel: str
+    version: str
+    type: str = strawberry.field(description=TYPE)
+    payload: str = strawberry.field(description=PAYLOAD)
+
+
+@strawberry.type(description="A write of one LangGraph task, pending against a checkpoint.")
+class GraphPendingWrite:
+    task_id: str = strawberry.field(description="LangGraph's task id (not a runstate task).")
+    task_path: str
+    idx: int
+    channel: str
+    type: str = strawberry.field(description=TYPE)
+    payload: str = strawberry.field(description=PAYLOAD)
+
+
+@strawberry.type(
+    description=(
+        "A LangGraph checkpoint of a thread (the task `threadId`): the checkpoint "
+        "without its channel values (`type`, `payload`), the values its channel "
+        "versions name, and the writes pending against it."
+    )
+)
+class GraphCheckpoint:
+    thread_id: strawberry.ID
+    namespace: str
+    checkpoint_id: strawberry.ID
+    parent_id: strawberry.ID | None
+    type: str = strawberry.field(description=TYPE)
+    payload: str = strawberry.field(description=PAYLOAD)
+    metadata: JSON
+    channel_versions: JSON
+    seq: int = strawberry.field(description="The task's event that stored it.")
+    channels: list[GraphChannel]
+    pending_writes: list[GraphPendingWrite]
+
+    @classmethod
+    def of(cls, view: graphs.CheckpointView) -> GraphCheckpoint:
+        return cls(
+            thread_id=strawberry.ID(view.thread_id),
+            namespace=view.namespace,
+            checkpoint_id=strawberry.ID(view.checkpoint_id),
+            parent_id=None if view.parent_id is None else strawberry.ID(view.parent_id),
+            type=view.checkpoint.type,
+            payload=_encoded(view.checkpoint.payload),
+            metadata=cast(JSON, view.metadata),
+            channel_versions=cast(JSON, view.channel_versions),
+            seq=view.seq,
+            channels=[
+                GraphChannel(
+                    channel=c.channel,
+                    version=c.version,
+                    type=c.value.type,
+                    payload=_encoded(c.value.payload),
+                )
+                for c in view.channels
+            ],
+            pending_writes=[
+                GraphPendingWrite(
+                    task_id=w.task_key,
+                    task_path=w.task_path,
+                    idx=w.idx,
+                    channel=w.channel,
+                    type=w.value.type,
+                    payload=_encoded(w.value.payload),
+                )
+                for w in view.pending_writes
+            ],
+        )
+
+
+@strawberry.type(description="Checkpoints newest first; `after` resumes after the last one.")
+class GraphCheckpointPage:
+    checkpoints: list[GraphCheckpoint]
+    after: str | None
+
+    @classmethod
+    def of(cls, page: graphs.CheckpointPage) -> GraphCheckpointPage:
+        return cls(checkpoints=[GraphCheckpoint.of(v) for v in page.items], after=page.after)
+
+
+GraphCheckpointResult = Annotated[
+    GraphCheckpoint | NotFound | InvalidInput | RateLimited,
+    strawberry.union("GraphCheckpointResult"),
+]
+
+
+@strawberry.input
+class GraphChannelInput:
+    channel: str
+    version: str
+    type: str = strawberry.field(description=TYPE)
+    payload: str = strawberry.field(description=PAYLOAD)
+
+
+@strawberry.input(
+    description=(
+        "Store a checkpoint in the thread's task, with the channel values it changed "
+        "(a value already stored at its version is kept)."
+    )
+)
+class PutGraphCheckpointInput:
+    task_id: strawberry.ID
+    namespace: str = ""
+    checkpoint_id: strawberry.ID
+    parent_id: strawberry.ID | None = None
+    type: str = strawberry.field(description=TYPE)
+    payload: str = strawberry.field(description=PAYLOAD)
+    metadata: JSON
+    channel_versions: JSON
+    channels: list[GraphChannelInput]
+    fencing_token: int | None = None
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+
+    def checkpoint(self) -> graphs.Blob:
+        return graphs.Blob(self.type, decoded(self.payload, "payload"))
+
+    def values(self) -> list[graphs.ChannelValue]:
+        return [
+            graphs.ChannelValue(
+                c.channel,
+                c.version,
+                graphs.Blob(c.type, decoded(c.payload, f"channels[{i}].payload")),
+            )
+            for i, c in enumerate(self.channels)
+        ]
+
+    def versions(self) -> dict[str, str]:
+        given = self.channel_versions
+        if not isinstance(given, dict) or not all(
+            isinstance(v, str | int | float) and not isinstance(v, bool) for v in given.values()
+        ):
+            raise InvalidInputError("channelVersions", "must map channels to versions")
+        return {str(k): str(v) for k, v in given.items()}
+
+
+@strawberry.input
+class GraphWriteInput:
+    idx: int
+    channel: str
+    type: str = strawberry.field(description=TYPE)
+    payload: str = strawberry.field(description=PAYLOAD)
+
+
+@strawberry.input(
+    description=(
+        "Store one LangGraph task's writes pending against a checkpoint: a write at an "
+        "index already stored is kept, except at negative (special) indexes."
+    )
+)
+class PutGraphWritesInput:
+    task_id: strawberry.ID
+    namespace: str = ""
+    checkpoint_id: strawberry.ID
+    graph_task_id: str = strawberry.field(description="LangGraph's task id.")
+    graph_task_path: str = ""
+    writes: list[GraphWriteInput]
+    fencing_token: int | None = None
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+
+    def pending(self) -> list[graphs.PendingWrite]:
+        return [
+            graphs.PendingWrite(
+                self.graph_task_id,
+                self.graph_task_path,
+                w.idx,
+                w.channel,
+                graphs.Blob(w.type, decoded(w.payload, f"writes[{i}].payload")),
+            )
+            for i, w in enumerate(self.writes)
+        ]
+
+
+@strawberry.input(description="Delete every checkpoint of a thread's task.")
+class ClearGraphInput:
+    task_id: strawberry.ID
+    fencing_token: int | None = None
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)

@@ -1,0 +1,428 @@
+"""LangGraph checkpoints stored in a task: a thread is a task, its checkpoints,
+channel blobs and pending writes rows of their own (``models.GraphCheckpoint``,
+``GraphBlob``, ``GraphWrite``).
+
+The server keeps what LangGraph's serializer wrote as it is (a type and bytes,
+never re-encoded) and reads only what it needs to find things: the namespace,
+the ids, the channel versions and the metadata. Every write is a task write
+(``write.engine``): one transaction opened by the task row's conditional UPDATE
+(a lease's fencing token checked there), one event, the bytes counted in the
+task's and the user's quotas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tortoise.expressions import Q
+
+from runstate.enums import TaskEventKind
+from runstate.models import (
+    GRAPH_NAMESPACE_LENGTH,
+    ID_LENGTH,
+    KEY_LENGTH,
+    GraphBlob,
+    GraphCheckpoint,
+    GraphWrite,
+    Task,
+)
+from runstate.services import quota, validation
+from runstate.services.errors import InvalidInputError, NotFoundError
+from runstate.services.house import House
+from runstate.services.views import TaskView, Written
+from runstate.services.write.engine import Change, Draft, Unchanged, versioned, write_task
+
+TYPE_LENGTH = 32
+VERSION_LENGTH = 128
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A value as LangGraph's serializer wrote it (``dumps_typed``)."""
+
+    type: str
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class ChannelValue:
+    """One channel's value at one version."""
+
+    channel: str
+    version: str
+    value: Blob
+
+
+@dataclass(frozen=True)
+class PendingWrite:
+    """One write of a LangGraph task against a checkpoint."""
+
+    task_key: str
+    task_path: str
+    idx: int
+    channel: str
+    value: Blob
+
+
+@dataclass(frozen=True)
+class CheckpointView:
+    """A stored checkpoint with the channel values its versions name and its
+    pending writes (ordered as LangGraph applies them: task path, task, index)."""
+
+    thread_id: str
+    namespace: str
+    checkpoint_id: str
+    parent_id: str | None
+    checkpoint: Blob
+    metadata: dict[str, Any]
+    channel_versions: dict[str, str]
+    seq: int
+    channels: tuple[ChannelValue, ...]
+    pending_writes: tuple[PendingWrite, ...]
+
+
+@dataclass(frozen=True)
+class CheckpointPage:
+    """Checkpoints newest first; ``after`` resumes after the last of them."""
+
+    items: tuple[CheckpointView, ...]
+    after: str | None
+
+
+def encoded_bytes(payload: bytes, *texts: str | None) -> int:
+    """What a row counts in the quotas: a row, its bytes as the API answers them
+    (base64) and its texts as encoded (``quota.text_bytes``). So a task's stored
+    bytes bound what reading its checkpoints answers (``schema.cost``)."""
+    return quota.ROW_BYTES + 4 * ((len(payload) + 2) // 3) + sum(map(quota.text_bytes, texts))
+
+
+def _text(value: str, field: str, most: int, *, empty: bool = False) -> str:
+    if (not value and not empty) or len(value) > most:
+        raise InvalidInputError(field, f"must be {0 if empty else 1} to {most} characters")
+    return value
+
+
+def _blob(blob: Blob, field: str) -> int:
+    _text(blob.type, f"{field}.type", TYPE_LENGTH)
+    return len(blob.payload) + len(blob.type)
+
+
+def _metadata(limits: validation.ContentLimits, metadata: Any) -> dict[str, Any]:
+    if not isinstance(metadata, dict):
+        raise InvalidInputError("metadata", "must be a JSON object")
+    limits.json_payload(metadata, "metadata")
+    return metadata
+
+
+async def put_checkpoint(
+    house: House,
+    user_id: str,
+    task_id: str,
+    *,
+    namespace: str,
+    checkpoint_id: str,
+    parent_id: str | None,
+    checkpoint: Blob,
+    metadata: Any,
+    channel_versions: Mapping[str, str],
+    channels: Sequence[ChannelValue],
+    fencing_token: int | None = None,
+) -> Written[TaskView]:
+    """Store a checkpoint and the channel values it changed (GRAPH_CHECKPOINT).
+
+    A channel value already stored at its version is kept (a value at a version
+    never changes); the same checkpoint id stored again replaces its row (a saver
+    retrying a write). At most ``checkpoint_bytes`` a call."""
+    _text(namespace, "namespace", GRAPH_NAMESPACE_LENGTH, empty=True)
+    _text(checkpoint_id, "checkpointId", ID_LENGTH)
+    if parent_id is not None:
+        _text(parent_id, "parentId", ID_LENGTH)
+    metadata = _metadata(house.limits, metadata)
+    size = _blob(checkpoint, "checkpoint") + validation.json_size(metadata)
+    for channel, version in channel_versions.items():
+        _text(channel, "channelVersions", KEY_LENGTH)
+        _text(version, "channelVersions", VERSION_LENGTH)
+    size += validation.json_size(dict(channel_versions))
+    for i, value in enumerate(channels):
+        _text(value.channel, f"channels[{i}].channel", KEY_LENGTH)
+        _text(value.version, f"channels[{i}].version", VERSION_LENGTH)
+        size += _blob(value.value, f"channels[{i}]") + len(value.channel) + len(value.version)
+    _within(house.limits, size, "checkpoint")
+    run_id = metadata.get("run_id")
+
+    async def apply(draft: Draft) -> Change:
+        conn, pk = draft.conn, draft.task.id
+        freed = 0
+        same = GraphCheckpoint.filter(task_id=pk, namespace=namespace, checkpoint_id=checkpoint_id)
+        for row in await same.using_db(conn):
+            freed += row.stored_bytes
+        await same.using_db(conn).delete()
+        stored = {
+            (c, v)
+            for c, v in await GraphBlob.filter(
+                task_id=pk, namespace=namespace, channel__in=[c.channel for c in channels]
+            )
+            .using_db(conn)
+            .values_list("channel", "version")
+        }
+        new = [c for c in channels if (c.channel, c.version) not in stored]
+        blobs = [
+            GraphBlob(
+                task_id=pk,
+                namespace=namespace,
+                channel=c.channel,
+                version=c.version,
+                type=c.value.type,
+                payload=c.value.payload,
+                stored_bytes=encoded_bytes(
+                    c.value.payload, namespace, c.channel, c.version, c.value.type
+                ),
+            )
+            for c in {(c.channel, c.version): c for c in new}.values()
+        ]
+        if blobs:
+            await GraphBlob.bulk_create(blobs, using_db=conn)
+        row_bytes = encoded_bytes(
+            checkpoint.payload, namespace, checkpoint_id, parent_id, checkpoint.type
+        )
+        row_bytes += validation.json_size(metadata) + validation.json_size(dict(channel_versions))
+        await GraphCheckpoint.create(
+            task_id=pk,
+            namespace=namespace,
+            checkpoint_id=checkpoint_id,
+            parent_id=parent_id,
+            type=checkpoint.type,
+            payload=checkpoint.payload,
+            metadata=metadata,
+            channel_versions=dict(channel_versions),
+            run_id=str(run_id)[:KEY_LENGTH] if run_id is not None else None,
+            seq=draft.task.event_seq,
+            stored_bytes=row_bytes,
+            using_db=conn,
+        )
+        draft.stored = row_bytes + sum(b.stored_bytes for b in blobs) - freed
+        return Change(TaskEventKind.GRAPH_CHECKPOINT)
+
+    return await write_task(house, user_id, task_id, apply, versioned(None, fencing_token))
+
+
+async def put_writes(
+    house: House,
+    user_id: str,
+    task_id: str,
+    *,
+    namespace: str,
+    checkpoint_id: str,
+    writes: Sequence[PendingWrite],
+    fencing_token: int | None = None,
+) -> Written[TaskView]:
+    """Store a LangGraph task's pending writes against a checkpoint (GRAPH_WRITES).
+
+    Idempotent on (task, index): a write at an index already stored is kept,
+    except at LangGraph's negative indexes (errors, interrupts, ...), which
+    replace what they find. Nothing new to store writes nothing (no event)."""
+    _text(namespace, "namespace", GRAPH_NAMESPACE_LENGTH, empty=True)
+    _text(checkpoint_id, "checkpointId", ID_LENGTH)
+    size = 0
+    for i, write in enumerate(writes):
+        _text(write.task_key, f"writes[{i}].taskId", KEY_LENGTH)
+        _text(write.task_path, f"writes[{i}].taskPath", GRAPH_NAMESPACE_LENGTH, empty=True)
+        _text(write.channel, f"writes[{i}].channel", KEY_LENGTH)
+        size += _blob(write.value, f"writes[{i}]") + len(write.channel)
+    _within(house.limits, size, "writes")
+
+    async def apply(draft: Draft) -> Change:
+        conn, pk = draft.conn, draft.task.id
+        mine = GraphWrite.filter(
+            task_id=pk,
+            namespace=namespace,
+            checkpoint_id=checkpoint_id,
+            task_key__in=sorted({w.task_key for w in writes}),
+        ).using_db(conn)
+        held = {(r.task_key, r.idx): r for r in await mine}
+        freed = 0
+        replaced: list[int] = []
+        rows: dict[tuple[str, int], GraphWrite] = {}
+        for write in writes:
+            key = (write.task_key, write.idx)
+            old = held.get(key)
+            if old is not None and write.idx >= 0:
+                continue
+            if old is not None:
+                freed += old.stored_bytes
+                replaced.append(old.id)
+                del held[key]
+            rows[key] = GraphWrite(
+                task_id=pk,
+                namespace=namespace,
+                checkpoint_id=checkpoint_id,
+                task_key=write.task_key,
+                task_path=write.task_path,
+                idx=write.idx,
+                channel=write.channel,
+                type=write.value.type,
+                payload=write.value.payload,
+                stored_bytes=encoded_bytes(
+                    write.value.payload,
+                    namespace,
+                    write.task_key,
+                    write.task_path,
+                    write.channel,
+                    write.value.type,
+                ),
+            )
+        if not rows:
+            raise Unchanged
+        if replaced:
+            await GraphWrite.filter(id__in=replaced).using_db(conn).delete()
+        await GraphWrite.bulk_create(list(rows.values()), using_db=conn)
+        draft.stored = sum(r.stored_bytes for r in rows.values()) - freed
+        return Change(TaskEventKind.GRAPH_WRITES)
+
+    return await write_task(house, user_id, task_id, apply, versioned(None, fencing_token))
+
+
+async def clear(
+    house: House, user_id: str, task_id: str, *, fencing_token: int | None = None
+) -> Written[TaskView]:
+    """Delete every checkpoint, channel value and pending write of the task, giving
+    their bytes back (GRAPH_CLEARED); a task with none writes nothing."""
+
+    async def apply(draft: Draft) -> Change:
+        freed = 0
+        for model in (GraphCheckpoint, GraphBlob, GraphWrite):
+            rows = model.filter(task_id=draft.task.id).using_db(draft.conn)
+            freed += sum(int(r[0]) for r in await rows.values_list("stored_bytes"))
+            await rows.delete()
+        if not freed:
+            raise Unchanged
+        draft.stored = -freed
+        return Change(TaskEventKind.GRAPH_CLEARED)
+
+    return await write_task(house, user_id, task_id, apply, versioned(None, fencing_token))
+
+
+def _within(limits: validation.ContentLimits, size: int, field: str) -> None:
+    if size > limits.checkpoint_bytes:
+        raise InvalidInputError(
+            field,
+            f"is {size} bytes, more than the {limits.checkpoint_bytes} one write may store"
+            " (RUNSTATE_MAX_CHECKPOINT_BYTES)",
+        )
+
+
+async def _thread(user_id: str, task_id: str) -> int:
+    """The row id of the caller's task ``task_id``; NotFound without one."""
+    validation.known_id(task_id, "task")
+    row = await Task.filter(user_id=user_id, public_id=task_id).only("id").first()
+    if row is None:
+        raise NotFoundError("task", task_id)
+    return row.id
+
+
+async def get_checkpoint(
+    user_id: str, task_id: str, namespace: str, checkpoint_id: str | None
+) -> CheckpointView:
+    """The checkpoint ``checkpoint_id`` of the task's namespace, or its latest;
+    NotFound ("checkpoint") when there is none."""
+    pk = await _thread(user_id, task_id)
+    rows = GraphCheckpoint.filter(task_id=pk, namespace=namespace)
+    if checkpoint_id is not None:
+        rows = rows.filter(checkpoint_id=checkpoint_id)
+    row = await rows.order_by("-checkpoint_id").first()
+    if row is None:
+        raise NotFoundError("checkpoint", checkpoint_id or "(none yet)")
+    return (await _views(task_id, [row]))[0]
+
+
+async def list_checkpoints(
+    user_id: str,
+    *,
+    task_id: str | None,
+    namespace: str | None,
+    before: str | None,
+    metadata: Mapping[str, Any] | None,
+    first: int,
+    after: str | None = None,
+) -> CheckpointPage:
+    """The caller's checkpoints newest first (of one task, one namespace, before a
+    checkpoint id, with metadata holding every pair of ``metadata``), ``first`` at
+    most; ``after`` is a page's cursor. Read in batches by the index, so a page costs
+    the same behind ten thousand checkpoints as behind ten."""
+    first = validation.page_size(first)
+    rows = GraphCheckpoint.filter(task__user_id=user_id)
+    if task_id is not None:
+        try:
+            rows = rows.filter(task_id=await _thread(user_id, task_id))
+        except NotFoundError:  # no such thread: none of its checkpoints to list
+            return CheckpointPage((), None)
+    if namespace is not None:
+        rows = rows.filter(namespace=namespace)
+    if before is not None:
+        rows = rows.filter(checkpoint_id__lt=before)
+    if after is not None:
+        last_id, _, last_pk = after.rpartition("/")
+        if not last_pk.isdigit():
+            raise InvalidInputError("after", "is not a cursor this list gave")
+        rows = rows.filter(
+            Q(checkpoint_id__lt=last_id) | Q(checkpoint_id=last_id, id__lt=int(last_pk))
+        )
+    ordered = rows.order_by("-checkpoint_id", "-id").select_related("task")
+    found: list[GraphCheckpoint] = []
+    batch = max(first, 20)
+    offset = 0
+    more = False
+    while len(found) <= first:
+        page = await ordered.offset(offset).limit(batch)
+        offset += len(page)
+        for row in page:
+            if not metadata or all(row.metadata.get(k) == v for k, v in metadata.items()):
+                found.append(row)
+        if len(page) < batch:
+            break
+    more = len(found) > first
+    found = found[:first]
+    views: list[CheckpointView] = []
+    for row in found:
+        views.extend(await _views(row.task.public_id, [row]))
+    cursor = f"{found[-1].checkpoint_id}/{found[-1].id}" if more and found else None
+    return CheckpointPage(tuple(views), cursor)
+
+
+async def _views(thread_id: str, rows: Sequence[GraphCheckpoint]) -> list[CheckpointView]:
+    views = []
+    for row in rows:
+        versions = {str(k): str(v) for k, v in row.channel_versions.items()}
+        blobs = await GraphBlob.filter(
+            task_id=row.task_id, namespace=row.namespace, channel__in=list(versions)
+        )
+        channels = tuple(
+            ChannelValue(b.channel, b.version, Blob(b.type, bytes(b.payload)))
+            for b in blobs
+            if versions.get(b.channel) == b.version
+        )
+        writes = await GraphWrite.filter(
+            task_id=row.task_id, namespace=row.namespace, checkpoint_id=row.checkpoint_id
+        ).order_by("task_path", "task_key", "idx")
+        views.append(
+            CheckpointView(
+                thread_id=thread_id,
+                namespace=row.namespace,
+                checkpoint_id=row.checkpoint_id,
+                parent_id=row.parent_id,
+                checkpoint=Blob(row.type, bytes(row.payload)),
+                metadata=row.metadata,
+                channel_versions=versions,
+                seq=row.seq,
+                channels=channels,
+                pending_writes=tuple(
+                    PendingWrite(
+                        w.task_key, w.task_path, w.idx, w.channel, Blob(w.type, bytes(w.payload))
+                    )
+                    for w in writes
+                ),
+            )
+        )
+    return views
