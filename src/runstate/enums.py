@@ -67,6 +67,18 @@ class TaskEventKind(StrEnum):
     GRAPH_CHECKPOINT = "GRAPH_CHECKPOINT"
     GRAPH_WRITES = "GRAPH_WRITES"
     GRAPH_CLEARED = "GRAPH_CLEARED"
+    GRAPH_PRUNED = "GRAPH_PRUNED"
+    GRAPH_COPIED = "GRAPH_COPIED"
+
+
+class GraphPruneStrategy(StrEnum):
+    """What pruning a LangGraph thread keeps."""
+
+    KEEP_LATEST = "KEEP_LATEST"
+    """The latest checkpoint of each namespace, with the ancestors its delta
+    channels are rebuilt from."""
+    DELETE = "DELETE"
+    """Nothing."""
 
 
 class ToolOutcome(StrEnum):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
-from langgraph.checkpoint.conformance.capabilities import BASE_CAPABILITIES
+from langgraph.checkpoint.conformance.capabilities import Capability
 
 from runstate.integrations.langgraph import RunstateSaver
 from tests.support import Server, create_token, database
@@ -36,14 +36,16 @@ def report_of(failures: dict[str, list[str]]) -> str:
     return "\n".join(f"{cap}: {message}" for cap, found in failures.items() for message in found)
 
 
-async def test_the_base_capabilities_pass_langgraphs_conformance_suite(
+async def test_every_capability_passes_langgraphs_conformance_suite(
     served: tuple[Server, str], tmp_path: Path
 ) -> None:
     """Guards the saver and the server's checkpoint storage together: every test of
-    the suite's base capabilities (put, put_writes, get_tuple, list, delete_thread)
-    passes, none skipped. Seen failing with a checkpoint read back with any stored
+    every capability of the suite passes (level FULL), none skipped: the base ones
+    (put, put_writes, get_tuple, list, delete_thread) and the extended ones
+    (delete_for_runs, copy_thread, prune). Seen failing with a checkpoint read back with any stored
     version of its channels instead of the versions it names
-    (``test_put_incremental_channel_update``)."""
+    (``test_put_incremental_channel_update``), and with KEEP_LATEST keeping every
+    checkpoint (``test_prune_keep_latest_single_thread``)."""
     server, token = served
 
     @checkpointer_test(name="RunstateSaver")
@@ -51,10 +53,9 @@ async def test_the_base_capabilities_pass_langgraphs_conformance_suite(
         async with RunstateSaver.from_url(server.url, token) as opened:
             yield opened
 
-    report = await validate(saver, capabilities={c.value for c in BASE_CAPABILITIES})
+    report = await validate(saver)
     failures = {name: r.failures for name, r in report.results.items() if r.failures}
     assert failures == {}, report_of(failures)
-    assert report.passed_all_base()
-    base = {c.value for c in BASE_CAPABILITIES}
-    skipped = {name: r.tests_skipped for name, r in report.results.items() if name in base}
-    assert skipped == dict.fromkeys(base, 0)
+    assert report.conformance_level() == "FULL"
+    skipped = {name: r.tests_skipped for name, r in report.results.items()}
+    assert skipped == {c.value: 0 for c in Capability}

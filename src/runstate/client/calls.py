@@ -509,6 +509,31 @@ class Calls:
         )
         return Task.of(data)
 
+    async def prune_graph(
+        self, task_id: str, strategy: str, *, fencing_token: int | None = None
+    ) -> Task:
+        """Prune a thread: KEEP_LATEST or DELETE (``pruneGraph``)."""
+        data = await self._mutate(
+            doc.PRUNE_GRAPH,
+            "pruneGraph",
+            taskId=task_id,
+            strategy=strategy,
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    async def copy_graph(self, task_id: str, new_task_id: str) -> Task:
+        """Copy a thread whole into another task (``copyGraph``)."""
+        data = await self._mutate(
+            doc.COPY_GRAPH, "copyGraph", taskId=task_id, newTaskId=new_task_id
+        )
+        return Task.of(data)
+
+    async def delete_graph_runs(self, run_ids: Sequence[str]) -> int:
+        """Delete the checkpoints of these runs; how many went (``deleteGraphRuns``)."""
+        data = await self._mutate(doc.DELETE_GRAPH_RUNS, "deleteGraphRuns", runIds=list(run_ids))
+        return int(data["checkpoints"])
+
     async def graph_checkpoint(
         self, thread_id: str, namespace: str, checkpoint_id: str | None
     ) -> dict[str, Any]:

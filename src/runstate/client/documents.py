@@ -102,6 +102,11 @@ PUT_GRAPH_CHECKPOINT = mutation(
 )
 PUT_GRAPH_WRITES = mutation("putGraphWrites", "PutGraphWritesInput", HEAD + PROBLEM_DETAILS)
 CLEAR_GRAPH = mutation("clearGraph", "ClearGraphInput", HEAD + PROBLEM_DETAILS)
+PRUNE_GRAPH = mutation("pruneGraph", "PruneGraphInput", HEAD + PROBLEM_DETAILS)
+COPY_GRAPH = mutation("copyGraph", "CopyGraphInput", HEAD)
+DELETE_GRAPH_RUNS = mutation(
+    "deleteGraphRuns", "DeleteGraphRunsInput", "... on GraphRunsDeleted { checkpoints }"
+)
 GRAPH_CHECKPOINT_QUERY = (
     "query graphCheckpoint($threadId: ID!, $namespace: String!, $checkpointId: ID) {"
     " graphCheckpoint(threadId: $threadId, namespace: $namespace, checkpointId: $checkpointId)"

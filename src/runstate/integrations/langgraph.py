@@ -180,6 +180,15 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     async def adelete_thread(self, thread_id: str) -> None:
         await self._run(self._delete_thread(thread_id))
 
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._run(self._delete_for_runs(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._run(self._copy_thread(source_thread_id, target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._run(self._prune(thread_ids, strategy))
+
     # -- LangGraph's interface: sync
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -215,6 +224,15 @@ class RunstateSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         self._wait(self._delete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._wait(self._delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._wait(self._copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._wait(self._prune(thread_ids, strategy))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """As LangGraph's Postgres saver: the next integer, zero-padded so versions
@@ -403,3 +421,24 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     async def _delete_thread(self, thread_id: str) -> None:
         with contextlib.suppress(NotFound):  # no such thread: nothing to delete
             await self._client.clear_graph(str(thread_id))
+
+    async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        if run_ids:
+            await self._client.delete_graph_runs([str(r) for r in run_ids])
+
+    async def _copy_thread(self, source: str, target: str) -> None:
+        """The server forks the source's task into the target's (or fills the
+        target's, when it exists) and copies every row; no source, no copy."""
+        with contextlib.suppress(NotFound):
+            await self._client.copy_graph(str(source), str(target))
+            self._threads.add(str(target))
+
+    async def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
+        """LangGraph's strategies: ``keep_latest`` (DeltaChannel-aware on the
+        server: the ancestors a delta channel is rebuilt from stay) and ``delete``."""
+        chosen = {"keep_latest": "KEEP_LATEST", "delete": "DELETE"}.get(strategy)
+        if chosen is None:
+            raise ValueError(f"unknown prune strategy {strategy!r}: keep_latest or delete")
+        for thread_id in thread_ids:
+            with contextlib.suppress(NotFound):
+                await self._client.prune_graph(str(thread_id), chosen)

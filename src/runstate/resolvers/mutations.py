@@ -6,7 +6,16 @@ import strawberry
 
 from runstate.resolvers.answers import answered_mutation, once
 from runstate.schema.context import Info
-from runstate.schema.graphs import ClearGraphInput, PutGraphCheckpointInput, PutGraphWritesInput
+from runstate.schema.graphs import (
+    ClearGraphInput,
+    CopyGraphInput,
+    DeleteGraphRunsInput,
+    GraphRunsDeleted,
+    GraphRunsResult,
+    PruneGraphInput,
+    PutGraphCheckpointInput,
+    PutGraphWritesInput,
+)
 from runstate.schema.inputs import (
     AcquireTaskLockInput,
     AddStepsInput,
@@ -455,6 +464,58 @@ class Mutation:
                     info.context.user_id,
                     input.task_id,
                     fencing_token=input.fencing_token,
+                ),
+            )
+        )
+
+    @answered_mutation(
+        description=(
+            "Prune a LangGraph thread (GRAPH_PRUNED): KEEP_LATEST keeps each "
+            "namespace's latest checkpoint and the ancestors its delta channels need."
+        )
+    )
+    async def prune_graph(self, info: Info, input: PruneGraphInput) -> TaskResult:
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: graphs.prune(
+                    info.context.house,
+                    info.context.user_id,
+                    input.task_id,
+                    input.strategy,
+                    fencing_token=input.fencing_token,
+                ),
+            )
+        )
+
+    @answered_mutation(
+        description="Delete the checkpoints of LangGraph runs, in every thread of the caller."
+    )
+    async def delete_graph_runs(self, info: Info, input: DeleteGraphRunsInput) -> GraphRunsResult:
+        deleted = await once(
+            info,
+            input,
+            int,
+            lambda: graphs.delete_runs(info.context.house, info.context.user_id, input.run_ids),
+        )
+        return GraphRunsDeleted(checkpoints=deleted)
+
+    @answered_mutation(
+        description=(
+            "Copy a LangGraph thread whole into another task (GRAPH_COPIED), forking "
+            "the thread's task when the target does not exist."
+        )
+    )
+    async def copy_graph(self, info: Info, input: CopyGraphInput) -> TaskResult:
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: graphs.copy(
+                    info.context.house, info.context.user_id, input.task_id, input.new_task_id
                 ),
             )
         )

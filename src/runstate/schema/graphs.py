@@ -11,8 +11,9 @@ from typing import Annotated, cast
 import strawberry
 from strawberry.scalars import JSON
 
+from runstate.enums import GraphPruneStrategy
 from runstate.schema.inputs import IDEMPOTENCY_KEY
-from runstate.schema.problems import InvalidInput, NotFound, RateLimited
+from runstate.schema.problems import IdempotencyKeyReused, InvalidInput, NotFound, RateLimited
 from runstate.services import graphs
 from runstate.services.errors import InvalidInputError
 
@@ -213,3 +214,45 @@ class ClearGraphInput:
     task_id: strawberry.ID
     fencing_token: int | None = None
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+
+
+@strawberry.input(
+    description=(
+        "Delete a thread's checkpoints but the latest of each namespace (with the "
+        "ancestors its delta channels need), or all of them."
+    )
+)
+class PruneGraphInput:
+    task_id: strawberry.ID
+    strategy: GraphPruneStrategy = GraphPruneStrategy.KEEP_LATEST
+    fencing_token: int | None = None
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+
+
+@strawberry.input(description="Delete the caller's checkpoints made by these LangGraph runs.")
+class DeleteGraphRunsInput:
+    run_ids: list[str]
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+
+
+@strawberry.input(
+    description=(
+        "Copy a thread whole into the task `newTaskId`: a fork of the thread's task "
+        "(or that task, when it exists) with every checkpoint, value and write."
+    )
+)
+class CopyGraphInput:
+    task_id: strawberry.ID
+    new_task_id: strawberry.ID
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+
+
+@strawberry.type(description="How many checkpoints a deleteGraphRuns deleted.")
+class GraphRunsDeleted:
+    checkpoints: int
+
+
+GraphRunsResult = Annotated[
+    GraphRunsDeleted | InvalidInput | IdempotencyKeyReused | RateLimited,
+    strawberry.union("GraphRunsResult"),
+]

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.expressions import Q
 
-from runstate.enums import TaskEventKind
+from runstate.enums import GraphPruneStrategy, TaskEventKind
 from runstate.models import (
     GRAPH_NAMESPACE_LENGTH,
     ID_LENGTH,
@@ -28,9 +29,10 @@ from runstate.models import (
     GraphWrite,
     Task,
 )
-from runstate.services import quota, validation
+from runstate.services import quota, sql, tasks, validation
 from runstate.services.errors import InvalidInputError, NotFoundError
 from runstate.services.house import House
+from runstate.services.read import queries
 from runstate.services.views import TaskView, Written
 from runstate.services.write.engine import Change, Draft, Unchanged, versioned, write_task
 
@@ -302,6 +304,180 @@ async def clear(
         return Change(TaskEventKind.GRAPH_CLEARED)
 
     return await write_task(house, user_id, task_id, apply, versioned(None, fencing_token))
+
+
+async def prune(
+    house: House,
+    user_id: str,
+    task_id: str,
+    strategy: GraphPruneStrategy,
+    *,
+    fencing_token: int | None = None,
+) -> Written[TaskView]:
+    """Delete the thread's checkpoints but the latest of each namespace (KEEP_LATEST)
+    or all of them (DELETE), with their pending writes and the channel values no
+    remaining checkpoint names (GRAPH_PRUNED); nothing to delete writes nothing.
+
+    KEEP_LATEST knows DeltaChannel: a delta channel's value is rebuilt from the
+    writes of the ancestors since its last snapshot, which the kept checkpoint's
+    ``counters_since_delta_snapshot`` counts in super-steps, so those ancestors
+    are kept too (the parent chain, that many steps back)."""
+
+    async def apply(draft: Draft) -> Change:
+        rows = await GraphCheckpoint.filter(task_id=draft.task.id).using_db(draft.conn)
+        kept = _kept(rows) if strategy is GraphPruneStrategy.KEEP_LATEST else set()
+        gone = [r for r in rows if r.id not in kept]
+        if not gone:
+            raise Unchanged
+        draft.stored = -await _delete(draft, gone, [r for r in rows if r.id in kept])
+        return Change(TaskEventKind.GRAPH_PRUNED)
+
+    return await write_task(house, user_id, task_id, apply, versioned(None, fencing_token))
+
+
+def _kept(rows: Sequence[GraphCheckpoint]) -> set[int]:
+    """The row ids KEEP_LATEST keeps: each namespace's latest checkpoint and the
+    ancestors its delta channels need."""
+    by_id = {(r.namespace, r.checkpoint_id): r for r in rows}
+    latest: dict[str, GraphCheckpoint] = {}
+    for row in rows:
+        if row.namespace not in latest or row.checkpoint_id > latest[row.namespace].checkpoint_id:
+            latest[row.namespace] = row
+    kept: set[int] = set()
+    for row in latest.values():
+        kept.add(row.id)
+        depth = _delta_depth(row.metadata)
+        current: GraphCheckpoint | None = row
+        for _ in range(depth):
+            assert current is not None
+            current = by_id.get((row.namespace, current.parent_id or ""))
+            if current is None:
+                break
+            kept.add(current.id)
+    return kept
+
+
+def _delta_depth(metadata: Mapping[str, Any]) -> int:
+    """How many super-steps back the oldest delta channel's last snapshot is."""
+    counters = metadata.get("counters_since_delta_snapshot")
+    if not isinstance(counters, dict):
+        return 0
+    depths = [
+        int(c[1])
+        for c in counters.values()
+        if isinstance(c, list | tuple) and len(c) == 2 and isinstance(c[1], int)
+    ]
+    return max(depths, default=0)
+
+
+async def _delete(draft: Draft, gone: Sequence[GraphCheckpoint], left: Sequence[Any]) -> int:
+    """Delete checkpoints of the draft's task with their pending writes, and the
+    channel values none of ``left`` names; the bytes they held."""
+    conn, pk = draft.conn, draft.task.id
+    freed: int = sum(r.stored_bytes for r in gone)
+    for ids in sql.chunks([r.id for r in gone]):
+        await GraphCheckpoint.filter(id__in=ids).using_db(conn).delete()
+    by_namespace: dict[str, list[str]] = {}
+    for row in gone:
+        by_namespace.setdefault(row.namespace, []).append(row.checkpoint_id)
+    for namespace, checkpoint_ids in by_namespace.items():
+        for chunk in sql.chunks(checkpoint_ids):
+            writes = GraphWrite.filter(task_id=pk, namespace=namespace, checkpoint_id__in=chunk)
+            writes = writes.using_db(conn)
+            freed += sum(int(r[0]) for r in await writes.values_list("stored_bytes"))
+            await writes.delete()
+    named = {(r.namespace, c, str(v)) for r in left for c, v in r.channel_versions.items()}
+    blobs = (
+        await GraphBlob.filter(task_id=pk)
+        .using_db(conn)
+        .values_list("id", "namespace", "channel", "version", "stored_bytes")
+    )
+    orphans = [b for b in blobs if (b[1], b[2], b[3]) not in named]
+    freed += sum(int(b[4]) for b in orphans)
+    for chunk in sql.chunks([b[0] for b in orphans]):
+        await GraphBlob.filter(id__in=chunk).using_db(conn).delete()
+    return freed
+
+
+async def delete_runs(house: House, user_id: str, run_ids: Sequence[str]) -> Written[int]:
+    """Delete the caller's checkpoints made by these runs (their ``run_id``), with
+    their pending writes and the channel values no other checkpoint names: one
+    write (GRAPH_PRUNED) per thread touched. The answer: how many went."""
+    for i, run_id in enumerate(run_ids):
+        _text(run_id, f"runIds[{i}]", KEY_LENGTH)
+    runs = sorted(set(run_ids))
+    threads: set[str] = set()
+    for chunk in sql.chunks(runs):
+        threads.update(
+            str(t)
+            for t in await GraphCheckpoint.filter(task__user_id=user_id, run_id__in=chunk)
+            .distinct()
+            .values_list("task__public_id", flat=True)
+        )
+    events: list[Any] = []
+    count = 0
+    for thread in sorted(threads):
+        deleted: list[int] = []
+
+        async def apply(draft: Draft, deleted: list[int] = deleted) -> Change:
+            rows = await GraphCheckpoint.filter(task_id=draft.task.id).using_db(draft.conn)
+            gone = [r for r in rows if r.run_id in runs]
+            if not gone:
+                raise Unchanged
+            deleted.append(len(gone))
+            left = [r for r in rows if r.run_id not in runs]
+            draft.stored = -await _delete(draft, gone, left)
+            return Change(TaskEventKind.GRAPH_PRUNED)
+
+        try:
+            written = await write_task(house, user_id, thread, apply, versioned(None, None))
+        except NotFoundError:  # deleted meanwhile: nothing of it left to delete
+            continue
+        events.extend(written.events)
+        count += sum(deleted)
+    return Written(count, tuple(events))
+
+
+async def copy(house: House, user_id: str, task_id: str, new_id: str) -> Written[TaskView]:
+    """Copy a thread whole, every checkpoint, channel value and pending write, into
+    the task ``new_id`` (GRAPH_COPIED): a fork of the source task at its head
+    (``forkTask``, its origin recorded), or the task itself when it exists. Rows
+    the target holds already under the same keys are replaced."""
+    source = await queries.get_task(user_id, task_id)
+    if not await Task.exists(user_id=user_id, public_id=validation.object_id(new_id)):
+        await tasks.fork_task(house, user_id, task_id, source.event_seq, new_id=new_id)
+    limits = house.limits
+
+    async def apply(draft: Draft) -> Change:
+        conn, pk = draft.conn, draft.task.id
+        size = await _copied(conn, GraphCheckpoint, source.pk, pk)
+        size += await _copied(conn, GraphBlob, source.pk, pk)
+        size += await _copied(conn, GraphWrite, source.pk, pk)
+        if not size:
+            raise Unchanged
+        quota.check_task(limits, new_id, draft.task.stored_bytes, size, "taskId")
+        draft.stored = size
+        return Change(TaskEventKind.GRAPH_COPIED)
+
+    return await write_task(house, user_id, new_id, apply, versioned(None, None))
+
+
+G = TypeVar("G", GraphCheckpoint, GraphBlob, GraphWrite)
+
+
+async def _copied(conn: BaseDBAsyncClient, model: type[G], source: int, target: int) -> int:
+    """Copy the source task's rows of ``model`` into the target task, in place of
+    the target's own; the bytes this adds to the target."""
+    rows = await model.filter(task_id=source).using_db(conn)
+    held = model.filter(task_id=target).using_db(conn)
+    size = sum(int(r.stored_bytes) for r in rows)
+    size -= sum(int(r[0]) for r in await held.values_list("stored_bytes"))
+    await held.delete()
+    fields = sql.columns(model, "id", "task_id")
+    copies = [model(task_id=target, **{f: getattr(r, f) for f in fields}) for r in rows]
+    if copies:
+        await model.bulk_create(copies, using_db=conn)
+    return size
 
 
 def _within(limits: validation.ContentLimits, size: int, field: str) -> None:

@@ -1,9 +1,10 @@
 """LangGraph checkpoints, their channel blobs and pending writes, per task.
 
-The event kinds gain GRAPH_CHECKPOINT, GRAPH_WRITES and GRAPH_CLEARED. Only the
-field's description changes with them (the column stays a VARCHAR(24)), so that
-change is made to the migration state alone: an AlterField would rebuild
-``task_events`` on SQLite, losing its indexes (see 0006), for nothing.
+The event kinds gain GRAPH_CHECKPOINT, GRAPH_WRITES, GRAPH_CLEARED, GRAPH_PRUNED
+and GRAPH_COPIED. Only the field's description changes with them (the column
+stays a VARCHAR(24)), so that change is made to the migration state alone: an
+AlterField would rebuild ``task_events`` on SQLite, losing its indexes (see
+0006), for nothing.
 """
 
 from typing import Any
@@ -88,6 +89,6 @@ class Migration(migrations.Migration):
         DescribeField(
             model_name='TaskEvent',
             name='kind',
-            field=fields.CharEnumField(description='SNAPSHOT: SNAPSHOT\nTASK_CREATED: TASK_CREATED\nTASK_STATUS_CHANGED: TASK_STATUS_CHANGED\nSTEPS_ADDED: STEPS_ADDED\nSTEP_STARTED: STEP_STARTED\nSTEP_SUCCEEDED: STEP_SUCCEEDED\nSTEP_FAILED: STEP_FAILED\nSTEP_SKIPPED: STEP_SKIPPED\nSTEP_RESET: STEP_RESET\nCHECKPOINT: CHECKPOINT\nTOOL_STATE_CHANGED: TOOL_STATE_CHANGED\nLOCK_ACQUIRED: LOCK_ACQUIRED\nLOCK_RELEASED: LOCK_RELEASED\nGRAPH_CHECKPOINT: GRAPH_CHECKPOINT\nGRAPH_WRITES: GRAPH_WRITES\nGRAPH_CLEARED: GRAPH_CLEARED', enum_type=TaskEventKind, max_length=24),
+            field=fields.CharEnumField(description='SNAPSHOT: SNAPSHOT\nTASK_CREATED: TASK_CREATED\nTASK_STATUS_CHANGED: TASK_STATUS_CHANGED\nSTEPS_ADDED: STEPS_ADDED\nSTEP_STARTED: STEP_STARTED\nSTEP_SUCCEEDED: STEP_SUCCEEDED\nSTEP_FAILED: STEP_FAILED\nSTEP_SKIPPED: STEP_SKIPPED\nSTEP_RESET: STEP_RESET\nCHECKPOINT: CHECKPOINT\nTOOL_STATE_CHANGED: TOOL_STATE_CHANGED\nLOCK_ACQUIRED: LOCK_ACQUIRED\nLOCK_RELEASED: LOCK_RELEASED\nGRAPH_CHECKPOINT: GRAPH_CHECKPOINT\nGRAPH_WRITES: GRAPH_WRITES\nGRAPH_CLEARED: GRAPH_CLEARED\nGRAPH_PRUNED: GRAPH_PRUNED\nGRAPH_COPIED: GRAPH_COPIED', enum_type=TaskEventKind, max_length=24),
         ),
     ]
