@@ -1,0 +1,165 @@
+"""Real LangGraph graphs on RunstateSaver, against a real ``runstate serve``: the
+sync and async paths, state and its history, update_state, time travel and
+interrupts, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import operator
+import uuid
+from collections.abc import Iterator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, interrupt
+
+from runstate.integrations.langgraph import RunstateSaver
+from tests.support import Server, create_token, database
+
+USER = "graph-runner"
+
+
+class Trip(TypedDict):
+    """A trip being booked: each node adds what it did."""
+
+    done: Annotated[list[str], operator.add]
+    approved: str
+
+
+def search(state: Trip) -> dict[str, Any]:
+    return {"done": ["search"]}
+
+
+def book(state: Trip) -> dict[str, Any]:
+    return {"done": ["book"]}
+
+
+def approve(state: Trip) -> dict[str, Any]:
+    answer = interrupt({"question": "pay 120 EUR?", "done": state["done"]})
+    return {"done": ["approve"], "approved": answer}
+
+
+def pay(state: Trip) -> dict[str, Any]:
+    return {"done": ["pay"]}
+
+
+def trip_graph(saver: RunstateSaver, *, asking: bool = False) -> CompiledStateGraph[Any]:
+    """search -> book [-> approve (an interrupt)] -> pay."""
+    builder = StateGraph(Trip)
+    builder.add_node("search", search)
+    builder.add_node("book", book)
+    builder.add_node("pay", pay)
+    builder.add_edge(START, "search")
+    builder.add_edge("search", "book")
+    if asking:
+        builder.add_node("approve", approve)
+        builder.add_edge("book", "approve")
+        builder.add_edge("approve", "pay")
+    else:
+        builder.add_edge("book", "pay")
+    builder.add_edge("pay", END)
+    return builder.compile(checkpointer=saver)
+
+
+def thread() -> RunnableConfig:
+    return {"configurable": {"thread_id": str(uuid.uuid4())}}
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Server, str]]:
+    tmp = tmp_path_factory.mktemp(f"graphs-{request.param}")
+    with database(request.param, tmp) as url:
+        token = create_token(url, USER)
+        server = Server(url, tmp / "server.log", RUNSTATE_RATE_LIMIT="false").start()
+        try:
+            yield server, token
+        finally:
+            server.stop()
+
+
+def test_a_graph_runs_with_invoke_and_its_history_is_kept(served: tuple[Server, str]) -> None:
+    """Guards the sync path (``put``, ``put_writes``, ``get_tuple``, ``list`` from
+    ``invoke``): the run's end state, every checkpoint of its history newest first
+    (input, then one per super-step), and the state as it stood at each."""
+    server, token = served
+    config = thread()
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        graph = trip_graph(saver)
+        assert graph.invoke({"done": []}, config) == {"done": ["search", "book", "pay"]}
+        state = graph.get_state(config)
+        assert state.values == {"done": ["search", "book", "pay"]}
+        assert state.next == ()
+        history = list(graph.get_state_history(config))
+    assert [h.values.get("done") for h in history] == [
+        ["search", "book", "pay"],
+        ["search", "book"],
+        ["search"],
+        [],
+        [],
+    ]
+    assert [h.metadata["step"] for h in history if h.metadata] == [3, 2, 1, 0, -1]
+    assert history[-1].next == ("__start__",)
+
+
+async def test_a_graph_runs_with_ainvoke_and_astream(served: tuple[Server, str]) -> None:
+    """Guards the async path: ``ainvoke`` gives the end state, and ``astream`` on
+    another thread yields each node's update in order, stored as it goes."""
+    server, token = served
+    async with RunstateSaver.from_url(server.url, token) as saver:
+        graph = trip_graph(saver)
+        config = thread()
+        assert await graph.ainvoke({"done": []}, config) == {"done": ["search", "book", "pay"]}
+        streamed = thread()
+        updates = [u async for u in graph.astream({"done": []}, streamed, stream_mode="updates")]
+        assert updates == [
+            {"search": {"done": ["search"]}},
+            {"book": {"done": ["book"]}},
+            {"pay": {"done": ["pay"]}},
+        ]
+        assert (await graph.aget_state(streamed)).values == {"done": ["search", "book", "pay"]}
+
+
+def test_update_state_and_time_travel_fork_the_thread(served: tuple[Server, str]) -> None:
+    """Guards ``update_state`` (a checkpoint of source "update") and time travel: run
+    again from the checkpoint after ``search``, the graph goes on from there on a
+    new branch of the thread, and the first branch's checkpoints stay reachable."""
+    server, token = served
+    config = thread()
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        graph = trip_graph(saver)
+        graph.invoke({"done": []}, config)
+        first = list(graph.get_state_history(config))
+        after_search = next(h for h in first if h.values.get("done") == ["search"])
+        changed = graph.update_state(after_search.config, {"done": ["edited"]})
+        assert graph.get_state(changed).values == {"done": ["search", "edited"]}
+        assert (graph.get_state(changed).metadata or {}).get("source") == "update"
+        assert graph.invoke(None, changed) == {"done": ["search", "edited", "book", "pay"]}
+        again = list(graph.get_state_history(config))
+        assert graph.get_state(config).values == {"done": ["search", "edited", "book", "pay"]}
+        ids = {h.config["configurable"]["checkpoint_id"] for h in again}
+        assert {h.config["configurable"]["checkpoint_id"] for h in first} <= ids
+        assert len(again) == len(first) + 3  # the update, then book and pay again
+
+
+def test_an_interrupt_waits_and_a_resume_goes_on(served: tuple[Server, str]) -> None:
+    """Guards pending writes across calls: ``interrupt()`` stops the run with its
+    value (stored as a pending write), and ``Command(resume=...)`` in a new saver,
+    as a process started later would, goes on from there."""
+    server, token = served
+    config = thread()
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        graph = trip_graph(saver, asking=True)
+        stopped = graph.invoke({"done": []}, config)
+        assert stopped["__interrupt__"][0].value == {
+            "question": "pay 120 EUR?",
+            "done": ["search", "book"],
+        }
+        assert graph.get_state(config).next == ("approve",)
+    with RunstateSaver.from_url_sync(server.url, token) as later:
+        graph = trip_graph(later, asking=True)
+        done = graph.invoke(Command(resume="yes"), config)
+    assert done == {"done": ["search", "book", "approve", "pay"], "approved": "yes"}
