@@ -1,0 +1,230 @@
+"""The server's LangGraph storage (``services.graphs``) where the conformance suite
+does not look: which pending write wins, bytes and orphan rows after deletes,
+DeltaChannel-aware pruning, bad input, and reads that cost the same behind ten
+thousand checkpoints as behind ten."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tortoise import connections
+
+from runstate.enums import GraphPruneStrategy
+from runstate.models import GraphBlob, GraphCheckpoint, GraphWrite, Task
+from runstate.services import graphs, quota, sessions, tasks
+from runstate.services.errors import InvalidInputError
+from runstate.services.house import House
+from runstate.services.validation import ContentLimits
+from tests.integration.test_write_cost import Statements
+from tests.support import opened
+
+USER = "grapher"
+
+
+@pytest.fixture
+async def house(tmp_path: Path) -> AsyncIterator[House]:
+    limits = ContentLimits(checkpoint_bytes=4096)
+    async with opened(f"sqlite://{tmp_path / 'graphs.db'}", limits=limits) as house:
+        session = await sessions.start_session(house, USER, default_ttl=3600, session_id="s")
+        await tasks.create_task(house, USER, session.id, goal="thread", steps=[], task_id="t")
+        yield house
+
+
+def blob(text: str) -> graphs.Blob:
+    return graphs.Blob("msgpack", text.encode())
+
+
+async def put(
+    house: House, checkpoint_id: str, parent: str | None, values: dict[str, str], **metadata: Any
+) -> None:
+    """A checkpoint whose channels are ``values`` (each at the version of its value)."""
+    await graphs.put_checkpoint(
+        house,
+        USER,
+        "t",
+        namespace="",
+        checkpoint_id=checkpoint_id,
+        parent_id=parent,
+        checkpoint=blob(checkpoint_id),
+        metadata=metadata,
+        channel_versions={c: v for c, v in values.items()},
+        channels=[graphs.ChannelValue(c, v, blob(v)) for c, v in values.items()],
+    )
+
+
+async def write(house: House, checkpoint_id: str, idx: int, value: str) -> None:
+    pending = graphs.PendingWrite("node", "", idx, "ch", blob(value))
+    await graphs.put_writes(
+        house, USER, "t", namespace="", checkpoint_id=checkpoint_id, writes=[pending]
+    )
+
+
+async def counts() -> tuple[int, int, int]:
+    return (
+        await GraphCheckpoint.all().count(),
+        await GraphBlob.all().count(),
+        await GraphWrite.all().count(),
+    )
+
+
+async def test_a_stored_index_keeps_its_first_write_and_a_special_one_the_last(
+    house: House,
+) -> None:
+    """Guards ``put_writes``'s idempotence as LangGraph's savers have it: a task's
+    write at an index already stored is kept (a retried super-step writes nothing
+    new), while at a negative (special) index, an error or an interrupt, the last
+    one stands. Seen failing with every index replaced."""
+    await put(house, "c1", None, {})
+    await write(house, "c1", 0, "first")
+    await write(house, "c1", 0, "again")
+    await write(house, "c1", -1, "old error")
+    await write(house, "c1", -1, "new error")
+    found = await graphs.get_checkpoint(USER, "t", "", "c1")
+    assert [(w.idx, w.value.payload) for w in found.pending_writes] == [
+        (-1, b"new error"),
+        (0, b"first"),
+    ]
+
+
+async def test_deletes_give_every_byte_back_and_leave_no_orphan_rows(house: House) -> None:
+    """Guards the byte counts and the orphan sweep of prune and clear: KEEP_LATEST
+    leaves the latest checkpoint, its writes and the values it names (no other);
+    clearing leaves none, and the task and the user hold what they did before,
+    but for the events' own rows. Seen failing with the values no checkpoint names
+    left behind."""
+    before = await Task.get(public_id="t")
+    held = await quota.held(USER)
+    await put(house, "c1", None, {"a": "1", "b": "1"})
+    await write(house, "c1", 0, "x")
+    await put(house, "c2", "c1", {"a": "2", "b": "1"})
+    await write(house, "c2", 0, "y")
+    await put(house, "c3", "c2", {"a": "3", "b": "1"})
+    assert await counts() == (3, 4, 2)
+    await graphs.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
+    assert await counts() == (1, 2, 0)
+    assert {(b.channel, b.version) for b in await GraphBlob.all()} == {("a", "3"), ("b", "1")}
+    await graphs.clear(house, USER, "t")
+    assert await counts() == (0, 0, 0)
+    after = await Task.get(public_id="t")
+    events = after.event_seq - before.event_seq
+    assert after.stored_bytes == before.stored_bytes + events * quota.ROW_BYTES
+    assert await quota.held(USER) == held + events * quota.ROW_BYTES
+
+
+async def test_keep_latest_keeps_the_ancestors_a_delta_channel_is_rebuilt_from(
+    house: House,
+) -> None:
+    """Guards DeltaChannel-aware pruning: a latest checkpoint whose metadata says its
+    delta channel's last snapshot is 3 super-steps back keeps those 3 ancestors
+    (and their writes); the control, the same chain without the counters, keeps
+    the latest alone."""
+    parent = None
+    for i in range(6):
+        counters = {"counters_since_delta_snapshot": {"log": [2, 3]}} if i == 5 else {}
+        await put(house, f"c{i}", parent, {}, **counters)
+        await write(house, f"c{i}", 0, f"w{i}")
+        parent = f"c{i}"
+    await graphs.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
+    kept = (
+        await GraphCheckpoint.all()
+        .order_by("checkpoint_id")
+        .values_list("checkpoint_id", flat=True)
+    )
+    assert [str(k) for k in kept] == ["c2", "c3", "c4", "c5"]
+    assert await GraphWrite.all().count() == 4
+    await graphs.clear(house, USER, "t")
+    for i in range(3):
+        await put(house, f"d{i}", f"d{i - 1}" if i else None, {})
+    await graphs.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
+    left = await GraphCheckpoint.all().values_list("checkpoint_id", flat=True)
+    assert [str(k) for k in left] == ["d2"]
+
+
+async def test_bad_input_is_refused_and_writes_nothing(house: House) -> None:
+    """Guards the checks before a write: a checkpoint past RUNSTATE_MAX_CHECKPOINT_BYTES
+    (4 KiB here), metadata that is not an object, and an empty checkpoint id are
+    InvalidInput naming the field, and the task is left as it was."""
+    before = await Task.get(public_id="t")
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"channels": [graphs.ChannelValue("a", "1", blob("x" * 5000))]}, "checkpoint"),
+        ({"metadata": ["not", "an", "object"]}, "metadata"),
+        ({"checkpoint_id": ""}, "checkpointId"),
+    ]
+    for change, field in cases:
+        given: dict[str, Any] = {
+            "namespace": "",
+            "checkpoint_id": "c1",
+            "parent_id": None,
+            "checkpoint": blob("c"),
+            "metadata": {},
+            "channel_versions": {"a": "1"},
+            "channels": [],
+            **change,
+        }
+        with pytest.raises(InvalidInputError) as refused:
+            await graphs.put_checkpoint(house, USER, "t", **given)
+        assert refused.value.field == field
+    after = await Task.get(public_id="t")
+    assert (after.version, after.event_seq, await counts()) == (
+        before.version,
+        before.event_seq,
+        (0, 0, 0),
+    )
+
+
+async def add_checkpoints(prefix: str, count: int) -> None:
+    """``count`` more checkpoints in the thread, older than any the test writes."""
+    pk = (await Task.get(public_id="t")).id
+    rows = [
+        GraphCheckpoint(
+            task_id=pk,
+            namespace="",
+            checkpoint_id=f"{prefix}{i:08}",
+            type="msgpack",
+            payload=b"old",
+            metadata={"step": i},
+            channel_versions={},
+            seq=1,
+            stored_bytes=0,
+        )
+        for i in range(count)
+    ]
+    await GraphCheckpoint.bulk_create(rows, batch_size=1000)
+
+
+async def read_statements(house: House) -> list[str]:
+    """The statements of reading the latest checkpoint and a page of the list, as
+    run (SQLite's trace fills the values in)."""
+    async with Statements() as statements:
+        await graphs.get_checkpoint(USER, "t", "", None)
+        await graphs.list_checkpoints(
+            USER, task_id="t", namespace="", before=None, metadata=None, first=10
+        )
+    return statements.seen
+
+
+def shapes(statements: list[str]) -> list[str]:
+    """Statements with their values left out."""
+    return [re.sub(r"'(?:[^']|'')*'|\b\d+\b", "?", s) for s in statements]
+
+
+async def test_reads_cost_the_same_behind_ten_thousand_checkpoints(house: House) -> None:
+    """Guards the indexes of ``graph_checkpoints``: reading the latest checkpoint and
+    a page of the list run the same statements behind 10,000 checkpoints as behind
+    10, and SQLite searches each table by an index, never scans one."""
+    await add_checkpoints("a", 10)
+    await put(house, "z1", None, {"a": "1"})
+    few = await read_statements(house)
+    await add_checkpoints("b", 9990)
+    many = await read_statements(house)
+    assert shapes(few) == shapes(many)
+    client = connections.get("default")
+    for statement in many:
+        if statement.startswith("SELECT"):
+            _, plan = await client.execute_query(f"EXPLAIN QUERY PLAN {statement}")
+            details = [str(row[-1]) for row in plan]
+            assert not [d for d in details if d.startswith("SCAN")], (statement, details)
