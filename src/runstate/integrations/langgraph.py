@@ -20,6 +20,7 @@ import asyncio
 import base64
 import builtins
 import contextlib
+import logging
 import random
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
@@ -41,7 +42,9 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from runstate.client import Runstate
-from runstate.client.errors import NotFound
+from runstate.client.errors import NotFound, ProblemError, RunstateError
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -62,6 +65,14 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     ``url`` is the server's base URL and ``token`` a caller's token, as
     ``runstate.client.Runstate`` takes them. Close it with ``close()`` or
     ``await aclose()``, or open it with ``from_url`` / ``from_url_sync``.
+
+    With ``holder`` (a name unique to this worker), the saver owns each thread it
+    writes to: it leases the thread's task on its first write (``LockHeld`` while
+    another worker's lease is live), renews the lease every third of
+    ``lease_ttl`` seconds, releases it on close, and sends its fencing token with
+    every write. A saver whose lease lapsed (a frozen worker) and was taken over
+    gets ``runstate.client.StaleFencingToken`` from every later write, and nothing
+    of it is stored: one lineage survives, never a fork.
     """
 
     def __init__(
@@ -82,6 +93,12 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         self.lease_ttl = lease_ttl
         self._threads: set[str] = set()
         """Threads whose task is known to exist."""
+        self._tokens: dict[str, int] = {}
+        """With a holder: the fencing token of each thread this saver leased. Kept
+        when the lease is lost, so that every later write is refused."""
+        self._renewing: set[str] = set()
+        """The leases still renewed (those not lost)."""
+        self._renewer: asyncio.Task[None] | None = None
         self._loop = asyncio.new_event_loop()
         self._runner = threading.Thread(
             target=self._loop.run_forever, name="runstate-saver", daemon=True
@@ -131,10 +148,11 @@ class RunstateSaver(BaseCheckpointSaver[str]):
             saver.close()
 
     def close(self) -> None:
-        """Close the connection and stop the saver's loop; idempotent."""
+        """Release the leases, close the connection and stop the saver's loop;
+        idempotent."""
         if self._loop.is_closed():
             return
-        self._wait(self._client.__aexit__(None, None, None))
+        self._wait(self._shut())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._runner.join()
         self._loop.close()
@@ -246,6 +264,52 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         return f"{number + 1:032}.{random.random():016}"
 
     # -- the calls, on the saver's loop
+
+    async def _shut(self) -> None:
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
+        if self.holder is not None:
+            for thread_id in sorted(self._renewing):
+                with contextlib.suppress(ProblemError):  # lapsed meanwhile: nothing to give up
+                    await self._client.release_lock(thread_id, self.holder)
+        self._renewing.clear()
+        await self._client.__aexit__(None, None, None)
+
+    @property
+    def _ttl(self) -> int:
+        return max(1, round(self.lease_ttl))
+
+    async def _token(self, thread_id: str) -> int | None:
+        """With a holder, the fencing token of this saver's lease on the thread,
+        taken on its first write (LockHeld while another's is live); None without."""
+        if self.holder is None:
+            return None
+        token = self._tokens.get(thread_id)
+        if token is None:
+            lock = await self._client.acquire_lock(thread_id, self.holder, self._ttl)
+            token = self._tokens[thread_id] = lock.fencing_token
+            self._renewing.add(thread_id)
+            if self._renewer is None:
+                self._renewer = asyncio.create_task(self._renew(), name="runstate-saver-leases")
+        return token
+
+    async def _renew(self) -> None:
+        """Renew the leases every third of their time to live. A lease that cannot
+        be renewed (it lapsed and another worker took the thread) is lost for good:
+        its token stays, and the server refuses every write that carries it."""
+        assert self.holder is not None
+        while True:
+            await asyncio.sleep(self.lease_ttl / 3)
+            for thread_id in sorted(self._renewing):
+                try:
+                    await self._client.renew_lock(thread_id, self.holder, self._ttl)
+                except ProblemError as refused:
+                    log.warning("lost the lease on thread %s: %s", thread_id, refused)
+                    self._renewing.discard(thread_id)
+                except RunstateError as failed:  # the server is away: try again soon
+                    log.warning("could not renew the lease on %s: %s", thread_id, failed)
 
     async def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         configurable = config["configurable"]
@@ -369,6 +433,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
 
         async def write() -> None:
             await self._client.put_graph_checkpoint(
+                fencingToken=await self._token(thread_id),
                 taskId=thread_id,
                 namespace=namespace,
                 checkpointId=checkpoint["id"],
@@ -408,6 +473,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
 
         async def write() -> None:
             await self._client.put_graph_writes(
+                fencingToken=await self._token(thread_id),
                 taskId=thread_id,
                 namespace=configurable.get("checkpoint_ns", ""),
                 checkpointId=configurable["checkpoint_id"],
@@ -420,7 +486,9 @@ class RunstateSaver(BaseCheckpointSaver[str]):
 
     async def _delete_thread(self, thread_id: str) -> None:
         with contextlib.suppress(NotFound):  # no such thread: nothing to delete
-            await self._client.clear_graph(str(thread_id))
+            thread_id = str(thread_id)
+            token = await self._token(thread_id)
+            await self._client.clear_graph(thread_id, fencing_token=token)
 
     async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
         if run_ids:
@@ -439,6 +507,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         chosen = {"keep_latest": "KEEP_LATEST", "delete": "DELETE"}.get(strategy)
         if chosen is None:
             raise ValueError(f"unknown prune strategy {strategy!r}: keep_latest or delete")
-        for thread_id in thread_ids:
+        for thread_id in map(str, thread_ids):
             with contextlib.suppress(NotFound):
-                await self._client.prune_graph(str(thread_id), chosen)
+                token = await self._token(thread_id)
+                await self._client.prune_graph(thread_id, chosen, fencing_token=token)
