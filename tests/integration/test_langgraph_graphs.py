@@ -7,6 +7,7 @@ from __future__ import annotations
 import operator
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -16,7 +17,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, interrupt
 
 from runstate.integrations.langgraph import RunstateSaver
-from tests.support import Server, create_token, database
+from tests.integration.test_langgraph_ownership import lease_lapsed
+from tests.support import AgentProcess, Api, Server, create_token, database
 
 USER = "graph-runner"
 
@@ -163,3 +165,33 @@ def test_an_interrupt_waits_and_a_resume_goes_on(served: tuple[Server, str]) -> 
         graph = trip_graph(later, asking=True)
         done = graph.invoke(Command(resume="yes"), config)
     assert done == {"done": ["search", "book", "approve", "pay"], "approved": "yes"}
+
+
+def test_a_graph_killed_mid_run_is_resumed_by_a_new_process(
+    served: tuple[Server, str], tmp_path: Path
+) -> None:
+    """Guards recovery of a graph: a process killed (SIGKILL) while ``book`` runs
+    leaves the checkpoint after ``search``; a fresh process goes on from it, so
+    ``search`` ran once, ``book`` again (it never finished), ``pay`` once, and the
+    thread ends as an uninterrupted run would. The dead process's lease lapses and
+    the new one takes the thread over."""
+    server, token = served
+    thread_id = str(uuid.uuid4())
+    effects = tmp_path / "effects.txt"
+    args = ["--effects", str(effects)]
+    first = AgentProcess(
+        server.url, token, thread_id, *args, "--stall", module="tests.agents.graph_runner"
+    )
+    try:
+        first.until(lambda line: line.get("node") == "book")
+    finally:
+        first.kill()
+    with Api(server.url, token) as api:
+        lease_lapsed(api, thread_id)
+    second = AgentProcess(server.url, token, thread_id, *args, module="tests.agents.graph_runner")
+    try:
+        lines = second.rest(within=60)
+    finally:
+        second.kill()
+    assert lines[-1] == {"finished": ["search", "book", "pay"]}
+    assert effects.read_text().split() == ["search", "book", "book", "pay"]

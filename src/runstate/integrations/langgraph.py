@@ -99,6 +99,9 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         self._renewing: set[str] = set()
         """The leases still renewed (those not lost)."""
         self._renewer: asyncio.Task[None] | None = None
+        self._leasing = asyncio.Lock()
+        """One lease taken at a time: LangGraph may write a thread's checkpoint and
+        pending writes at once, and two grants racing refuse each other."""
         self._loop = asyncio.new_event_loop()
         self._runner = threading.Thread(
             target=self._loop.run_forever, name="runstate-saver", daemon=True
@@ -286,13 +289,14 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         taken on its first write (LockHeld while another's is live); None without."""
         if self.holder is None:
             return None
-        token = self._tokens.get(thread_id)
-        if token is None:
-            lock = await self._client.acquire_lock(thread_id, self.holder, self._ttl)
-            token = self._tokens[thread_id] = lock.fencing_token
-            self._renewing.add(thread_id)
-            if self._renewer is None:
-                self._renewer = asyncio.create_task(self._renew(), name="runstate-saver-leases")
+        async with self._leasing:
+            token = self._tokens.get(thread_id)
+            if token is None:
+                lock = await self._client.acquire_lock(thread_id, self.holder, self._ttl)
+                token = self._tokens[thread_id] = lock.fencing_token
+                self._renewing.add(thread_id)
+                if self._renewer is None:
+                    self._renewer = asyncio.create_task(self._renew(), name="runstate-saver-leases")
         return token
 
     async def _renew(self) -> None:
