@@ -205,6 +205,7 @@ CEILINGS: dict[str, float] = {
     "RUNSTATE_MAX_JSON_BYTES": 16 * MIB,
     "RUNSTATE_MAX_JSON_DEPTH": 100,
     "RUNSTATE_MAX_TASK_BYTES": 1024 * MIB,
+    "RUNSTATE_MAX_CHECKPOINT_BYTES": 256 * MIB,
 }
 """The most each limit may be in production: past these one user, one request or
 one task can take a server's memory or time (development takes anything up to
