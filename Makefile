@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.policies
 	$(BIN)/python -m bench.hostile
+	$(BIN)/python -m bench.langgraph
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -253,10 +253,13 @@ def wait_answering(url: str) -> None:
 
 
 @contextmanager
-def serving(count: int, **env: str) -> Iterator[tuple[list[str], str, list[int]]]:
-    """``count`` servers on one fresh SQLite file, a token for them, their pids."""
+def serving(
+    count: int, database_url: str | None = None, **env: str
+) -> Iterator[tuple[list[str], str, list[int]]]:
+    """``count`` servers on one database (a fresh SQLite file unless given), a
+    token for them, their pids."""
     with tempfile.TemporaryDirectory() as tmp:
-        database_url = f"sqlite://{Path(tmp) / 'fanout.db'}"
+        database_url = database_url or f"sqlite://{Path(tmp) / 'fanout.db'}"
         runstate(database_url, "migrate")
         token = runstate(database_url, "token", "create", "bench")
         command = [sys.executable, "-m", "runstate", "--database-url", database_url, "serve"]

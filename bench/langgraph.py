@@ -1,0 +1,181 @@
+"""What checkpointing costs a LangGraph graph, per super-step, side by side.
+
+A real ``StateGraph`` of 20 trivial nodes in a chain runs ROUNDS times (a new
+thread each time) with each checkpointer, checkpoints stored before the next
+super-step runs (``durability="sync"``, so their cost is in the run's time), and
+once with no checkpointer at all. A checkpointer's cost per super-step is its
+run's time less the bare run's, over the super-steps run:
+
+- LangGraph's ``AsyncSqliteSaver`` on a SQLite file, and ``AsyncPostgresSaver``
+  on the machine's PostgreSQL (a fresh database), in this process;
+- ``RunstateSaver`` against ``runstate serve`` on SQLite, and on PostgreSQL (a
+  fresh database of the same server).
+
+Run with ``make bench``; never part of ``make test``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, TypedDict
+
+import asyncpg  # type: ignore[import-untyped]
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.graph import END, START, StateGraph
+
+from bench.fanout import serving
+from runstate.integrations.langgraph import RunstateSaver
+
+NODES = 20
+ROUNDS = int(os.environ.get("BENCH_GRAPH_ROUNDS", "20"))
+REPEATS = 3
+POSTGRES = os.environ.get("RUNSTATE_TEST_POSTGRES_URL", "postgres://127.0.0.1:5432/test")
+
+
+class Count(TypedDict):
+    count: int
+
+
+def chain() -> StateGraph[Count]:
+    """``NODES`` nodes in a line, each adding one."""
+    builder = StateGraph(Count)
+
+    def step(state: Count) -> dict[str, int]:
+        return {"count": state["count"] + 1}
+
+    names = [f"n{i}" for i in range(NODES)]
+    for name in names:
+        builder.add_node(name, step)
+    builder.add_edge(START, names[0])
+    for first, then in itertools.pairwise(names):
+        builder.add_edge(first, then)
+    builder.add_edge(names[-1], END)
+    return builder
+
+
+async def run(saver: BaseCheckpointSaver[Any] | None) -> float:
+    """Seconds for ROUNDS runs of the chain, each on a thread of its own."""
+    graph = chain().compile(checkpointer=saver)
+    # Without a checkpointer LangGraph 1.2 fails on durability="sync": nothing to wait for.
+    options: dict[str, Any] = {} if saver is None else {"durability": "sync"}
+    began = time.perf_counter()
+    for _ in range(ROUNDS):
+        config: Any = {"configurable": {"thread_id": str(uuid.uuid4())}}
+        done = await graph.ainvoke({"count": 0}, config, **options)
+        assert done["count"] == NODES
+    return time.perf_counter() - began
+
+
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    """A fresh database on the machine's PostgreSQL, dropped afterwards."""
+    name = f"runstate_bench_{uuid.uuid4().hex[:12]}"
+    admin = POSTGRES.replace("postgres://", "postgresql://", 1)
+
+    async def execute(sql: str) -> None:
+        conn = await asyncpg.connect(admin)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(execute(f'CREATE DATABASE "{name}"'))
+    try:
+        yield POSTGRES.rsplit("/", 1)[0] + "/" + name
+    finally:
+        asyncio.run(execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@asynccontextmanager
+async def sqlite_saver(path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        await saver.setup()
+        yield saver
+
+
+@asynccontextmanager
+async def postgres_saver(url: str) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    conninfo = url.replace("postgres://", "postgresql://", 1)
+    async with AsyncPostgresSaver.from_conn_string(conninfo) as saver:
+        await saver.setup()
+        yield saver
+
+
+def per_step(seconds: float, bare: float) -> float:
+    """Milliseconds of checkpointing per super-step."""
+    return 1000 * (seconds - bare) / (ROUNDS * NODES)
+
+
+async def measure(name: str, opened: Any, bare: float) -> float:
+    """The median checkpointing cost per super-step of REPEATS rounds, in ms."""
+    async with opened as saver:
+        await run(saver)  # warm: connections, caches, the first thread's rows
+        costs = [per_step(await run(saver), bare) for _ in range(REPEATS)]
+    cost = statistics.median(costs)
+    print(f"  {name:52s} {cost:7.2f} ms", flush=True)
+    return cost
+
+
+def main() -> None:
+    print(
+        f"LangGraph checkpointing: {NODES}-node chain, {ROUNDS} runs a round, median of"
+        f" {REPEATS} rounds, durability=sync; ms of checkpointing per super-step"
+    )
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        runstate_pg = stack.enter_context(postgres_database())
+        langgraph_pg = stack.enter_context(postgres_database())
+        (sqlite_url,), token, _ = stack.enter_context(serving(1))
+        (pg_url,), pg_token, _ = stack.enter_context(serving(1, database_url=runstate_pg))
+
+        async def rounds() -> dict[str, float]:
+            await run(None)
+            bare = statistics.median([await run(None) for _ in range(REPEATS)])
+            print(
+                f"  {'no checkpointer (the graph alone, per super-step)':52s}"
+                f" {1000 * bare / (ROUNDS * NODES):7.2f} ms"
+            )
+            return {
+                "sqlite": await measure(
+                    "LangGraph AsyncSqliteSaver", sqlite_saver(tmp / "lg.db"), bare
+                ),
+                "runstate_sqlite": await measure(
+                    "RunstateSaver, runstate serve on SQLite",
+                    RunstateSaver.from_url(sqlite_url, token),
+                    bare,
+                ),
+                "postgres": await measure(
+                    "LangGraph AsyncPostgresSaver", postgres_saver(langgraph_pg), bare
+                ),
+                "runstate_postgres": await measure(
+                    "RunstateSaver, runstate serve on PostgreSQL",
+                    RunstateSaver.from_url(pg_url, pg_token),
+                    bare,
+                ),
+            }
+
+        found = asyncio.run(rounds())
+    print(
+        f"  RunstateSaver / AsyncPostgresSaver on PostgreSQL:"
+        f" {found['runstate_postgres'] / found['postgres']:.1f}x (target <= 2x)"
+    )
+    print(
+        f"  RunstateSaver / AsyncSqliteSaver on SQLite:"
+        f" {found['runstate_sqlite'] / found['sqlite']:.1f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
