@@ -29,7 +29,7 @@ from runstate.services.sweep import sweep_forever
 from runstate.settings import Settings
 from runstate.sockets import SharedSockets
 from runstate.transport.auth import BearerAuth
-from runstate.transport.body_limit import BodyLimit
+from runstate.transport.body_limit import BodyLimit, upload_limit
 from runstate.transport.deadline import CancelOnDisconnect
 from runstate.transport.view import GraphQLView
 from runstate.web import routes as web_routes
@@ -143,7 +143,11 @@ def create_app(settings: Settings) -> Starlette:
 
     middleware = [
         Middleware(CancelOnDisconnect, seconds=settings.operation_seconds),
-        Middleware(BodyLimit, limit=settings.max_body_bytes),
+        Middleware(
+            BodyLimit,
+            limit=settings.max_body_bytes,
+            upload=upload_limit(settings.max_body_bytes, settings.content.checkpoint_bytes),
+        ),
         Middleware(BearerAuth, graphiql=settings.graphiql, tokens=tokens, budgets=budgets),
     ]
     if settings.allowed_origins:

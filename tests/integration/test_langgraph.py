@@ -4,10 +4,14 @@ and on PostgreSQL."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import Capability
 
@@ -59,3 +63,42 @@ async def test_every_capability_passes_langgraphs_conformance_suite(
     assert report.conformance_level() == "FULL"
     skipped = {name: r.tests_skipped for name, r in report.results.items()}
     assert skipped == {c.value: 0 for c in Capability}
+
+
+async def test_a_checkpoint_past_the_body_limit_is_stored_and_nothing_else_is(
+    served: tuple[Server, str],
+) -> None:
+    """Guards the upload limit (``transport.body_limit``): a 3 MiB channel value,
+    past the 1 MiB body limit, is stored and read back whole through the saver (its
+    requests are marked as uploads); a request marked so that carries anything but
+    checkpoint uploads past 1 MiB is 413, and so is an unmarked checkpoint upload.
+    Seen failing with the mark ignored (the saver's write was 413), and with the
+    view's check of what a large request runs left out (the marked createTask ran)."""
+    server, token = served
+    value = "x" * (3 * 1024 * 1024)
+    config: RunnableConfig = {"configurable": {"thread_id": str(uuid.uuid4()), "checkpoint_ns": ""}}
+    async with RunstateSaver.from_url(server.url, token) as saver:
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"big": value}
+        checkpoint["channel_versions"] = {"big": "1"}
+        stored = await saver.aput(config, checkpoint, {"source": "input", "step": -1}, {"big": "1"})
+        found = await saver.aget_tuple(stored)
+    assert found is not None
+    assert found.checkpoint["channel_values"]["big"] == value
+    big_goal = {
+        "query": "mutation($i: CreateTaskInput!) { createTask(input: $i) { __typename } }",
+        "variables": {
+            "i": {"sessionId": "langgraph", "goal": value[: 2 * 1024 * 1024], "steps": []}
+        },
+    }
+    upload = {"Authorization": f"Bearer {token}", "X-Runstate-Upload": "graph"}
+    async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+        marked = await http.post("/graphql", json=big_goal, headers=upload)
+        assert marked.status_code == 413, marked.text
+        assert "only putGraphCheckpoint and putGraphWrites" in marked.json()["errors"][0]["message"]
+        unmarked = await http.post(
+            "/graphql",
+            json={"query": "mutation { __typename }", "padding": value[: 2 * 1024 * 1024]},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert unmarked.status_code == 413

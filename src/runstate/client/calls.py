@@ -137,7 +137,13 @@ class Calls:
     """
 
     def __init__(
-        self, url: str, token: str, *, timeout: float = 30.0, retries: int = RETRIES
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        retries: int = RETRIES,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.token = token
@@ -145,7 +151,7 @@ class Calls:
         self._client = Client(
             transport=HTTPXAsyncTransport(
                 url=f"{self.url}/graphql",
-                headers={"Authorization": f"Bearer {token}"},
+                headers={**(headers or {}), "Authorization": f"Bearer {token}"},
                 timeout=timeout,
             )
         )

@@ -93,8 +93,7 @@ GRAPH_PAGE = 40
 server's node estimate counts a variable ``first`` at its largest)."""
 GRAPH_CHECKPOINT_FIELDS = (
     "threadId namespace checkpointId parentId type payload metadata channelVersions seq"
-    " channels { channel version type payload }"
-    " pendingWrites { taskId taskPath idx channel type payload }"
+    " channels pendingWrites"
 )
 """A LangGraph checkpoint as ``integrations.langgraph`` reads it back."""
 PUT_GRAPH_CHECKPOINT = mutation(

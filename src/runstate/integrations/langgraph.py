@@ -110,7 +110,10 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         self._client = self._on_loop(self._connect()).result()
 
     async def _connect(self) -> Runstate:
-        client = Runstate(self.url, self.token)
+        # Marked as an upload, a request may carry a checkpoint past the server's
+        # usual body limit (RUNSTATE_MAX_CHECKPOINT_BYTES): the server then runs it
+        # only if it stores checkpoints or pending writes.
+        client = Runstate(self.url, self.token, headers={"X-Runstate-Upload": "graph"})
         await client.__aenter__()
         return client
 

@@ -120,12 +120,12 @@ def payload_caps(limits: ContentLimits) -> dict[tuple[str, str], int]:
         ("AgentSession", "metadata"): limits.json_bytes,
         # LangGraph checkpoints: values in base64, counted so by ``services.graphs``.
         ("GraphCheckpoint", "payload"): limits.checkpoint_bytes * 4 // 3 + 4,
-        ("GraphChannel", "payload"): limits.checkpoint_bytes * 4 // 3 + 4,
-        ("GraphPendingWrite", "payload"): limits.checkpoint_bytes * 4 // 3 + 4,
         ("GraphCheckpoint", "metadata"): limits.json_bytes,
         ("GraphCheckpoint", "channelVersions"): limits.checkpoint_bytes,
         ("GraphCheckpoint", "namespace"): GRAPH_NAMESPACE_LENGTH * text,
-        ("GraphPendingWrite", "taskPath"): GRAPH_NAMESPACE_LENGTH * text,
+        # Lists of values and writes, as JSON: bounded by what the task holds.
+        ("GraphCheckpoint", "channels"): limits.task_bytes,
+        ("GraphCheckpoint", "pendingWrites"): limits.task_bytes,
     }
 
 
@@ -355,8 +355,6 @@ class Walk:
                 return count * page, scope, here
             case ("GraphCheckpointPage", "checkpoints"):
                 return min(count * page, scope.rows), scope, here
-            case ("GraphCheckpoint", "channels") | ("GraphCheckpoint", "pendingWrites"):
-                return scope.rows, scope, here
         return count, scope, here
 
     def _answers_a_task(self, definition: GraphQLField) -> bool:

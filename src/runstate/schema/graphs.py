@@ -34,24 +34,6 @@ TYPE = "The serializer's name for the value's encoding."
 PAYLOAD = "The value's bytes as the serializer wrote them, in base64."
 
 
-@strawberry.type(description="One channel's value at one version.")
-class GraphChannel:
-    channel: str
-    version: str
-    type: str = strawberry.field(description=TYPE)
-    payload: str = strawberry.field(description=PAYLOAD)
-
-
-@strawberry.type(description="A write of one LangGraph task, pending against a checkpoint.")
-class GraphPendingWrite:
-    task_id: str = strawberry.field(description="LangGraph's task id (not a runstate task).")
-    task_path: str
-    idx: int
-    channel: str
-    type: str = strawberry.field(description=TYPE)
-    payload: str = strawberry.field(description=PAYLOAD)
-
-
 @strawberry.type(
     description=(
         "A LangGraph checkpoint of a thread (the task `threadId`): the checkpoint "
@@ -69,8 +51,18 @@ class GraphCheckpoint:
     metadata: JSON
     channel_versions: JSON
     seq: int = strawberry.field(description="The task's event that stored it.")
-    channels: list[GraphChannel]
-    pending_writes: list[GraphPendingWrite]
+    channels: JSON = strawberry.field(
+        description=(
+            "The values its channel versions name: `[{channel, version, type, payload}]` "
+            "(a JSON list: a checkpoint's values are data for its saver, not objects)."
+        )
+    )
+    pending_writes: JSON = strawberry.field(
+        description=(
+            "The writes pending against it, in the order LangGraph applies them: "
+            "`[{taskId, taskPath, idx, channel, type, payload}]`."
+        )
+    )
 
     @classmethod
     def of(cls, view: graphs.CheckpointView) -> GraphCheckpoint:
@@ -84,26 +76,32 @@ class GraphCheckpoint:
             metadata=cast(JSON, view.metadata),
             channel_versions=cast(JSON, view.channel_versions),
             seq=view.seq,
-            channels=[
-                GraphChannel(
-                    channel=c.channel,
-                    version=c.version,
-                    type=c.value.type,
-                    payload=_encoded(c.value.payload),
-                )
-                for c in view.channels
-            ],
-            pending_writes=[
-                GraphPendingWrite(
-                    task_id=w.task_key,
-                    task_path=w.task_path,
-                    idx=w.idx,
-                    channel=w.channel,
-                    type=w.value.type,
-                    payload=_encoded(w.value.payload),
-                )
-                for w in view.pending_writes
-            ],
+            channels=cast(
+                JSON,
+                [
+                    {
+                        "channel": c.channel,
+                        "version": c.version,
+                        "type": c.value.type,
+                        "payload": _encoded(c.value.payload),
+                    }
+                    for c in view.channels
+                ],
+            ),
+            pending_writes=cast(
+                JSON,
+                [
+                    {
+                        "taskId": w.task_key,
+                        "taskPath": w.task_path,
+                        "idx": w.idx,
+                        "channel": w.channel,
+                        "type": w.value.type,
+                        "payload": _encoded(w.value.payload),
+                    }
+                    for w in view.pending_writes
+                ],
+            ),
         )
 
 

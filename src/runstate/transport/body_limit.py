@@ -1,5 +1,11 @@
 """``BodyLimit``: a request body past the limit is refused with 413 before it is
-read whole."""
+read whole.
+
+A LangGraph checkpoint may be far larger than any other request: a request that
+says it is one (``X-Runstate-Upload: graph``) may be as large as the largest
+checkpoint a write may store (``RUNSTATE_MAX_CHECKPOINT_BYTES``, in base64) on top
+of the usual limit. Such a request past the usual limit is marked (``LARGE``),
+and the GraphQL view runs it only if it writes checkpoints and nothing else."""
 
 from __future__ import annotations
 
@@ -7,36 +13,54 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runstate.transport.refusals import refusal
 
+LARGE = "runstate.large_body"
+"""Set in the scope of an upload whose body is past the usual limit."""
+UPLOAD_HEADER = b"x-runstate-upload"
+
+
+def upload_limit(limit: int, checkpoint_bytes: int) -> int:
+    """The largest body of a checkpoint upload: the usual limit, and the largest
+    checkpoint in base64."""
+    return limit + 4 * ((checkpoint_bytes + 2) // 3)
+
 
 class BodyLimit:
-    """Answers 413 to a request body larger than ``limit`` bytes, declared or streamed."""
+    """Answers 413 to a request body larger than ``limit`` bytes, declared or
+    streamed; ``upload`` bytes for a request marked as a checkpoint upload."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, upload: int | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.upload = upload or limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await _too_large(scope, receive, send, self.limit)
+        headers = dict(scope["headers"])
+        most = self.upload if headers.get(UPLOAD_HEADER) == b"graph" else self.limit
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > most):
+            await _too_large(scope, receive, send, most)
             return
+        if declared is not None and int(declared) > self.limit:
+            scope[LARGE] = True
         received = 0
 
         async def limited() -> Message:
             nonlocal received
             message = await receive()
             received += len(message.get("body", b""))
-            if received > self.limit:
+            if received > most:
                 raise _TooLargeError
+            if received > self.limit:
+                scope[LARGE] = True
             return message
 
         try:
             await self.app(scope, limited, send)
         except _TooLargeError:
-            await _too_large(scope, receive, send, self.limit)
+            await _too_large(scope, receive, send, most)
 
 
 class _TooLargeError(Exception):

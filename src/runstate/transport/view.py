@@ -30,6 +30,8 @@ from runstate.schema.fanout import SharedEvents
 from runstate.services.house import House
 from runstate.services.validation import encoded
 from runstate.settings import Settings
+from runstate.transport.body_limit import LARGE
+from runstate.transport.operations import uploads_only
 from runstate.transport.refusals import refusal
 from runstate.transport.strict_json import strict_json
 from runstate.transport.websocket import TransportWS, subscribes
@@ -165,6 +167,14 @@ class GraphQLView(GraphQL[Context, None]):
         unexplained "Unexpected error")."""
         if subscribes(request_data.query, request_data.operation_name, self.settings.max_tokens):
             raise HTTPException(400, SUBSCRIPTIONS_OVER_HTTP)
+        if request.scope.get(LARGE) and not uploads_only(
+            request_data.query, request_data.operation_name, self.settings.max_tokens
+        ):
+            raise HTTPException(
+                413,
+                f"request body is larger than {self.settings.max_body_bytes} bytes:"
+                " only putGraphCheckpoint and putGraphWrites may send more",
+            )
         return await super().execute_single(
             request, request_adapter, sub_response, context, root_value, request_data
         )

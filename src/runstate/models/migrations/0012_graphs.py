@@ -11,10 +11,10 @@ from typing import Any
 
 from tortoise import migrations
 from tortoise.migrations import operations as ops
-from orjson import loads
+import functools
+from json import dumps, loads
 from runstate.enums import TaskEventKind
 from tortoise.fields.base import OnDelete
-from tortoise.fields.data import JSON_DUMPS
 from tortoise import fields
 from tortoise.indexes import Index
 
@@ -59,8 +59,8 @@ class Migration(migrations.Migration):
                 ('parent_id', fields.CharField(null=True, max_length=64)),
                 ('type', fields.CharField(max_length=32)),
                 ('payload', fields.BinaryField()),
-                ('metadata', fields.JSONField(encoder=JSON_DUMPS, decoder=loads)),
-                ('channel_versions', fields.JSONField(encoder=JSON_DUMPS, decoder=loads)),
+                ('metadata', fields.JSONField(encoder=functools.partial(dumps, separators=(',', ':')), decoder=loads)),
+                ('channel_versions', fields.JSONField(encoder=functools.partial(dumps, separators=(',', ':')), decoder=loads)),
                 ('run_id', fields.CharField(null=True, max_length=255)),
                 ('seq', fields.IntField()),
                 ('stored_bytes', fields.BigIntField()),
