@@ -4,14 +4,16 @@ interrupts, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import itertools
 import operator
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, interrupt
@@ -195,3 +197,45 @@ def test_a_graph_killed_mid_run_is_resumed_by_a_new_process(
         second.kill()
     assert lines[-1] == {"finished": ["search", "book", "pay"]}
     assert effects.read_text().split() == ["search", "book", "book", "pay"]
+
+
+def appended(state: list[str], writes: Sequence[list[str]]) -> list[str]:
+    """The DeltaChannel reducer of ``Log``: every write's items, in order."""
+    return [*state, *(item for write in writes for item in write)]
+
+
+class Log(TypedDict):
+    log: Annotated[list[str], DeltaChannel(appended, snapshot_frequency=3)]
+
+
+def log_graph(saver: RunstateSaver) -> CompiledStateGraph[Any]:
+    """Seven nodes in a line, each appending its name to a DeltaChannel."""
+    builder = StateGraph(Log)
+    names = [f"n{i}" for i in range(7)]
+    for name in names:
+        builder.add_node(name, lambda state, name=name: {"log": [name]})
+    builder.add_edge(START, names[0])
+    for first, then in itertools.pairwise(names):
+        builder.add_edge(first, then)
+    builder.add_edge(names[-1], END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_delta_channel_is_rebuilt_and_survives_keep_latest(served: tuple[Server, str]) -> None:
+    """Guards DeltaChannel graphs: a channel stored as a snapshot every 3 updates and
+    deltas between is rebuilt whole by a fresh saver (LangGraph's
+    ``get_delta_channel_history`` over ``get_tuple``), and still after
+    ``prune(keep_latest)``, which keeps the ancestors back to its last snapshot.
+    Seen failing with KEEP_LATEST keeping the latest checkpoint alone: the log then
+    came back empty, with no error (the silent loss LangGraph's ``prune`` warns of)."""
+    server, token = served
+    config = thread()
+    whole = [f"n{i}" for i in range(7)]
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        assert log_graph(saver).invoke({"log": []}, config) == {"log": whole}
+    with RunstateSaver.from_url_sync(server.url, token) as fresh:
+        graph = log_graph(fresh)
+        assert graph.get_state(config).values == {"log": whole}
+        fresh.prune([config["configurable"]["thread_id"]], strategy="keep_latest")
+        assert graph.get_state(config).values == {"log": whole}
+        assert 1 < len(list(fresh.list(config))) < 9
