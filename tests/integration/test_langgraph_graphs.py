@@ -239,3 +239,22 @@ def test_a_delta_channel_is_rebuilt_and_survives_keep_latest(served: tuple[Serve
         fresh.prune([config["configurable"]["thread_id"]], strategy="keep_latest")
         assert graph.get_state(config).values == {"log": whole}
         assert 1 < len(list(fresh.list(config))) < 9
+
+
+def test_the_threads_session_outlives_a_long_wait_at_an_interrupt(
+    served: tuple[Server, str],
+) -> None:
+    """Guards the saver's session expiry: its session is made to outlive a year of
+    inactivity, not the server's default hour (after which an interrupted thread
+    could never be resumed: an expired session takes no writes). Seen failing with
+    the session made with the server's default."""
+    server, token = served
+    session_id = f"threads-{uuid.uuid4()}"
+    with RunstateSaver.from_url_sync(server.url, token, session_id=session_id) as saver:
+        trip_graph(saver).invoke({"done": []}, thread())
+    with Api(server.url, token) as api:
+        found = api(
+            "query($id: ID!) { session(id: $id) { ... on AgentSession { ttlSeconds } } }",
+            id=session_id,
+        )
+    assert found == {"session": {"ttlSeconds": 366 * 24 * 3600}}

@@ -48,6 +48,11 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+SESSION_TTL = 366 * 24 * 3600
+"""The inactivity a session of threads outlives, the most runstate allows: a thread
+may wait at an interrupt for days, and writes to an expired session's tasks are
+refused for good."""
+
 
 def _value(typed: tuple[str, bytes]) -> dict[str, str]:
     """A serializer's ``(type, bytes)`` as the API takes it."""
@@ -66,6 +71,10 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     ``runstate.client.Runstate`` takes them. Close it with ``close()`` or
     ``await aclose()``, or open it with ``from_url`` / ``from_url_sync``.
 
+    The session is made with ``session_ttl`` seconds of inactivity (a year, the
+    most runstate allows: a graph may wait at an interrupt for days, and an
+    expired session takes no writes again).
+
     With ``holder`` (a name unique to this worker), the saver owns each thread it
     writes to: it leases the thread's task on its first write (``LockHeld`` while
     another worker's lease is live), renews the lease every third of
@@ -83,12 +92,14 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         session_id: str = "langgraph",
         holder: str | None = None,
         lease_ttl: float = 30.0,
+        session_ttl: int = SESSION_TTL,
         serde: SerializerProtocol | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.url = url
         self.token = token
         self.session_id = session_id
+        self.session_ttl = session_ttl
         self.holder = holder
         self.lease_ttl = lease_ttl
         self._threads: set[str] = set()
@@ -400,7 +411,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         """Create the thread's task (and the session) unless known to exist."""
         if thread_id in self._threads:
             return
-        await self._client.start_session(self.session_id)
+        await self._client.start_session(self.session_id, ttl_seconds=self.session_ttl)
         await self._client.create_task(
             self.session_id, f"LangGraph thread {thread_id}", [], id=thread_id
         )
