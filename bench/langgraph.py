@@ -9,7 +9,8 @@ run's time less the bare run's, over the super-steps run:
 - LangGraph's ``AsyncSqliteSaver`` on a SQLite file, and ``AsyncPostgresSaver``
   on the machine's PostgreSQL (a fresh database), in this process;
 - ``RunstateSaver`` against ``runstate serve`` on SQLite, and on PostgreSQL (a
-  fresh database of the same server).
+  fresh database of the same server), with the server process's CPU per
+  super-step (from /proc) beside.
 
 Run with ``make bench``; never part of ``make test``.
 """
@@ -118,13 +119,23 @@ def per_step(seconds: float, bare: float) -> float:
     return 1000 * (seconds - bare) / (ROUNDS * NODES)
 
 
-async def measure(name: str, opened: Any, bare: float) -> float:
-    """The median checkpointing cost per super-step of REPEATS rounds, in ms."""
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far (user and system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(name: str, opened: Any, bare: float, server: int | None = None) -> float:
+    """The median checkpointing cost per super-step of REPEATS rounds, in ms; with
+    a ``server`` pid, that server's CPU per super-step beside it."""
     async with opened as saver:
         await run(saver)  # warm: connections, caches, the first thread's rows
+        began = cpu_seconds(server) if server else 0.0
         costs = [per_step(await run(saver), bare) for _ in range(REPEATS)]
+        spent = cpu_seconds(server) - began if server else 0.0
     cost = statistics.median(costs)
-    print(f"  {name:52s} {cost:7.2f} ms", flush=True)
+    beside = f"  (server CPU {1000 * spent / (REPEATS * ROUNDS * NODES):.2f} ms)" if server else ""
+    print(f"  {name:52s} {cost:7.2f} ms{beside}", flush=True)
     return cost
 
 
@@ -137,8 +148,8 @@ def main() -> None:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         runstate_pg = stack.enter_context(postgres_database())
         langgraph_pg = stack.enter_context(postgres_database())
-        (sqlite_url,), token, _ = stack.enter_context(serving(1))
-        (pg_url,), pg_token, _ = stack.enter_context(serving(1, database_url=runstate_pg))
+        (sqlite_url,), token, (sqlite_pid,) = stack.enter_context(serving(1))
+        (pg_url,), pg_token, (pg_pid,) = stack.enter_context(serving(1, database_url=runstate_pg))
 
         async def rounds() -> dict[str, float]:
             await run(None)
@@ -155,6 +166,7 @@ def main() -> None:
                     "RunstateSaver, runstate serve on SQLite",
                     RunstateSaver.from_url(sqlite_url, token),
                     bare,
+                    sqlite_pid,
                 ),
                 "postgres": await measure(
                     "LangGraph AsyncPostgresSaver", postgres_saver(langgraph_pg), bare
@@ -163,6 +175,7 @@ def main() -> None:
                     "RunstateSaver, runstate serve on PostgreSQL",
                     RunstateSaver.from_url(pg_url, pg_token),
                     bare,
+                    pg_pid,
                 ),
             }
 
