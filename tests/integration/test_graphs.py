@@ -90,6 +90,27 @@ async def test_a_stored_index_keeps_its_first_write_and_a_special_one_the_last(
     ]
 
 
+async def test_a_checkpoint_or_a_write_sent_again_writes_nothing(house: House) -> None:
+    """Guards idempotence by content, which lets the saver send no idempotency key
+    (its statements were a fifth of a graph write): the same checkpoint and the same
+    writes, a special one included, sent again log no event and change no row;
+    another checkpoint under the same id replaces it. Seen failing with the stored
+    checkpoint replaced whatever it held (one event more)."""
+    await put(house, "c1", None, {"a": "1"})
+    await write(house, "c1", 0, "x")
+    await write(house, "c1", -1, "error")
+    before = await Task.get(public_id="t")
+    await put(house, "c1", None, {"a": "1"})
+    await write(house, "c1", 0, "x")
+    await write(house, "c1", -1, "error")
+    after = await Task.get(public_id="t")
+    assert (after.event_seq, after.stored_bytes) == (before.event_seq, before.stored_bytes)
+    await put(house, "c1", None, {"a": "2"})
+    replaced = await graphs.get_checkpoint(USER, "t", "", "c1")
+    assert replaced.channel_versions == {"a": "2"}
+    assert (await Task.get(public_id="t")).event_seq == before.event_seq + 1
+
+
 async def test_deletes_give_every_byte_back_and_leave_no_orphan_rows(house: House) -> None:
     """Guards the byte counts and the orphan sweep of prune and clear: KEEP_LATEST
     leaves the latest checkpoint, its writes and the values it names (no other);

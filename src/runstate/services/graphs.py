@@ -135,8 +135,9 @@ async def put_checkpoint(
     """Store a checkpoint and the channel values it changed (GRAPH_CHECKPOINT).
 
     A channel value already stored at its version is kept (a value at a version
-    never changes); the same checkpoint id stored again replaces its row (a saver
-    retrying a write). At most ``checkpoint_bytes`` a call."""
+    never changes). The same checkpoint sent again writes nothing (no event), so a
+    retry is harmless without an idempotency key; another checkpoint under a
+    stored id replaces its row. At most ``checkpoint_bytes`` a call."""
     _text(namespace, "namespace", GRAPH_NAMESPACE_LENGTH, empty=True)
     _text(checkpoint_id, "checkpointId", ID_LENGTH)
     if parent_id is not None:
@@ -153,23 +154,46 @@ async def put_checkpoint(
         size += _blob(value.value, f"channels[{i}]") + len(value.channel) + len(value.version)
     _within(house.limits, size, "checkpoint")
     run_id = metadata.get("run_id")
+    versions = dict(channel_versions)
+
+    def _as_given(row: GraphCheckpoint) -> bool:
+        """Whether a stored row is this very checkpoint."""
+        return (
+            row.parent_id,
+            row.type,
+            bytes(row.payload),
+            row.metadata,
+            row.channel_versions,
+        ) == (
+            parent_id,
+            checkpoint.type,
+            checkpoint.payload,
+            metadata,
+            versions,
+        )
 
     async def apply(draft: Draft) -> Change:
         conn, pk = draft.conn, draft.task.id
         freed = 0
         same = GraphCheckpoint.filter(task_id=pk, namespace=namespace, checkpoint_id=checkpoint_id)
-        for row in await same.using_db(conn):
-            freed += row.stored_bytes
-        await same.using_db(conn).delete()
-        stored = {
-            (c, v)
-            for c, v in await GraphBlob.filter(
-                task_id=pk, namespace=namespace, channel__in=[c.channel for c in channels]
-            )
-            .using_db(conn)
-            .values_list("channel", "version")
-        }
+        held = await same.using_db(conn)
+        stored = set()
+        if channels:
+            stored = {
+                (c, v)
+                for c, v in await GraphBlob.filter(
+                    task_id=pk, namespace=namespace, channel__in=[c.channel for c in channels]
+                )
+                .using_db(conn)
+                .values_list("channel", "version")
+            }
         new = [c for c in channels if (c.channel, c.version) not in stored]
+        if not new and any(_as_given(row) for row in held):
+            raise Unchanged  # sent again (a retry): stored already, nothing to write
+        for row in held:
+            freed += row.stored_bytes
+        if held:
+            await same.using_db(conn).delete()
         blobs = [
             GraphBlob(
                 task_id=pk,
@@ -223,8 +247,9 @@ async def put_writes(
     """Store a LangGraph task's pending writes against a checkpoint (GRAPH_WRITES).
 
     Idempotent on (task, index): a write at an index already stored is kept,
-    except at LangGraph's negative indexes (errors, interrupts, ...), which
-    replace what they find. Nothing new to store writes nothing (no event)."""
+    except at LangGraph's negative indexes (errors, interrupts, ...), where
+    another write replaces what it finds. Nothing new to store writes nothing
+    (no event), so a retry is harmless without an idempotency key."""
     _text(namespace, "namespace", GRAPH_NAMESPACE_LENGTH, empty=True)
     _text(checkpoint_id, "checkpointId", ID_LENGTH)
     size = 0
@@ -250,7 +275,7 @@ async def put_writes(
         for write in writes:
             key = (write.task_key, write.idx)
             old = held.get(key)
-            if old is not None and write.idx >= 0:
+            if old is not None and (write.idx >= 0 or _same_write(old, write)):
                 continue
             if old is not None:
                 freed += old.stored_bytes
@@ -478,6 +503,16 @@ async def _copied(conn: BaseDBAsyncClient, model: type[G], source: int, target: 
     if copies:
         await model.bulk_create(copies, using_db=conn)
     return size
+
+
+def _same_write(row: GraphWrite, write: PendingWrite) -> bool:
+    """Whether a stored write is this very one (a retry of it)."""
+    return (row.task_path, row.channel, row.type, bytes(row.payload)) == (
+        write.task_path,
+        write.channel,
+        write.value.type,
+        write.value.payload,
+    )
 
 
 def _within(limits: validation.ContentLimits, size: int, field: str) -> None:
