@@ -182,7 +182,10 @@ async def put_checkpoint(
             stored = {
                 (c, v)
                 for c, v in await GraphBlob.filter(
-                    task_id=pk, namespace=namespace, channel__in=[c.channel for c in channels]
+                    task_id=pk,
+                    namespace=namespace,
+                    channel__in={c.channel for c in channels},
+                    version__in={c.version for c in channels},
                 )
                 .using_db(conn)
                 .values_list("channel", "version")
@@ -545,7 +548,7 @@ async def get_checkpoint(
     row = await rows.order_by("-checkpoint_id").first()
     if row is None:
         raise NotFoundError("checkpoint", checkpoint_id or "(none yet)")
-    return (await _views(task_id, [row]))[0]
+    return (await _views([row], {pk: task_id}))[0]
 
 
 async def list_checkpoints(
@@ -584,7 +587,6 @@ async def list_checkpoints(
     found: list[GraphCheckpoint] = []
     batch = max(first, 20)
     offset = 0
-    more = False
     while len(found) <= first:
         page = await ordered.offset(offset).limit(batch)
         offset += len(page)
@@ -595,31 +597,46 @@ async def list_checkpoints(
             break
     more = len(found) > first
     found = found[:first]
-    views: list[CheckpointView] = []
-    for row in found:
-        views.extend(await _views(row.task.public_id, [row]))
+    views = await _views(found, {r.task_id: r.task.public_id for r in found})
     cursor = f"{found[-1].checkpoint_id}/{found[-1].id}" if more and found else None
     return CheckpointPage(tuple(views), cursor)
 
 
-async def _views(thread_id: str, rows: Sequence[GraphCheckpoint]) -> list[CheckpointView]:
+async def _views(
+    rows: Sequence[GraphCheckpoint], threads: Mapping[int, str]
+) -> list[CheckpointView]:
+    """Checkpoint rows as views (``threads``: each task's public id), with the
+    channel values their versions name and their pending writes: two statements for
+    all of them, each reading by the tables' unique keys only what the rows name
+    (every version of a channel, read and dropped, made a checkpoint's read grow
+    with its thread's history)."""
+    named = [{str(k): str(v) for k, v in r.channel_versions.items()} for r in rows]
+    tasks = {r.task_id for r in rows}
+    namespaces = {r.namespace for r in rows}
+    blobs: dict[tuple[int, str, str, str], GraphBlob] = {}
+    channels = {c for versions in named for c in versions}
+    if channels:
+        for b in await GraphBlob.filter(
+            task_id__in=tasks,
+            namespace__in=namespaces,
+            channel__in=channels,
+            version__in={v for versions in named for v in versions.values()},
+        ):
+            blobs[(b.task_id, b.namespace, b.channel, b.version)] = b
+    writes: dict[tuple[int, str, str], list[GraphWrite]] = {}
+    if rows:
+        for w in await GraphWrite.filter(
+            task_id__in=tasks,
+            namespace__in=namespaces,
+            checkpoint_id__in={r.checkpoint_id for r in rows},
+        ).order_by("task_path", "task_key", "idx"):
+            writes.setdefault((w.task_id, w.namespace, w.checkpoint_id), []).append(w)
     views = []
-    for row in rows:
-        versions = {str(k): str(v) for k, v in row.channel_versions.items()}
-        blobs = await GraphBlob.filter(
-            task_id=row.task_id, namespace=row.namespace, channel__in=list(versions)
-        )
-        channels = tuple(
-            ChannelValue(b.channel, b.version, Blob(b.type, bytes(b.payload)))
-            for b in blobs
-            if versions.get(b.channel) == b.version
-        )
-        writes = await GraphWrite.filter(
-            task_id=row.task_id, namespace=row.namespace, checkpoint_id=row.checkpoint_id
-        ).order_by("task_path", "task_key", "idx")
+    for row, versions in zip(rows, named, strict=True):
+        found = (blobs.get((row.task_id, row.namespace, c, v)) for c, v in versions.items())
         views.append(
             CheckpointView(
-                thread_id=thread_id,
+                thread_id=threads[row.task_id],
                 namespace=row.namespace,
                 checkpoint_id=row.checkpoint_id,
                 parent_id=row.parent_id,
@@ -627,12 +644,16 @@ async def _views(thread_id: str, rows: Sequence[GraphCheckpoint]) -> list[Checkp
                 metadata=row.metadata,
                 channel_versions=versions,
                 seq=row.seq,
-                channels=channels,
+                channels=tuple(
+                    ChannelValue(b.channel, b.version, Blob(b.type, bytes(b.payload)))
+                    for b in found
+                    if b is not None
+                ),
                 pending_writes=tuple(
                     PendingWrite(
                         w.task_key, w.task_path, w.idx, w.channel, Blob(w.type, bytes(w.payload))
                     )
-                    for w in writes
+                    for w in writes.get((row.task_id, row.namespace, row.checkpoint_id), [])
                 ),
             )
         )
