@@ -18,6 +18,17 @@ def server(
         yield srv
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Server, str]]:
+    """A server on a fresh database of each backend for LangGraph savers, with rate
+    limits off (the conformance suite alone sends thousands of writes), and a token."""
+    env = {"RUNSTATE_RATE_LIMIT": "false"}
+    with server_on(request.param, tmp_path_factory, "langgraph", **env) as srv:
+        yield srv, create_token(srv.database_url, "graph-builder")
+
+
 @pytest.fixture(scope="module")
 def alice(server: Server) -> Iterator[Api]:
     api = Api(server.url, create_token(server.database_url, "alice"))

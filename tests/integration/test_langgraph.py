@@ -5,35 +5,17 @@ and on PostgreSQL."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import httpx
-import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import Capability
 
 from runstate.integrations.langgraph import RunstateSaver
-from tests.support import Server, create_token, database
-
-USER = "graph-builder"
-
-
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def served(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Server, str]]:
-    """A server, and a token of ``USER``."""
-    tmp = tmp_path_factory.mktemp(f"langgraph-{request.param}")
-    with database(request.param, tmp) as url:
-        token = create_token(url, USER)
-        server = Server(url, tmp / "server.log", RUNSTATE_RATE_LIMIT="false").start()
-        try:
-            yield server, token
-        finally:
-            server.stop()
+from tests.support import Server
 
 
 def report_of(failures: dict[str, list[str]]) -> str:

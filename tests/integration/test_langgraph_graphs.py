@@ -7,11 +7,10 @@ from __future__ import annotations
 import itertools
 import operator
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import END, START, StateGraph
@@ -20,9 +19,7 @@ from langgraph.types import Command, interrupt
 
 from runstate.integrations.langgraph import RunstateSaver
 from tests.integration.test_langgraph_ownership import lease_lapsed
-from tests.support import AgentProcess, Api, Server, create_token, database
-
-USER = "graph-runner"
+from tests.support import AgentProcess, Api, Server
 
 
 class Trip(TypedDict):
@@ -69,20 +66,6 @@ def trip_graph(saver: RunstateSaver, *, asking: bool = False) -> CompiledStateGr
 
 def thread() -> RunnableConfig:
     return {"configurable": {"thread_id": str(uuid.uuid4())}}
-
-
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def served(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Server, str]]:
-    tmp = tmp_path_factory.mktemp(f"graphs-{request.param}")
-    with database(request.param, tmp) as url:
-        token = create_token(url, USER)
-        server = Server(url, tmp / "server.log", RUNSTATE_RATE_LIMIT="false").start()
-        try:
-            yield server, token
-        finally:
-            server.stop()
 
 
 def test_a_graph_runs_with_invoke_and_its_history_is_kept(served: tuple[Server, str]) -> None:

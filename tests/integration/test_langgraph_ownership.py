@@ -15,7 +15,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from runstate.integrations.langgraph import RunstateSaver
-from tests.support import AgentProcess, Api, Server, create_token
+from tests.support import AgentProcess, Api, Server, create_token, sqlite_server
 
 USER = "owner"
 TTL = "1"
@@ -23,14 +23,9 @@ TTL = "1"
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
-    tmp = tmp_path_factory.mktemp("ownership")
-    url = f"sqlite://{tmp / 'ownership.db'}"
-    token = create_token(url, USER)
-    server = Server(url, tmp / "server.log", RUNSTATE_RATE_LIMIT="false").start()
-    try:
-        yield server, token
-    finally:
-        server.stop()
+    """One server (the scenario is about leases, not the database), and a token."""
+    with sqlite_server(tmp_path_factory, "ownership", RUNSTATE_RATE_LIMIT="false") as srv:
+        yield srv, create_token(srv.database_url, USER)
 
 
 def lease_lapsed(api: Api, thread_id: str, within: float = 30) -> None:
