@@ -25,12 +25,11 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypedDict
 
-import asyncpg  # type: ignore[import-untyped]
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -38,11 +37,11 @@ from langgraph.graph import END, START, StateGraph
 
 from bench.fanout import serving
 from runstate.integrations.langgraph import RunstateSaver
+from tests.support import postgres_database
 
 NODES = 20
 ROUNDS = int(os.environ.get("BENCH_GRAPH_ROUNDS", "20"))
 REPEATS = 3
-POSTGRES = os.environ.get("RUNSTATE_TEST_POSTGRES_URL", "postgres://127.0.0.1:5432/test")
 
 
 class Count(TypedDict):
@@ -77,26 +76,6 @@ async def run(saver: BaseCheckpointSaver[Any] | None) -> float:
         done = await graph.ainvoke({"count": 0}, config, **options)
         assert done["count"] == NODES
     return time.perf_counter() - began
-
-
-@contextmanager
-def postgres_database() -> Iterator[str]:
-    """A fresh database on the machine's PostgreSQL, dropped afterwards."""
-    name = f"runstate_bench_{uuid.uuid4().hex[:12]}"
-    admin = POSTGRES.replace("postgres://", "postgresql://", 1)
-
-    async def execute(sql: str) -> None:
-        conn = await asyncpg.connect(admin)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(execute(f'CREATE DATABASE "{name}"'))
-    try:
-        yield POSTGRES.rsplit("/", 1)[0] + "/" + name
-    finally:
-        asyncio.run(execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @asynccontextmanager
