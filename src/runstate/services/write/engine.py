@@ -159,6 +159,14 @@ class Draft:
             await self._load("1 = 1", [])
         return [self.steps[i] for i in range(self.total)]
 
+    async def with_status(self, status: StepStatus) -> list[Step]:
+        """The stored steps that stand at ``status`` (one indexed query), in order."""
+        await self._load('"status" = ?', [status.value])
+        return sorted(
+            (s for s in self.steps.values() if s.status is status and s.id is not None),
+            key=lambda s: s.position,
+        )
+
     async def others_in_doubt(self, index: int) -> bool:
         """Whether a step other than ``index`` is IN_DOUBT (one indexed query)."""
         if any(s.status is StepStatus.IN_DOUBT and p != index for p, s in self.steps.items()):
@@ -196,7 +204,8 @@ class Draft:
             step.error = None
         step.completed_at = None if new in _UNDONE else self.now
         step.status = new
-        self.changed.add(step.position)
+        if step.id is not None:  # an added step (no row yet) is inserted whole
+            self.changed.add(step.position)
 
     def move_task(self, new: TaskStatus, *, jump: bool = False) -> None:
         """Move the task, unless it is there already. COMPLETED is checked against the
@@ -478,6 +487,7 @@ def _added_bytes(draft: Draft) -> int:
     rows of the steps it changed, the steps it added, the tool state it logged and
     the rows it stored beside (``Draft.stored``)."""
     adding = quota.ROW_BYTES + quota.versions_bytes(draft.steps[p] for p in draft.changed)
+    adding += quota.versions_bytes(_added_moved(draft))
     adding += sum(quota.new_step_bytes(s) for s in draft.added) + draft.stored
     if draft.tool_state is not None:
         tool = draft.tool_state
@@ -499,7 +509,7 @@ async def _settle(draft: Draft, stored_bytes: int) -> None:
     for step in draft.added:
         step.created_seq = seq
     await insert_steps(conn, draft.added)
-    await record_versions(conn, task.id, seq, changed)
+    await record_versions(conn, task.id, seq, [*changed, *_added_moved(draft)])
     current = await _current_step(draft)
     if draft.wants_completed and current < draft.total:
         raise InvalidTransitionError("task", task.status, TaskStatus.COMPLETED)
@@ -514,6 +524,13 @@ async def _settle(draft: Draft, stored_bytes: int) -> None:
         moved["total_steps"] = draft.total
     await sql.execute(conn, *sql.update_row(Task, task.id, moved))
     task.update_from_dict(moved)
+
+
+def _added_moved(draft: Draft) -> list[Step]:
+    """The steps this write added past PENDING (a LangGraph node seen first when
+    it ran): history reads a step without a history row as added PENDING, so
+    these need one at the seq that added them."""
+    return [s for s in draft.added if s.status is not StepStatus.PENDING]
 
 
 async def insert_steps(conn: BaseDBAsyncClient, steps: Sequence[Step]) -> None:
@@ -542,13 +559,16 @@ async def _current_step(draft: Draft) -> int:
     """Index of the first unfinished step after this write's changes (already saved).
 
     Steps before the stored ``current_step`` are finished, and finished steps never
-    change, so only a write that finished the current step moves it: to the first
+    change, so only a write that finished the current step (or added it finished:
+    a LangGraph node first seen at its end) moves it: to the first
     unfinished step after it, known from the opening statement when that was the
     one step written, else read with one indexed query.
     """
     current = draft.task.current_step
-    step = draft.steps.get(current)
-    if step is None or current not in draft.changed or step.status not in FINISHED_STEPS:
+    added = {s.position: s for s in draft.added}
+    step = added[current] if current in added else draft.steps.get(current)
+    moved = current in draft.changed or current in added
+    if step is None or not moved or step.status not in FINISHED_STEPS:
         return current
     if draft.opened_step == current and draft.changed == {current} and not draft.added:
         return draft.total if draft.next_unfinished is None else draft.next_unfinished
