@@ -97,3 +97,21 @@ class StepDecision(StrEnum):
     SKIP = "SKIP"
     COMPLETE = "COMPLETE"
     """It did happen: record it as SUCCESS with the output the person found."""
+
+
+class GraphNodeStatus(StrEnum):
+    """Where one run of a LangGraph node stands, as its saver reports it."""
+
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+    INTERRUPTED = "INTERRUPTED"
+    """Stopped at ``interrupt()``: it waits for a person's answer and runs again
+    with it."""
+
+
+class GraphRunEnd(StrEnum):
+    """How a LangGraph run of a thread ended."""
+
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"

@@ -516,6 +516,13 @@ class Calls:
         data = await self._call(doc.PUT_GRAPH_WRITES, "putGraphWrites", input=_some(**input))
         return Task.of(data)
 
+    async def record_graph_run(self, **input: Any) -> Task:
+        """Report node runs of a thread and the end of a run (``recordGraphRun``),
+        without an idempotency key: a report the thread shows already changes
+        nothing."""
+        data = await self._call(doc.RECORD_GRAPH_RUN, "recordGraphRun", input=_some(**input))
+        return Task.of(data)
+
     async def clear_graph(self, task_id: str, *, fencing_token: int | None = None) -> Task:
         """Delete a thread's checkpoints (``clearGraph``)."""
         data = await self._mutate(

@@ -100,6 +100,7 @@ PUT_GRAPH_CHECKPOINT = mutation(
     "putGraphCheckpoint", "PutGraphCheckpointInput", HEAD + PROBLEM_DETAILS
 )
 PUT_GRAPH_WRITES = mutation("putGraphWrites", "PutGraphWritesInput", HEAD + PROBLEM_DETAILS)
+RECORD_GRAPH_RUN = mutation("recordGraphRun", "RecordGraphRunInput", HEAD + PROBLEM_DETAILS)
 CLEAR_GRAPH = mutation("clearGraph", "ClearGraphInput", HEAD + PROBLEM_DETAILS)
 PRUNE_GRAPH = mutation("pruneGraph", "PruneGraphInput", HEAD + PROBLEM_DETAILS)
 COPY_GRAPH = mutation("copyGraph", "CopyGraphInput", HEAD)

@@ -339,6 +339,26 @@ class GraphWrite(Model):
         unique_together = (("task_id", "namespace", "checkpoint_id", "task_key", "idx"),)
 
 
+class GraphNode(Model):
+    """Which step of a thread's task shows one LangGraph task (a node's run),
+    ``task_key`` being LangGraph's task id in the namespace. ``interrupted``: the
+    run stopped at an ``interrupt()`` and waits for a person's answer."""
+
+    id = fields.IntField(primary_key=True)
+    task: fields.ForeignKeyRelation[Task] = fields.ForeignKeyField(
+        "runstate.Task", related_name="graph_nodes", on_delete=fields.CASCADE
+    )
+    task_id: int
+    namespace = fields.CharField(max_length=GRAPH_NAMESPACE_LENGTH)
+    task_key = fields.CharField(max_length=KEY_LENGTH)
+    position = fields.IntField()
+    interrupted = fields.BooleanField(default=False)
+
+    class Meta:
+        table = "graph_nodes"
+        unique_together = (("task_id", "namespace", "task_key"),)
+
+
 class IdempotencyKey(Model):
     """A write done under a client's idempotency key, and the answer it gave.
 

@@ -15,6 +15,7 @@ from runstate.schema.graphs import (
     PruneGraphInput,
     PutGraphCheckpointInput,
     PutGraphWritesInput,
+    RecordGraphRunInput,
 )
 from runstate.schema.inputs import (
     AcquireTaskLockInput,
@@ -46,7 +47,7 @@ from runstate.schema.results import (
     ToolStateResult,
 )
 from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
-from runstate.services import graphs, leases, recovery, sessions, tasks, tools
+from runstate.services import graph_nodes, graphs, leases, recovery, sessions, tasks, tools
 from runstate.services.recovery import ResumePlanView
 from runstate.services.views import LockView, SessionView, TaskView, ToolStateView, unpublished
 
@@ -445,6 +446,30 @@ class Mutation:
                     namespace=input.namespace,
                     checkpoint_id=input.checkpoint_id,
                     writes=input.pending(),
+                    node=None if input.node is None else input.node.run(),
+                    fencing_token=input.fencing_token,
+                ),
+            )
+        )
+
+    @answered_mutation(
+        description=(
+            "Report node runs of a LangGraph thread, shown as its task's steps "
+            "(STEP_STARTED), and the end of a run (TASK_STATUS_CHANGED)."
+        )
+    )
+    async def record_graph_run(self, info: Info, input: RecordGraphRunInput) -> TaskResult:
+        return Task.of(
+            await once(
+                info,
+                input,
+                TaskView,
+                lambda: graph_nodes.record_run(
+                    info.context.house,
+                    info.context.user_id,
+                    input.task_id,
+                    [n.run() for n in input.nodes],
+                    ended=input.ended,
                     fencing_token=input.fencing_token,
                 ),
             )

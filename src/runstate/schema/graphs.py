@@ -11,10 +11,10 @@ from typing import Annotated, cast
 import strawberry
 from strawberry.scalars import JSON
 
-from runstate.enums import GraphPruneStrategy
+from runstate.enums import GraphNodeStatus, GraphPruneStrategy, GraphRunEnd
 from runstate.schema.inputs import IDEMPOTENCY_KEY
 from runstate.schema.problems import IdempotencyKeyReused, InvalidInput, NotFound, RateLimited
-from runstate.services import graphs
+from runstate.services import graph_nodes, graphs
 from runstate.services.errors import InvalidInputError
 
 
@@ -180,6 +180,50 @@ class GraphWriteInput:
 
 @strawberry.input(
     description=(
+        "One run of a LangGraph node (a LangGraph task), shown as a step of the "
+        "thread's task named after the node: RUNNING, SUCCESS with its writes "
+        "summarised as `output`, FAILED with its `error`, or INTERRUPTED with the "
+        "interrupts' values as `output`."
+    )
+)
+class GraphNodeInput:
+    graph_task_id: str = strawberry.field(description="LangGraph's task id.")
+    name: str = strawberry.field(description="The node's name.")
+    status: GraphNodeStatus
+    namespace: str = ""
+    super_step: int | None = None
+    output: JSON | None = None
+    error: str | None = None
+
+    def run(self) -> graph_nodes.NodeRun:
+        return graph_nodes.NodeRun(
+            namespace=self.namespace,
+            task_key=self.graph_task_id,
+            name=self.name,
+            status=self.status,
+            super_step=self.super_step,
+            output=self.output,
+            error=self.error,
+        )
+
+
+@strawberry.input(
+    description=(
+        "Report node runs of a LangGraph thread (typically their starts) and, with "
+        "`ended`, the end of a run: COMPLETED completes the thread unless a node "
+        "waits at an interrupt, FAILED fails it."
+    )
+)
+class RecordGraphRunInput:
+    task_id: strawberry.ID
+    nodes: list[GraphNodeInput] = strawberry.field(default_factory=list)
+    ended: GraphRunEnd | None = None
+    fencing_token: int | None = None
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+
+
+@strawberry.input(
+    description=(
         "Store one LangGraph task's writes pending against a checkpoint: a write at an "
         "index already stored is kept, except at negative (special) indexes."
     )
@@ -191,6 +235,9 @@ class PutGraphWritesInput:
     graph_task_id: str = strawberry.field(description="LangGraph's task id.")
     graph_task_path: str = ""
     writes: list[GraphWriteInput]
+    node: GraphNodeInput | None = strawberry.field(
+        default=None, description="What the writes say of the node's run, shown on its step."
+    )
     fencing_token: int | None = None
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 

@@ -26,15 +26,17 @@ from runstate.models import (
     KEY_LENGTH,
     GraphBlob,
     GraphCheckpoint,
+    GraphNode,
     GraphWrite,
     Task,
 )
-from runstate.services import quota, sql, tasks, validation
+from runstate.services import graph_nodes, quota, sql, tasks, validation
 from runstate.services.errors import InvalidInputError, NotFoundError
+from runstate.services.graph_nodes import NodeRun
 from runstate.services.house import House
 from runstate.services.read import queries
 from runstate.services.views import TaskView, Written
-from runstate.services.write.engine import Change, Draft, Unchanged, versioned, write_task
+from runstate.services.write.engine import Change, Draft, Unchanged
 
 TYPE_LENGTH = 32
 VERSION_LENGTH = 128
@@ -234,7 +236,9 @@ async def put_checkpoint(
         draft.stored = row_bytes + sum(b.stored_bytes for b in blobs) - freed
         return Change(TaskEventKind.GRAPH_CHECKPOINT)
 
-    return await write_task(house, user_id, task_id, apply, versioned(None, fencing_token))
+    return await graph_nodes.write_thread(
+        house, user_id, task_id, apply, fencing_token, progress=True
+    )
 
 
 async def put_writes(
@@ -245,9 +249,12 @@ async def put_writes(
     namespace: str,
     checkpoint_id: str,
     writes: Sequence[PendingWrite],
+    node: NodeRun | None = None,
     fencing_token: int | None = None,
 ) -> Written[TaskView]:
-    """Store a LangGraph task's pending writes against a checkpoint (GRAPH_WRITES).
+    """Store a LangGraph task's pending writes against a checkpoint (GRAPH_WRITES),
+    and with ``node`` what they say of the node's run, in the same write
+    (``graph_nodes``: its step finished, failed or interrupted).
 
     Idempotent on (task, index): a write at an index already stored is kept,
     except at LangGraph's negative indexes (errors, interrupts, ...), where
@@ -262,6 +269,8 @@ async def put_writes(
         _text(write.channel, f"writes[{i}].channel", KEY_LENGTH)
         size += _blob(write.value, f"writes[{i}]") + len(write.channel)
     _within(house.limits, size, "writes")
+    if node is not None:
+        node = node.checked(house.limits, "node")
 
     async def apply(draft: Draft) -> Change:
         conn, pk = draft.conn, draft.task.id
@@ -309,9 +318,12 @@ async def put_writes(
             await GraphWrite.filter(id__in=replaced).using_db(conn).delete()
         await GraphWrite.bulk_create(list(rows.values()), using_db=conn)
         draft.stored = sum(r.stored_bytes for r in rows.values()) - freed
-        return Change(TaskEventKind.GRAPH_WRITES)
+        shown = None if node is None else await graph_nodes.record(draft, [node])
+        return Change(TaskEventKind.GRAPH_WRITES, step_index=shown)
 
-    return await write_task(house, user_id, task_id, apply, versioned(None, fencing_token))
+    return await graph_nodes.write_thread(
+        house, user_id, task_id, apply, fencing_token, progress=True
+    )
 
 
 async def clear(
@@ -331,7 +343,7 @@ async def clear(
         draft.stored = -freed
         return Change(TaskEventKind.GRAPH_CLEARED)
 
-    return await write_task(house, user_id, task_id, apply, versioned(None, fencing_token))
+    return await graph_nodes.write_thread(house, user_id, task_id, apply, fencing_token)
 
 
 async def prune(
@@ -360,7 +372,7 @@ async def prune(
         draft.stored = -await _delete(draft, gone, [r for r in rows if r.id in kept])
         return Change(TaskEventKind.GRAPH_PRUNED)
 
-    return await write_task(house, user_id, task_id, apply, versioned(None, fencing_token))
+    return await graph_nodes.write_thread(house, user_id, task_id, apply, fencing_token)
 
 
 def _kept(rows: Sequence[GraphCheckpoint]) -> set[int]:
@@ -458,7 +470,7 @@ async def delete_runs(house: House, user_id: str, run_ids: Sequence[str]) -> Wri
             return Change(TaskEventKind.GRAPH_PRUNED)
 
         try:
-            written = await write_task(house, user_id, thread, apply, versioned(None, None))
+            written = await graph_nodes.write_thread(house, user_id, thread, apply, None)
         except NotFoundError:  # deleted meanwhile: nothing of it left to delete
             continue
         events.extend(written.events)
@@ -472,12 +484,15 @@ async def copy(house: House, user_id: str, task_id: str, new_id: str) -> Written
     (``forkTask``, its origin recorded), or the task itself when it exists. Rows
     the target holds already under the same keys are replaced."""
     source = await queries.get_task(user_id, task_id)
-    if not await Task.exists(user_id=user_id, public_id=validation.object_id(new_id)):
+    forked = not await Task.exists(user_id=user_id, public_id=validation.object_id(new_id))
+    if forked:
         await tasks.fork_task(house, user_id, task_id, source.event_seq, new_id=new_id)
     limits = house.limits
 
     async def apply(draft: Draft) -> Change:
         conn, pk = draft.conn, draft.task.id
+        if forked:  # the fork has the source's steps: its node runs map to them alike
+            await _copied_nodes(conn, source.pk, pk, source.total_steps)
         size = await _copied(conn, GraphCheckpoint, source.pk, pk)
         size += await _copied(conn, GraphBlob, source.pk, pk)
         size += await _copied(conn, GraphWrite, source.pk, pk)
@@ -487,7 +502,7 @@ async def copy(house: House, user_id: str, task_id: str, new_id: str) -> Written
         draft.stored = size
         return Change(TaskEventKind.GRAPH_COPIED)
 
-    return await write_task(house, user_id, new_id, apply, versioned(None, None))
+    return await graph_nodes.write_thread(house, user_id, new_id, apply, None)
 
 
 G = TypeVar("G", GraphCheckpoint, GraphBlob, GraphWrite)
@@ -506,6 +521,15 @@ async def _copied(conn: BaseDBAsyncClient, model: type[G], source: int, target: 
     if copies:
         await model.bulk_create(copies, using_db=conn)
     return size
+
+
+async def _copied_nodes(conn: BaseDBAsyncClient, source: int, target: int, steps: int) -> None:
+    """Copy which steps show which node runs, for the ``steps`` the fork copied."""
+    fields = sql.columns(GraphNode, "id", "task_id")
+    rows = await GraphNode.filter(task_id=source, position__lt=steps).using_db(conn)
+    copies = [GraphNode(task_id=target, **{f: getattr(r, f) for f in fields}) for r in rows]
+    if copies:
+        await GraphNode.bulk_create(copies, using_db=conn)
 
 
 def _same_write(row: GraphWrite, write: PendingWrite) -> bool:
