@@ -12,6 +12,10 @@ and bytes, never re-encoded).
 Every call runs on one event loop of the saver's own, in a thread of its own, so
 the sync methods (``graph.invoke``) and the async ones (``graph.ainvoke``) share
 one connection and may be used from any thread or loop.
+
+Each node run is shown as a step of the thread's task (``langgraph_steps``):
+finished, failed or interrupted as its pending writes say, and, in a graph given
+to ``watch``, RUNNING from its start, the thread following the run to its end.
 """
 
 from __future__ import annotations
@@ -40,13 +44,16 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.pregel import Pregel
 
 from runstate.client import Runstate
 from runstate.client.errors import NotFound, ProblemError, RunstateError
+from runstate.integrations.langgraph_steps import Node, Reports, Send, Watcher, node_report
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+G = TypeVar("G", bound=Pregel[Any, Any, Any, Any])
 
 SESSION_TTL = 366 * 24 * 3600
 """The inactivity a session of threads outlives, the most runstate allows: a thread
@@ -82,6 +89,12 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     every write. A saver whose lease lapsed (a frozen worker) and was taken over
     gets ``runstate.client.StaleFencingToken`` from every later write, and nothing
     of it is stored: one lineage survives, never a fork.
+
+    Each node run is a step of the thread's task, named after the node, shown
+    when it finished (SUCCESS with its writes summarised, FAILED with its error,
+    PENDING with the values of its ``interrupt()``). A graph given to ``watch``
+    also shows each node RUNNING from its start, and the thread COMPLETED or
+    FAILED when a run ends.
     """
 
     def __init__(
@@ -104,12 +117,20 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         self.lease_ttl = lease_ttl
         self._threads: set[str] = set()
         """Threads whose task is known to exist."""
+        self._creating: dict[str, asyncio.Future[None]] = {}
         self._tokens: dict[str, int] = {}
         """With a holder: the fencing token of each thread this saver leased. Kept
         when the lease is lost, so that every later write is refused."""
         self._renewing: set[str] = set()
         """The leases still renewed (those not lost)."""
         self._renewer: asyncio.Task[None] | None = None
+        self._seen: dict[str, Node] = {}
+        """Node runs the watcher saw start, by LangGraph task id, until they end."""
+        self._reports: dict[str, Reports] = {}
+        self._forgetting: set[asyncio.Task[None]] = set()
+        self.watcher = Watcher(self._report, self._seen)
+        """The callback handler ``watch`` adds to a graph; give it yourself in a
+        run's ``callbacks`` to watch that run alone."""
         self._leasing = asyncio.Lock()
         """One lease taken at a time: LangGraph may write a thread's checkpoint and
         pending writes at once, and two grants racing refuse each other."""
@@ -141,6 +162,12 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         """``work`` on the saver's loop, waited for from a thread without one running
         there (a sync method called from a coroutine of the saver's loop would hang)."""
         return self._on_loop(work).result()
+
+    def watch(self, graph: G) -> G:
+        """The graph, reporting each node's start and each run's end to the thread's
+        task: ``graph = saver.watch(builder.compile(checkpointer=saver))``.
+        Callbacks given to a run are added to the watcher, not put in its place."""
+        return graph.with_config(callbacks=[self.watcher])
 
     # -- opening and closing
 
@@ -283,6 +310,8 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     # -- the calls, on the saver's loop
 
     async def _shut(self) -> None:
+        for reports in builtins.list(self._reports.values()):
+            await reports.drained()
         if self._renewer is not None:
             self._renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -328,6 +357,44 @@ class RunstateSaver(BaseCheckpointSaver[str]):
                     self._renewing.discard(thread_id)
                 except RunstateError as failed:  # the server is away: try again soon
                     log.warning("could not renew the lease on %s: %s", thread_id, failed)
+
+    def _report(self, thread_id: str, node: dict[str, Any] | None, ended: str | None) -> None:
+        """Queue a node's start or a run's end (the watcher's, from any thread); the
+        thread's reports are sent in order, those queued meanwhile in one call."""
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._queue, thread_id, node or ended)
+
+    def _queue(self, thread_id: str, report: dict[str, Any] | str | None) -> None:
+        reports = self._reports.get(thread_id)
+        if reports is None:
+            reports = self._reports[thread_id] = Reports(thread_id, self._sender(thread_id))
+        if isinstance(report, dict):
+            reports.start(report)
+        elif report is not None:
+            reports.end_run(report)
+            forgetting = asyncio.create_task(self._forget(thread_id, reports))
+            self._forgetting.add(forgetting)
+            forgetting.add_done_callback(self._forgetting.discard)
+
+    async def _forget(self, thread_id: str, reports: Reports) -> None:
+        """Drop a thread's reports once its run's end is sent and nothing followed."""
+        await reports.drained()
+        if reports.idle and self._reports.get(thread_id) is reports:
+            del self._reports[thread_id]
+
+    def _sender(self, thread_id: str) -> Send:
+        async def send(nodes: builtins.list[dict[str, Any]], ended: str | None) -> None:
+            async def write() -> None:
+                await self._client.record_graph_run(
+                    fencingToken=await self._token(thread_id),
+                    taskId=thread_id,
+                    nodes=nodes,
+                    ended=ended,
+                )
+
+            await self._written(thread_id, write)
+
+        return send
 
     async def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         configurable = config["configurable"]
@@ -408,9 +475,18 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         )
 
     async def _thread(self, thread_id: str) -> None:
-        """Create the thread's task (and the session) unless known to exist."""
+        """Create the thread's task (and the session) unless known to exist; the
+        writes that found it missing wait for one creation, then go in the order
+        LangGraph sent them (a node's step is placed by its first report)."""
         if thread_id in self._threads:
             return
+        creating = self._creating.get(thread_id)
+        if creating is None:
+            creating = self._creating[thread_id] = asyncio.ensure_future(self._create(thread_id))
+            creating.add_done_callback(lambda _: self._creating.pop(thread_id, None))
+        await asyncio.shield(creating)
+
+    async def _create(self, thread_id: str) -> None:
         await self._client.start_session(self.session_id, ttl_seconds=self.session_ttl)
         await self._client.create_task(
             self.session_id, f"LangGraph thread {thread_id}", [], id=thread_id
@@ -480,6 +556,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     ) -> None:
         configurable = config["configurable"]
         thread_id = str(configurable["thread_id"])
+        namespace = configurable.get("checkpoint_ns", "")
         stored = [
             {
                 "idx": WRITES_IDX_MAP.get(channel, idx),
@@ -488,19 +565,30 @@ class RunstateSaver(BaseCheckpointSaver[str]):
             }
             for idx, (channel, value) in enumerate(writes)
         ]
+        node = node_report(writes, task_id, task_path, namespace, self._seen.get(task_id))
+        if node is not None and node["status"] != "INTERRUPTED":
+            self._seen.pop(task_id, None)  # ended: a resume starts it again
+        reports = self._reports.get(thread_id)
+        if reports is not None:
+            await reports.started(task_id)
 
         async def write() -> None:
             await self._client.put_graph_writes(
                 fencingToken=await self._token(thread_id),
                 taskId=thread_id,
-                namespace=configurable.get("checkpoint_ns", ""),
+                namespace=namespace,
                 checkpointId=configurable["checkpoint_id"],
                 graphTaskId=task_id,
                 graphTaskPath=task_path,
                 writes=stored,
+                node=node,
             )
 
-        await self._written(thread_id, write)
+        try:
+            await self._written(thread_id, write)
+        finally:  # reported, or refused: the starts held behind it may go
+            if reports is not None:
+                reports.ended(task_id)
 
     async def _delete_thread(self, thread_id: str) -> None:
         with contextlib.suppress(NotFound):  # no such thread: nothing to delete

@@ -1,0 +1,339 @@
+"""A LangGraph thread's node runs as its task's steps, against a real ``runstate
+serve`` on SQLite and PostgreSQL: each node a step named after it, RUNNING while
+it runs (in a watched graph), SUCCESS with its writes, FAILED with its error,
+PENDING with the values of its ``interrupt()``; the thread following the graph;
+history, forks and cancelling as on any task."""
+
+from __future__ import annotations
+
+import operator
+import threading
+import uuid
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, Send, interrupt
+
+from runstate.client import InvalidTransition
+from runstate.integrations.langgraph import RunstateSaver
+from tests.support import Api, Server, mutate, wait_until
+
+TASK = """query($id: ID!) { task(id: $id) { ... on Task {
+  status currentStep totalSteps eventSeq
+  steps { index action status attempts input output error }
+  events(first: 100) { seq kind status steps { index action status } } } } }"""
+TASK_AT = """query($id: ID!, $seq: Int!) { taskAt(id: $id, seq: $seq) { ... on Task {
+  status steps { index action status } } } }"""
+
+
+class Trip(TypedDict):
+    done: Annotated[list[str], operator.add]
+    answer: str
+
+
+def plan(state: Trip) -> list[Send]:
+    return [Send("search", {"done": [f"search {i}"], "answer": ""}) for i in range(2)]
+
+
+def search(state: Trip) -> dict[str, Any]:
+    return {"done": state["done"]}
+
+
+def approve(state: Trip) -> dict[str, Any]:
+    return {"answer": interrupt({"question": "pay 120 EUR?"})}
+
+
+def quiet(state: Trip) -> None:
+    return None
+
+
+def trip_graph(saver: RunstateSaver) -> CompiledStateGraph[Any]:
+    """start -> (plan sends two searches) -> approve (an interrupt) -> quiet (writes
+    nothing) -> end."""
+    builder = StateGraph(Trip)
+    builder.add_node("start_trip", lambda state: {"done": ["start"]})
+    builder.add_node("search", search)
+    builder.add_node("approve", approve)
+    builder.add_node("quiet", quiet)
+    builder.add_edge(START, "start_trip")
+    builder.add_conditional_edges("start_trip", plan, ["search"])
+    builder.add_edge("search", "approve")
+    builder.add_edge("approve", "quiet")
+    builder.add_edge("quiet", END)
+    return saver.watch(builder.compile(checkpointer=saver))
+
+
+def thread() -> RunnableConfig:
+    return {"configurable": {"thread_id": str(uuid.uuid4())}}
+
+
+def task_of(server: Server, token: str, config: RunnableConfig) -> dict[str, Any]:
+    """The thread's task; before the saver made it, one with nothing in it."""
+    with Api(server.url, token) as api:
+        found: dict[str, Any] = api(TASK, id=config["configurable"]["thread_id"])["task"]
+    return found or {"status": None, "steps": [], "eventSeq": 0}
+
+
+def settled(server: Server, token: str, config: RunnableConfig, status: str) -> dict[str, Any]:
+    """The thread's task once its status is ``status`` (a run's end is reported
+    just after the run returns)."""
+    wait_until(
+        lambda: task_of(server, token, config)["status"] == status, 30, f"the thread {status}"
+    )
+    return task_of(server, token, config)
+
+
+def shown(task: dict[str, Any]) -> list[tuple[str, str, int]]:
+    return [(s["action"], s["status"], s["attempts"]) for s in task["steps"]]
+
+
+def test_node_runs_are_steps_named_after_their_nodes(served: tuple[Server, str]) -> None:
+    """Guards the node steps (``services.graph_nodes``, ``langgraph_steps``): one
+    step per node run in super-step order, Send tasks named after their node, the
+    writes summarised (values, ``sends``, ``next``), an interrupt as a PENDING
+    step with its value and the thread AWAITING_DECISION, and the resume running
+    that step again (a second attempt) to SUCCESS, the thread COMPLETED."""
+    server, token = served
+    config = thread()
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        graph = trip_graph(saver)
+        graph.invoke({"done": [], "answer": ""}, config)
+    task = settled(server, token, config, "AWAITING_DECISION")
+    assert shown(task) == [
+        ("start_trip", "SUCCESS", 1),
+        ("search", "SUCCESS", 1),
+        ("search", "SUCCESS", 1),
+        ("approve", "PENDING", 1),
+    ]
+    assert task["steps"][0]["output"] == {"done": ["start"], "sends": ["search", "search"]}
+    assert sorted(s["output"]["done"][0] for s in task["steps"][1:3]) == ["search 0", "search 1"]
+    assert task["steps"][1]["output"]["next"] == ["approve"]
+    assert task["steps"][3]["output"] == {"interrupt": [{"question": "pay 120 EUR?"}]}
+    assert [s["input"] for s in task["steps"]] == [{"superStep": n} for n in (1, 2, 2, 3)]
+    assert task["currentStep"] == 3
+
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        graph = trip_graph(saver)
+        assert graph.invoke(Command(resume="yes"), config)["answer"] == "yes"
+    task = settled(server, token, config, "COMPLETED")
+    assert shown(task)[3:] == [("approve", "SUCCESS", 2), ("quiet", "SUCCESS", 1)]
+    assert task["steps"][3]["output"] == {"answer": "yes", "next": ["quiet"]}
+    assert task["steps"][4]["output"] == {}
+    assert (task["currentStep"], task["totalSteps"]) == (5, 5)
+
+
+def test_a_watched_node_is_running_while_it_runs(served: tuple[Server, str]) -> None:
+    """Guards the watcher (``RunstateSaver.watch``): while a node runs, its step is
+    RUNNING and so is the thread; the control, the same graph unwatched, shows no
+    step until the node has finished."""
+    server, token = served
+    for watched in (True, False):
+        release = threading.Event()
+
+        def slow(state: Trip, release: threading.Event = release) -> dict[str, Any]:
+            assert release.wait(30)
+            return {"done": ["slow"]}
+
+        config = thread()
+        with RunstateSaver.from_url_sync(server.url, token) as saver:
+            builder = StateGraph(Trip)
+            builder.add_node("slow", slow)
+            builder.add_edge(START, "slow")
+            builder.add_edge("slow", END)
+            graph = builder.compile(checkpointer=saver)
+            if watched:
+                graph = saver.watch(graph)
+            run = threading.Thread(target=graph.invoke, args=({"done": [], "answer": ""}, config))
+            run.start()
+            try:
+                if watched:
+                    wait_until(
+                        lambda config=config: (
+                            shown(task_of(server, token, config)) == [("slow", "RUNNING", 1)]
+                        ),
+                        30,
+                        "the node's step RUNNING",
+                    )
+                    assert task_of(server, token, config)["status"] == "RUNNING"
+                else:
+                    # The input checkpoint and the start node's writes are in
+                    # (LangGraph saved them before running the node): no step.
+                    wait_until(
+                        lambda config=config: task_of(server, token, config)["eventSeq"] >= 3,
+                        30,
+                        "the thread's first writes",
+                    )
+                    assert shown(task_of(server, token, config)) == []
+            finally:
+                release.set()
+                run.join(30)
+        assert shown(task_of(server, token, config)) == [("slow", "SUCCESS", 1)]
+    assert task_of(server, token, config)["status"] == "RUNNING"  # no run end unwatched
+
+
+def test_each_node_start_comes_before_its_end_in_the_history(served: tuple[Server, str]) -> None:
+    """Guards the order of the reports (a node's end waits for its start to be
+    sent) and the history of steps added past PENDING (``write.engine``): the
+    events show each node RUNNING, then finished, super-step after super-step,
+    and ``taskAt`` the seq of a start shows that node RUNNING, not PENDING."""
+    server, token = served
+    config = thread()
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        graph = trip_graph(saver)
+        graph.invoke({"done": [], "answer": ""}, config)
+    task = settled(server, token, config, "AWAITING_DECISION")
+    moves = [(s["index"], s["status"]) for e in task["events"] for s in e["steps"]]
+    assert moves[:4] == [(0, "RUNNING"), (0, "SUCCESS"), (1, "RUNNING"), (2, "RUNNING")]
+    assert sorted(moves[4:6]) == [(1, "SUCCESS"), (2, "SUCCESS")]  # parallel: either first
+    assert moves[6:] == [(3, "RUNNING"), (3, "PENDING")]
+    started = next(e for e in task["events"] if e["kind"] == "STEP_STARTED")
+    assert started["status"] == "RUNNING"
+    with Api(server.url, token) as api:
+        then = api(TASK_AT, id=config["configurable"]["thread_id"], seq=started["seq"])["taskAt"]
+    assert then["steps"] == [{"index": 0, "action": "start_trip", "status": "RUNNING"}]
+    assert then["status"] == "RUNNING"
+
+
+def test_a_failed_node_fails_its_step_and_a_retry_runs_it_again(
+    served: tuple[Server, str],
+) -> None:
+    """Guards FAILED reports: the node's step FAILED with its error and the thread
+    FAILED with it; the retry (invoking the thread again) runs that very step
+    again, a second attempt, to SUCCESS, and the thread COMPLETED."""
+    server, token = served
+    config = thread()
+    broken = [True]
+
+    def book(state: Trip) -> dict[str, Any]:
+        if broken[0]:
+            raise ValueError("no seats left")
+        return {"done": ["book"]}
+
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        builder = StateGraph(Trip)
+        builder.add_node("book", book)
+        builder.add_edge(START, "book")
+        builder.add_edge("book", END)
+        graph = saver.watch(builder.compile(checkpointer=saver))
+        with pytest.raises(ValueError, match="no seats left"):
+            graph.invoke({"done": [], "answer": ""}, config)
+        task = settled(server, token, config, "FAILED")
+        assert shown(task) == [("book", "FAILED", 1)]
+        assert task["steps"][0]["error"] == "ValueError: no seats left"
+        broken[0] = False
+        assert graph.invoke(None, config) == {"done": ["book"], "answer": ""}
+    task = settled(server, token, config, "COMPLETED")
+    assert shown(task) == [("book", "SUCCESS", 2)]
+    assert task["steps"][0]["error"] is None
+
+
+def test_a_new_run_takes_a_completed_thread_back_to_running(served: tuple[Server, str]) -> None:
+    """Guards the thread's own status machine: a LangGraph thread runs again on a
+    new input, so its next node takes it from COMPLETED back to RUNNING (its new
+    steps after the old ones), where any other task's COMPLETED is final."""
+    server, token = served
+    config = thread()
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        builder = StateGraph(Trip)
+        builder.add_node("echo", lambda state: {"done": ["echo"]})
+        builder.add_edge(START, "echo")
+        builder.add_edge("echo", END)
+        graph = saver.watch(builder.compile(checkpointer=saver))
+        graph.invoke({"done": [], "answer": ""}, config)
+        settled(server, token, config, "COMPLETED")
+        graph.invoke({"done": [], "answer": ""}, config)
+    task = settled(server, token, config, "COMPLETED")
+    assert shown(task) == [("echo", "SUCCESS", 1), ("echo", "SUCCESS", 1)]
+    statuses = [e["status"] for e in task["events"] if e["steps"] or e["kind"].startswith("TASK")]
+    first_end = statuses.index("COMPLETED")
+    assert "RUNNING" in statuses[first_end:]
+    assert statuses[-1] == "COMPLETED"
+
+
+def test_a_cancelled_thread_stops_its_graph(served: tuple[Server, str]) -> None:
+    """Guards CANCELLED being final for a thread too: a person cancels a thread
+    waiting at its interrupt, and the resume is refused with InvalidTransition at
+    its first write; the thread keeps its steps and its checkpoints as they were."""
+    server, token = served
+    config = thread()
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        graph = trip_graph(saver)
+        graph.invoke({"done": [], "answer": ""}, config)
+        task = settled(server, token, config, "AWAITING_DECISION")
+        with Api(server.url, token) as api:
+            version = api(
+                "query($id: ID!) { task(id: $id) { ... on Task { version } } }",
+                id=config["configurable"]["thread_id"],
+            )["task"]["version"]
+            cancelled = mutate(
+                api,
+                "setTaskStatus",
+                "SetTaskStatusInput",
+                "... on Task { status }",
+                taskId=config["configurable"]["thread_id"],
+                expectedVersion=version,
+                status="CANCELLED",
+            )
+        assert cancelled == {"status": "CANCELLED"}
+        checkpoints = len(list(saver.list(config)))
+        with pytest.raises(InvalidTransition):
+            graph.invoke(Command(resume="yes"), config)
+        assert len(list(saver.list(config))) == checkpoints
+    after = task_of(server, token, config)
+    assert after["status"] == "CANCELLED"
+    assert after["steps"] == task["steps"]
+
+
+def test_a_copied_thread_goes_on_in_its_own_steps(served: tuple[Server, str]) -> None:
+    """Guards the copy of the node map (``graphs.copy``): a thread copied at its
+    interrupt (``copy_thread``, a fork of its task) has the source's steps, and
+    resuming the copy runs the copy's own waiting step again rather than adding
+    another; the source is left waiting."""
+    server, token = served
+    source, copy = thread(), thread()
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        graph = trip_graph(saver)
+        graph.invoke({"done": [], "answer": ""}, source)
+        before = settled(server, token, source, "AWAITING_DECISION")
+        saver.copy_thread(source["configurable"]["thread_id"], copy["configurable"]["thread_id"])
+        assert shown(task_of(server, token, copy)) == shown(before)
+        graph.invoke(Command(resume="no"), copy)
+    task = settled(server, token, copy, "COMPLETED")
+    assert shown(task)[3:] == [("approve", "SUCCESS", 2), ("quiet", "SUCCESS", 1)]
+    assert shown(task_of(server, token, source)) == shown(before)
+    assert task_of(server, token, source)["status"] == "AWAITING_DECISION"
+
+
+def test_bad_node_reports_are_refused_and_write_nothing(served: tuple[Server, str]) -> None:
+    """Guards the checks of a node report (``NodeRun.checked``): InvalidInput
+    naming the field, and the thread's task as it was."""
+    server, token = served
+    config = thread()
+    thread_id = config["configurable"]["thread_id"]
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        graph = trip_graph(saver)
+        graph.invoke({"done": [], "answer": ""}, config)
+    before = settled(server, token, config, "AWAITING_DECISION")
+    node = {"graphTaskId": "t-1", "name": "plan", "status": "SUCCESS"}
+    bad = {
+        "nodes": [],
+        "nodes[0].error": [node | {"status": "FAILED"}],
+        "nodes[0].name": [node | {"name": "n" * 201}],
+        "nodes[1].graphTaskId": [node, node | {"graphTaskId": ""}],
+        "nodes[0].output": [node | {"output": {"big": "x" * 70_000}}],
+    }
+    with Api(server.url, token) as api:
+        for field, nodes in bad.items():
+            refused = mutate(
+                api,
+                "recordGraphRun",
+                "RecordGraphRunInput",
+                "__typename ... on InvalidInput { field }",
+                taskId=thread_id,
+                nodes=nodes,
+            )
+            assert refused == {"__typename": "InvalidInput", "field": field}
+    assert task_of(server, token, config) == before
