@@ -606,6 +606,7 @@ function render() {
   renderOrigin(task);
   renderLease(task, now, live);
   renderDecision(live ? task : null, now);
+  renderInterrupt(live ? task : null);
   renderSteps(task, now, live);
   renderTools(task, now, live);
   renderScrubber();
@@ -675,6 +676,20 @@ function renderDecision(task, now) {
     $("decision-note").textContent = `${task.lock.holderId} still holds the task for ` +
       `${seconds(ms(task.lock.expiresAt) - now)}: a decision is refused until it lets go or its lease runs out.`;
   }
+}
+
+// A LangGraph node stopped at interrupt(): its step is PENDING with the values it
+// asked a person about, and the thread waits for the answer (Command(resume=...)).
+function renderInterrupt(task) {
+  const asking = task && task.status === "AWAITING_DECISION"
+    ? task.steps.find((s) => s.status === "PENDING" && s.output && Array.isArray(s.output.interrupt))
+    : null;
+  $("interrupt").hidden = !asking;
+  if (!asking) return;
+  $("interrupt").dataset.step = asking.index;
+  $("interrupt-question").textContent = `Step ${asking.index} "${asking.action}" waits for a person's answer:`;
+  const values = asking.output.interrupt;
+  $("interrupt-value").textContent = values.map((v) => (typeof v === "string" ? v : JSON.stringify(v, null, 2))).join("\n");
 }
 
 // Each step as a bar on one time axis (from the first start to now, or to the last
