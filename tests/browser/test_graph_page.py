@@ -1,0 +1,74 @@
+"""A LangGraph graph watched in Chromium on a phone (390x844): its node runs as
+steps, one RUNNING while it runs, the question of its ``interrupt()`` shown as
+the thread waits, and the thread COMPLETED once resumed. Screenshots land in
+test-artifacts/browser/."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command
+from playwright.async_api import Browser, expect
+
+from runstate.integrations.langgraph import RunstateSaver
+from tests.browser.pages import ARTIFACTS, PHONE, assert_fits_the_screen, open_dashboard
+from tests.integration.test_langgraph_steps import Trip, approve
+from tests.support import Server
+
+
+async def test_a_graph_is_watched_node_by_node_and_its_question_shown(
+    dashboard: tuple[Server, str], browser: Browser
+) -> None:
+    """Guards the dashboard on a thread: node steps named after their nodes, the
+    running one RUNNING, the interrupt panel with the node's question (hidden once
+    the thread goes on), on a phone without sideways scrolling."""
+    server, token = dashboard
+    release = threading.Event()
+
+    def search(state: Trip) -> dict[str, Any]:
+        assert release.wait(60)
+        return {"done": ["search"]}
+
+    config: RunnableConfig = {"configurable": {"thread_id": f"trip-{uuid.uuid4().hex[:8]}"}}
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        builder = StateGraph(Trip)
+        builder.add_node("search", search)
+        builder.add_node("approve", approve)
+        builder.add_edge(START, "search")
+        builder.add_edge("search", "approve")
+        builder.add_edge("approve", END)
+        graph = saver.watch(builder.compile(checkpointer=saver))
+        first = asyncio.create_task(
+            asyncio.to_thread(graph.invoke, {"done": [], "answer": ""}, config)
+        )
+        thread_id = config["configurable"]["thread_id"]
+        page = await open_dashboard(browser, f"{server.url}/#token={token}", PHONE)
+        await page.goto(f"{server.url}/#token={token}&task={thread_id}")
+        await expect(page.get_by_test_id("step-0")).to_have_attribute(
+            "data-status", "RUNNING", timeout=20_000
+        )
+        await expect(page.get_by_test_id("step-0")).to_contain_text("search")
+        await page.screenshot(path=ARTIFACTS / "graph-1-running-phone.png", full_page=True)
+        release.set()
+        await first
+
+        await expect(page.get_by_test_id("interrupt")).to_be_visible(timeout=20_000)
+        await expect(page.get_by_test_id("interrupt-question")).to_have_text(
+            'Step 1 "approve" waits for a person\'s answer:'
+        )
+        await expect(page.get_by_test_id("interrupt-value")).to_contain_text('"pay 120 EUR?"')
+        await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "PENDING")
+        await expect(page.get_by_test_id("decision")).to_be_hidden()
+        await assert_fits_the_screen(page, "task", "interrupt", "interrupt-value")
+        await page.screenshot(path=ARTIFACTS / "graph-2-interrupt-phone.png", full_page=True)
+
+        await asyncio.to_thread(graph.invoke, Command(resume="yes"), config)
+    await expect(page.get_by_test_id("interrupt")).to_be_hidden(timeout=20_000)
+    await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "SUCCESS")
+    await expect(page.locator("#status")).to_have_text("completed", timeout=20_000)
+    await page.screenshot(path=ARTIFACTS / "graph-3-completed-phone.png", full_page=True)
