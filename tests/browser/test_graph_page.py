@@ -43,9 +43,8 @@ async def test_a_graph_is_watched_node_by_node_and_its_question_shown(
         builder.add_edge("search", "approve")
         builder.add_edge("approve", END)
         graph = saver.watch(builder.compile(checkpointer=saver))
-        first = asyncio.create_task(
-            asyncio.to_thread(graph.invoke, {"done": [], "answer": ""}, config)
-        )
+        start: Trip = {"done": [], "answer": ""}
+        first = asyncio.create_task(asyncio.to_thread(lambda: graph.invoke(start, config)))
         thread_id = config["configurable"]["thread_id"]
         page = await open_dashboard(browser, f"{server.url}/#token={token}", PHONE)
         await page.goto(f"{server.url}/#token={token}&task={thread_id}")
@@ -67,7 +66,7 @@ async def test_a_graph_is_watched_node_by_node_and_its_question_shown(
         await assert_fits_the_screen(page, "task", "interrupt", "interrupt-value")
         await page.screenshot(path=ARTIFACTS / "graph-2-interrupt-phone.png", full_page=True)
 
-        await asyncio.to_thread(graph.invoke, Command(resume="yes"), config)
+        await asyncio.to_thread(lambda: graph.invoke(Command(resume="yes"), config))
     await expect(page.get_by_test_id("interrupt")).to_be_hidden(timeout=20_000)
     await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "SUCCESS")
     await expect(page.locator("#status")).to_have_text("completed", timeout=20_000)
