@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import importlib.util
 import json
 import os
 import socket
@@ -71,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="serve, and run a simulated agent to watch")
     demo.add_argument("--host", default="127.0.0.1")
     demo.add_argument("--port", type=int, default=8000)
+    demo.add_argument(
+        "--langgraph",
+        action="store_true",
+        help="run a LangGraph graph on RunstateSaver instead (needs runstate[langgraph])",
+    )
 
     commands.add_parser("migrate", help="apply pending database migrations")
     commands.add_parser(
@@ -114,9 +120,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.command == "demo":
         from runstate.demo import serve_with_demo
 
+        if args.langgraph and importlib.util.find_spec("langgraph") is None:
+            sys.exit(
+                "runstate: demo --langgraph needs LangGraph: pip install 'runstate[langgraph]'"
+            )
         _require_free_port(args.host, args.port)
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve_with_demo(args.host, args.port, settings.database_url))
+            asyncio.run(
+                serve_with_demo(
+                    args.host, args.port, settings.database_url, langgraph=args.langgraph
+                )
+            )
         print("runstate: stopped", flush=True)
     elif args.command == "export-schema":
         from runstate import api

@@ -193,9 +193,12 @@ async def trips(url: str, token: str) -> None:
                 await process.wait()
 
 
-async def serve_with_demo(host: str, port: int, database_url: str) -> None:
+async def serve_with_demo(
+    host: str, port: int, database_url: str, *, langgraph: bool = False
+) -> None:
     """Serve (SQLite and the in-process broker by default), print a signed-in link,
-    and book trips."""
+    and book trips: with the SDK's agents, or with a LangGraph graph
+    (``demo_graph``)."""
     import uvicorn
 
     from runstate.app import create_app, server_options
@@ -218,14 +221,27 @@ async def serve_with_demo(host: str, port: int, database_url: str) -> None:
         await asyncio.sleep(0.05)  # uvicorn has no started event to await
     token = await create_token("demo")
     base = f"http://{host}:{port}"
+    if langgraph:
+        from runstate.demo_graph import graph_trips
+
+        story = (
+            "A LangGraph graph is booking a trip. Watch its nodes run as steps, two at\n"
+            "once, and stop at a question for a person."
+        )
+        work = graph_trips(base, token)
+    else:
+        story = (
+            "An agent is booking a trip. Watch it work, crash at 'book flight', and wait\n"
+            "for you to decide."
+        )
+        work = trips(base, token)
     print(
         "\nrunstate is running. Open the dashboard (you are signed in as 'demo'):\n\n"
         f"    {base}/#token={token}\n\n"
-        "An agent is booking a trip. Watch it work, crash at 'book flight', and wait\n"
-        "for you to decide. Ctrl-C stops everything.\n",
+        f"{story} Ctrl-C stops everything.\n",
         flush=True,
     )
-    demo = asyncio.create_task(trips(base, token))
+    demo = asyncio.create_task(work)
     try:
         await serving
     finally:

@@ -125,11 +125,11 @@ class Demo:
     """``runstate demo`` on a free port and a SQLite file, up to its signed-in link;
     ``api`` is a client with the link's token."""
 
-    def __init__(self, database: Path) -> None:
+    def __init__(self, database: Path, *options: str) -> None:
         self.port = free_port()
         env = {**os.environ, "RUNSTATE_DATABASE_URL": f"sqlite://{database}"}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "runstate", "demo", "--port", str(self.port)],
+            [sys.executable, "-m", "runstate", "demo", "--port", str(self.port), *options],
             env=env,
             stdout=subprocess.PIPE,
             text=True,
@@ -260,3 +260,32 @@ def test_serve_workers_runs_several_processes_with_redis(tmp_path: Path) -> None
         serving.terminate()
         serving.wait(timeout=20)
     assert log.read_text().count("Finished server process") == 2
+
+
+def test_demo_langgraph_runs_a_graph_to_its_question_and_on(tmp_path: Path) -> None:
+    """Guards ``runstate demo --langgraph``: its trip graph's nodes show as steps
+    (the two searches in one super-step), the thread waits at ``approve`` with
+    the question, and the demo's answer takes it to COMPLETED."""
+    with Demo(tmp_path / "demo.db", "--langgraph") as demo:
+        fields = "id status steps { action status output }"
+        wait_until(
+            lambda: any(t["status"] == "AWAITING_DECISION" for t in demo.tasks(fields)),
+            60,
+            "the graph to ask its question",
+        )
+        (trip,) = demo.tasks(fields)
+        assert [(s["action"], s["status"]) for s in trip["steps"]] == [
+            ("plan", "SUCCESS"),
+            *sorted([("search_flights", "SUCCESS"), ("search_hotels", "SUCCESS")]),
+            ("compare", "SUCCESS"),
+            ("approve", "PENDING"),
+        ]
+        (asked,) = trip["steps"][4]["output"]["interrupt"]
+        assert asked["question"].startswith("Book TP 1351 to Lisbon and Casa do Rio")
+        wait_until(
+            lambda: demo.tasks(fields)[-1]["status"] == "COMPLETED",
+            60,
+            "the demo to answer and the graph to finish",
+        )
+        done = next(t for t in demo.tasks(fields) if t["id"] == trip["id"])
+        assert [s["action"] for s in done["steps"]][-3:] == ["approve", "book", "confirm"]

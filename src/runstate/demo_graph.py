@@ -1,0 +1,127 @@
+"""``runstate demo --langgraph``: a LangGraph graph books trips on ``RunstateSaver``.
+
+No model calls: deterministic nodes, each taking a moment so a person can
+follow it in the dashboard (plain functions: LangGraph runs them in threads).
+``plan`` fans out to ``search_flights`` and ``search_hotels`` (one super-step,
+both RUNNING at once), ``compare`` picks, ``approve`` asks a person with
+``interrupt()``, then ``book`` and ``confirm``. Each node run is a step of the
+thread's task; the thread waits at the question until the demo answers it (as an
+application would, with ``Command(resume=...)``) after ``ANSWER_AFTER`` seconds.
+Then the next trip starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import operator
+import time
+import uuid
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, interrupt
+
+from runstate.integrations.langgraph import RunstateSaver
+
+SESSION = "langgraph-demo"
+PAUSE = 1.5
+"""Seconds a node takes: slow enough to watch."""
+ANSWER_AFTER = 10.0
+"""Seconds the demo leaves a trip's question to a person watching, then answers it."""
+CITIES = ["Lisbon", "Kyoto", "Valparaíso", "Tallinn", "Oaxaca"]
+TRAVELLERS = ["Ana", "Kenji", "Rosa", "Mart", "Lupe", "Idris", "Nora"]
+
+
+class Trip(TypedDict):
+    """A trip being booked: each node adds what it found or did."""
+
+    traveller: str
+    city: str
+    options: Annotated[list[dict[str, Any]], operator.add]
+    choice: dict[str, Any]
+    answer: str
+    booking: str
+
+
+def plan(state: Trip) -> dict[str, Any]:
+    time.sleep(PAUSE)
+    return {"options": []}
+
+
+def search_flights(state: Trip) -> dict[str, Any]:
+    time.sleep(PAUSE)
+    return {"options": [{"kind": "flight", "what": f"TP 1351 to {state['city']}", "eur": 214}]}
+
+
+def search_hotels(state: Trip) -> dict[str, Any]:
+    time.sleep(PAUSE * 2)
+    return {"options": [{"kind": "hotel", "what": f"Casa do Rio, {state['city']}", "eur": 420}]}
+
+
+def compare(state: Trip) -> dict[str, Any]:
+    time.sleep(PAUSE)
+    total = sum(int(o["eur"]) for o in state["options"])
+    return {"choice": {"items": [o["what"] for o in state["options"]], "eur": total}}
+
+
+def approve(state: Trip) -> dict[str, Any]:
+    choice = state["choice"]
+    question = f"Book {' and '.join(choice['items'])} for {choice['eur']} EUR?"
+    return {"answer": interrupt({"question": question, "traveller": state["traveller"]})}
+
+
+def book(state: Trip) -> dict[str, Any]:
+    time.sleep(PAUSE)
+    if state["answer"] != "yes":
+        return {"booking": "not booked"}
+    return {"booking": f"PNR-{uuid.uuid4().hex[:6].upper()}"}
+
+
+def confirm(state: Trip) -> dict[str, Any]:
+    time.sleep(PAUSE)
+    return {}
+
+
+def trip_graph(saver: RunstateSaver) -> CompiledStateGraph[Any]:
+    """The trip graph, checkpointed by ``saver`` and watched node by node."""
+    builder = StateGraph(Trip)
+    builder.add_node("plan", plan)
+    builder.add_node("search_flights", search_flights)
+    builder.add_node("search_hotels", search_hotels)
+    builder.add_node("compare", compare)
+    builder.add_node("approve", approve)
+    builder.add_node("book", book)
+    builder.add_node("confirm", confirm)
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "search_flights")
+    builder.add_edge("plan", "search_hotels")
+    builder.add_edge(["search_flights", "search_hotels"], "compare")
+    builder.add_edge("compare", "approve")
+    builder.add_edge("approve", "book")
+    builder.add_edge("book", "confirm")
+    builder.add_edge("confirm", END)
+    return saver.watch(builder.compile(checkpointer=saver))
+
+
+async def graph_trips(base: str, token: str) -> None:
+    """Book trips one after another, each a thread of its own, forever."""
+    trips = zip(itertools.cycle(TRAVELLERS), itertools.cycle(CITIES), strict=False)
+    async with RunstateSaver.from_url(base, token, session_id=SESSION) as saver:
+        graph = trip_graph(saver)
+        for traveller, city in trips:
+            thread_id = f"trip-{city.lower()}-{uuid.uuid4().hex[:6]}"
+            config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+            start: dict[str, Any] = {"traveller": traveller, "city": city, "options": []}
+            asked = await graph.ainvoke(start, config)
+            question = asked["__interrupt__"][0].value["question"]
+            print(
+                f"{thread_id} asks: {question} The demo answers yes in {ANSWER_AFTER:.0f} s.",
+                flush=True,
+            )
+            await asyncio.sleep(ANSWER_AFTER)
+            done = await graph.ainvoke(Command(resume="yes"), config)
+            print(f"{thread_id} booked: {done['booking']}", flush=True)
+            await asyncio.sleep(ANSWER_AFTER)
