@@ -337,3 +337,48 @@ def test_bad_node_reports_are_refused_and_write_nothing(served: tuple[Server, st
             )
             assert refused == {"__typename": "InvalidInput", "field": field}
     assert task_of(server, token, config) == before
+
+
+def test_no_claim_takes_a_thread_whose_graph_stopped(served: tuple[Server, str]) -> None:
+    """Guards claimTask passing LangGraph threads by (``leases._GRAPH``): a thread
+    whose owner let go mid-run (unwatched: still RUNNING, its lease released) is
+    stalled, as any task whose agent is gone, yet a claim takes the SDK's task
+    beside it, created later, and then finds nothing more."""
+    server, token = served
+    config = thread()
+    session = f"s-{uuid.uuid4().hex[:8]}"
+    with RunstateSaver.from_url_sync(server.url, token, session_id=session, holder="g1") as saver:
+        builder = StateGraph(Trip)
+        builder.add_node("echo", lambda state: {"done": ["echo"]})
+        builder.add_edge(START, "echo")
+        builder.add_edge("echo", END)
+        builder.compile(checkpointer=saver).invoke({"done": [], "answer": ""}, config)
+    with Api(server.url, token) as api:
+        stalled = api(
+            "query($id: ID!) { task(id: $id) { ... on Task { status stalled } } }",
+            id=config["configurable"]["thread_id"],
+        )["task"]
+        assert stalled == {"status": "RUNNING", "stalled": True}
+        made = mutate(
+            api,
+            "createTask",
+            "CreateTaskInput",
+            "... on Task { id }",
+            sessionId=session,
+            goal="an SDK task",
+            steps=[{"action": "work"}],
+        )
+
+        def claim() -> dict[str, Any]:
+            return mutate(
+                api,
+                "claimTask",
+                "ClaimTaskInput",
+                "__typename ... on TaskLock { taskId }",
+                holderId="worker",
+                ttlSeconds=30,
+                sessionId=session,
+            )
+
+        assert claim() == {"__typename": "TaskLock", "taskId": made["id"]}
+        assert claim() == {"__typename": "NotFound"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from tortoise.expressions import RawSQL
 from tortoise.queryset import QuerySet
 
 from runstate.enums import TaskEventKind, TaskStatus
@@ -200,16 +201,22 @@ def _grant(holder_id: str, ttl_seconds: int) -> Callable[[datetime], sql.Fragmen
     return grant
 
 
+_GRAPH = 'EXISTS (SELECT 1 FROM "graph_checkpoints" g WHERE g."task_id" = "tasks"."id")'
+"""A LangGraph thread, which no claim takes: its graph runs it, never a worker of
+the SDK (a crashed graph's thread is stalled, and only a graph process can go on
+with it). One probe of the checkpoints' unique index per task looked at."""
+
+
 def _still_claimable(now: datetime) -> sql.Fragment:
     """A task a worker may claim, as SQL on the task row: PLANNED with no live
-    lease, or stalled, in an open session (``conditions``). What the claim's UPDATE
-    checks again of the task it picked."""
+    lease, or stalled, in an open session (``conditions``), and no LangGraph
+    thread. What the claim's UPDATE checks again of the task it picked."""
     live, live_params = no_live_lease_sql(now)
     gone, gone_params = stalled_sql(now)
     opened, opened_params = open_session_sql(now, "s")
     return (
         f'(("status" = ? AND ({live})) OR ({gone})) AND EXISTS (SELECT 1 FROM "sessions" s'
-        f' WHERE s."id" = "tasks"."session_id" AND {opened})',
+        f' WHERE s."id" = "tasks"."session_id" AND {opened}) AND NOT {_GRAPH}',
         [TaskStatus.PLANNED.value, *live_params, *gone_params, *opened_params],
     )
 
@@ -234,6 +241,7 @@ async def _oldest_claimable(user_id: str, session_id: str | None, now: datetime)
     for status in (TaskStatus.PLANNED, *WORKING):
         condition = no_live_lease(now) if status is TaskStatus.PLANNED else stalled(now)
         oldest = _candidates(user_id, session_id, now).filter(condition, status=status)
+        oldest = oldest.annotate(graph=RawSQL(_GRAPH)).filter(graph=False)
         found += [row["id"] for row in await oldest.order_by("id").limit(1).values("id")]
     return min(found, default=None)
 

@@ -498,7 +498,8 @@ def _added_bytes(draft: Draft) -> int:
 async def _settle(draft: Draft, stored_bytes: int) -> None:
     """Write the changed and added steps, their history rows, and the task's own
     columns (``stored_bytes`` always, the others when they moved); complete the task
-    when its last step finished."""
+    when this write finished its last unfinished step (a later write, a lease's
+    release say, never completes a task left otherwise with its steps done)."""
     task, conn = draft.task, draft.conn
     seq = task.event_seq
     changed = [draft.steps[p] for p in sorted(draft.changed)]
@@ -513,7 +514,8 @@ async def _settle(draft: Draft, stored_bytes: int) -> None:
     current = await _current_step(draft)
     if draft.wants_completed and current < draft.total:
         raise InvalidTransitionError("task", task.status, TaskStatus.COMPLETED)
-    if 0 < draft.total == current and draft.complete_when_done and draft.status not in FINAL_TASKS:
+    finished_now = 0 < draft.total == current != task.current_step
+    if finished_now and draft.complete_when_done and draft.status not in FINAL_TASKS:
         draft.move_task(TaskStatus.COMPLETED, jump=True)
     moved: dict[str, Any] = {"stored_bytes": stored_bytes}
     if draft.status is not task.status:
