@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8000
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off
 
-.PHONY: run test bench lint fmt clean migrations
+.PHONY: run run-langgraph test bench lint fmt clean migrations
 
 $(RUNTIME): pyproject.toml
 	@echo "runstate: setting up $(VENV) (first run only; about a minute)"
@@ -27,6 +27,12 @@ $(STAMP): $(RUNTIME)
 run: export RUNSTATE_RUN_BY_MAKE = 1
 run: $(RUNTIME)
 	@$(BIN)/runstate demo --port $(PORT)
+
+# The same with a LangGraph graph on RunstateSaver (installs the langgraph extra).
+run-langgraph: export RUNSTATE_RUN_BY_MAKE = 1
+run-langgraph: $(RUNTIME)
+	@$(PIP) --quiet -e '.[langgraph]'
+	@$(BIN)/runstate demo --langgraph --port $(PORT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -10,7 +10,8 @@ run's time less the bare run's, over the super-steps run:
   on the machine's PostgreSQL (a fresh database), in this process;
 - ``RunstateSaver`` against ``runstate serve`` on SQLite, and on PostgreSQL (a
   fresh database of the same server), with the server process's CPU per
-  super-step (from /proc) beside.
+  super-step (from /proc) beside; on PostgreSQL once more with the graph watched
+  (``saver.watch``: each node's start shown, one more request a super-step).
 
 Run with ``make bench``; never part of ``make test``.
 """
@@ -66,8 +67,11 @@ def chain() -> StateGraph[Count]:
 
 
 async def run(saver: BaseCheckpointSaver[Any] | None) -> float:
-    """Seconds for ROUNDS runs of the chain, each on a thread of its own."""
+    """Seconds for ROUNDS runs of the chain, each on a thread of its own; a
+    ``Watched`` saver's graph reports each node's start (``RunstateSaver.watch``)."""
     graph = chain().compile(checkpointer=saver)
+    if isinstance(saver, Watched):
+        graph = saver.watch(graph)
     # Without a checkpointer LangGraph 1.2 fails on durability="sync": nothing to wait for.
     options: dict[str, Any] = {} if saver is None else {"durability": "sync"}
     began = time.perf_counter()
@@ -76,6 +80,10 @@ async def run(saver: BaseCheckpointSaver[Any] | None) -> float:
         done = await graph.ainvoke({"count": 0}, config, **options)
         assert done["count"] == NODES
     return time.perf_counter() - began
+
+
+class Watched(RunstateSaver):
+    """A RunstateSaver whose graphs ``run`` watches."""
 
 
 @asynccontextmanager
@@ -153,6 +161,12 @@ def main() -> None:
                 "runstate_postgres": await measure(
                     "RunstateSaver, runstate serve on PostgreSQL",
                     RunstateSaver.from_url(pg_url, pg_token),
+                    bare,
+                    pg_pid,
+                ),
+                "watched_postgres": await measure(
+                    "RunstateSaver watched (starts shown), on PostgreSQL",
+                    Watched.from_url(pg_url, pg_token),
                     bare,
                     pg_pid,
                 ),

@@ -6,6 +6,7 @@ history, forks and cancelling as on any task."""
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import threading
 import uuid
@@ -19,7 +20,7 @@ from langgraph.types import Command, Send, interrupt
 
 from runstate.client import InvalidTransition
 from runstate.integrations.langgraph import RunstateSaver
-from tests.support import Api, Server, mutate, wait_until
+from tests.support import Api, Server, Subscriber, mutate, wait_until
 
 TASK = """query($id: ID!) { task(id: $id) { ... on Task {
   status currentStep totalSteps eventSeq
@@ -382,3 +383,47 @@ def test_no_claim_takes_a_thread_whose_graph_stopped(served: tuple[Server, str])
 
         assert claim() == {"__typename": "TaskLock", "taskId": made["id"]}
         assert claim() == {"__typename": "NotFound"}
+
+
+async def test_a_subscriber_sees_the_nodes_run_live(served: tuple[Server, str]) -> None:
+    """Guards the node steps reaching ``taskProgress`` as they commit (published
+    after their writes, as every task write): a subscriber from before the run
+    sees the first node RUNNING, then SUCCESS, the searches, and the thread
+    AWAITING_DECISION with the interrupt's step, in that order."""
+    server, token = served
+    config = thread()
+    thread_id = config["configurable"]["thread_id"]
+    async with RunstateSaver.from_url(server.url, token) as saver:
+        graph = trip_graph(saver)
+        with Api(server.url, token) as api:  # the thread's task, made first to follow it
+            mutate(api, "startSession", "StartSessionInput", "__typename", id=saver.session_id)
+            mutate(
+                api,
+                "createTask",
+                "CreateTaskInput",
+                "__typename",
+                id=thread_id,
+                sessionId=saver.session_id,
+                goal=f"LangGraph thread {thread_id}",
+                steps=[],
+            )
+        query = (
+            "subscription($id: ID!) { taskProgress(taskId: $id) {"
+            " seq kind status steps { index action status output } } }"
+        )
+        async with Subscriber(server.url, token, query, {"id": thread_id}) as live:
+            await live.next()  # the SNAPSHOT
+            run = asyncio.create_task(graph.ainvoke({"done": [], "answer": ""}, config))
+            events = await live.until(lambda e: e["taskProgress"]["status"] == "AWAITING_DECISION")
+            await run
+    moves = [(s["action"], s["status"]) for e in events for s in e["taskProgress"]["steps"]]
+    assert moves[:3] == [
+        ("start_trip", "RUNNING"),
+        ("start_trip", "SUCCESS"),
+        ("search", "RUNNING"),
+    ]
+    assert moves[-2:] == [("approve", "RUNNING"), ("approve", "PENDING")]
+    last = events[-1]["taskProgress"]
+    assert last["steps"][0]["output"] == {"interrupt": [{"question": "pay 120 EUR?"}]}
+    seqs = [e["taskProgress"]["seq"] for e in events[1:]]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
