@@ -241,3 +241,43 @@ def test_the_threads_session_outlives_a_long_wait_at_an_interrupt(
             id=session_id,
         )
     assert found == {"session": {"ttlSeconds": 366 * 24 * 3600}}
+
+
+def test_list_reads_a_named_checkpoint_by_id_and_pages_lazily(
+    served: tuple[Server, str],
+) -> None:
+    """Guards ``RunstateSaver.list``: a config naming a checkpoint reads that one by
+    its id, whatever the thread's length (no page of the list), and a listing
+    reads its pages as they are consumed (the first checkpoint costs one page)."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    server, token = served
+    config = thread()
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        ids = []
+        parent: RunnableConfig = config
+        for step in range(100):
+            checkpoint = empty_checkpoint()
+            parent = saver.put(parent, checkpoint, {"source": "loop", "step": step}, {})
+            ids.append(checkpoint["id"])
+        calls: list[str] = []
+        client = saver._client
+        for name in ("graph_checkpoint", "graph_checkpoints"):
+            real = getattr(client, name)
+
+            def counted(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+                calls.append(_name)
+                return _real(*args, **kw)
+
+            setattr(client, name, counted)
+        oldest: RunnableConfig = {
+            "configurable": {**config["configurable"], "checkpoint_id": ids[0]}
+        }
+        assert [t.checkpoint["id"] for t in saver.list(oldest)] == [ids[0]]
+        assert calls == ["graph_checkpoint"]
+        assert [t.checkpoint["id"] for t in saver.list(oldest, filter={"step": 1})] == []
+        calls.clear()
+        newest = next(iter(saver.list(config)))
+        assert newest.checkpoint["id"] == ids[-1]
+        assert calls == ["graph_checkpoints"]
+        assert [t.checkpoint["id"] for t in saver.list(config)] == ids[::-1]

@@ -71,6 +71,41 @@ def _typed(value: dict[str, Any]) -> tuple[str, bytes]:
     return str(value["type"]), base64.b64decode(value["payload"])
 
 
+class _Listing:
+    """Where a ``list`` of checkpoints stands: what it asks, its cursor and how many
+    it may still give."""
+
+    def __init__(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> None:
+        configurable = config["configurable"] if config else {}
+        self.wanted = get_checkpoint_id(config) if config else None
+        self.before = get_checkpoint_id(before) if before else None
+        self.filter = filter or {}
+        self.arguments: dict[str, Any] = {
+            "threadId": configurable.get("thread_id"),
+            "namespace": configurable.get("checkpoint_ns"),
+            "before": self.before,
+            "metadata": filter or None,
+        }
+        self.after: str | None = None
+        self.left = limit
+        self.direct = self.wanted is not None and self.arguments["threadId"] is not None
+        """The config names one checkpoint of one thread: read it by its id."""
+        self.done = limit == 0
+
+    def admits(self, found: dict[str, Any]) -> bool:
+        """Whether a checkpoint read by id passes the listing's filter and ``before``."""
+        metadata = found["metadata"]
+        if self.before is not None and not found["checkpointId"] < self.before:
+            return False
+        return all(metadata.get(k) == v for k, v in self.filter.items())
+
+
 class RunstateSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer whose threads are tasks of a runstate server.
 
@@ -218,8 +253,10 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        for found in await self._run(self._list(config, filter, before, limit)):
-            yield found
+        listing = _Listing(config, filter, before, limit)
+        while not listing.done:
+            for found in await self._run(self._next_page(listing)):
+                yield found
 
     async def aput(
         self,
@@ -264,7 +301,9 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        yield from self._wait(self._list(config, filter, before, limit))
+        listing = _Listing(config, filter, before, limit)
+        while not listing.done:
+            yield from self._wait(self._next_page(listing))
 
     def put(
         self,
@@ -408,35 +447,36 @@ class RunstateSaver(BaseCheckpointSaver[str]):
             return None
         return self._tuple(found)
 
-    async def _list(
-        self,
-        config: RunnableConfig | None,
-        filter: dict[str, Any] | None,
-        before: RunnableConfig | None,
-        limit: int | None,
-    ) -> builtins.list[CheckpointTuple]:
-        configurable = config["configurable"] if config else {}
-        wanted = get_checkpoint_id(config) if config else None
-        arguments: dict[str, Any] = {
-            "threadId": configurable.get("thread_id"),
-            "namespace": configurable.get("checkpoint_ns"),
-            "before": get_checkpoint_id(before) if before else None,
-            "metadata": filter or None,
-        }
-        found: builtins.list[CheckpointTuple] = []
-        after = None
-        while limit is None or len(found) < limit:
+    async def _next_page(self, listing: _Listing) -> builtins.list[CheckpointTuple]:
+        """The listing's next page (a config naming a checkpoint: that one alone, read
+        by its id, if it passes the filter and ``before``)."""
+        if listing.direct:
+            listing.done = True
             try:
-                page = await self._client.graph_checkpoints(**arguments, after=after)
+                found = await self._client.graph_checkpoint(
+                    str(listing.arguments["threadId"]),
+                    listing.arguments["namespace"] or "",
+                    listing.wanted,
+                )
             except NotFound:
                 return []
-            for item in page["checkpoints"]:
-                if wanted is None or item["checkpointId"] == wanted:
-                    found.append(self._tuple(item))
-            after = page["after"]
-            if after is None:
-                break
-        return found if limit is None else found[:limit]
+            return [self._tuple(found)] if listing.admits(found) else []
+        try:
+            page = await self._client.graph_checkpoints(**listing.arguments, after=listing.after)
+        except NotFound:
+            listing.done = True
+            return []
+        listing.after = page["after"]
+        items = [
+            self._tuple(item)
+            for item in page["checkpoints"]
+            if listing.wanted is None or item["checkpointId"] == listing.wanted
+        ]
+        if listing.left is not None:
+            items = items[: listing.left]
+            listing.left -= len(items)
+        listing.done = listing.after is None or listing.left == 0
+        return items
 
     def _tuple(self, found: dict[str, Any]) -> CheckpointTuple:
         thread_id, namespace = found["threadId"], found["namespace"]
