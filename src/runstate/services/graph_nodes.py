@@ -25,6 +25,7 @@ from typing import Any
 
 from runstate.enums import GraphNodeStatus, GraphRunEnd, StepStatus, TaskEventKind, TaskStatus
 from runstate.models import GRAPH_NAMESPACE_LENGTH, KEY_LENGTH, GraphNode, Step, box
+from runstate.services import sql
 from runstate.services.errors import InvalidInputError, InvalidTransitionError
 from runstate.services.history import AS_ADDED
 from runstate.services.house import House
@@ -81,16 +82,8 @@ async def record(draft: Draft, runs: Sequence[NodeRun]) -> int | None:
     first step they touched (None: none, a thread already at its step limit)."""
     if draft.status is TaskStatus.CANCELLED:
         raise InvalidTransitionError("task", draft.status, TaskStatus.RUNNING)
-    conn, pk = draft.conn, draft.task.id
-    keys = {(r.namespace, r.task_key) for r in runs}
-    held = {
-        (n.namespace, n.task_key): n
-        for n in await GraphNode.filter(
-            task_id=pk,
-            namespace__in={k[0] for k in keys},
-            task_key__in={k[1] for k in keys},
-        ).using_db(conn)
-    }
+    conn = draft.conn
+    held = await _nodes(draft, runs)
     await draft.load(n.position for n in held.values())
     made: list[GraphNode] = []
     touched: list[int] = []
@@ -102,7 +95,10 @@ async def record(draft: Draft, runs: Sequence[NodeRun]) -> int | None:
                 continue  # the plan is full: the graph goes on, unshown
             step = _added(draft, run)
             node = GraphNode(
-                task_id=pk, namespace=run.namespace, task_key=run.task_key, position=step.position
+                task_id=draft.task.id,
+                namespace=run.namespace,
+                task_key=run.task_key,
+                position=step.position,
             )
             held[(run.namespace, run.task_key)] = node
             made.append(node)
@@ -115,12 +111,35 @@ async def record(draft: Draft, runs: Sequence[NodeRun]) -> int | None:
         touched.append(step.position)
         draft.status = await _follow(draft, run, was)
     if made:  # one small row per step, bounded as the steps are: not counted apart
-        await GraphNode.bulk_create(made, using_db=conn)
+        rows = [{f: getattr(n, f) for f in _NEW_FIELDS} for n in made]
+        await sql.execute(conn, *sql.insert_rows(GraphNode, rows))
     for value in (True, False):
         ids = [i for i, v in flagged.items() if v is value]
         if ids:
-            await GraphNode.filter(id__in=ids).using_db(conn).update(interrupted=value)
+            await sql.execute(
+                conn,
+                f'UPDATE "graph_nodes" SET "interrupted" = ? WHERE "id" IN ({sql.marks(ids)})',
+                [value, *ids],
+            )
     return min(touched, default=None)
+
+
+_FIELDS = sql.columns(GraphNode)
+_NEW_FIELDS = sql.columns(GraphNode, "id")
+
+
+async def _nodes(draft: Draft, runs: Sequence[NodeRun]) -> dict[tuple[str, str], GraphNode]:
+    """The stored nodes the runs name, by (namespace, task key): one indexed read
+    (in SQL: through the ORM it cost more than the statement)."""
+    keys = sorted({r.task_key for r in runs})
+    rows = await sql.fetch(
+        draft.conn,
+        f'SELECT {sql.names(_FIELDS)} FROM "graph_nodes"'
+        f' WHERE "task_id" = ? AND "task_key" IN ({sql.marks(keys)})',
+        [draft.task.id, *keys],
+    )
+    nodes = (GraphNode(**sql.decode(GraphNode, row, _FIELDS)) for row in rows)
+    return {(n.namespace, n.task_key): n for n in nodes}
 
 
 def _added(draft: Draft, run: NodeRun) -> Step:
@@ -198,8 +217,12 @@ async def _follow(draft: Draft, run: NodeRun, was_interrupted: bool) -> TaskStat
 async def _waiting(draft: Draft) -> bool:
     """Whether a node of the thread still waits at an interrupt (rows as stored,
     before this write's flags)."""
-    waiting = GraphNode.filter(task_id=draft.task.id, interrupted=True).using_db(draft.conn)
-    return await waiting.count() > 1
+    rows = await sql.fetch(
+        draft.conn,
+        'SELECT COUNT(*) AS "n" FROM "graph_nodes" WHERE "task_id" = ? AND "interrupted" = ?',
+        [draft.task.id, True],
+    )
+    return int(rows[0]["n"]) > 1
 
 
 async def write_thread(

@@ -177,63 +177,66 @@ async def put_checkpoint(
     async def apply(draft: Draft) -> Change:
         conn, pk = draft.conn, draft.task.id
         freed = 0
-        same = GraphCheckpoint.filter(task_id=pk, namespace=namespace, checkpoint_id=checkpoint_id)
-        held = await same.using_db(conn)
+        same = '"task_id" = ? AND "namespace" = ? AND "checkpoint_id" = ?'
+        held = await _rows(conn, GraphCheckpoint, same, [pk, namespace, checkpoint_id])
         stored = set()
         if channels:
-            stored = {
-                (c, v)
-                for c, v in await GraphBlob.filter(
-                    task_id=pk,
-                    namespace=namespace,
-                    channel__in={c.channel for c in channels},
-                    version__in={c.version for c in channels},
-                )
-                .using_db(conn)
-                .values_list("channel", "version")
-            }
+            names = sorted({c.channel for c in channels})
+            versions = sorted({c.version for c in channels})
+            found = await sql.fetch(
+                conn,
+                'SELECT "channel", "version" FROM "graph_blobs" WHERE "task_id" = ?'
+                f' AND "namespace" = ? AND "channel" IN ({sql.marks(names)})'
+                f' AND "version" IN ({sql.marks(versions)})',
+                [pk, namespace, *names, *versions],
+            )
+            stored = {(r["channel"], r["version"]) for r in found}
         new = [c for c in channels if (c.channel, c.version) not in stored]
         if not new and any(_as_given(row) for row in held):
             raise Unchanged  # sent again (a retry): stored already, nothing to write
         for row in held:
             freed += row.stored_bytes
         if held:
-            await same.using_db(conn).delete()
-        blobs = [
-            GraphBlob(
-                task_id=pk,
-                namespace=namespace,
-                channel=c.channel,
-                version=c.version,
-                type=c.value.type,
-                payload=c.value.payload,
-                stored_bytes=encoded_bytes(
+            await sql.execute(
+                conn,
+                f'DELETE FROM "graph_checkpoints" WHERE {same}',
+                [pk, namespace, checkpoint_id],
+            )
+        blobs: list[dict[str, Any]] = [
+            {
+                "task_id": pk,
+                "namespace": namespace,
+                "channel": c.channel,
+                "version": c.version,
+                "type": c.value.type,
+                "payload": c.value.payload,
+                "stored_bytes": encoded_bytes(
                     c.value.payload, namespace, c.channel, c.version, c.value.type
                 ),
-            )
+            }
             for c in {(c.channel, c.version): c for c in new}.values()
         ]
-        if blobs:
-            await GraphBlob.bulk_create(blobs, using_db=conn)
+        for chunk in sql.chunks(blobs):
+            await sql.execute(conn, *sql.insert_rows(GraphBlob, chunk))
         row_bytes = encoded_bytes(
             checkpoint.payload, namespace, checkpoint_id, parent_id, checkpoint.type
         )
         row_bytes += validation.json_size(metadata) + validation.json_size(dict(channel_versions))
-        await GraphCheckpoint.create(
-            task_id=pk,
-            namespace=namespace,
-            checkpoint_id=checkpoint_id,
-            parent_id=parent_id,
-            type=checkpoint.type,
-            payload=checkpoint.payload,
-            metadata=metadata,
-            channel_versions=dict(channel_versions),
-            run_id=str(run_id)[:KEY_LENGTH] if run_id is not None else None,
-            seq=draft.task.event_seq,
-            stored_bytes=row_bytes,
-            using_db=conn,
-        )
-        draft.stored = row_bytes + sum(b.stored_bytes for b in blobs) - freed
+        made: dict[str, Any] = {
+            "task_id": pk,
+            "namespace": namespace,
+            "checkpoint_id": checkpoint_id,
+            "parent_id": parent_id,
+            "type": checkpoint.type,
+            "payload": checkpoint.payload,
+            "metadata": metadata,
+            "channel_versions": dict(channel_versions),
+            "run_id": str(run_id)[:KEY_LENGTH] if run_id is not None else None,
+            "seq": draft.task.event_seq,
+            "stored_bytes": row_bytes,
+        }
+        await sql.execute(conn, *sql.insert_rows(GraphCheckpoint, [made]))
+        draft.stored = row_bytes + sum(int(b["stored_bytes"]) for b in blobs) - freed
         return Change(TaskEventKind.GRAPH_CHECKPOINT)
 
     return await graph_nodes.write_thread(
@@ -274,16 +277,16 @@ async def put_writes(
 
     async def apply(draft: Draft) -> Change:
         conn, pk = draft.conn, draft.task.id
-        mine = GraphWrite.filter(
-            task_id=pk,
-            namespace=namespace,
-            checkpoint_id=checkpoint_id,
-            task_key__in=sorted({w.task_key for w in writes}),
-        ).using_db(conn)
-        held = {(r.task_key, r.idx): r for r in await mine}
+        keys = sorted({w.task_key for w in writes})
+        mine = (
+            f'"task_id" = ? AND "namespace" = ? AND "checkpoint_id" = ?'
+            f' AND "task_key" IN ({sql.marks(keys)})'
+        )
+        found = await _rows(conn, GraphWrite, mine, [pk, namespace, checkpoint_id, *keys])
+        held = {(r.task_key, r.idx): r for r in found}
         freed = 0
         replaced: list[int] = []
-        rows: dict[tuple[str, int], GraphWrite] = {}
+        rows: dict[tuple[str, int], dict[str, Any]] = {}
         for write in writes:
             key = (write.task_key, write.idx)
             old = held.get(key)
@@ -293,17 +296,17 @@ async def put_writes(
                 freed += old.stored_bytes
                 replaced.append(old.id)
                 del held[key]
-            rows[key] = GraphWrite(
-                task_id=pk,
-                namespace=namespace,
-                checkpoint_id=checkpoint_id,
-                task_key=write.task_key,
-                task_path=write.task_path,
-                idx=write.idx,
-                channel=write.channel,
-                type=write.value.type,
-                payload=write.value.payload,
-                stored_bytes=encoded_bytes(
+            rows[key] = {
+                "task_id": pk,
+                "namespace": namespace,
+                "checkpoint_id": checkpoint_id,
+                "task_key": write.task_key,
+                "task_path": write.task_path,
+                "idx": write.idx,
+                "channel": write.channel,
+                "type": write.value.type,
+                "payload": write.value.payload,
+                "stored_bytes": encoded_bytes(
                     write.value.payload,
                     namespace,
                     write.task_key,
@@ -311,13 +314,16 @@ async def put_writes(
                     write.channel,
                     write.value.type,
                 ),
-            )
+            }
         if not rows:
             raise Unchanged
-        if replaced:
-            await GraphWrite.filter(id__in=replaced).using_db(conn).delete()
-        await GraphWrite.bulk_create(list(rows.values()), using_db=conn)
-        draft.stored = sum(r.stored_bytes for r in rows.values()) - freed
+        for chunk in sql.chunks(replaced):
+            await sql.execute(
+                conn, f'DELETE FROM "graph_writes" WHERE "id" IN ({sql.marks(chunk)})', chunk
+            )
+        for part in sql.chunks(list(rows.values())):
+            await sql.execute(conn, *sql.insert_rows(GraphWrite, part))
+        draft.stored = sum(int(r["stored_bytes"]) for r in rows.values()) - freed
         shown = None if node is None else await graph_nodes.record(draft, [node])
         return Change(TaskEventKind.GRAPH_WRITES, step_index=shown)
 
@@ -530,6 +536,20 @@ async def _copied_nodes(conn: BaseDBAsyncClient, source: int, target: int, steps
     copies = [GraphNode(task_id=target, **{f: getattr(r, f) for f in fields}) for r in rows]
     if copies:
         await GraphNode.bulk_create(copies, using_db=conn)
+
+
+M = TypeVar("M", GraphCheckpoint, GraphWrite)
+
+
+async def _rows(conn: BaseDBAsyncClient, model: type[M], where: str, params: list[Any]) -> list[M]:
+    """The rows of ``model`` matching ``where`` (SQL, ``?`` placeholders), every
+    column but the task's: on the write path, the statement through the ORM cost
+    more than running it."""
+    fields = sql.columns(model, "task_id")
+    found = await sql.fetch(
+        conn, f'SELECT {sql.names(fields)} FROM "{model._meta.db_table}" WHERE {where}', params
+    )
+    return [model(**sql.decode(model, row, fields)) for row in found]
 
 
 def _same_write(row: GraphWrite, write: PendingWrite) -> bool:

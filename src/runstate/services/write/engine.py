@@ -574,6 +574,10 @@ async def _current_step(draft: Draft) -> int:
         return current
     if draft.opened_step == current and draft.changed == {current} and not draft.added:
         return draft.total if draft.next_unfinished is None else draft.next_unfinished
+    if current in added:  # every step after it was added by this write: no query
+        while current in added and added[current].status in FINISHED_STEPS:
+            current += 1
+        return current
     following = await sql.fetch(draft.conn, _next_unfinished("?"), [draft.task.id, current])
     return following[0]["position"] if following else draft.total
 
