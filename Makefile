@@ -40,6 +40,9 @@ test: $(STAMP)
 # Figures side by side with their baselines; never part of `make test`.
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,langgraph,bench]'
+	@command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null || \
+		{ echo "runstate: make bench needs wrk (apt-get install wrk)"; exit 1; }
+	$(BIN)/python -m bench.wrk
 	$(BIN)/python -m bench.writes
 	$(BIN)/python -m bench.deltas
 	$(BIN)/python -m bench.fanout

@@ -1,0 +1,206 @@
+"""Writes measured from outside the server, with a load generator that costs next
+to nothing (wrk, a C program), side by side with the floors of the stack in the
+same run:
+
+- the floors, served by uvicorn as ``runstate serve`` is (``bench/floors.py``): a
+  bare Starlette JSON POST, and a trivial Strawberry mutation of the same name
+  and input as runstate's;
+- runstate single-step writes (``runstate serve`` on SQLite, rate limits off):
+  each wrk connection drives its own task, startStep then completeStep, each
+  with the version the previous answer gave (``bench/wrk_writes.lua``), from 1
+  and from 16 connections. Writes are counted from the tasks' versions
+  afterwards, not from answers;
+- LangGraph ``AsyncSqliteSaver.aput``, in this process, 16 coroutines on their
+  own threads.
+
+For each: requests (or writes) a second, p50 and p99 latency, and the server's
+CPU per request from /proc. The raw figures go to ``bench/results/wrk.json``. Run
+with ``make bench`` (which installs wrk when it is missing); never part of
+``make test``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from bench.fanout import free_port, serving
+from bench.langgraph import cpu_seconds
+from bench.writes import OUTPUT
+
+SECONDS = int(os.environ.get("BENCH_WRK_SECONDS", "10"))
+CONNECTIONS = (1, 16)
+STEPS = 5000
+"""Steps of each task wrk drives: more than a connection writes in SECONDS."""
+SCRIPT = Path(__file__).parent / "wrk_writes.lua"
+RESULTS = Path(__file__).parent / "results" / "wrk.json"
+APUT_WRITES = 4000
+QUIET = ("--log-level", "warning", "--no-access-log")
+"""uvicorn's options for the floors: as quiet as ``runstate serve``."""
+
+
+def wrk(url: str, connections: int, tasks: list[str], token: str) -> dict[str, Any]:
+    """One wrk run of SECONDS with ``connections`` connections (a thread each, so
+    that each keeps its own task and version); what its script's done() printed."""
+    env = {**os.environ, "BENCH_TASKS": ",".join(tasks), "BENCH_TOKEN": token}
+    command = ["wrk", "-t", str(connections), "-c", str(connections), "-d", f"{SECONDS}s"]
+    ran = subprocess.run(
+        [*command, "-s", str(SCRIPT), url], env=env, capture_output=True, text=True, check=True
+    )
+    figures: dict[str, Any] = json.loads(ran.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def measured(
+    url: str, pid: int, connections: int, tasks: list[str], token: str
+) -> tuple[dict[str, Any], float]:
+    """A wrk run and the server's CPU seconds during it."""
+    began = cpu_seconds(pid)
+    figures = wrk(url, connections, tasks, token)
+    return figures, cpu_seconds(pid) - began
+
+
+@contextmanager
+def floor(app: str) -> Iterator[tuple[str, int]]:
+    """``bench.floors:<app>`` under uvicorn on a free port: its URL and pid."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", f"bench.floors:{app}", "--port", str(port), *QUIET],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                httpx.post(f"{url}/graphql", json={}, timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        yield url, server.pid
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def tasks_of(url: str, token: str, count: int) -> list[str]:
+    """``count`` new tasks of STEPS steps, one session each."""
+    made = []
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as api:
+        for _ in range(count):
+            session = api.post(
+                "/graphql",
+                json={
+                    "query": "mutation { startSession(input: {}) { ... on AgentSession { id } } }"
+                },
+            ).json()["data"]["startSession"]["id"]
+            plan = [{"action": f"step-{i}"} for i in range(STEPS)]
+            created = api.post(
+                "/graphql",
+                json={
+                    "query": "mutation($input: CreateTaskInput!) { createTask(input: $input)"
+                    " { ... on Task { id } } }",
+                    "variables": {"input": {"sessionId": session, "goal": "wrk", "steps": plan}},
+                },
+            ).json()
+            made.append(created["data"]["createTask"]["id"])
+    return made
+
+
+def versions(url: str, token: str, tasks: list[str]) -> int:
+    """The writes the tasks took: their versions past the first."""
+    query = "query($id: ID!) { task(id: $id) { ... on Task { version } } }"
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as api:
+        answers = [
+            api.post("/graphql", json={"query": query, "variables": {"id": t}}).json()
+            for t in tasks
+        ]
+    return sum(a["data"]["task"]["version"] - 1 for a in answers)
+
+
+async def aput_concurrently(path: Path, writers: int = 16) -> float:
+    """Checkpoints a second through ``AsyncSqliteSaver.aput``, ``writers`` threads
+    at once, in this process."""
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        await saver.setup()
+
+        async def writer(n: int) -> None:
+            config: Any = {"configurable": {"thread_id": f"bench-{n}", "checkpoint_ns": ""}}
+            checkpoint = empty_checkpoint()
+            for step in range(APUT_WRITES // writers):
+                checkpoint = create_checkpoint(checkpoint, None, step)
+                checkpoint["channel_values"] = {"step": step, "output": OUTPUT}
+                metadata: Any = {"source": "loop", "step": step, "parents": {}}
+                config = await saver.aput(config, checkpoint, metadata, {})
+
+        began = time.perf_counter()
+        await asyncio.gather(*(writer(n) for n in range(writers)))
+        return (APUT_WRITES // writers * writers) / (time.perf_counter() - began)
+
+
+def line(name: str, rate: float, figures: dict[str, Any], cpu: float, count: int) -> None:
+    print(
+        f"  {name:46s} {rate:8,.0f}/s  p50 {figures['p50'] / 1000:6.2f} ms"
+        f"  p99 {figures['p99'] / 1000:6.2f} ms  server CPU {1000 * cpu / max(count, 1):5.2f} ms",
+        flush=True,
+    )
+
+
+def main() -> None:
+    if shutil.which("wrk") is None:
+        sys.exit("bench.wrk needs wrk: apt-get install wrk (make bench installs it)")
+    print(f"Writes from wrk, {SECONDS} s a run; per second, latency, server CPU per request")
+    results: dict[str, Any] = {}
+    for app in ("bare", "trivial"):
+        with floor(app) as (url, pid):
+            figures, cpu = measured(url, pid, 16, ["floor"] * 16, "none")
+        rate = figures["requests"] / SECONDS
+        names = {"bare": "bare Starlette JSON POST", "trivial": "trivial Strawberry mutation"}
+        line(f"{names[app]}, 16 connections", rate, figures, cpu, figures["requests"])
+        results[app] = {**figures, "rate": rate, "cpu_per_request": cpu / figures["requests"]}
+    with serving(1, RUNSTATE_MAX_STEPS=str(STEPS)) as ((url,), token, (pid,)):
+        for connections in CONNECTIONS:
+            tasks = tasks_of(url, token, connections)
+            figures, cpu = measured(url, pid, connections, tasks, token)
+            writes = versions(url, token, tasks)
+            rate = writes / SECONDS
+            line(f"runstate single-step writes, {connections} conn.", rate, figures, cpu, writes)
+            results[f"runstate_{connections}"] = {
+                **figures,
+                "writes": writes,
+                "rate": rate,
+                "cpu_per_write": cpu / max(writes, 1),
+            }
+    with tempfile.TemporaryDirectory() as tmp:
+        aput = asyncio.run(aput_concurrently(Path(tmp) / "lg.db"))
+    print(f"  {'LangGraph AsyncSqliteSaver.aput, 16 coroutines':46s} {aput:8,.0f}/s  (in process)")
+    results["aput_16"] = {"rate": aput}
+    floor_rate = results["trivial"]["rate"]
+    for connections in CONNECTIONS:
+        rate = results[f"runstate_{connections}"]["rate"]
+        print(
+            f"  runstate, {connections} conn.: {rate / aput:.2f}x aput,"
+            f" {rate / floor_rate:.3f}x the trivial mutation"
+        )
+    cpu = results["runstate_16"]["cpu_per_write"] * 1000
+    print(f"  server CPU per single-step write, 16 conn.: {cpu:.2f} ms (target <= 0.6 ms)")
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
