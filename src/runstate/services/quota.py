@@ -22,7 +22,7 @@ rows in user order. No cycle, so no deadlock between them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tortoise.backends.base.client import BaseDBAsyncClient
@@ -91,18 +91,26 @@ _HELD = 'SELECT "stored_bytes" FROM "user_usage" WHERE "user_id" = ?'
 
 
 async def charge(
-    conn: BaseDBAsyncClient, limits: ContentLimits, user_id: str, adding: int, field: str
+    conn: BaseDBAsyncClient,
+    limits: ContentLimits,
+    user_id: str,
+    adding: int,
+    field: str,
+    *,
+    after: Sequence[sql.Statement] = (),
 ) -> None:
     """Add ``adding`` bytes to the user's count inside the write's transaction, or
     refuse the write (InvalidInput ``field``) when that would pass
     ``limits.user_bytes``. A user's first write opens the count at 0; a negative
-    ``adding`` (smaller metadata) only lowers it."""
+    ``adding`` (smaller metadata) only lowers it. The write's statements ``after``
+    run first, with the charge, in one trip (``sql.run_all``)."""
     if adding <= 0:  # shrinking is never refused, even past a lowered limit
-        await release(conn, {user_id: -adding})
+        lowered = -adding
+        await sql.run_all(conn, [*after, *([_lowering(user_id, lowered)] if lowered else [])])
         return
     limit = limits.user_bytes
     params = [adding, user_id, adding, limit]
-    if await sql.fetch(conn, _CHARGE, params):
+    if await sql.run_all(conn, [*after, (_CHARGE, params)]):
         return
     await sql.fetch(conn, _OPEN, [user_id])
     if await sql.fetch(conn, _CHARGE, params):
@@ -126,11 +134,14 @@ async def release(conn: BaseDBAsyncClient, freed: Mapping[str, int]) -> None:
     """Take deleted bytes off their users' counts, in user order (the lock order)."""
     for user_id in sorted(freed):
         if freed[user_id]:
-            await sql.execute(
-                conn,
-                'UPDATE "user_usage" SET "stored_bytes" = "stored_bytes" - ? WHERE "user_id" = ?',
-                [freed[user_id], user_id],
-            )
+            await sql.execute(conn, *_lowering(user_id, freed[user_id]))
+
+
+def _lowering(user_id: str, freed: int) -> sql.Statement:
+    return (
+        'UPDATE "user_usage" SET "stored_bytes" = "stored_bytes" - ? WHERE "user_id" = ?',
+        [freed, user_id],
+    )
 
 
 async def delete_counted(conn: BaseDBAsyncClient, rows: QuerySet[Any]) -> list[dict[str, Any]]:

@@ -15,11 +15,13 @@ import functools
 import itertools
 import json
 import re
+import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 from tortoise.backends.base.client import BaseDBAsyncClient
+from tortoise.exceptions import IntegrityError, OperationalError
 from tortoise.fields import DatetimeField, Field
 from tortoise.models import Model
 from tortoise.queryset import DeleteQuery, UpdateQuery
@@ -69,6 +71,40 @@ async def fetch(conn: BaseDBAsyncClient, sql: str, params: Sequence[Any]) -> lis
 async def execute(conn: BaseDBAsyncClient, sql: str, params: Sequence[Any]) -> None:
     """Run ``sql`` (``?`` placeholders) for its effect."""
     await conn.execute_query(numbered(conn, sql), list(params))
+
+
+Statement = tuple[str, Sequence[Any]]
+
+
+async def run_all(conn: BaseDBAsyncClient, statements: Sequence[Statement]) -> list[dict[str, Any]]:
+    """Run ``statements`` (``?`` placeholders) in order; the rows of the last.
+
+    On SQLite all of them go to SQLite's thread in one trip: a statement a trip,
+    a write held the one connection across nine of them, each waiting its turn on
+    the busy event loop. Errors are Tortoise's, as one statement at a time raises
+    them. On PostgreSQL they run one after another on the connection."""
+    if not statements:
+        return []
+    if conn.capabilities.dialect != "sqlite":
+        for text, params in statements[:-1]:
+            await execute(conn, text, params)
+        return await fetch(conn, *statements[-1])
+    async with conn.acquire_connection() as raw:
+        try:
+            rows: list[dict[str, Any]] = await raw._execute(_run_all, raw._conn, statements)
+        except sqlite3.IntegrityError as error:
+            raise IntegrityError(error) from error
+        except sqlite3.OperationalError as error:
+            raise OperationalError(error) from error
+    return rows
+
+
+def _run_all(db: sqlite3.Connection, statements: Sequence[Statement]) -> list[dict[str, Any]]:
+    """``run_all`` in SQLite's thread."""
+    rows: list[Any] = []
+    for text, params in statements:
+        rows = db.execute(text.replace("\x00", "'||CHAR(0)||'"), list(params)).fetchall()
+    return [dict(r) for r in rows]
 
 
 def marks(values: Sequence[Any]) -> str:

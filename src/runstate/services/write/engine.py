@@ -455,7 +455,7 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
     adding = _added_bytes(draft) + quota.text_bytes(change.note)
     field = quota.CONTENT_FIELDS.get(change.kind, "taskId")
     quota.check_task(draft.limits, task.public_id, task.stored_bytes, adding, field)
-    await _settle(draft, task.stored_bytes + adding)
+    statements = await _settle(draft, task.stored_bytes + adding)
     view = _task_view(draft)
     steps = [draft.steps[p] for p in sorted(draft.changed)] + draft.added
     event = EventView(
@@ -477,8 +477,8 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
         holder=draft.holder,
         note=change.note,
     )
-    await log_event(draft.conn, event)
-    await quota.charge(draft.conn, draft.limits, task.user_id, adding, field)
+    statements.append(event_row(event))
+    await quota.charge(draft.conn, draft.limits, task.user_id, adding, field, after=statements)
     return view, event
 
 
@@ -495,23 +495,29 @@ def _added_bytes(draft: Draft) -> int:
     return adding
 
 
-async def _settle(draft: Draft, stored_bytes: int) -> None:
-    """Write the changed and added steps, their history rows, and the task's own
-    columns (``stored_bytes`` always, the others when they moved); complete the task
-    when this write finished its last unfinished step (a later write, a lease's
-    release say, never completes a task left otherwise with its steps done)."""
+async def _settle(draft: Draft, stored_bytes: int) -> list[sql.Statement]:
+    """The statements writing the changed and added steps, their history rows, and
+    the task's own columns (``stored_bytes`` always, the others when they moved),
+    to run with the event's in one trip; complete the task when this write
+    finished its last unfinished step (a later write, a lease's release say, never
+    completes a task left otherwise with its steps done)."""
     task, conn = draft.task, draft.conn
     seq = task.event_seq
     changed = [draft.steps[p] for p in sorted(draft.changed)]
+    statements: list[sql.Statement] = []
     for step in changed:
         step.changed_seq = seq
         columns = {name: getattr(step, name) for name in _CHANGING}
-        await sql.execute(conn, *sql.update_row(Step, step.id, columns))
+        statements.append(sql.update_row(Step, step.id, columns))
     for step in draft.added:
         step.created_seq = seq
-    await insert_steps(conn, draft.added)
-    await record_versions(conn, task.id, seq, [*changed, *_added_moved(draft)])
-    current = await _current_step(draft)
+    statements += step_rows(draft.added)
+    statements += version_rows(task.id, seq, [*changed, *_added_moved(draft)])
+    current = _current_step_known(draft)
+    if current is None:  # read from the steps as this write leaves them
+        await sql.run_all(conn, statements)
+        statements = []
+        current = await _following(draft)
     if draft.wants_completed and current < draft.total:
         raise InvalidTransitionError("task", task.status, TaskStatus.COMPLETED)
     finished_now = 0 < draft.total == current != task.current_step
@@ -524,8 +530,9 @@ async def _settle(draft: Draft, stored_bytes: int) -> None:
         moved["current_step"] = current
     if draft.total != task.total_steps:
         moved["total_steps"] = draft.total
-    await sql.execute(conn, *sql.update_row(Task, task.id, moved))
+    statements.append(sql.update_row(Task, task.id, moved))
     task.update_from_dict(moved)
+    return statements
 
 
 def _added_moved(draft: Draft) -> list[Step]:
@@ -535,36 +542,45 @@ def _added_moved(draft: Draft) -> list[Step]:
     return [s for s in draft.added if s.status is not StepStatus.PENDING]
 
 
-async def insert_steps(conn: BaseDBAsyncClient, steps: Sequence[Step]) -> None:
-    """Insert new step rows (every column but the id), in statements of at most
-    ``sql.CHUNK`` rows."""
+def step_rows(steps: Sequence[Step]) -> list[sql.Statement]:
+    """The inserts of new step rows (every column but the id), at most
+    ``sql.CHUNK`` rows each."""
     columns = sql.columns(Step, "id")
     rows = [{name: getattr(step, name) for name in columns} for step in steps]
-    for chunk in sql.chunks(rows):
-        await sql.execute(conn, *sql.insert_rows(Step, chunk))
+    return [sql.insert_rows(Step, chunk) for chunk in sql.chunks(rows)]
 
 
-async def record_versions(
-    conn: BaseDBAsyncClient, task_pk: int, seq: int, steps: Iterable[Step]
-) -> None:
-    """The history rows of steps as they stand after event ``seq``."""
+async def insert_steps(conn: BaseDBAsyncClient, steps: Sequence[Step]) -> None:
+    """Insert new step rows (``step_rows``)."""
+    await sql.run_all(conn, step_rows(steps))
+
+
+def version_rows(task_pk: int, seq: int, steps: Iterable[Step]) -> list[sql.Statement]:
+    """The insert of the history rows of steps as they stand after event ``seq``."""
     versions = [
         {"task_id": task_pk, "position": s.position, "seq": seq}
         | {name: getattr(s, name) for name in VERSIONED}
         for s in steps
     ]
-    if versions:
-        await sql.execute(conn, *sql.insert_rows(StepVersion, versions))
+    return [sql.insert_rows(StepVersion, versions)] if versions else []
 
 
-async def _current_step(draft: Draft) -> int:
-    """Index of the first unfinished step after this write's changes (already saved).
+async def record_versions(
+    conn: BaseDBAsyncClient, task_pk: int, seq: int, steps: Iterable[Step]
+) -> None:
+    """Insert the history rows of steps (``version_rows``)."""
+    await sql.run_all(conn, version_rows(task_pk, seq, steps))
+
+
+def _current_step_known(draft: Draft) -> int | None:
+    """Index of the first unfinished step after this write's changes, when it is
+    known without reading the steps (None: ``_following`` reads it).
 
     Steps before the stored ``current_step`` are finished, and finished steps never
     change, so only a write that finished the current step (or added it finished:
-    a LangGraph node first seen at its end) moves it: to the first
-    unfinished step after it, known from the opening statement when that was the
-    one step written, else read with one indexed query.
+    a LangGraph node first seen at its end) moves it: to the first unfinished step
+    after it, known from the opening statement when that was the one step written,
+    or from the added steps when it is one of them.
     """
     current = draft.task.current_step
     added = {s.position: s for s in draft.added}
@@ -574,10 +590,16 @@ async def _current_step(draft: Draft) -> int:
         return current
     if draft.opened_step == current and draft.changed == {current} and not draft.added:
         return draft.total if draft.next_unfinished is None else draft.next_unfinished
-    if current in added:  # every step after it was added by this write: no query
+    if current in added:  # every step after it was added by this write
         while current in added and added[current].status in FINISHED_STEPS:
             current += 1
         return current
+    return None
+
+
+async def _following(draft: Draft) -> int:
+    """The first unfinished step after the current one, as saved: one indexed query."""
+    current = draft.task.current_step
     following = await sql.fetch(draft.conn, _next_unfinished("?"), [draft.task.id, current])
     return following[0]["position"] if following else draft.total
 
@@ -605,7 +627,12 @@ def event_delta(event: EventView) -> dict[str, Any] | None:
 
 
 async def log_event(conn: BaseDBAsyncClient, event: EventView) -> None:
-    """Append the event row of a write (its steps are saved as versions beside it)."""
+    """Append the event row of a write (``event_row``)."""
+    await sql.run_all(conn, [event_row(event)])
+
+
+def event_row(event: EventView) -> sql.Statement:
+    """The insert of a write's event row (its steps are saved as versions beside it)."""
     row = {
         "task_id": event.task_pk,
         "seq": event.seq,
@@ -619,7 +646,7 @@ async def log_event(conn: BaseDBAsyncClient, event: EventView) -> None:
         "actor": event.actor,
         "note": event.note,
     }
-    await sql.execute(conn, *sql.insert_rows(TaskEvent, [row]))
+    return sql.insert_rows(TaskEvent, [row])
 
 
 async def _why_missed(user_id: str, task_id: str, guard: Guard) -> DomainError | None:
