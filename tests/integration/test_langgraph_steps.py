@@ -87,6 +87,15 @@ def settled(server: Server, token: str, config: RunnableConfig, status: str) -> 
     return task_of(server, token, config)
 
 
+def to_the_question(server: Server, token: str) -> tuple[RunnableConfig, dict[str, Any]]:
+    """A new thread run with ``trip_graph`` up to its interrupt: its config, and its
+    task once AWAITING_DECISION."""
+    config = thread()
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        trip_graph(saver).invoke({"done": [], "answer": ""}, config)
+    return config, settled(server, token, config, "AWAITING_DECISION")
+
+
 def shown(task: dict[str, Any]) -> list[tuple[str, str, int]]:
     return [(s["action"], s["status"], s["attempts"]) for s in task["steps"]]
 
@@ -98,11 +107,7 @@ def test_node_runs_are_steps_named_after_their_nodes(served: tuple[Server, str])
     step with its value and the thread AWAITING_DECISION, and the resume running
     that step again (a second attempt) to SUCCESS, the thread COMPLETED."""
     server, token = served
-    config = thread()
-    with RunstateSaver.from_url_sync(server.url, token) as saver:
-        graph = trip_graph(saver)
-        graph.invoke({"done": [], "answer": ""}, config)
-    task = settled(server, token, config, "AWAITING_DECISION")
+    config, task = to_the_question(server, token)
     assert shown(task) == [
         ("start_trip", "SUCCESS", 1),
         ("search", "SUCCESS", 1),
@@ -181,11 +186,7 @@ def test_each_node_start_comes_before_its_end_in_the_history(served: tuple[Serve
     events show each node RUNNING, then finished, super-step after super-step,
     and ``taskAt`` the seq of a start shows that node RUNNING, not PENDING."""
     server, token = served
-    config = thread()
-    with RunstateSaver.from_url_sync(server.url, token) as saver:
-        graph = trip_graph(saver)
-        graph.invoke({"done": [], "answer": ""}, config)
-    task = settled(server, token, config, "AWAITING_DECISION")
+    config, task = to_the_question(server, token)
     moves = [(s["index"], s["status"]) for e in task["events"] for s in e["steps"]]
     assert moves[:4] == [(0, "RUNNING"), (0, "SUCCESS"), (1, "RUNNING"), (2, "RUNNING")]
     assert sorted(moves[4:6]) == [(1, "SUCCESS"), (2, "SUCCESS")]  # parallel: either first
@@ -312,12 +313,8 @@ def test_bad_node_reports_are_refused_and_write_nothing(served: tuple[Server, st
     """Guards the checks of a node report (``NodeRun.checked``): InvalidInput
     naming the field, and the thread's task as it was."""
     server, token = served
-    config = thread()
+    config, before = to_the_question(server, token)
     thread_id = config["configurable"]["thread_id"]
-    with RunstateSaver.from_url_sync(server.url, token) as saver:
-        graph = trip_graph(saver)
-        graph.invoke({"done": [], "answer": ""}, config)
-    before = settled(server, token, config, "AWAITING_DECISION")
     node = {"graphTaskId": "t-1", "name": "plan", "status": "SUCCESS"}
     bad = {
         "nodes": [],
