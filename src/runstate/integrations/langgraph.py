@@ -416,8 +416,9 @@ class RunstateSaver(BaseCheckpointSaver[str]):
             forgetting.add_done_callback(self._forgetting.discard)
 
     async def _forget(self, thread_id: str, reports: Reports) -> None:
-        """Drop a thread's reports once its run's end is sent and nothing followed."""
-        await reports.drained()
+        """Drop a thread's reports once its run's end is sent and nothing followed
+        (a start of the next run queued meanwhile keeps them, held if it must be)."""
+        await reports.sent()
         if reports.idle and self._reports.get(thread_id) is reports:
             del self._reports[thread_id]
 

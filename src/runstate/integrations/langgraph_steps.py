@@ -290,6 +290,10 @@ class Reports:
         """Wait until everything queued, held starts included, is sent (closing:
         no end will release them)."""
         self._release()
+        await self.sent()
+
+    async def sent(self) -> None:
+        """Wait until what is ready now is sent (held starts stay held)."""
         while self._sender is not None and not self._sender.done():
             await asyncio.wait({self._sender})
 

@@ -10,8 +10,8 @@ runs it again, from the top, with the person's answer). Reports may come late or
 twice: a step never moves back from where a later report put it.
 
 The thread's task follows: RUNNING while nodes run, AWAITING_DECISION at an
-interrupt, FAILED when a node or the run failed, COMPLETED when a run ended with
-every step finished. A LangGraph thread is never done for good (a new input, a
+interrupt, FAILED when a node or the run failed, COMPLETED when a run ended
+(unless it ended at an interrupt). A LangGraph thread is never done for good (a new input, a
 resume or a fork from an earlier checkpoint runs it again), so its next run
 takes a COMPLETED or FAILED thread back to RUNNING; only a CANCELLED one refuses,
 which stops the graph at its next report.
@@ -79,9 +79,8 @@ class NodeRun:
 
 async def record(draft: Draft, runs: Sequence[NodeRun]) -> int | None:
     """Apply the reports to the draft's steps and status; the position of the
-    first step they touched (None: none, a thread already at its step limit)."""
-    if draft.status is TaskStatus.CANCELLED:
-        raise InvalidTransitionError("task", draft.status, TaskStatus.RUNNING)
+    first step they touched (None: none, a thread already at its step limit).
+    Run inside ``write_thread(progress=True)``, which refuses a CANCELLED thread."""
     conn = draft.conn
     held = await _nodes(draft, runs)
     await draft.load(n.position for n in held.values())
@@ -237,7 +236,8 @@ async def write_thread(
     """A write to a thread's task (``write_task``, the lease checked): the thread's
     status follows its graph alone, so its steps all finished never complete it
     (between two super-steps they are). A write of the graph's ``progress`` (a
-    checkpoint, pending writes) is refused once a person cancelled the thread."""
+    checkpoint, pending writes, node reports) is refused once a person cancelled
+    the thread."""
 
     async def thread_apply(draft: Draft) -> Change | None:
         if progress and draft.status is TaskStatus.CANCELLED:
@@ -270,8 +270,6 @@ async def record_run(
         before = draft.status
         first = await record(draft, checked) if checked else None
         if ended is not None:
-            if draft.status is TaskStatus.CANCELLED:
-                raise InvalidTransitionError("task", draft.status, TaskStatus.COMPLETED)
             for step in await draft.with_status(S.RUNNING):
                 draft.move_step(step, S.PENDING)
                 first = step.position if first is None else min(first, step.position)
@@ -282,7 +280,7 @@ async def record_run(
             return Change(TaskEventKind.TASK_STATUS_CHANGED)
         return Change(TaskEventKind.STEP_STARTED, step_index=first)
 
-    return await write_thread(house, user_id, task_id, apply, fencing_token)
+    return await write_thread(house, user_id, task_id, apply, fencing_token, progress=True)
 
 
 def _ended(draft: Draft, ended: GraphRunEnd) -> TaskStatus:
