@@ -47,20 +47,26 @@ OUTPUT = {"answer": "42", "source": "search", "tokens": 512}
 Measure = Callable[[], Awaitable[dict[str, float]]]
 
 
-async def langgraph_aput(path: Path) -> dict[str, float]:
-    """Checkpoints a second through ``AsyncSqliteSaver.aput``, one thread."""
+async def langgraph_aput(path: Path, writers: int = 1, writes: int = WRITES) -> dict[str, float]:
+    """Checkpoints a second through ``AsyncSqliteSaver.aput``, ``writers`` threads
+    at once (coroutines of this process), ``writes`` in all."""
     async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
         await saver.setup()
         sync = float((await (await saver.conn.execute("PRAGMA synchronous")).fetchone() or [0])[0])
-        config: Any = {"configurable": {"thread_id": "bench", "checkpoint_ns": ""}}
-        checkpoint = empty_checkpoint()
+        each = writes // writers
+
+        async def writer(n: int) -> None:
+            config: Any = {"configurable": {"thread_id": f"bench-{n}", "checkpoint_ns": ""}}
+            checkpoint = empty_checkpoint()
+            for step in range(each):
+                checkpoint = create_checkpoint(checkpoint, None, step)
+                checkpoint["channel_values"] = {"step": step, "output": OUTPUT}
+                metadata: Any = {"source": "loop", "step": step, "parents": {}}
+                config = await saver.aput(config, checkpoint, metadata, {})
+
         began = time.perf_counter()
-        for step in range(WRITES):
-            checkpoint = create_checkpoint(checkpoint, None, step)
-            checkpoint["channel_values"] = {"step": step, "output": OUTPUT}
-            metadata: Any = {"source": "loop", "step": step, "parents": {}}
-            config = await saver.aput(config, checkpoint, metadata, {})
-        return {"rate": WRITES / (time.perf_counter() - began), "synchronous": sync}
+        await asyncio.gather(*(writer(n) for n in range(writers)))
+        return {"rate": each * writers / (time.perf_counter() - began), "synchronous": sync}
 
 
 async def raw_cas(path: Path) -> dict[str, float]:

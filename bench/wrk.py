@@ -35,12 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from bench.fanout import free_port, serving
+from bench.fanout import Graph, free_port, new_task, serving
 from bench.langgraph import cpu_seconds
-from bench.writes import OUTPUT
+from bench.writes import langgraph_aput
 
 SECONDS = int(os.environ.get("BENCH_WRK_SECONDS", "10"))
 CONNECTIONS = (1, 16)
@@ -97,59 +95,23 @@ def floor(app: str) -> Iterator[tuple[str, int]]:
         server.wait()
 
 
-def tasks_of(url: str, token: str, count: int) -> list[str]:
+async def tasks_of(url: str, token: str, count: int) -> list[str]:
     """``count`` new tasks of STEPS steps, one session each."""
-    made = []
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as api:
-        for _ in range(count):
-            session = api.post(
-                "/graphql",
-                json={
-                    "query": "mutation { startSession(input: {}) { ... on AgentSession { id } } }"
-                },
-            ).json()["data"]["startSession"]["id"]
-            plan = [{"action": f"step-{i}"} for i in range(STEPS)]
-            created = api.post(
-                "/graphql",
-                json={
-                    "query": "mutation($input: CreateTaskInput!) { createTask(input: $input)"
-                    " { ... on Task { id } } }",
-                    "variables": {"input": {"sessionId": session, "goal": "wrk", "steps": plan}},
-                },
-            ).json()
-            made.append(created["data"]["createTask"]["id"])
-    return made
+    api = Graph(url, token)
+    try:
+        return [await new_task(api, STEPS) for _ in range(count)]
+    finally:
+        await api.http.aclose()
 
 
-def versions(url: str, token: str, tasks: list[str]) -> int:
+async def versions(url: str, token: str, tasks: list[str]) -> int:
     """The writes the tasks took: their versions past the first."""
+    api = Graph(url, token)
     query = "query($id: ID!) { task(id: $id) { ... on Task { version } } }"
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as api:
-        answers = [
-            api.post("/graphql", json={"query": query, "variables": {"id": t}}).json()
-            for t in tasks
-        ]
-    return sum(a["data"]["task"]["version"] - 1 for a in answers)
-
-
-async def aput_concurrently(path: Path, writers: int = 16) -> float:
-    """Checkpoints a second through ``AsyncSqliteSaver.aput``, ``writers`` threads
-    at once, in this process."""
-    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
-        await saver.setup()
-
-        async def writer(n: int) -> None:
-            config: Any = {"configurable": {"thread_id": f"bench-{n}", "checkpoint_ns": ""}}
-            checkpoint = empty_checkpoint()
-            for step in range(APUT_WRITES // writers):
-                checkpoint = create_checkpoint(checkpoint, None, step)
-                checkpoint["channel_values"] = {"step": step, "output": OUTPUT}
-                metadata: Any = {"source": "loop", "step": step, "parents": {}}
-                config = await saver.aput(config, checkpoint, metadata, {})
-
-        began = time.perf_counter()
-        await asyncio.gather(*(writer(n) for n in range(writers)))
-        return (APUT_WRITES // writers * writers) / (time.perf_counter() - began)
+    try:
+        return sum([(await api(query, id=t))["task"]["version"] - 1 for t in tasks])
+    finally:
+        await api.http.aclose()
 
 
 def line(name: str, rate: float, figures: dict[str, Any], cpu: float, count: int) -> None:
@@ -174,9 +136,9 @@ def main() -> None:
         results[app] = {**figures, "rate": rate, "cpu_per_request": cpu / figures["requests"]}
     with serving(1, RUNSTATE_MAX_STEPS=str(STEPS)) as ((url,), token, (pid,)):
         for connections in CONNECTIONS:
-            tasks = tasks_of(url, token, connections)
+            tasks = asyncio.run(tasks_of(url, token, connections))
             figures, cpu = measured(url, pid, connections, tasks, token)
-            writes = versions(url, token, tasks)
+            writes = asyncio.run(versions(url, token, tasks))
             rate = writes / SECONDS
             line(f"runstate single-step writes, {connections} conn.", rate, figures, cpu, writes)
             results[f"runstate_{connections}"] = {
@@ -186,7 +148,7 @@ def main() -> None:
                 "cpu_per_write": cpu / max(writes, 1),
             }
     with tempfile.TemporaryDirectory() as tmp:
-        aput = asyncio.run(aput_concurrently(Path(tmp) / "lg.db"))
+        aput = asyncio.run(langgraph_aput(Path(tmp) / "lg.db", 16, APUT_WRITES))["rate"]
     print(f"  {'LangGraph AsyncSqliteSaver.aput, 16 coroutines':46s} {aput:8,.0f}/s  (in process)")
     results["aput_16"] = {"rate": aput}
     floor_rate = results["trivial"]["rate"]
