@@ -1,5 +1,6 @@
 """The checkpoint policies' trade-off, measured: steps a second, and steps lost when
-the agent is killed at a random moment.
+the agent is killed at a random moment, each policy also with
+``durability="async"`` where it writes more than once in a while.
 
 One ``runstate serve`` on SQLite. For each policy, an agent process (this module,
 ``agent``) drives a task of STEPS steps through the SDK's ``TaskRunner``: each
@@ -25,26 +26,30 @@ from typing import Any
 
 from bench.fanout import Graph, new_task, serving
 from runstate.client import AtEnd, CheckpointPolicy, EveryNSteps, EveryStep, KeyPoints, Runstate
+from runstate.client.runner import Durability
 
 STEPS = 100
 WORK = 0.005
 LIMITED_EVERY = 25
 KILLS = 5
 RESULTS = Path(__file__).parent / "results" / "policies.json"
-POLICIES: dict[str, CheckpointPolicy] = {
-    "every step": EveryStep(),
-    "every 10 steps": EveryNSteps(10),
-    "key points": KeyPoints(),
-    "at end": AtEnd(),
+POLICIES: dict[str, tuple[CheckpointPolicy, Durability]] = {
+    "every step": (EveryStep(), "sync"),
+    "every step, async": (EveryStep(), "async"),
+    "every 10 steps": (EveryNSteps(10), "sync"),
+    "every 10, async": (EveryNSteps(10), "async"),
+    "key points": (KeyPoints(), "sync"),
+    "at end": (AtEnd(), "sync"),
 }
 HEAD = "query($id: ID!) { task(id: $id) { ... on Task { eventSeq steps { status } } } }"
 
 
 async def agent(url: str, token: str, task_id: str, policy: str) -> None:
     """Drive the task to its end under ``policy``, printing each step done."""
+    checkpoints, durability = POLICIES[policy]
     async with (
         Runstate(url, token) as rs,
-        rs.run(task_id, holder="bench-agent", policy=POLICIES[policy]) as run,
+        rs.run(task_id, holder="bench-agent", policy=checkpoints, durability=durability) as run,
     ):
         began = time.perf_counter()
         for step in run.remaining:
@@ -120,14 +125,14 @@ async def main() -> None:
         f" {1 / WORK:.0f} steps/s), a rate-limited tool every {LIMITED_EVERY} steps,"
         f" {KILLS} kills each"
     )
-    print(f"{'policy':<16} {'steps/s':>8} {'events':>7} {'lost per kill (mean, max)':>26}  each")
+    print(f"{'policy':<18} {'steps/s':>8} {'events':>7} {'lost per kill (mean, max)':>26}  each")
     results = {}
     with serving(1) as (urls, token, _):
         for policy in POLICIES:
             found = await measure(urls[0], token, policy)
             lost = found["lost"]
             print(
-                f"{policy:<16} {found['steps_per_second']:>8.0f} {found['events']:>7}"
+                f"{policy:<18} {found['steps_per_second']:>8.0f} {found['events']:>7}"
                 f" {sum(lost) / len(lost):>19.1f}, {max(lost):>4}  {lost}"
             )
             results[policy] = found

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from runstate.client.calls import Calls
 from runstate.client.errors import NeedsDecision
 from runstate.client.policies import CheckpointPolicy
-from runstate.client.runner import TaskRunner
+from runstate.client.runner import Durability, TaskRunner
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,7 @@ class Runstate(Calls):
         policy: CheckpointPolicy | None = None,
         lease_ttl: int = 30,
         decision: str | None = None,
+        durability: Durability = "sync",
         idle_seconds: float = 1.0,
         stop: asyncio.Event | None = None,
     ) -> None:
@@ -49,7 +50,12 @@ class Runstate(Calls):
                     await asyncio.wait_for(stop.wait(), idle_seconds)
                 continue
             runner = self.run(
-                lock.task_id, holder=holder, policy=policy, lease_ttl=lease_ttl, decision=decision
+                lock.task_id,
+                holder=holder,
+                policy=policy,
+                lease_ttl=lease_ttl,
+                decision=decision,
+                durability=durability,
             )
             try:
                 async with runner as run:
@@ -65,12 +71,21 @@ class Runstate(Calls):
         policy: CheckpointPolicy | None = None,
         lease_ttl: int = 30,
         decision: str | None = None,
+        durability: Durability = "sync",
     ) -> TaskRunner:
         """A ``TaskRunner`` for this task: ``async with rs.run(task_id, holder=...) as run``.
 
         ``decision`` answers a step left in doubt by a crash: "RETRY", "SKIP", ``WAIT``
         (until a person decides elsewhere), or None to raise ``NeedsDecision``.
+        ``durability="async"`` sends the writes of idempotent steps in the background
+        while the next step runs (see ``TaskRunner``).
         """
         return TaskRunner(
-            self, task_id, holder=holder, policy=policy, lease_ttl=lease_ttl, decision=decision
+            self,
+            task_id,
+            holder=holder,
+            policy=policy,
+            lease_ttl=lease_ttl,
+            decision=decision,
+            durability=durability,
         )

@@ -10,6 +10,13 @@ On entry it acquires the task's lease (waiting while another holder has it),
 renews it in the background, and resumes the task. It carries the task's version
 and the fencing token into every write. If the lease is lost (taken over after a
 pause, or released elsewhere), every later call raises ``LeaseLost``.
+
+With ``durability="async"`` the writes of idempotent steps are sent in the
+background, in order, while the next step runs (as LangGraph's
+``durability="async"``): a process killed meanwhile loses only idempotent steps,
+run again on resume. A step that is not idempotent starts only once everything
+before it is committed, and its success is committed before ``succeed`` returns;
+a failure, a tool report, ``flush`` and leaving the runner wait for the queue.
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
 
 from gql.transport.exceptions import TransportError
 
@@ -33,6 +42,7 @@ from runstate.client.errors import (
 )
 from runstate.client.models import FINISHED, Step, Task, ToolState
 from runstate.client.policies import CheckpointPolicy, EveryStep
+from runstate.client.queued import Queued, Write
 from runstate.enums import StepStatus, ToolStatus
 
 if TYPE_CHECKING:
@@ -42,6 +52,8 @@ log = logging.getLogger(__name__)
 
 WAIT = "WAIT"
 """``decision=WAIT``: let a person decide (e.g. in the dashboard) and go on after."""
+
+Durability = Literal["sync", "async"]
 
 
 class TaskRunner:
@@ -57,7 +69,10 @@ class TaskRunner:
         lease_ttl: int = 30,
         decision: str | None = None,
         lease_wait: float = 60.0,
+        durability: Durability = "sync",
     ) -> None:
+        if durability not in ("sync", "async"):
+            raise ValueError(f'durability must be "sync" or "async", not {durability!r}')
         self.api = api
         self.task_id = task_id
         self.holder = holder
@@ -65,12 +80,14 @@ class TaskRunner:
         self.lease_ttl = lease_ttl
         self.decision = decision
         self.lease_wait = lease_wait
+        self.durability = durability
         self.fencing_token = 0
         self.task: Task | None = None
         self.lost = asyncio.Event()
         self._pending: list[dict[str, Any]] = []
         self._completed_since_flush = 0
         self._renewer: asyncio.Task[None] | None = None
+        self._queued: Queued | None = None
 
     # -- entering and leaving
 
@@ -105,17 +122,21 @@ class TaskRunner:
                 self._wrote(head, {index: {"status": status}})
             break
         self._renewer = asyncio.create_task(self._renew(), name=f"renew-{self.task_id}")
+        if self.durability == "async":
+            self._queued = Queued(self._send, f"writes-{self.task_id}")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._renewer is not None:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewer
         try:
             if not self.lost.is_set():
                 await self.flush()
         finally:
+            if self._queued is not None:
+                await self._queued.close()
+            if self._renewer is not None:
+                self._renewer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._renewer
             if not self.lost.is_set():
                 with contextlib.suppress(ServerUnavailable, TransportError, OSError):  # it lapses
                     await self._release()
@@ -217,55 +238,109 @@ class TaskRunner:
         if self.lost.is_set():
             raise LeaseLost(f"the lease on {self.task_id} was lost")
 
+    def _idempotent(self, index: int) -> bool:
+        return (self._task.steps or ())[index].idempotent
+
+    async def _write(
+        self,
+        patches: list[dict[str, Any]],
+        call: Callable[[], Awaitable[Task]],
+        *,
+        wait: bool,
+    ) -> None:
+        """Make one versioned write of these step changes: now, or with
+        ``durability="async"`` and not ``wait``, queued behind the writes before it.
+        ``call`` is made when the write is sent, so it carries the version the write
+        before it answered."""
+        write = Write(patches, call)
+        if self._queued is None:
+            await self._send([write])
+        elif wait:
+            await self._queued.drain()
+            await self._send([write])
+        else:
+            self._queued.put(write)
+
+    async def _send(self, batch: list[Write]) -> None:
+        """Send one write as its own call, or several that waited together as one
+        checkpoint (a step's changes merged: RUNNING then SUCCESS is SUCCESS)."""
+        merged: dict[int, dict[str, Any]] = {}
+        for write in batch:
+            for patch in write.patches:
+                merged.setdefault(patch["index"], {}).update(patch)
+        if len(batch) == 1:
+            call = batch[0].call
+        else:
+            patches = list(merged.values())
+            call = partial(
+                self.api.checkpoint,
+                self.task_id,
+                self.version,
+                patches,
+                fencing_token=self.fencing_token,
+            )
+        head = await self._guard(call())
+        changed = {i: {k: v for k, v in p.items() if k != "index"} for i, p in merged.items()}
+        self._wrote(head, changed)
+
+    async def _settled(self) -> None:
+        """Wait until every queued write is committed (``durability="async"``)."""
+        if self._queued is not None:
+            await self._queued.drain()
+
     async def begin(self, index: int) -> None:
         """Mark a step RUNNING. Written at once for EveryStep and for any step that is
         not idempotent (with whatever is pending), so a crash inside it is noticed."""
         self._check()
-        step = (self._task.steps or ())[index]
         if self.policy.every_step:
-            head = await self._guard(
-                self.api.start_step(
+            await self._write(
+                [{"index": index, "status": StepStatus.RUNNING}],
+                lambda: self.api.start_step(
                     self.task_id, index, self.version, fencing_token=self.fencing_token
-                )
+                ),
+                wait=not self._idempotent(index),
             )
-            self._wrote(head, {index: {"status": StepStatus.RUNNING}})
-        elif not step.idempotent:
+        elif not self._idempotent(index):
             self._pending.append({"index": index, "status": StepStatus.RUNNING})
-            await self.flush()
+            await self._checkpoint(wait=True)
 
     async def succeed(self, index: int, output: Any = None) -> None:
         """Record a step's success; written now or later, as the policy says."""
         self._check()
         if self.policy.every_step:
-            head = await self._guard(
-                self.api.complete_step(
+            await self._write(
+                [{"index": index, "status": StepStatus.SUCCESS, "output": output}],
+                lambda: self.api.complete_step(
                     self.task_id, index, self.version, output, fencing_token=self.fencing_token
-                )
+                ),
+                wait=not self._idempotent(index),
             )
-            self._wrote(head, {index: {"status": StepStatus.SUCCESS, "output": output}})
             return
         self._pending.append({"index": index, "status": StepStatus.SUCCESS, "output": output})
         self._completed_since_flush += 1
         if self.policy.due(self._completed_since_flush):
-            await self.flush()
+            await self._checkpoint(wait=False)
 
     async def fail(self, index: int, error: str) -> None:
         """Record a step's failure and write it, with anything pending, at once."""
         self._check()
         if self.policy.every_step:
-            head = await self._guard(
-                self.api.fail_step(
+            await self._write(
+                [{"index": index, "status": StepStatus.FAILED, "error": error}],
+                lambda: self.api.fail_step(
                     self.task_id, index, self.version, error, fencing_token=self.fencing_token
-                )
+                ),
+                wait=True,
             )
-            self._wrote(head, {index: {"status": StepStatus.FAILED, "error": error}})
             return
         self._pending.append({"index": index, "status": StepStatus.FAILED, "error": error})
-        await self.flush()
+        await self._checkpoint(wait=True)
 
     async def tool(self, tool_name: str, outcome: str, **report: Any) -> ToolState:
-        """Report a tool call under the lease; a tool limit hit is a key point."""
+        """Report a tool call under the lease, after the writes queued before it (so
+        the task's log keeps the agent's order); a tool limit hit is a key point."""
         self._check()
+        await self._settled()
         state: ToolState = await self._guard(
             self.api.record_tool_call(
                 self.task_id, tool_name, outcome, fencing_token=self.fencing_token, **report
@@ -278,16 +353,23 @@ class TaskRunner:
         return state
 
     async def flush(self) -> None:
-        """Write every pending step change in one checkpoint."""
+        """Write every pending step change in one checkpoint, and wait until it and
+        every write queued before it are committed."""
         self._check()
+        await self._checkpoint(wait=True)
+        await self._settled()
+
+    async def _checkpoint(self, *, wait: bool) -> None:
+        """Write the pending step changes in one ``checkpointTask``."""
         if not self._pending:
             return
-        head = await self._guard(
-            self.api.checkpoint(
-                self.task_id, self.version, self._pending, fencing_token=self.fencing_token
-            )
+        pending = self._pending.copy()
+        await self._write(
+            pending,
+            lambda: self.api.checkpoint(
+                self.task_id, self.version, pending, fencing_token=self.fencing_token
+            ),
+            wait=wait,
         )
-        changed = {p["index"]: {k: v for k, v in p.items() if k != "index"} for p in self._pending}
-        self._wrote(head, changed)
         self._pending = []
         self._completed_since_flush = 0
