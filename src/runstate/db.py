@@ -67,19 +67,20 @@ def _with_sqlite_pragmas(url: str) -> str:
     return url
 
 
-def _postgres_connection(url: str) -> str | dict[str, Any]:
-    """Tortoise's connection settings for a PostgreSQL URL: the URL itself, unless it
-    names libpq's ``sslmode``, which Tortoise hands to asyncpg by that name (and
-    asyncpg refuses): then the expanded settings, the mode given as asyncpg's ``ssl``
-    (which takes the same names: disable, prefer, require, verify-ca, verify-full)."""
+def _postgres_connection(url: str) -> dict[str, Any]:
+    """Tortoise's connection settings for a PostgreSQL URL, on runstate's engine
+    (``runstate.postgres``: asyncpg's pool without its reset query). A URL that
+    names libpq's ``sslmode``, which Tortoise would hand to asyncpg by that name
+    (and asyncpg refuses), has it given as asyncpg's ``ssl`` (which takes the same
+    names: disable, prefer, require, verify-ca, verify-full)."""
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     modes = [value for name, value in query if name == "sslmode"]
-    if not modes:
-        return url
     rest = urlencode([(name, value) for name, value in query if name != "sslmode"])
     expanded = expand_db_url(urlunsplit(parts._replace(query=rest)))
-    expanded["credentials"]["ssl"] = modes[-1]
+    if modes:
+        expanded["credentials"]["ssl"] = modes[-1]
+    expanded["engine"] = "runstate.postgres"
     return expanded
 
 
@@ -129,8 +130,6 @@ async def lock_connection(database_url: str) -> AsyncIterator[Any]:
     """One asyncpg connection of its own to the PostgreSQL of ``database_url``, made
     as the server's connections are (``tortoise_config``); closed on leaving."""
     connection = tortoise_config(database_url)["connections"]["default"]
-    if isinstance(connection, str):
-        connection = expand_db_url(connection)
     settings = dict(connection["credentials"], minsize=1, maxsize=1)
     client = AsyncpgDBClient(connection_name="runstate-migration-lock", **settings)
     await client.create_connection(with_db=True)

@@ -1,9 +1,11 @@
 """What a write costs follows its change, not the task's size: the statements of a
-step write, and the bytes the history of a long task keeps (SQLite, in-process)."""
+step write (SQLite and PostgreSQL), and the bytes the history of a long task keeps
+(SQLite), in-process."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,13 +18,25 @@ from runstate.enums import StepStatus
 from runstate.services import sessions, sql, tasks
 from runstate.services.clock import utcnow
 from runstate.services.house import House
-from runstate.services.validation import StepPlan
+from runstate.services.validation import ContentLimits, StepPlan
 from runstate.services.views import TaskView, Written
 from runstate.services.write import engine
 from runstate.services.write.engine import StepPatch
-from tests.support import opened
+from tests.support import opened, postgres_database
 
 USER = "counter"
+SINGLE = [
+    "BEGIN",
+    "UPDATE tasks SET",
+    "UPDATE steps SET",
+    "INSERT INTO step_versions",
+    "UPDATE tasks SET",
+    "INSERT INTO task_events",
+    "UPDATE user_usage SET",
+    "COMMIT",
+]
+"""The statements of a single-step write, in order (the SQLite test's docstring
+says what each is for)."""
 STEPS = 1000
 KB = 1024
 
@@ -131,18 +145,8 @@ async def test_a_write_costs_the_same_at_step_5_and_at_step_995(
     late, version = await costs(house, task_id, 985, version)
     assert early == late
     checkpoint, start, complete = early
-    single = [
-        "BEGIN",
-        "UPDATE tasks SET",
-        "UPDATE steps SET",
-        "INSERT INTO step_versions",
-        "UPDATE tasks SET",
-        "INSERT INTO task_events",
-        "UPDATE user_usage SET",
-        "COMMIT",
-    ]
-    assert start == single
-    assert complete == single
+    assert start == SINGLE
+    assert complete == SINGLE
     assert checkpoint.count("UPDATE steps SET") == 10
     assert len(checkpoint) == len(late[0])
 
@@ -228,3 +232,91 @@ async def test_the_history_of_a_long_task_costs_what_it_changed(house: House) ->
     )
     stored = rows[0][0]
     assert stored < 3 * STEPS * KB, f"{stored} bytes of history for {STEPS * KB} of outputs"
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    with postgres_database() as url:
+        yield url
+
+
+@pytest.fixture
+async def pg_house(postgres_url: str) -> AsyncIterator[House]:
+    """A house on PostgreSQL with a pool of one connection, so that a query logger
+    on that connection sees every statement of a write."""
+    async with opened(f"{postgres_url}?minsize=1&maxsize=1") as house:
+        yield house
+
+
+class LoggedStatements:
+    """Every statement asyncpg sends on the pool's one connection, BEGIN and COMMIT
+    included, through asyncpg's query logger."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        (holder,) = connections.get("default")._pool._holders  # a private attribute
+        self._connection = holder._con
+
+    def _log(self, record: Any) -> None:
+        self.seen.append(record.query)
+
+    async def __aenter__(self) -> LoggedStatements:
+        self._connection.add_query_logger(self._log)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._connection.remove_query_logger(self._log)
+
+    def kinds(self) -> list[str]:
+        return [" ".join(s.rstrip(";").split()[:3]).replace('"', "") for s in self.seen]
+
+
+async def test_a_step_write_on_postgresql_is_as_many_statements_as_on_sqlite(
+    pg_house: House, clock: Callable[[float], None]
+) -> None:
+    """Guards the write path on PostgreSQL, counted on the connection itself
+    (asyncpg's query logger), at step 5 as at step 45: the same statements as on
+    SQLite, in four round trips. BEGIN, the compare-and-swap, then the write's
+    tail as one statement (``sql.joined``: the other five as WITH queries of the
+    last), and COMMIT; no reset query when the connection goes back to its pool
+    (``runstate.postgres``). Sent one by one with asyncpg's pool as it comes, the
+    same write was nine round trips."""
+    task_id = await long_task(pg_house, 50)
+    version = 1
+    found = []
+    for index in (5, 45):
+        for write in (tasks.start_step, tasks.complete_step):
+            async with LoggedStatements() as statements:
+                view = await write(pg_house, USER, task_id, index, expected_version=version)
+            version = view.value.version
+            found.append(statements.kinds())
+            (tail,) = [s for s in statements.seen if s.startswith("WITH")]
+            assert inner_kinds(tail) == SINGLE[2:-1]
+    assert found == [["BEGIN", "UPDATE tasks SET", "WITH _0 AS", "COMMIT"]] * 4
+
+
+def inner_kinds(joined: str) -> list[str]:
+    """The statements inside ``WITH _0 AS (...), _1 AS (...) last``, as ``kinds``
+    names them: each query's first three words, and the last statement's."""
+    starts = [m.end() for m in re.finditer(r"_\d+ AS \(", joined)]
+    last = joined[joined.rindex(") ") + 2 :]
+    texts = [joined[start:] for start in starts] + [last]
+    return [" ".join(t.split()[:3]).replace('"', "") for t in texts]
+
+
+async def test_a_task_of_5000_steps_is_stored_in_statements_postgresql_can_bind(
+    postgres_url: str,
+) -> None:
+    """Guards ``sql._groups``: the inserts of 5,000 new steps bind more parameters
+    than asyncpg sends with one statement (32,767), so ``run_all`` joins them in
+    runs of at most ``sql.PG_PARAMS``. Joined all in one, the task is refused by
+    asyncpg (InterfaceError: too many arguments)."""
+    limits = ContentLimits(steps=5000)
+    async with opened(f"{postgres_url}?minsize=1&maxsize=1", limits=limits) as house:
+        session = await sessions.start_session(house, USER, default_ttl=3600)
+        plan = [StepPlan(f"step-{i}", {"i": i}) for i in range(5000)]
+        async with LoggedStatements() as statements:
+            task = await tasks.create_task(house, USER, session.id, goal="long", steps=plan)
+        inserts = [s for s in statements.seen if 'INSERT INTO "steps"' in s]
+        assert len(inserts) == 2  # 10 chunks of 500 rows, joined in two runs
+        assert task.value.total_steps == 5000
