@@ -254,15 +254,19 @@ def wait_answering(url: str) -> None:
 
 @contextmanager
 def serving(
-    count: int, database_url: str | None = None, **env: str
+    count: int, database_url: str | None = None, workers: int = 1, **env: str
 ) -> Iterator[tuple[list[str], str, list[int]]]:
-    """``count`` servers on one database (a fresh SQLite file unless given), a
-    token for them, their pids."""
+    """``count`` servers on one database (a fresh SQLite file unless given), each
+    of ``workers`` processes (``--workers``, with Redis past one), a token for them,
+    their pids (a server of several workers: its parent's)."""
     with tempfile.TemporaryDirectory() as tmp:
         database_url = database_url or f"sqlite://{Path(tmp) / 'fanout.db'}"
         runstate(database_url, "migrate")
         token = runstate(database_url, "token", "create", "bench")
         command = [sys.executable, "-m", "runstate", "--database-url", database_url, "serve"]
+        if workers > 1:
+            command += ["--workers", str(workers)]
+            env = {"RUNSTATE_REDIS_URL": REDIS_URL, **env}
         ports = [free_port() for _ in range(count)]
         servers = [
             subprocess.Popen(

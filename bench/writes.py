@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
-from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+from langgraph.checkpoint.base import BaseCheckpointSaver, create_checkpoint, empty_checkpoint
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from bench.fanout import STEP, Graph, new_task, serving
@@ -53,20 +53,26 @@ async def langgraph_aput(path: Path, writers: int = 1, writes: int = WRITES) -> 
     async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
         await saver.setup()
         sync = float((await (await saver.conn.execute("PRAGMA synchronous")).fetchone() or [0])[0])
-        each = writes // writers
+        return {"rate": await aputs(saver, writers, writes), "synchronous": sync}
 
-        async def writer(n: int) -> None:
-            config: Any = {"configurable": {"thread_id": f"bench-{n}", "checkpoint_ns": ""}}
-            checkpoint = empty_checkpoint()
-            for step in range(each):
-                checkpoint = create_checkpoint(checkpoint, None, step)
-                checkpoint["channel_values"] = {"step": step, "output": OUTPUT}
-                metadata: Any = {"source": "loop", "step": step, "parents": {}}
-                config = await saver.aput(config, checkpoint, metadata, {})
 
-        began = time.perf_counter()
-        await asyncio.gather(*(writer(n) for n in range(writers)))
-        return {"rate": each * writers / (time.perf_counter() - began), "synchronous": sync}
+async def aputs(saver: BaseCheckpointSaver[Any], writers: int, writes: int) -> float:
+    """Checkpoints a second through ``saver.aput``, ``writers`` threads at once
+    (coroutines of this process), ``writes`` in all, each holding a small output."""
+    each = writes // writers
+
+    async def writer(n: int) -> None:
+        config: Any = {"configurable": {"thread_id": f"bench-{n}", "checkpoint_ns": ""}}
+        checkpoint = empty_checkpoint()
+        for step in range(each):
+            checkpoint = create_checkpoint(checkpoint, None, step)
+            checkpoint["channel_values"] = {"step": step, "output": OUTPUT}
+            metadata: Any = {"source": "loop", "step": step, "parents": {}}
+            config = await saver.aput(config, checkpoint, metadata, {})
+
+    began = time.perf_counter()
+    await asyncio.gather(*(writer(n) for n in range(writers)))
+    return each * writers / (time.perf_counter() - began)
 
 
 async def raw_cas(path: Path) -> dict[str, float]:

@@ -11,12 +11,16 @@ same run:
   and from 16 connections. Writes are counted from the tasks' versions
   afterwards, not from answers;
 - LangGraph ``AsyncSqliteSaver.aput``, in this process, 16 coroutines on their
-  own threads.
+  own threads;
+- on PostgreSQL: ``runstate serve --workers 2`` (two processes, Redis between
+  them) under the same 16 wrk connections, against LangGraph's
+  ``AsyncPostgresSaver.aput`` from 16 coroutines on a pool of 16 connections (as
+  LangGraph's documentation sets it up), on fresh databases of the same server.
 
 For each: requests (or writes) a second, p50 and p99 latency, and the server's
-CPU per request from /proc. The raw figures go to ``bench/results/wrk.json``. Run
-with ``make bench`` (which installs wrk when it is missing); never part of
-``make test``.
+CPU per request from /proc (a server of several workers: all its processes).
+The raw figures go to ``bench/results/wrk.json``. Run with ``make bench`` (which
+installs wrk when it is missing); never part of ``make test``.
 """
 
 from __future__ import annotations
@@ -35,10 +39,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
 
 from bench.fanout import Graph, free_port, new_task, serving
 from bench.langgraph import cpu_seconds
-from bench.writes import langgraph_aput
+from bench.writes import aputs, langgraph_aput
+from tests.support import postgres_database
 
 SECONDS = int(os.environ.get("BENCH_WRK_SECONDS", "10"))
 CONNECTIONS = (1, 16)
@@ -66,10 +74,24 @@ def wrk(url: str, connections: int, tasks: list[str], token: str) -> dict[str, A
 def measured(
     url: str, pid: int, connections: int, tasks: list[str], token: str
 ) -> tuple[dict[str, Any], float]:
-    """A wrk run and the server's CPU seconds during it."""
-    began = cpu_seconds(pid)
+    """A wrk run and the CPU seconds during it of the server and its children."""
+    began = tree_cpu(pid)
     figures = wrk(url, connections, tasks, token)
-    return figures, cpu_seconds(pid) - began
+    return figures, tree_cpu(pid) - began
+
+
+def tree_cpu(pid: int) -> float:
+    """The CPU seconds of a process and its children (a server's workers), from /proc."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = (entry / "stat").read_text().rpartition(")")[2].split()[1]
+            except OSError:  # it ended meanwhile
+                continue
+            if int(parent) == pid:
+                children.append(int(entry.name))
+    return cpu_seconds(pid) + sum(tree_cpu(child) for child in children)
 
 
 @contextmanager
@@ -147,6 +169,7 @@ def main() -> None:
                 "rate": rate,
                 "cpu_per_write": cpu / max(writes, 1),
             }
+    postgres(results)
     with tempfile.TemporaryDirectory() as tmp:
         aput = asyncio.run(langgraph_aput(Path(tmp) / "lg.db", 16, APUT_WRITES))["rate"]
     print(f"  {'LangGraph AsyncSqliteSaver.aput, 16 coroutines':46s} {aput:8,.0f}/s  (in process)")
@@ -162,6 +185,45 @@ def main() -> None:
     print(f"  server CPU per single-step write, 16 conn.: {cpu:.2f} ms (target <= 0.6 ms)")
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def postgres(results: dict[str, Any]) -> None:
+    """runstate on PostgreSQL (two workers, 16 wrk connections) against
+    ``AsyncPostgresSaver.aput`` from 16 coroutines, on fresh databases."""
+    with postgres_database() as runstate_db, postgres_database() as langgraph_db:
+        with serving(1, runstate_db, workers=2, RUNSTATE_MAX_STEPS=str(STEPS)) as (
+            (url,),
+            token,
+            (pid,),
+        ):
+            tasks = asyncio.run(tasks_of(url, token, 16))
+            figures, cpu = measured(url, pid, 16, tasks, token)
+            writes = asyncio.run(versions(url, token, tasks))
+        rate = writes / SECONDS
+        line("runstate on PostgreSQL, --workers 2, 16 conn.", rate, figures, cpu, writes)
+        aput = asyncio.run(postgres_aput(langgraph_db))
+    print(
+        f"  {'LangGraph AsyncPostgresSaver.aput, 16 coroutines':46s} {aput:8,.0f}/s  (in process)"
+    )
+    print(f"  runstate on PostgreSQL: {rate / aput:.2f}x AsyncPostgresSaver (target >= 0.5x)")
+    results["postgres_16"] = {
+        **figures,
+        "writes": writes,
+        "rate": rate,
+        "cpu_per_write": cpu / max(writes, 1),
+    }
+    results["postgres_aput_16"] = {"rate": aput}
+
+
+async def postgres_aput(url: str) -> float:
+    """``AsyncPostgresSaver.aput`` a second from 16 coroutines on a pool of 16."""
+    conninfo = url.replace("postgres://", "postgresql://", 1)
+    settings = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+    async with AsyncConnectionPool(conninfo, max_size=16, kwargs=settings, open=False) as pool:
+        saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+        await saver.setup()
+        await aputs(saver, 16, 160)  # warm: the pool's connections, prepared plans
+        return await aputs(saver, 16, APUT_WRITES)
 
 
 if __name__ == "__main__":
