@@ -15,7 +15,7 @@ import pytest
 from tortoise import connections
 
 from runstate.enums import StepStatus
-from runstate.services import sessions, sql, tasks
+from runstate.services import idempotency, sessions, sql, tasks
 from runstate.services.clock import utcnow
 from runstate.services.house import House
 from runstate.services.validation import ContentLimits, StepPlan
@@ -320,3 +320,29 @@ async def test_a_task_of_5000_steps_is_stored_in_statements_postgresql_can_bind(
         inserts = [s for s in statements.seen if 'INSERT INTO "steps"' in s]
         assert len(inserts) == 2  # 10 chunks of 500 rows, joined in two runs
         assert task.value.total_steps == 5000
+
+
+async def test_a_keyed_write_is_two_statements_more(
+    house: House, clock: Callable[[float], None]
+) -> None:
+    """Guards the idempotency key's cost: a single-step write under a new key is the
+    write's own statements, run on the key's transaction, and two more: the key's
+    row inserted first (``INSERT ... ON CONFLICT DO NOTHING``) and its answer kept
+    last. Before, a read of the key came first (a statement a write: a repeat is
+    found by the insert now), the delete of an expired row ran when there was none,
+    and the write had a savepoint of its own (two statements)."""
+    task_id = await long_task(house, 3)
+    call = idempotency.keyed(USER, "key-1", "startStep", {"stepIndex": 0})
+
+    async def start() -> Written[TaskView]:
+        return await tasks.start_step(house, USER, task_id, 0, expected_version=1)
+
+    async with Statements() as statements:
+        await idempotency.once(house, call, 3600, TaskView, start)
+    assert statements.kinds() == [
+        "BEGIN",
+        "INSERT INTO idempotency_keys",
+        *SINGLE[1:-1],
+        "UPDATE idempotency_keys SET",
+        "COMMIT",
+    ]

@@ -3,13 +3,14 @@
 An agent whose request timed out cannot tell whether the server committed it. It
 sends the same ``idempotencyKey`` again; the key is stored per caller with the
 operation and a fingerprint of the input, in the same transaction as the write,
-together with the answer (the service's view, as JSON). A repeat finds the row
-and answers from it; the same key with other input is IdempotencyKeyReused. Two
-calls with one key at the same moment are decided by the UNIQUE (user_id, key)
-index: the transaction opens by inserting the row, so the second call waits for
+together with the answer (the service's view, as JSON). Every keyed call opens
+its transaction by inserting the key's row (``INSERT ... ON CONFLICT DO
+NOTHING``): a repeat finds the row there, rolls back and answers from it; the
+same key with other input is IdempotencyKeyReused. Two calls with one key at the
+same moment are decided by the UNIQUE (user_id, key) index: the second waits for
 the first (PostgreSQL), or for the write lock or in the same shared transaction
-(SQLite, ``services.write.group_commit``), fails on the index, and answers from the row the
-first one committed. Never a check-then-insert.
+(SQLite, ``services.write.group_commit``), finds the row, and answers from the
+row the first one committed. Never a check-then-insert.
 
 The write runs inside the key's transaction, and its events come back with its
 answer after that commit (``Written``), so no subscriber hears of a write that a
@@ -44,7 +45,7 @@ from tortoise.queryset import QuerySet
 from tortoise.transactions import in_transaction
 
 from runstate.models import KEY_LENGTH, IdempotencyKey, Task
-from runstate.services import quota, validation
+from runstate.services import quota, sql, validation
 from runstate.services.clock import utcnow
 from runstate.services.errors import IdempotencyKeyReusedError, InvalidInputError, NotFoundError
 from runstate.services.history import task_at
@@ -125,44 +126,59 @@ async def _once(
 ) -> Written[V]:
     if call is None:
         return await write()
-    stored = await _stored(call)
-    if stored is not None:
-        return Written(await _replay(stored, call, kind))
 
     async def keyed_write(conn: BaseDBAsyncClient) -> Written[V]:
-        # Writes first: SQLite takes its write lock at once; an expired row of this
-        # key (not swept yet) makes way.
-        now = utcnow()
-        expired = IdempotencyKey.filter(user_id=call.user_id, key=call.key, expires_at__lte=now)
-        await _delete(conn, expired)
-        row = await IdempotencyKey.create(
-            user_id=call.user_id,
-            key=call.key,
-            operation=call.operation,
-            fingerprint=call.fingerprint,
-            created_at=now,
-            expires_at=now + timedelta(seconds=ttl_seconds),
-            using_db=conn,
-        )
+        key_id = await _claim(conn, call, ttl_seconds)
         written = await write()
         answer = _stored_answer(written.value)
         counted = _counted(answer, written.value)
         if counted:
             await quota.charge(conn, house.limits, call.user_id, counted, "idempotencyKey")
-        await (
-            IdempotencyKey.filter(id=row.id)
-            .using_db(conn)
-            .update(answer=answer, stored_bytes=counted)
-        )
+        kept = {"answer": answer, "stored_bytes": counted}
+        await sql.execute(conn, *sql.update_row(IdempotencyKey, key_id, kept))
         return written
 
     try:
         return await house.group.run(keyed_write)
-    except IntegrityError:
+    except (IntegrityError, _RepeatedCallError) as error:
         stored = await _stored(call)
-        if stored is None:
+        if stored is not None:
+            return Written(await _replay(stored, call, kind))
+        if isinstance(error, IntegrityError):
             raise
-        return Written(await _replay(stored, call, kind))
+    # The key's row lapsed between the claim and the read: the call is new after all.
+    return await house.group.run(keyed_write)
+
+
+class _RepeatedCallError(Exception):
+    """The key's row is there and live: the call is a repeat (its transaction is
+    rolled back, and it answers from the row)."""
+
+
+async def _claim(conn: BaseDBAsyncClient, call: KeyedCall, ttl_seconds: int) -> int:
+    """Insert the key's row, first in the write's transaction (SQLite takes its
+    write lock at once; on PostgreSQL a concurrent call of the key waits here for
+    the first to end): its id. One statement, ``ON CONFLICT DO NOTHING``; when the
+    key's row is there, an expired one (not swept yet) makes way, its bytes given
+    back, and a live one is a repeat (``_RepeatedCallError``). Checked only then: repeats are
+    rare, and a read of the key before every keyed write cost one statement each."""
+    now = utcnow()
+    row = {
+        "user_id": call.user_id,
+        "key": call.key,
+        "operation": call.operation,
+        "fingerprint": call.fingerprint,
+        "created_at": now,
+        "expires_at": now + timedelta(seconds=ttl_seconds),
+    }
+    text, params = sql.insert_rows(IdempotencyKey, [row])
+    claimed = await sql.fetch(conn, f'{text} ON CONFLICT DO NOTHING RETURNING "id"', params)
+    if not claimed:
+        expired = IdempotencyKey.filter(user_id=call.user_id, key=call.key, expires_at__lte=now)
+        if not await _delete(conn, expired):
+            raise _RepeatedCallError
+        claimed = await sql.fetch(conn, f'{text} RETURNING "id"', params)
+    return int(claimed[0]["id"])
 
 
 async def _stored(call: KeyedCall) -> IdempotencyKey | None:

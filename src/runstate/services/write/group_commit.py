@@ -11,8 +11,7 @@ answered. A write alone runs in a plain transaction, exactly as before.
 
 PostgreSQL writes keep transactions of their own: its pool runs them side by
 side. A write inside another's transaction (a task write inside the transaction
-of its idempotency key, which goes through the group itself) runs in it, as a
-savepoint, as it always did.
+of its idempotency key, which goes through the group itself) runs in it.
 """
 
 from __future__ import annotations
@@ -42,9 +41,15 @@ class Group:
         """Transactions run for queued writes (a test counts them)."""
 
     async def run(self, work: Work[T]) -> T:
-        """``work`` in a transaction; its result once that transaction committed."""
+        """``work`` in a transaction; its result once that transaction committed.
+        Inside another's transaction (a task write inside its idempotency key's),
+        ``work`` runs on it, with no savepoint of its own: its failure fails the
+        outer transaction as well, which is what that one wants (a refused write
+        keeps no key), and a savepoint cost two statements a keyed write."""
         client = connections.get("default")
-        if client.capabilities.dialect != "sqlite" or isinstance(client, TransactionalDBClient):
+        if isinstance(client, TransactionalDBClient):
+            return await work(client)
+        if client.capabilities.dialect != "sqlite":
             async with in_transaction() as conn:
                 return await work(conn)
         done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
