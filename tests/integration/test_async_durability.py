@@ -178,10 +178,10 @@ async def test_killed_with_writes_queued_it_loses_only_idempotent_steps(
     assert effects.read_text().splitlines() == TRIP
     held = await statuses(rs, task.id)
     assert held[:2] == ["SUCCESS", "SUCCESS"]
-    # The third step's write was in flight to the frozen server: it may land or not.
+    # The third step's write was in flight to the frozen server: it may land or not,
+    # and land after this read, so the next agent may or may not repeat the step.
     assert held[2] in ("PENDING", "RUNNING", "SUCCESS")
     assert held[3:] == ["PENDING", "PENDING"]
-    repeated = [] if held[2] == "SUCCESS" else [TRIP[2]]
     second = AgentProcess(
         server.url, token, task.id, str(effects), module="tests.agents.queued_agent"
     )
@@ -189,7 +189,9 @@ async def test_killed_with_writes_queued_it_loses_only_idempotent_steps(
         assert second.rest(within=60)[-1] == {"event": "finished"}
     finally:
         second.kill()
-    assert effects.read_text().splitlines() == [*TRIP, *repeated, CHARGE, "send confirmation"]
+    done = effects.read_text().splitlines()
+    assert done[:3] == TRIP
+    assert done[3:] in ([CHARGE, "send confirmation"], [TRIP[2], CHARGE, "send confirmation"])
     assert await statuses(rs, task.id) == ["SUCCESS"] * 5
 
 

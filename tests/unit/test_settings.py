@@ -63,12 +63,15 @@ def test_numbers_past_the_api_int_are_refused() -> None:
 
 
 def test_sqlite_waits_for_other_writers_and_caches_64_mib() -> None:
-    """Guards ``db.SQLITE_PRAGMAS``: added unless the URL sets them itself."""
+    """Guards ``db.SQLITE_PRAGMAS``: added unless the URL sets them itself; and a
+    PostgreSQL URL goes to runstate's engine (``runstate.postgres``)."""
     url = tortoise_config("sqlite://x.db")["connections"]["default"]
     assert url == "sqlite://x.db?busy_timeout=30000&cache_size=-65536"
     url = tortoise_config("sqlite://x.db?cache_size=-2000")["connections"]["default"]
     assert url == "sqlite://x.db?cache_size=-2000&busy_timeout=30000"
-    assert tortoise_config("postgres://h/db")["connections"]["default"] == "postgres://h/db"
+    postgres = tortoise_config("postgres://h/db")["connections"]["default"]
+    assert postgres["engine"] == "runstate.postgres"
+    assert (postgres["credentials"]["host"], postgres["credentials"]["database"]) == ("h", "db")
 
 
 @pytest.mark.parametrize("name", sorted(CEILINGS))
