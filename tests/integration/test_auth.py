@@ -230,7 +230,13 @@ async def test_no_event_after_expiry_reaches_a_subscription_and_it_ends_on_time(
             Subscriber(server.url, ella.token, ACTIVITY, {"id": session["id"]}) as activity,
         ):
             assert (await progress.next())["taskProgress"]["kind"] == "SNAPSHOT"
-            expires_at = datetime.fromisoformat(session["expiresAt"])
+            # Read now: a write a second after the session's start (on a slow
+            # machine) moved its expiry past the one start_session answered.
+            now_held = ella(
+                "query($id: ID!) { session(id: $id) { ... on AgentSession { expiresAt } } }",
+                id=session["id"],
+            )
+            expires_at = datetime.fromisoformat(now_held["session"]["expiresAt"])
             wait_until(lambda: datetime.now(UTC) > expires_at, 10, "the session's expiry")
             released = mutate(
                 ella,
