@@ -136,6 +136,18 @@ async def versions(url: str, token: str, tasks: list[str]) -> int:
         await api.http.aclose()
 
 
+def written(name: str, url: str, pid: int, connections: int, token: str) -> dict[str, Any]:
+    """One wrk run of single-step writes on new tasks of the server at ``url``, its
+    line printed: wrk's figures, the writes the tasks took, their rate and the
+    server's CPU per write."""
+    tasks = asyncio.run(tasks_of(url, token, connections))
+    figures, cpu = measured(url, pid, connections, tasks, token)
+    writes = asyncio.run(versions(url, token, tasks))
+    rate = writes / SECONDS
+    line(name, rate, figures, cpu, writes)
+    return {**figures, "writes": writes, "rate": rate, "cpu_per_write": cpu / max(writes, 1)}
+
+
 def line(name: str, rate: float, figures: dict[str, Any], cpu: float, count: int) -> None:
     print(
         f"  {name:46s} {rate:8,.0f}/s  p50 {figures['p50'] / 1000:6.2f} ms"
@@ -158,17 +170,8 @@ def main() -> None:
         results[app] = {**figures, "rate": rate, "cpu_per_request": cpu / figures["requests"]}
     with serving(1, RUNSTATE_MAX_STEPS=str(STEPS)) as ((url,), token, (pid,)):
         for connections in CONNECTIONS:
-            tasks = asyncio.run(tasks_of(url, token, connections))
-            figures, cpu = measured(url, pid, connections, tasks, token)
-            writes = asyncio.run(versions(url, token, tasks))
-            rate = writes / SECONDS
-            line(f"runstate single-step writes, {connections} conn.", rate, figures, cpu, writes)
-            results[f"runstate_{connections}"] = {
-                **figures,
-                "writes": writes,
-                "rate": rate,
-                "cpu_per_write": cpu / max(writes, 1),
-            }
+            name = f"runstate single-step writes, {connections} conn."
+            results[f"runstate_{connections}"] = written(name, url, pid, connections, token)
     postgres(results)
     with tempfile.TemporaryDirectory() as tmp:
         aput = asyncio.run(langgraph_aput(Path(tmp) / "lg.db", 16, APUT_WRITES))["rate"]
@@ -196,22 +199,14 @@ def postgres(results: dict[str, Any]) -> None:
             token,
             (pid,),
         ):
-            tasks = asyncio.run(tasks_of(url, token, 16))
-            figures, cpu = measured(url, pid, 16, tasks, token)
-            writes = asyncio.run(versions(url, token, tasks))
-        rate = writes / SECONDS
-        line("runstate on PostgreSQL, --workers 2, 16 conn.", rate, figures, cpu, writes)
+            name = "runstate on PostgreSQL, --workers 2, 16 conn."
+            found = results["postgres_16"] = written(name, url, pid, 16, token)
         aput = asyncio.run(postgres_aput(langgraph_db))
     print(
         f"  {'LangGraph AsyncPostgresSaver.aput, 16 coroutines':46s} {aput:8,.0f}/s  (in process)"
     )
-    print(f"  runstate on PostgreSQL: {rate / aput:.2f}x AsyncPostgresSaver (target >= 0.5x)")
-    results["postgres_16"] = {
-        **figures,
-        "writes": writes,
-        "rate": rate,
-        "cpu_per_write": cpu / max(writes, 1),
-    }
+    ratio = found["rate"] / aput
+    print(f"  runstate on PostgreSQL: {ratio:.2f}x AsyncPostgresSaver (target >= 0.5x)")
     results["postgres_aput_16"] = {"rate": aput}
 
 

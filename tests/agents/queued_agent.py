@@ -11,14 +11,13 @@ test can act on the server before the agent goes on.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import sys
-from pathlib import Path
 
 from runstate.client import EveryStep, Runstate
+from tests.agents.sdk_agent import agent_arguments
 
 
 def say(event: str, action: str) -> None:
@@ -26,11 +25,7 @@ def say(event: str, action: str) -> None:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("url")
-    parser.add_argument("token")
-    parser.add_argument("task_id")
-    parser.add_argument("effects", type=Path)
+    parser = agent_arguments()
     parser.add_argument("--pause-after")
     args = parser.parse_args()
     async with (

@@ -24,12 +24,18 @@ from pathlib import Path
 from runstate.client import EveryNSteps, EveryStep, NeedsDecision, Runstate
 
 
-async def main() -> None:
+def agent_arguments() -> argparse.ArgumentParser:
+    """The arguments every SDK test agent takes first: URL TOKEN TASK_ID EFFECTS."""
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
     parser.add_argument("token")
     parser.add_argument("task_id")
     parser.add_argument("effects", type=Path)
+    return parser
+
+
+async def main() -> None:
+    parser = agent_arguments()
     parser.add_argument("--pause-at")
     parser.add_argument("--decision")
     parser.add_argument("--parallel", action="store_true")

@@ -71,6 +71,11 @@ def _sqlite() -> aiosqlite.Connection:
     return connection
 
 
+def kind(statement: str) -> str:
+    """A statement named by its first three words, quotes and a last ";" left out."""
+    return " ".join(statement.rstrip(";").split()[:3]).replace('"', "")
+
+
 class Statements:
     """Every SQL statement the database connection runs, BEGIN and COMMIT included,
     through SQLite's own trace hook on Tortoise's connection."""
@@ -86,7 +91,7 @@ class Statements:
         await _sqlite().set_trace_callback(None)  # type: ignore[arg-type]  # None clears it
 
     def kinds(self) -> list[str]:
-        return [" ".join(s.split()[:3]).replace('"', "") for s in self.seen]
+        return [kind(s) for s in self.seen]
 
 
 async def long_task(house: House, steps: int = STEPS) -> str:
@@ -268,7 +273,7 @@ class LoggedStatements:
         self._connection.remove_query_logger(self._log)
 
     def kinds(self) -> list[str]:
-        return [" ".join(s.rstrip(";").split()[:3]).replace('"', "") for s in self.seen]
+        return [kind(s) for s in self.seen]
 
 
 async def test_a_step_write_on_postgresql_is_as_many_statements_as_on_sqlite(
@@ -301,7 +306,7 @@ def inner_kinds(joined: str) -> list[str]:
     starts = [m.end() for m in re.finditer(r"_\d+ AS \(", joined)]
     last = joined[joined.rindex(") ") + 2 :]
     texts = [joined[start:] for start in starts] + [last]
-    return [" ".join(t.split()[:3]).replace('"', "") for t in texts]
+    return [kind(t) for t in texts]
 
 
 async def test_a_task_of_5000_steps_is_stored_in_statements_postgresql_can_bind(

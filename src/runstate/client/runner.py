@@ -253,13 +253,11 @@ class TaskRunner:
         ``call`` is made when the write is sent, so it carries the version the write
         before it answered."""
         write = Write(patches, call)
-        if self._queued is None:
-            await self._send([write])
-        elif wait:
-            await self._queued.drain()
-            await self._send([write])
-        else:
+        if self._queued is not None and not wait:
             self._queued.put(write)
+            return
+        await self._settled()
+        await self._send([write])
 
     async def _send(self, batch: list[Write]) -> None:
         """Send one write as its own call, or several that waited together as one
