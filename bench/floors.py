@@ -5,7 +5,11 @@ uvicorn as ``runstate serve`` is (``python -m uvicorn bench.floors:bare``):
   the one the body expects, parsed and encoded with the standard library;
 - ``trivial``: Strawberry on the same Starlette, a mutation of the same name and
   input as runstate's startStep and completeStep that does no more than that
-  (parser and validation caches on, as runstate has them).
+  (parser and validation caches on, as runstate has them);
+- ``executed``: the same schema executed by graphql-core from a bare Starlette
+  route, each document parsed and validated once: what Strawberry's HTTP view and
+  its ``Schema.execute`` (extensions, context, result processing) add to the
+  execution itself is the distance from this floor to ``trivial``.
 
 Both take the very requests ``bench/wrk_writes.lua`` sends runstate.
 """
@@ -13,8 +17,10 @@ Both take the very requests ``bench/wrk_writes.lua`` sends runstate.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import strawberry
+from graphql import DocumentNode, ExecutionResult, execute, parse, validate
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -74,3 +80,27 @@ schema = strawberry.Schema(
     query=Query, mutation=Mutation, extensions=[ParserCache, ValidationCache]
 )
 trivial = Starlette(routes=[Route("/graphql", GraphQL(schema))])
+
+
+_documents: dict[str, DocumentNode] = {}
+
+
+async def _executed(request: Request) -> Response:
+    body = json.loads(await request.body())
+    query = body["query"]
+    document = _documents.get(query)
+    if document is None:
+        document = parse(query)
+        if validate(schema._schema, document):
+            return Response(status_code=400)
+        _documents[query] = document
+    result: Any = execute(schema._schema, document, variable_values=body.get("variables"))
+    if not isinstance(result, ExecutionResult):
+        result = await result
+    answer: dict[str, Any] = {"data": result.data}
+    if result.errors:
+        answer["errors"] = [error.formatted for error in result.errors]
+    return Response(json.dumps(answer), media_type="application/json")
+
+
+executed = Starlette(routes=[Route("/graphql", _executed, methods=["POST"])])

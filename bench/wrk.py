@@ -3,8 +3,9 @@ to nothing (wrk, a C program), side by side with the floors of the stack in the
 same run:
 
 - the floors, served by uvicorn as ``runstate serve`` is (``bench/floors.py``): a
-  bare Starlette JSON POST, and a trivial Strawberry mutation of the same name
-  and input as runstate's;
+  bare Starlette JSON POST, the trivial mutation below executed by graphql-core
+  alone, and a trivial Strawberry mutation of the same name and input as
+  runstate's;
 - runstate single-step writes (``runstate serve`` on SQLite, rate limits off):
   each wrk connection drives its own task, startStep then completeStep, each
   with the version the previous answer gave (``bench/wrk_writes.lua``), from 1
@@ -161,11 +162,15 @@ def main() -> None:
         sys.exit("bench.wrk needs wrk: apt-get install wrk (make bench installs it)")
     print(f"Writes from wrk, {SECONDS} s a run; per second, latency, server CPU per request")
     results: dict[str, Any] = {}
-    for app in ("bare", "trivial"):
+    names = {
+        "bare": "bare Starlette JSON POST",
+        "executed": "graphql-core execute alone",
+        "trivial": "trivial Strawberry mutation",
+    }
+    for app in names:
         with floor(app) as (url, pid):
             figures, cpu = measured(url, pid, 16, ["floor"] * 16, "none")
         rate = figures["requests"] / SECONDS
-        names = {"bare": "bare Starlette JSON POST", "trivial": "trivial Strawberry mutation"}
         line(f"{names[app]}, 16 connections", rate, figures, cpu, figures["requests"])
         results[app] = {**figures, "rate": rate, "cpu_per_request": cpu / figures["requests"]}
     with serving(1, RUNSTATE_MAX_STEPS=str(STEPS)) as ((url,), token, (pid,)):
