@@ -11,12 +11,15 @@ task, in three rounds:
 
 For each watched round: commit-to-receipt delay (median, 99th percentile) and the
 watchers that missed an event or saw one out of order (must be 0). Then the
-baseline, in the same run: raw redis-py pub/sub with as many subscribers, each on
-a connection of its own, at the same pace; the ratio of the 99th percentiles
-(target: 3x or less). The watchers run in BENCH_CLIENTS processes (4), apart from
-the writer; their CPU time is printed, so that it is known not to be the
-bottleneck. ``BENCH_WATCHERS=1000`` for the
-large round. Run with ``make bench``; never part of ``make test``.
+baseline, in the same run: raw Redis pub/sub (a redis-py publisher) with as many
+subscribers, each on a connection of its own, at the same pace; the ratio of the
+99th percentiles (target: 3x or less). The watchers, runstate's and Redis's
+alike, are ``bench/watchers.c``, a C program on epoll (compiled with gcc on
+first use), in BENCH_CLIENTS processes (2) apart from the writer: a Python
+client parsing 20,000 messages a second takes more CPU than the servers it
+measures. Their CPU time is printed, so that it is known not to be the
+bottleneck. ``BENCH_WATCHERS=1000`` for the large round. Run with ``make bench``;
+never part of ``make test``.
 """
 
 from __future__ import annotations
@@ -37,13 +40,13 @@ from typing import Any
 
 import httpx
 from redis.asyncio import Redis
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.typing import Subprotocol
 
 WATCHERS = int(os.environ.get("BENCH_WATCHERS", "100"))
 STEPS = int(os.environ.get("BENCH_STEPS", "100"))
 PACE = 20.0
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_ADDRESS = REDIS_URL.removeprefix("redis://").partition("/")[0]
+"""Where ``bench/watchers.c`` subscribes to Redis (host:port, IPv4)."""
 SELECTION = os.environ.get("BENCH_SELECTION", "seq kind status steps { index status }")
 SUBSCRIBE = "subscription($id: ID!) { taskProgress(taskId: $id) { " + SELECTION + " } }"
 STEP = "mutation($input: {kind}!) {{ {name}(input: $input) {{ ... on Task {{ version }} }} }}"
@@ -110,95 +113,51 @@ async def write(api: Graph, task_id: str, committed: dict[int, float], pace: flo
     return 2 * STEPS / (time.perf_counter() - began)
 
 
-async def watch(ws_url: str, token: str, task_id: str) -> ClientConnection:
-    """A watcher that has received its SNAPSHOT."""
-    socket_ = await connect(ws_url, subprotocols=[Subprotocol("graphql-transport-ws")])
-    init = {"type": "connection_init", "payload": {"authorization": f"Bearer {token}"}}
-    await socket_.send(json.dumps(init))
-    assert json.loads(await socket_.recv())["type"] == "connection_ack"
-    subscribe = {"query": SUBSCRIBE, "variables": {"id": task_id}}
-    await socket_.send(json.dumps({"id": "1", "type": "subscribe", "payload": subscribe}))
-    json.loads(await socket_.recv())  # the SNAPSHOT
-    return socket_
+WATCHERS_C = Path(__file__).parent / "watchers.c"
+BUILT = Path(__file__).parent / ".build" / "watchers"
 
 
-async def receive(socket_: ClientConnection, got: list[tuple[int, float]], last: int) -> None:
-    while not got or got[-1][0] < last:
-        message = json.loads(await socket_.recv())
-        if message["type"] == "next":
-            got.append((message["payload"]["data"]["taskProgress"]["seq"], time.perf_counter()))
-
-
-async def subscribe_redis(channel: str) -> Any:
-    """A raw redis-py subscriber on a connection of its own."""
-    pubsub = Redis.from_url(REDIS_URL).pubsub()
-    await pubsub.subscribe(channel)
-    return pubsub
-
-
-async def read_redis(pubsub: Any, got: list[tuple[int, float]], last: int) -> None:
-    while not got or got[-1][0] < last:
-        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
-        if message is not None:
-            got.append((int(message["data"]), time.perf_counter()))
-
-
-async def watchers(kind: str, first: int, count: int, target: str, token: str, urls: str) -> None:
-    """A client process: ``count`` watchers (``runstate`` WebSockets of task
-    ``target``, the ``first``-th and on spread over ``urls``; or ``redis``
-    subscribers of channel ``target``). Prints "ready" once all are listening, then
-    each watcher's (seq, receipt time) list and this process's CPU seconds as JSON.
-    ``time.perf_counter`` is the system's monotonic clock, the writer's too."""
-    last = 1 + 2 * STEPS
-    servers = urls.split(",")
-    sockets: list[Any]
-    if kind == "runstate":
-        sockets = [
-            await watch(
-                servers[i % len(servers)].replace("http", "ws", 1) + "/graphql", token, target
-            )
-            for i in range(first, first + count)
-        ]
-    else:
-        sockets = [await subscribe_redis(target) for _ in range(count)]
-    print("ready", flush=True)
-    cpu = time.process_time()
-    got: list[list[tuple[int, float]]] = [[] for _ in sockets]
-    read = receive if kind == "runstate" else read_redis
-    await asyncio.wait_for(
-        asyncio.gather(*(read(s, g, last) for s, g in zip(sockets, got, strict=True))), 120
-    )
-    print(json.dumps({"got": got, "cpu": time.process_time() - cpu}), flush=True)
-    for s in sockets:
-        await s.aclose() if kind == "redis" else await s.close()
+def watchers_binary() -> Path:
+    """``bench/watchers.c`` compiled (again when the source is newer): the watchers,
+    a C program on epoll, so that their cost is next to nothing beside the server's."""
+    if not BUILT.exists() or BUILT.stat().st_mtime < WATCHERS_C.stat().st_mtime:
+        BUILT.parent.mkdir(exist_ok=True)
+        command = ["gcc", "-O2", "-Wall", "-o", str(BUILT), str(WATCHERS_C)]
+        subprocess.run(command, check=True)
+    return BUILT
 
 
 Writer = Callable[[dict[int, float]], Awaitable[float]]
 """Writes every event, noting each one's commit time by seq; returns its rate."""
 
-CLIENTS = int(os.environ.get("BENCH_CLIENTS", "4"))
-"""Processes the watchers run in (on this machine's 2 cores, more add nothing)."""
+CLIENTS = int(os.environ.get("BENCH_CLIENTS", "2"))
+"""Processes the watchers run in (each sets its own up one by one: two halve that)."""
 
 
 async def watched(
     kind: str, count: int, target: str, token: str, urls: list[str], writer: Writer
 ) -> dict[str, Any]:
-    """``count`` watchers in CLIENTS processes, ready before ``writer`` starts; the
-    writer's rate, each receipt's delay after its commit, the watchers that missed
-    or misordered an event, and the client processes' CPU seconds."""
+    """``count`` watchers in CLIENTS processes of ``bench/watchers.c`` (``runstate``
+    WebSockets of task ``target`` spread over ``urls``, or ``redis`` subscribers of
+    channel ``target``), ready before ``writer`` starts; the writer's rate, each
+    receipt's delay after its commit, the watchers that missed or misordered an
+    event, and the client processes' CPU seconds. The receipt times are on the
+    monotonic clock of ``time.perf_counter``, the writer's too."""
+    binary = str(watchers_binary())
+    last = 1 + 2 * STEPS
     share = max(1, -(-count // CLIENTS))
+    addresses = ",".join(url.removeprefix("http://") for url in urls) or REDIS_ADDRESS
     processes = [
         await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bench.fanout",
-            "watchers",
+            binary,
             kind,
-            str(first),
             str(min(share, count - first)),
-            target,
+            str(first),
+            str(last),
+            addresses,
             token,
-            ",".join(urls),
+            target,
+            SUBSCRIBE,
             stdout=asyncio.subprocess.PIPE,
         )
         for first in range(0, count, share)
@@ -210,7 +169,6 @@ async def watched(
     rate = await writer(committed)
     reports = [json.loads((await p.communicate())[0]) for p in processes]
     got = [g for report in reports for g in report["got"]]
-    last = 1 + 2 * STEPS
     return {
         "rate": rate,
         "delays": sorted(t - committed[seq] for g in got for seq, t in g),
@@ -341,16 +299,12 @@ def main() -> None:
     )
     print(f"  {delays(paced)}")
     raw = asyncio.run(raw_redis(WATCHERS, PACE))
-    print(f"raw redis-py, {WATCHERS} subscribers, {PACE:.0f} messages/s, same processes:")
+    print(f"raw Redis pub/sub, {WATCHERS} subscribers, {PACE:.0f} messages/s, same clients:")
     print(f"  {delays(raw)}")
     p99 = paced["delays"][int(0.99 * (len(paced["delays"]) - 1))]
     raw_p99 = raw["delays"][int(0.99 * (len(raw["delays"]) - 1))]
-    print(f"  runstate p99 / redis-py p99: {p99 / raw_p99:.1f}x (target <= 3x)")
+    print(f"  runstate p99 / raw Redis p99: {p99 / raw_p99:.1f}x (target <= 3x)")
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["watchers"]:
-        kind, first, count, target, token, urls = sys.argv[2:]
-        asyncio.run(watchers(kind, int(first), int(count), target, token, urls))
-    else:
-        main()
+    main()
