@@ -1,5 +1,6 @@
 """Clients nobody at runstate wrote, in Node against a real server: the graphql-http
-audit of GraphQL over HTTP, and the Apollo Client recipe of ``docs/clients.md``.
+audit of GraphQL over HTTP, the Apollo Client recipe of ``docs/clients.md``, and
+the frames graphql-ws receives for live progress.
 
 Their npm packages are pinned in ``tests/clients/package-lock.json`` and installed
 with ``npm ci`` on first use. Without Node and npm these tests skip loudly on a
@@ -155,6 +156,52 @@ def test_graphql_ws_backs_off_past_the_connection_limit_and_stops_on_a_refused_t
     assert over["gaveUp"] == 4029
     assert [c["code"] for c in refused["closes"]] == [4403]
     assert refused["gaveUp"] == 4403
+
+
+def test_graphql_ws_receives_each_event_as_one_compact_next_frame(
+    development: tuple[Server, str],
+) -> None:
+    """Guards the wire format of live progress as the reference client receives it
+    (``tests/clients/frames.mjs``: two graphql-ws 6 clients, three taskProgress
+    subscriptions of one task, four writes): every frame is compact JSON with its
+    keys in the order graphql-transport-ws shows them (``id``, ``type``,
+    ``payload``), ``connection_ack`` first on each socket; each subscription's
+    ``next`` frames carry seq 1 to 5 in order, each exactly once; a live event's
+    ``payload`` is the same text on every subscription of it; and graphql-ws hands
+    ``next`` exactly those seqs. What a delivery path writes to a socket must stay
+    these frames, whoever builds them."""
+    server, token = development
+    lines = node("frames.mjs", server.url, token)
+    frames = [line for line in lines if "frame" in line]
+    handed = [line for line in lines if "seqs" in line]
+    assert handed == [
+        {"client": "a", "subscription": "snapshot", "seqs": [1, 2, 3, 4, 5]},
+        {"client": "a", "subscription": "after 0", "seqs": [1, 2, 3, 4, 5]},
+        {"client": "b", "subscription": "snapshot", "seqs": [1, 2, 3, 4, 5]},
+    ]
+    for client in ("a", "b"):
+        texts = [f["frame"] for f in frames if f["client"] == client]
+        parsed = [json.loads(text) for text in texts]
+        assert parsed[0] == {"type": "connection_ack"}
+        for text, message in zip(texts, parsed, strict=True):
+            assert text == json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+        nexts = [m for m in parsed[1:] if m["type"] == "next"]
+        assert [list(m) for m in nexts] == [["id", "type", "payload"]] * len(nexts)
+        assert [m["type"] for m in parsed[1:]] == ["next"] * len(nexts)
+        by_id: dict[str, list[int]] = {}
+        for m in nexts:
+            by_id.setdefault(m["id"], []).append(m["payload"]["data"]["taskProgress"]["seq"])
+        assert sorted(by_id.values()) == [[1, 2, 3, 4, 5]] * (2 if client == "a" else 1)
+    live: dict[int, set[str]] = {}
+    for f in frames:
+        message = json.loads(f["frame"])
+        if message["type"] == "next":
+            event = message["payload"]["data"]["taskProgress"]
+            if event["kind"] != "SNAPSHOT" and event["seq"] > 1:
+                payload = f["frame"][f["frame"].index('"payload":') :]
+                live.setdefault(event["seq"], set()).add(payload)
+    assert sorted(live) == [2, 3, 4, 5]
+    assert all(len(payloads) == 1 for payloads in live.values()), live
 
 
 def test_the_guides_recipe_is_the_code_the_test_runs() -> None:
