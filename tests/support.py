@@ -62,6 +62,16 @@ def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.05
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+async def settled(predicate: Any, what: str, within: float = 30) -> None:
+    """``wait_until`` for a test on the event loop: poll ``predicate`` between the
+    loop's turns until it is true, failing after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
 @contextmanager
 def postgres_database() -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test module, dropped afterwards."""

@@ -32,6 +32,9 @@ class Settings:
     subscriber_queue: int = 1000
     subscriber_queue_bytes: int = 4 * 1024 * 1024
     gap_fill: bool = True
+    live_relay: bool = True
+    """Caught-up taskProgress streams share one reader per task (``services.live.relay``);
+    off, each stream relays its own events (for benchmarks that compare the two)."""
     idempotency_ttl: int = 86400
     sweep_seconds: float = 60.0
     env: str = "development"
@@ -103,6 +106,7 @@ class Settings:
                 env, "RUNSTATE_SUBSCRIBER_QUEUE_BYTES", 4 * 1024 * 1024
             ),
             gap_fill=_flag(env, "RUNSTATE_GAP_FILL", True),
+            live_relay=_flag(env, "RUNSTATE_LIVE_RELAY", True),
             idempotency_ttl=_positive_int(env, "RUNSTATE_IDEMPOTENCY_TTL", 86400),
             sweep_seconds=_positive_float(env, "RUNSTATE_SWEEP_SECONDS", 60.0),
             env=name,

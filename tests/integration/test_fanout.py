@@ -4,8 +4,11 @@ distinct selection, and a stalled subscriber bounded in bytes, then caught up.""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -18,9 +21,9 @@ from runstate.services import sessions, tasks, tokens
 from runstate.services.house import House
 from runstate.services.live import streams
 from runstate.services.live.messages import task_channel
-from runstate.services.validation import StepPlan
+from runstate.services.validation import ContentLimits, StepPlan
 from runstate.settings import Settings
-from tests.support import Subscriber, free_port, opened
+from tests.support import GRAPHQL_WS, Subscriber, free_port, opened, settled
 
 USER = "watcher"
 BRIEF = "subscription($id: ID!) { taskProgress(taskId: $id) { seq kind status } }"
@@ -32,8 +35,16 @@ FULL = """subscription($id: ID!) { taskProgress(taskId: $id) {
 async def server(tmp_path: Path) -> AsyncIterator[tuple[str, Starlette]]:
     """The real app under uvicorn, inside this test's process and event loop: its
     URL, and the app (whose house the test writes through)."""
+    async with serve(tmp_path) as served:
+        yield served
+
+
+@asynccontextmanager
+async def serve(tmp_path: Path, **options: Any) -> AsyncIterator[tuple[str, Starlette]]:
+    """``server`` with settings of the test's own."""
     EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
-    settings = Settings(database_url=f"sqlite://{tmp_path / 'fanout.db'}", catch_up_seconds=60)
+    database_url = f"sqlite://{tmp_path / 'fanout.db'}"
+    settings = Settings(database_url=database_url, catch_up_seconds=60, **options)
     port = free_port()
     app = create_app(settings)
     config = uvicorn.Config(app, port=port, log_level="warning", **server_options(settings))
@@ -70,11 +81,14 @@ async def drive(house: House, task_id: str, steps: int, output: str = "done") ->
 async def test_fifty_watchers_cost_one_decode_and_one_rendering_per_selection(
     server: tuple[str, Starlette],
 ) -> None:
-    """Guards encode-once fan-out: 50 subscribers of one task, half selecting a brief
-    and half a full event: each of 20 events is decoded once and executed and
-    serialised twice (once per selection), never once per subscriber."""
+    """Guards encode-once fan-out and the relay: 50 subscribers of one task, half
+    selecting a brief and half a full event: each of 20 events is decoded once,
+    executed and serialised twice (once per selection, by the relay), never once
+    per subscriber, and each subscriber's frame is written by the relay, none by
+    its own stream."""
     url, app = server
     house, shared = app.state.house, app.state.shared
+    relay = house.relay
     token = await tokens.create_token(USER)
     session = await sessions.start_session(house, USER, default_ttl=3600)
     plan = [StepPlan(f"step-{i}") for i in range(10)]
@@ -87,14 +101,19 @@ async def test_fifty_watchers_cost_one_decode_and_one_rendering_per_selection(
     try:
         for watcher in watchers:
             assert (await watcher.next())["taskProgress"]["kind"] == "SNAPSHOT"
+        await settled(lambda: relay.following(task.pk) == 50, "all 50 following the relay")
         decoded, executed, unshared = house.decoded.count, shared.executions, shared.unshared
+        renders, sent = relay.renders, relay.sent
         last = await drive(house, task.id, 10)
         for watcher in watchers:
             await watcher.until(lambda e: e["taskProgress"]["seq"] == last)
         assert last == 21
         assert house.decoded.count - decoded == 20
-        assert shared.executions - executed == 2 * 20
+        assert relay.renders - renders == 2 * 20
+        assert relay.sent - sent == 50 * 20
+        assert shared.executions - executed == 0
         assert shared.unshared - unshared == 0
+        assert sum(relay.returned.values()) == 0
         brief = [w.events for w in watchers[1::2]]
         full = [w.events for w in watchers[0::2]]
         assert all(events == brief[0] for events in brief)
@@ -105,6 +124,52 @@ async def test_fifty_watchers_cost_one_decode_and_one_rendering_per_selection(
     finally:
         for watcher in watchers:
             await watcher.__aexit__()
+
+
+SLOW = "subscription($id: ID!) { taskProgress(taskId: $id) { seq steps { output } } }"
+
+
+async def test_a_socket_that_stops_reading_holds_up_no_other_and_misses_nothing(
+    tmp_path: Path,
+) -> None:
+    """Guards the relay's slow-subscriber rule: a subscriber whose client stops
+    reading (its WebSocket client's queue and the kernel's buffers full, so the
+    server's transport pauses writing) is handed back to its own stream, whose
+    bounded inbox is the policy; meanwhile another subscriber of the task receives
+    every one of 300 events of about 60 KB, and once the first reads again it too
+    gets seq 1 to 301, in order, each once. Without the rule (a send that waits
+    on the slow socket before the next subscriber's), the reading subscriber would
+    be held up with it."""
+    from websockets.asyncio.client import connect
+
+    content = ContentLimits(task_bytes=256 * 1_048_576, user_bytes=1_073_741_824)
+    async with serve(tmp_path, content=content) as (url, app):
+        house = app.state.house
+        token = await tokens.create_token(USER)
+        session = await sessions.start_session(house, USER, default_ttl=3600)
+        plan = [StepPlan(f"step-{i}") for i in range(150)]
+        task = (await tasks.create_task(house, USER, session.id, goal="slow", steps=plan)).value
+        ws_url = url.replace("http://", "ws://") + "/graphql"
+        stalled = await connect(ws_url, subprotocols=GRAPHQL_WS, max_size=None, max_queue=1)
+        init = {"type": "connection_init", "payload": {"authorization": f"Bearer {token}"}}
+        await stalled.send(json.dumps(init))
+        await stalled.recv()
+        subscribe = {"query": SLOW, "variables": {"id": task.id}}
+        await stalled.send(json.dumps({"id": "1", "type": "subscribe", "payload": subscribe}))
+        await stalled.recv()  # the SNAPSHOT; from here on it reads nothing
+        async with Subscriber(url, token, SLOW, {"id": task.id}) as reading:
+            await reading.next()
+            await settled(lambda: house.relay.following(task.pk) == 2, "both following")
+            last = await drive(house, task.id, 150, output="x" * 60_000)
+            await reading.until(lambda e: e["taskProgress"]["seq"] == last)
+            assert [e["taskProgress"]["seq"] for e in reading.events] == list(range(1, last + 1))
+            assert house.relay.returned["slow"] >= 1
+            seqs = [1]
+            while seqs[-1] < last:
+                message = json.loads(await asyncio.wait_for(stalled.recv(), 30))
+                seqs.append(message["payload"]["data"]["taskProgress"]["seq"])
+            assert seqs == list(range(1, last + 1))
+        await stalled.close()
 
 
 @pytest.fixture

@@ -53,6 +53,11 @@ class Subscription:
     def __len__(self) -> int:
         return len(self._inbox)
 
+    @property
+    def flagged(self) -> bool:
+        """Whether the reader is to be told of a resync before anything else."""
+        return self._resync
+
     def deliver(self, data: bytes) -> None:
         """Queue a message without ever waiting; a full inbox (by count or by bytes)
         drops it and flags a resync."""
@@ -164,6 +169,22 @@ class Broker(ABC):
             yield subscription
         finally:
             await self.unsubscribe(subscription)
+
+    def set_aside(self, subscription: Subscription) -> None:
+        """Stop delivering to ``subscription`` for now, keeping its channels listened
+        to: another subscription of this process (a relay's, ``services.live.relay``)
+        receives them meanwhile. A channel it alone holds stays delivered to it."""
+        for channel in subscription.channels:
+            subscribers = self._subscribers.get(channel)
+            if subscribers is not None and len(subscribers) > 1:
+                subscribers.discard(subscription)
+
+    def put_back(self, subscription: Subscription) -> None:
+        """Deliver to a subscription set aside again, from the next message on."""
+        for channel in subscription.channels:
+            subscribers = self._subscribers.get(channel)
+            if subscribers is not None:
+                subscribers.add(subscription)
 
     @property
     def channels(self) -> frozenset[str]:

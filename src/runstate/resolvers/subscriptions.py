@@ -9,6 +9,7 @@ import strawberry
 from runstate.metrics import SUBSCRIPTIONS
 from runstate.ratelimit import SUBSCRIBE_COST
 from runstate.schema.context import Info
+from runstate.schema.live import OPERATION, EventFollower
 from runstate.schema.types import TaskEvent
 from runstate.services.live import streams
 
@@ -43,6 +44,12 @@ class Subscription:
     ) -> AsyncGenerator[TaskEvent, None]:
         await info.context.charge(SUBSCRIBE_COST)
         settings = info.context.settings
+        operation = OPERATION.get()
+        follower = None
+        if operation is not None and settings.live_relay:
+            follower = EventFollower(
+                info.schema._schema, info.context, operation, settings.max_tokens
+            )
         with SUBSCRIPTIONS.track_inprogress():
             async for event in streams.task_progress(
                 info.context.house,
@@ -51,6 +58,7 @@ class Subscription:
                 None if _another_timeline(info, epoch) else after_seq,
                 interval=settings.catch_up_seconds,
                 gap_fill=settings.gap_fill,
+                follower=follower,
             ):
                 yield TaskEvent.of(event)
 

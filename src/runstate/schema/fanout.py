@@ -87,8 +87,13 @@ class SharedEvents:
         if rendered is None or rendered.result.data is not payload["data"]:
             self.unshared += 1
             return None
-        operation = json.dumps(message["id"])
-        return f'{{"id":{operation},"type":"next","payload":{{"data":{rendered.text}}}}}'
+        return next_frame(message["id"], rendered.text)
+
+
+def next_frame(operation_id: str, data: str) -> str:
+    """A graphql-transport-ws ``next`` message around the JSON text of its data, as
+    Strawberry would write it: compact, keys in the protocol's order."""
+    return f'{{"id":{json.dumps(operation_id)},"type":"next","payload":{{"data":{data}}}}}'
 
 
 class SharedEventExecutor(StrawberryGraphQLCoreExecutionContext):
@@ -151,20 +156,29 @@ def _key(executor: SharedEventExecutor) -> Key | None:
     if operation.loc is None:
         return None
     name = None if operation.name is None else operation.name.value
-    document = (operation.loc.source.body, name)
-    names = _USED.get(document)
-    if names is None:
-        names = _variables_in_selection(operation)
-        _USED.put(document, names, len(document[0]))
+    query = operation.loc.source.body
     values = executor.variable_values.coerced
     return (
         getattr(executor.context_value, "user_id", None),
         view.task_pk,
         view.seq,
         view.kind,
-        document,
-        tuple((name, repr(values.get(name))) for name in names),
+        (query, name),
+        tuple((used, repr(values.get(used))) for used in selection_variables(query, operation)),
     )
+
+
+def selection_variables(query: str, operation: OperationDefinitionNode) -> tuple[str, ...]:
+    """The variables used below the subscription field of ``operation`` (of the
+    document ``query``), kept per document: what, with the caller and the document,
+    makes two subscribers' renderings of an event the same."""
+    name = None if operation.name is None else operation.name.value
+    document = (query, name)
+    names = _USED.get(document)
+    if names is None:
+        names = _variables_in_selection(operation)
+        _USED.put(document, names, len(query))
+    return names
 
 
 _USED: BoundedCache[tuple[str, Any], tuple[str, ...]] = BoundedCache(MAX_ITEMS, MAX_BYTES)

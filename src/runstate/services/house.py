@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from runstate.pubsub import Broker, Hub
 from runstate.services.live.catch_up import Heads
 from runstate.services.live.messages import Decoded, publish
+from runstate.services.live.relay import Relay
 from runstate.services.validation import ContentLimits
 from runstate.services.views import EventView
 from runstate.services.write.group_commit import Group
@@ -23,8 +24,8 @@ from runstate.services.write.group_commit import Group
 
 @dataclass(eq=False)
 class House:
-    """The limits, the group commit, the live streams' head checks and decoded
-    messages, and (once started) the broker with its publisher."""
+    """The limits, the group commit, the live streams' head checks, decoded
+    messages and relay, and (once started) the broker with its publisher."""
 
     limits: ContentLimits = field(default_factory=ContentLimits)
     group: Group = field(default_factory=Group)
@@ -33,6 +34,11 @@ class House:
     hub: Hub | None = None
     """The broker and its publisher, from the app's start to its stop; None (the
     CLI, tests of the write path alone): nothing is published and no stream runs."""
+    relay: Relay = field(init=False)
+    """Live events relayed to the caught-up taskProgress streams of each task."""
+
+    def __post_init__(self) -> None:
+        self.relay = Relay(self)
 
     def publish(self, events: Iterable[EventView]) -> None:
         """Queue committed events for their channels (nothing without a broker)."""

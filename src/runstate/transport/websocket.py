@@ -5,9 +5,11 @@ queries and mutations sent over a WebSocket."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, cast
 
 from graphql import GraphQLError, OperationType, get_operation_ast
+from strawberry.asgi import ASGIWebSocketAdapter
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
@@ -18,6 +20,10 @@ from runstate import logs
 from runstate.connections import Connection, TooManyConnectionsError
 from runstate.schema.context import Context
 from runstate.schema.extensions import parse_document
+from runstate.schema.fanout import next_frame
+from runstate.schema.live import OPERATION, LiveOperation
+from runstate.services.live.relay import Sent
+from runstate.transport.eager import started
 from runstate.transport.refusals import stopped_after
 
 if TYPE_CHECKING:
@@ -83,6 +89,13 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         client wants it."""
         seconds = self.view.settings.operation_seconds
         if self._is_subscription(operation):
+            live = LiveOperation(
+                operation.query,
+                operation.operation_name,
+                operation.variables,
+                partial(self._send_next, operation),
+            )
+            OPERATION.set(live)  # the operation's own task: nothing else sees it
             await super().run_operation(operation)
             return
         try:
@@ -90,6 +103,14 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
                 await super().run_operation(operation)
         except TimeoutError:
             await operation.send_initial_errors([GraphQLError(stopped_after(seconds))])
+
+    def _send_next(self, operation: Operation[Context, None], data: str) -> Sent:
+        """A ``next`` frame of ``operation`` around rendered data, written now if the
+        socket takes it (``eager``); False once the operation or the socket ended."""
+        if operation.completed or self.operations.get(operation.id) is not operation:
+            return False
+        socket = cast(ASGIWebSocketAdapter, self.websocket).ws
+        return started(socket.send_text(next_frame(operation.id, data)))
 
     def _is_subscription(self, operation: Operation[Context, None]) -> bool:
         """Whether the operation is a subscription (see ``subscribes``). Parsed

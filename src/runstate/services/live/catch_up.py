@@ -81,9 +81,6 @@ class Heads:
                 held.discard(watch)
                 if not held:
                     del registry[key]
-            if not self._tasks and not self._sessions and self._runner is not None:
-                self._runner.cancel()
-                self._runner = None
 
     def _entry(self, watch: Watch) -> tuple[defaultdict[int, set[Watch]], int]:
         if watch.task_pk is not None:
@@ -93,8 +90,15 @@ class Heads:
         raise ValueError("a watch names a task or a session")
 
     async def _run(self) -> None:
+        """Check every interval while anything is watched. The runner ends at the
+        first interval with nothing watched, not at once: a stream that leaves the
+        checks for a moment (to follow the relay, ``relay``) and the relay that
+        takes its place do not restart the interval."""
         while True:
             await asyncio.sleep(self.interval)
+            if not self._tasks and not self._sessions:
+                self._runner = None
+                return
             try:
                 await self.check()
             except Exception:  # the next round tries again; the streams keep going

@@ -28,6 +28,7 @@ from runstate.services.history import TaskRef
 from runstate.services.house import House
 from runstate.services.live.catch_up import MARGIN, Watch
 from runstate.services.live.messages import session_channel, task_channel
+from runstate.services.live.relay import Follower, lag
 from runstate.services.read.queries import get_task
 from runstate.services.sessions import get_session
 from runstate.services.views import EventView, TaskView
@@ -37,12 +38,6 @@ CATCH_UP_PAGE = 200
 QUIET_SECONDS = 60.0
 """How long a stream's inbox waits at a time; quiet streams are checked by
 the house's head checks (``catch_up.Heads``), never by themselves."""
-
-
-def lag(event: EventView) -> float:
-    """Seconds from the write of a live event to now (clocks of servers differ a
-    little: never below 0)."""
-    return max(0.0, (utcnow() - event.at).total_seconds())
 
 
 def snapshot(view: TaskView) -> EventView:
@@ -81,9 +76,12 @@ async def task_progress(
     *,
     interval: float,
     gap_fill: bool = True,
+    follower: Follower | None = None,
 ) -> AsyncGenerator[EventView, None]:
     """The task's events, gap-free: a SNAPSHOT (or the stored events after
-    ``after_seq``), then each new event as it commits. An ``after_seq`` past the
+    ``after_seq``), then each new event as it commits; with a ``follower``, the
+    live events it is caught up on go through the house's relay instead of
+    through this generator (``relay``). An ``after_seq`` past the
     task's head (a cursor kept from before a database reset or restore) answers a
     SNAPSHOT, never silence.
 
@@ -109,7 +107,8 @@ async def task_progress(
             async for event in stored_events(ref, watch.last):
                 yield event
                 watch.last = event.seq
-        async with contextlib.aclosing(_heard(house, watch, interval, gap_fill)) as heard:
+        heard = _heard(house, watch, interval, gap_fill, follower)
+        async with contextlib.aclosing(heard):
             async for message in heard:
                 if isinstance(message, bytes):
                     live = house.decoded(message)
@@ -135,14 +134,31 @@ async def task_progress(
 
 
 async def _heard(
-    house: House, watch: Watch, interval: float, gap_fill: bool
+    house: House,
+    watch: Watch,
+    interval: float,
+    gap_fill: bool,
+    follower: Follower | None = None,
 ) -> AsyncGenerator[bytes | Resync, None]:
     """What a stream's inbox receives, messages and resyncs; while ``gap_fill``,
-    the house's head checks see to the quiet spells and flags a resync when one missed anything.
-    When its session's expiry (as last read) comes, a resync too: the stream reads
-    the session again, and ends if it did expire."""
-    with house.heads.watching(watch, interval) if gap_fill else contextlib.nullcontext():
+    the house's head checks see to the quiet spells and flag a resync when one
+    missed anything. When its session's expiry (as last read) comes, a resync too:
+    the stream reads the session again, and ends if it did expire.
+
+    With a ``follower``, whenever the inbox is empty the house's relay delivers
+    the live events instead (``relay``), and once it hands them back, a resync:
+    the stream reads its head and sends what it is missing."""
+    with contextlib.ExitStack() as checked:
+        if gap_fill:
+            checked.enter_context(house.heads.watching(watch, interval))
         while True:
+            if follower is not None and gap_fill and not (len(watch.inbox) or watch.inbox.flagged):
+                checked.close()  # the relay's own watch stands for the stream meanwhile
+                returned = await house.relay.follow(watch, follower, interval)
+                checked.enter_context(house.heads.watching(watch, interval))
+                if returned != "pending":
+                    yield RESYNC
+                continue
             wait = QUIET_SECONDS
             if watch.expires_at is not None:
                 wait = min(wait, max(0.0, (watch.expires_at - utcnow()).total_seconds()))
