@@ -137,3 +137,26 @@ async def test_a_lost_message_is_filled_from_the_database_then_the_relay_goes_on
     await ended(pending)
     await stream.aclose()
     await settled(lambda: house.relay.following(task.pk) == 0, "the relay closed")
+
+
+async def test_quiet_followers_stay_with_the_relay_across_head_checks(house: House) -> None:
+    """Guards the relay's watch: it starts where its followers are, so the head
+    checks (every 0.1 s here) do not take a quiet relay for behind the task's head
+    and send every follower back to the database at each round. Four rounds pass
+    with two followers of a task whose head is seq 1, and nothing is handed back."""
+    task = await new_task(house)
+    streams_ = [
+        streams.task_progress(house, USER, task.id, None, interval=0.1, follower=Follower())
+        for _ in range(2)
+    ]
+    for stream in streams_:
+        assert (await anext(stream)).seq == 1
+    pending = [asyncio.ensure_future(anext(stream)) for stream in streams_]
+    await settled(lambda: house.relay.following(task.pk) == 2, "both following")
+    rounds = house.heads.rounds
+    await settled(lambda: house.heads.rounds >= rounds + 4, "four head checks")
+    assert house.relay.returned == {}
+    assert house.relay.following(task.pk) == 2
+    for step, stream in zip(pending, streams_, strict=True):
+        await ended(step)
+        await stream.aclose()

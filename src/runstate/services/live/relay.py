@@ -147,6 +147,9 @@ class Relay:
         broker = self.house.broker
         broker.set_aside(watch.inbox)
         channel.members.add(member)
+        # What the follower has sent is stored: the head checks must not take the
+        # relay for behind it (and send every follower back to the database).
+        channel.watch.last = max(channel.watch.last, watch.last)
         try:
             reason = await self._followed(member)
             self.returned[reason] += 1
