@@ -12,7 +12,6 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import pytest
 
-from runstate.pubsub import Hub, MemoryBroker, Publisher
 from runstate.services import sessions, tasks
 from runstate.services.house import House
 from runstate.services.live import streams
@@ -45,14 +44,8 @@ class Follower:
 
 @pytest.fixture
 async def house(tmp_path: object) -> AsyncIterator[House]:
-    async with opened(f"sqlite://{tmp_path}/relay.db") as house:
-        broker = MemoryBroker()
-        house.hub = Hub(broker, Publisher(broker))
-        await house.hub.publisher.start()
-        try:
-            yield house
-        finally:
-            await house.hub.publisher.close()
+    async with opened(f"sqlite://{tmp_path}/relay.db", live=True) as house:
+        yield house
 
 
 async def new_task(house: House) -> TaskView:

@@ -23,6 +23,7 @@ from graphql import ExecutionResult, OperationDefinitionNode, VariableNode, visi
 from graphql.language import Visitor
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
+from runstate import inflight
 from runstate.bounded import BoundedCache
 from runstate.enums import TaskEventKind
 from runstate.services import validation
@@ -133,16 +134,8 @@ async def _finish(
     result: Awaitable[ExecutionResult],
     future: asyncio.Future[ExecutionResult],
 ) -> ExecutionResult:
-    try:
-        done = await result
-    except BaseException as error:
-        future.set_exception(error)
-        future.exception()  # retrieved: the waiters raise it themselves
-        raise
-    finally:
-        shared.pending.pop(key, None)
+    done = await inflight.shared(future, result, lambda: shared.pending.pop(key, None))
     shared.store(key, done)
-    future.set_result(done)
     return done
 
 

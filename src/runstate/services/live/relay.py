@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from runstate import inflight
 from runstate.metrics import DELIVERY_SECONDS
 from runstate.pubsub.broker import Resync, Subscription
 from runstate.services.clock import utcnow
@@ -184,19 +185,16 @@ class Relay:
             return await asyncio.shield(opening)
         future: asyncio.Future[_Channel] = asyncio.get_running_loop().create_future()
         self._opening[task_pk] = future
-        try:
-            inbox = await self.house.broker.subscribe([task_channel(task_pk)])
-        except BaseException as error:
-            future.set_exception(error)
-            future.exception()  # retrieved: the waiters raise it themselves
-            raise
-        finally:
-            self._opening.pop(task_pk, None)
+        opened = self._open(task_pk, interval)
+        return await inflight.shared(future, opened, lambda: self._opening.pop(task_pk, None))
+
+    async def _open(self, task_pk: int, interval: float) -> _Channel:
+        """A new relay for the task: subscribed, its head check and reader started."""
+        inbox = await self.house.broker.subscribe([task_channel(task_pk)])
         channel = _Channel(task_pk, inbox, Watch(inbox, task_pk=task_pk))
         channel.heads.enter_context(self.house.heads.watching(channel.watch, interval))
         channel.reader = asyncio.create_task(self._read(channel), name="runstate-relay")
         self._channels[task_pk] = channel
-        future.set_result(channel)
         return channel
 
     def _close_if_idle(self, channel: _Channel) -> None:
