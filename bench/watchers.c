@@ -2,11 +2,13 @@
  * of runstate (graphql-transport-ws) or raw Redis SUBSCRIBE connections, all in
  * one process on epoll, so that the server's figures are the server's.
  *
- *   watchers runstate COUNT FIRST LAST URLS TOKEN TASK_ID QUERY
- *   watchers redis    COUNT FIRST LAST HOST:PORT - CHANNEL -
+ *   watchers runstate COUNT FIRST LAST URLS TOKEN TASK_IDS QUERY
+ *   watchers redis    COUNT FIRST LAST HOST:PORT - CHANNELS -
  *
- * URLS: host:port,host:port,...; watcher i (from FIRST) connects to
- * URLS[i % len]. A runstate watcher is ready once its SNAPSHOT has come; a
+ * URLS: host:port,host:port,...; TASK_IDS, CHANNELS: one or more, comma-separated.
+ * Watcher i (from FIRST) connects to URLS[i % len(URLS)] and watches
+ * TASK_IDS[(i / len(URLS)) % len(TASK_IDS)], so that every task has watchers on
+ * every server. A runstate watcher is ready once its SNAPSHOT has come; a
  * Redis one once its subscription is confirmed. Prints "ready" when all are,
  * then waits for every watcher to receive seq LAST (or 120 s) and prints one
  * JSON line: {"got": [[[seq, t], ...], ...], "cpu": s}, t the receipt time on
@@ -261,16 +263,20 @@ static void open_redis(Watcher *w, const char *address, const char *channel) {
 
 int main(int argc, char **argv) {
     if (argc != 9) {
-        fprintf(stderr, "usage: watchers runstate|redis COUNT FIRST LAST URLS TOKEN TARGET QUERY\n");
+        fprintf(stderr, "usage: watchers runstate|redis COUNT FIRST LAST URLS TOKEN TARGETS QUERY\n");
         return 2;
     }
     redis_mode = strcmp(argv[1], "redis") == 0;
     int count = atoi(argv[2]), first = atoi(argv[3]);
     long last = atol(argv[4]);
-    char *urls[64];
-    int servers = 0;
-    for (char *u = strtok(argv[5], ","); u != NULL && servers < 64; u = strtok(NULL, ","))
+    char *urls[64], *targets[1024], *rest;
+    int servers = 0, watched = 0;
+    for (char *u = strtok_r(argv[5], ",", &rest); u != NULL && servers < 64;
+         u = strtok_r(NULL, ",", &rest))
         urls[servers++] = u;
+    for (char *t = strtok_r(argv[7], ",", &rest); t != NULL && watched < 1024;
+         t = strtok_r(NULL, ",", &rest))
+        targets[watched++] = t;
     Watcher *watchers = calloc(count, sizeof *watchers);
     int poll = epoll_create1(0);
     for (int i = 0; i < count; i++) {
@@ -279,8 +285,9 @@ int main(int argc, char **argv) {
         w->seqs = malloc(MAX_SEEN * sizeof *w->seqs);
         w->times = malloc(MAX_SEEN * sizeof *w->times);
         const char *address = urls[(first + i) % servers];
-        if (redis_mode) open_redis(w, address, argv[7]);
-        else open_runstate(w, address, argv[6], argv[7], argv[8]);
+        const char *target = targets[((first + i) / servers) % watched];
+        if (redis_mode) open_redis(w, address, target);
+        else open_runstate(w, address, argv[6], target, argv[8]);
         struct epoll_event event = {.events = EPOLLIN, .data.ptr = w};
         if (epoll_ctl(poll, EPOLL_CTL_ADD, w->fd, &event) < 0) die("epoll_ctl");
     }
