@@ -36,7 +36,7 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
 
-from bench.fanout import serving
+from bench.fanout import cpu_seconds, serving
 from runstate.integrations.langgraph import RunstateSaver
 from tests.support import postgres_database
 
@@ -104,12 +104,6 @@ async def postgres_saver(url: str) -> AsyncIterator[BaseCheckpointSaver[Any]]:
 def per_step(seconds: float, bare: float) -> float:
     """Milliseconds of checkpointing per super-step."""
     return 1000 * (seconds - bare) / (ROUNDS * NODES)
-
-
-def cpu_seconds(pid: int) -> float:
-    """A process's CPU time so far (user and system), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(name: str, opened: Any, bare: float, server: int | None = None) -> float:

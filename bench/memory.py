@@ -20,8 +20,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
-from bench.fanout import Graph, new_task, serving
-from bench.langgraph import cpu_seconds
+from bench.fanout import Graph, cpu_seconds, new_task, serving
 
 SUBSCRIBERS = [int(n) for n in os.environ.get("BENCH_SUBSCRIBERS", "1000,10000").split(",")]
 WARM = 100

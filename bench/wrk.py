@@ -44,8 +44,7 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from bench.fanout import Graph, free_port, new_task, serving
-from bench.langgraph import cpu_seconds
+from bench.fanout import Graph, cpu_seconds, free_port, new_task, serving
 from bench.writes import aputs, langgraph_aput
 from tests.support import postgres_database
 

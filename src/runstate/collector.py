@@ -13,8 +13,9 @@ against raw Redis's 2.9 ms). Two changes:
 - what the process built before serving (schema, models, app: about 100,000
   objects) is frozen, left out of every collection: it is never garbage;
 - a young collection waits for ``YOUNG`` objects, so that a request's objects die
-  young, and the older generations are examined ``OLDER`` times less often, so
-  that subscribers' objects are not scanned again and again while they live.
+  young, and each older generation is examined only after ``OLDER`` collections
+  of the one below it (CPython: 10), so that subscribers' objects are not scanned
+  again and again while they live.
   Garbage in cycles is still collected, later.
 """
 
