@@ -14,7 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
-from runstate import collector, logs
+from runstate import logs
 from runstate.api import build_schema
 from runstate.auth import Tokens, forget_revoked
 from runstate.connections import Connections
@@ -56,15 +56,7 @@ def from_environment() -> Starlette:
     from the environment, where the command line's overrides were put."""
     settings = Settings.from_env()
     logs.configure(settings.log_format)
-    return served(settings)
-
-
-def served(settings: Settings) -> Starlette:
-    """The app of a server process, built, with the process's garbage collector
-    tuned for serving (``collector``)."""
-    app = create_app(settings)
-    collector.tune()
-    return app
+    return create_app(settings)
 
 
 def _limiter(settings: Settings, prefix: str, anonymous: bool) -> RateLimiter:

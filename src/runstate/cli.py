@@ -221,13 +221,13 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> None:
     carries the command line's overrides)."""
     import uvicorn
 
-    from runstate.app import served, server_options
+    from runstate.app import create_app, server_options
 
     logs.configure(settings.log_format)
     if workers > 1:
         os.environ.update(settings.environment())
     uvicorn.run(
-        served(settings) if workers == 1 else "runstate.app:from_environment",
+        create_app(settings) if workers == 1 else "runstate.app:from_environment",
         factory=workers > 1,
         workers=workers,
         host=host,

@@ -201,13 +201,13 @@ async def serve_with_demo(
     (``demo_graph``)."""
     import uvicorn
 
-    from runstate.app import served, server_options
+    from runstate.app import create_app, server_options
     from runstate.services.tokens import create_token
     from runstate.settings import Settings
 
     settings = Settings.from_env().with_overrides(database_url=database_url)
     config = uvicorn.Config(
-        served(settings),
+        create_app(settings),
         host,
         port,
         log_level="warning",
