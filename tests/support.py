@@ -339,6 +339,10 @@ class Subscriber:
     async def __aexit__(self, *exc: object) -> None:
         await self._socket.close()
 
+    async def complete(self) -> None:
+        """End the subscription as its client does, keeping the socket open."""
+        await self._socket.send(json.dumps({"id": "1", "type": "complete"}))
+
     async def next(self, wait: float = 30) -> dict[str, Any]:
         """The next event's data; SubscriptionError on errors or a closed socket."""
         from websockets.exceptions import ConnectionClosed

@@ -250,3 +250,47 @@ async def test_an_acknowledged_socket_keeps_no_init_timer(server: tuple[str, Sta
     finally:
         for watcher in watchers:
             await watcher.__aexit__(None, None, None)
+
+
+def operation_tasks() -> int:
+    """Tasks running a WebSocket operation (``TransportWS``) in this process."""
+    return sum(
+        getattr(task.get_coro(), "__qualname__", "").startswith("TransportWS.")
+        for task in asyncio.all_tasks()
+    )
+
+
+async def test_a_following_subscription_runs_no_task_and_leaves_with_its_client(
+    server: tuple[str, Starlette],
+) -> None:
+    """Guards parking through the transport: 20 subscribers caught up on a task
+    hold no task of their own (the relay keeps a record of each); one completed by
+    its client leaves the relay at once, the others still get the next event, and
+    once their sockets close the relay lets go of the task's subscription."""
+    url, app = server
+    house = app.state.house
+    token = await tokens.create_token(USER)
+    session = await sessions.start_session(house, USER, default_ttl=3600)
+    plan = [StepPlan("step-0")]
+    task = (await tasks.create_task(house, USER, session.id, goal="parked", steps=plan)).value
+    watchers = [Subscriber(url, token, BRIEF, {"id": task.id}) for _ in range(20)]
+    for watcher in watchers:
+        await watcher.__aenter__()
+    try:
+        for watcher in watchers:
+            assert (await watcher.next())["taskProgress"]["kind"] == "SNAPSHOT"
+        await settled(lambda: house.relay.following(task.pk) == 20, "all 20 following")
+        await settled(lambda: operation_tasks() == 0, "no operation's task left running")
+        await watchers[0].complete()
+        await settled(lambda: house.relay.following(task.pk) == 19, "the completed one gone")
+        assert house.relay.returned == {"closed": 1}
+        started = await tasks.start_step(house, USER, task.id, 0, expected_version=1)
+        house.publish(started.events)
+        for watcher in watchers[1:]:
+            assert (await watcher.next())["taskProgress"]["seq"] == 2
+    finally:
+        for watcher in watchers:
+            await watcher.__aexit__()
+    await settled(lambda: house.relay.following(task.pk) == 0, "every follower gone")
+    channel = task_channel(task.pk)
+    await settled(lambda: channel not in house.broker.channels, "the task's subscription closed")

@@ -61,7 +61,9 @@ async def test_memory_returns_after_subscriptions_close(server: Server) -> None:
     """Guards ``Connections.watch``'s give-back (``memory.collect`` and
     ``memory.trim``): 1,500 idle subscriptions raise the server's memory; within 30 s
     of their sockets closing at least 80% of the rise is given back. Without it the
-    server stayed at its peak (2,000 sockets: 174 MB open, 174 MB after)."""
+    server stayed at its peak (2,000 sockets: 174 MB open, 174 MB after). The
+    1,500 take about 25 MB (17 KB each under malloc) since subscribers caught up
+    park with the relay, where they took more than 30."""
     assert server.process is not None
     pid = server.process.pid
     with Api(server.url, create_token(server.database_url, "mo")) as api:
@@ -73,7 +75,7 @@ async def test_memory_returns_after_subscriptions_close(server: Server) -> None:
     for _ in range(0, SOCKETS, 100):
         sockets += await asyncio.gather(*(subscribe(url, token, task_id) for _ in range(100)))
     peak = rss_mb(pid)
-    assert peak - base > 30, f"{SOCKETS} subscriptions should take memory: {base} -> {peak} MB"
+    assert peak - base > 15, f"{SOCKETS} subscriptions should take memory: {base} -> {peak} MB"
     await asyncio.gather(*(ws.close() for ws in sockets))
     target = base + 0.2 * (peak - base)
     deadline = time.monotonic() + 30

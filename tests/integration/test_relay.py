@@ -8,13 +8,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 
 from runstate.services import sessions, tasks
+from runstate.services.errors import SessionExpiredError
 from runstate.services.house import House
 from runstate.services.live import streams
+from runstate.services.live.relay import Parked
 from runstate.services.validation import StepPlan
 from runstate.services.views import EventView, TaskView
 from tests.support import opened, settled
@@ -22,24 +24,69 @@ from tests.support import opened, settled
 USER = "relayed"
 
 
-class Follower:
-    """Renders an event as its seq; notes what the relay sends it. ``renders`` and
-    ``takes`` switch off rendering and sending, for the reasons they cause."""
+class Watcher:
+    """A subscriber as its transport runs it (``transport.websocket``): its stream
+    runs in a task until it parks; the relay then sends it frames, and when handed
+    back, it resumes with a stream from the last seq it was sent. It renders an
+    event as its seq; ``renders`` and ``takes`` switch off rendering and sending,
+    for the reasons they cause."""
 
     key = "one selection"
 
-    def __init__(self) -> None:
+    def __init__(self, house: House, task: TaskView, interval: float = 60) -> None:
+        self.house, self.task, self.interval = house, task, interval
         self.renders = True
         self.takes = True
-        self.sent: list[int] = []
+        self.got: list[int] = []
+        """Every seq it received, from its streams and from the relay, in order."""
+        self.relayed: list[int] = []
+        """Those the relay sent."""
+        self.runs = 0
+        """Streams run: the first, and one per resumption."""
+        self.error: BaseException | None = None
+        self.running: asyncio.Task[None] | None = None
+        self._start(None)
+
+    def _start(self, after_seq: int | None) -> None:
+        self.runs += 1
+        self.running = asyncio.create_task(self._run(after_seq))
+
+    async def _run(self, after_seq: int | None) -> None:
+        stream = streams.task_progress(
+            self.house, USER, self.task.id, after_seq, interval=self.interval, follower=self
+        )
+        try:
+            async for event in stream:
+                self.got.append(event.seq)
+        except Parked:
+            pass
+        except Exception as error:  # what the transport would answer with
+            self.error = error
 
     async def render(self, event: EventView) -> str | None:
         return json.dumps(event.seq) if self.renders else None
 
     def send(self, text: str) -> bool:
         if self.takes:
-            self.sent.append(json.loads(text))
+            self.got.append(json.loads(text))
+            self.relayed.append(json.loads(text))
         return self.takes
+
+    def resume(self, after_seq: int, sending: Awaitable[object] | None) -> None:
+        assert sending is None  # nothing here is slow
+        self._start(after_seq)
+
+    @property
+    def parked(self) -> bool:
+        return self.running is not None and self.running.done()
+
+    async def close(self) -> None:
+        """End it as its transport does when the client completes it."""
+        if self.running is not None:
+            self.running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.running
+        self.house.relay.leave(self)
 
 
 @pytest.fixture
@@ -54,54 +101,69 @@ async def new_task(house: House) -> TaskView:
     return (await tasks.create_task(house, USER, session.id, goal="relayed", steps=plan)).value
 
 
-async def following(
-    house: House, task: TaskView, follower: Follower
-) -> AsyncGenerator[EventView, None]:
-    """A taskProgress stream with ``follower``, past its SNAPSHOT, following."""
-    stream = streams.task_progress(house, USER, task.id, None, interval=60, follower=follower)
-    assert (await anext(stream)).seq == 1
-    return stream
+async def parked(house: House, task: TaskView, *watchers: Watcher) -> None:
+    """Wait until every watcher's stream has parked with the relay."""
+    await settled(
+        lambda: all(w.parked for w in watchers) and house.relay.following(task.pk) == len(watchers),
+        "the watchers parked",
+    )
 
 
-async def ended(pending: asyncio.Future[EventView]) -> None:
-    """Cancel a stream's pending step and wait until it has stopped."""
-    pending.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await pending
+async def test_a_following_subscriber_holds_no_stream(house: House) -> None:
+    """Guards parking: once caught up, a subscriber's stream ends (its task, its
+    generators, its inbox go), and the relay alone delivers to it, each event once,
+    in order; the relay's record goes when its subscriber leaves."""
+    task = await new_task(house)
+    watchers = [Watcher(house, task) for _ in range(3)]
+    await parked(house, task, *watchers)
+    version = 1
+    for index in range(2):
+        started = await tasks.start_step(house, USER, task.id, index, expected_version=version)
+        house.publish(started.events)
+        done = await tasks.complete_step(
+            house, USER, task.id, index, expected_version=started.value.version, output=None
+        )
+        house.publish(done.events)
+        version = done.value.version
+    for watcher in watchers:
+        await settled(lambda w=watcher: w.got == [1, 2, 3, 4, 5], "seq 2 to 5 relayed")
+        assert watcher.relayed == [2, 3, 4, 5]
+        assert watcher.runs == 1
+    for watcher in watchers:
+        await watcher.close()
+    assert house.relay.returned == {"closed": 3}
+    await settled(lambda: house.relay.following(task.pk) == 0, "the relay closed")
+    await settled(lambda: not house.broker.channels, "the relay's subscription closed")
 
 
-async def test_an_unshared_answer_and_a_closed_socket_go_through_the_stream(
+async def test_an_unshared_answer_resumes_the_stream_and_a_closed_socket_ends_it(
     house: House,
 ) -> None:
     """Guards "unshared" and "closed": an event the follower's selection cannot
-    render (errors), and one its socket will not take, are sent by the stream
-    itself, each once and in order; the next event goes through the relay again."""
+    render (errors) is sent by its resumed stream, from the database, once and in
+    order, and the next event goes through the relay again; an event its socket
+    will not take (the operation ended) drops the follower, resuming nothing."""
     task = await new_task(house)
-    follower = Follower()
-    stream = await following(house, task, follower)
-    pending = asyncio.ensure_future(anext(stream))
-    await settled(lambda: house.relay.following(task.pk) == 1, "the stream following")
-    follower.renders = False
+    watcher = Watcher(house, task)
+    await parked(house, task, watcher)
+    watcher.renders = False
     started = await tasks.start_step(house, USER, task.id, 0, expected_version=1)
     house.publish(started.events)
-    assert (await asyncio.wait_for(pending, 10)).seq == 2
-    assert house.relay.returned["unshared"] == 1
-    follower.renders, follower.takes = True, False
-    pending = asyncio.ensure_future(anext(stream))
-    await settled(lambda: house.relay.following(task.pk) == 1, "following again")
+    await settled(lambda: watcher.got == [1, 2], "seq 2 sent by the resumed stream")
+    assert watcher.relayed == []
+    assert (watcher.runs, house.relay.returned["unshared"]) == (2, 1)
+    watcher.renders = True
+    await parked(house, task, watcher)
     done = await tasks.complete_step(house, USER, task.id, 0, expected_version=2, output=None)
     house.publish(done.events)
-    assert (await asyncio.wait_for(pending, 10)).seq == 3
-    assert house.relay.returned["closed"] == 1
-    follower.takes = True
-    pending = asyncio.ensure_future(anext(stream))
-    await settled(lambda: house.relay.following(task.pk) == 1, "following once more")
+    await settled(lambda: watcher.got == [1, 2, 3], "seq 3 relayed")
+    assert watcher.relayed == [3]
+    watcher.takes = False
     again = await tasks.start_step(house, USER, task.id, 1, expected_version=3)
     house.publish(again.events)
-    await settled(lambda: follower.sent == [4], "seq 4 sent by the relay")
-    assert not pending.done()
-    await ended(pending)
-    await stream.aclose()
+    await settled(lambda: house.relay.returned["closed"] == 1, "the follower dropped")
+    assert house.relay.following(task.pk) == 0
+    assert (watcher.got, watcher.runs) == ([1, 2, 3], 2)
 
 
 async def test_a_lost_message_is_filled_from_the_database_then_the_relay_goes_on(
@@ -109,26 +171,22 @@ async def test_a_lost_message_is_filled_from_the_database_then_the_relay_goes_on
 ) -> None:
     """Guards "gap": the broker never carries seq 2 (its write is not published);
     seq 3 comes; the relay hands the follower back instead of sending 3 after 1,
-    its stream sends 2 and 3 from the database, and seq 4 goes through the relay.
-    Control: the relay sends nothing out of order (the follower got only 4)."""
+    its resumed stream sends 2 and 3 from the database, and seq 4 goes through the
+    relay. Control: the relay sends nothing out of order (it sent only 4)."""
     task = await new_task(house)
-    follower = Follower()
-    stream = await following(house, task, follower)
-    pending = asyncio.ensure_future(anext(stream))
-    await settled(lambda: house.relay.following(task.pk) == 1, "the stream following")
+    watcher = Watcher(house, task)
+    await parked(house, task, watcher)
     await tasks.start_step(house, USER, task.id, 0, expected_version=1)  # never published
     done = await tasks.complete_step(house, USER, task.id, 0, expected_version=2, output=None)
     house.publish(done.events)
-    assert (await asyncio.wait_for(pending, 10)).seq == 2
-    assert (await asyncio.wait_for(anext(stream), 10)).seq == 3
+    await settled(lambda: watcher.got == [1, 2, 3], "seq 2 and 3 from the database")
     assert house.relay.returned["gap"] == 1
-    pending = asyncio.ensure_future(anext(stream))
-    await settled(lambda: house.relay.following(task.pk) == 1, "following again")
+    await parked(house, task, watcher)
     again = await tasks.start_step(house, USER, task.id, 1, expected_version=3)
     house.publish(again.events)
-    await settled(lambda: follower.sent == [4], "seq 4 sent by the relay")
-    await ended(pending)
-    await stream.aclose()
+    await settled(lambda: watcher.got == [1, 2, 3, 4], "seq 4 relayed")
+    assert watcher.relayed == [4]
+    await watcher.close()
     await settled(lambda: house.relay.following(task.pk) == 0, "the relay closed")
 
 
@@ -138,18 +196,29 @@ async def test_quiet_followers_stay_with_the_relay_across_head_checks(house: Hou
     and send every follower back to the database at each round. Four rounds pass
     with two followers of a task whose head is seq 1, and nothing is handed back."""
     task = await new_task(house)
-    streams_ = [
-        streams.task_progress(house, USER, task.id, None, interval=0.1, follower=Follower())
-        for _ in range(2)
-    ]
-    for stream in streams_:
-        assert (await anext(stream)).seq == 1
-    pending = [asyncio.ensure_future(anext(stream)) for stream in streams_]
-    await settled(lambda: house.relay.following(task.pk) == 2, "both following")
+    watchers = [Watcher(house, task, interval=0.1) for _ in range(2)]
+    await parked(house, task, *watchers)
     rounds = house.heads.rounds
     await settled(lambda: house.heads.rounds >= rounds + 4, "four head checks")
     assert house.relay.returned == {}
     assert house.relay.following(task.pk) == 2
-    for step, stream in zip(pending, streams_, strict=True):
-        await ended(step)
-        await stream.aclose()
+    assert [w.runs for w in watchers] == [1, 1]
+    for watcher in watchers:
+        await watcher.close()
+
+
+async def test_a_parked_subscriber_of_an_expiring_session_is_ended_on_time(
+    house: House,
+) -> None:
+    """Guards the relay's expiry timer: nothing is written, the session's expiry
+    comes, and the parked subscriber is handed back ("expiry") so that its stream
+    reads the session again and ends with SessionExpired, as a stream does."""
+    session = await sessions.start_session(house, USER, default_ttl=1)
+    plan = [StepPlan("step-0")]
+    task = (await tasks.create_task(house, USER, session.id, goal="brief", steps=plan)).value
+    watcher = Watcher(house, task)
+    await parked(house, task, watcher)
+    await settled(lambda: watcher.error is not None, "the subscription ended", within=10)
+    assert isinstance(watcher.error, SessionExpiredError)
+    assert house.relay.returned == {"expiry": 1}
+    assert house.relay.following(task.pk) == 0

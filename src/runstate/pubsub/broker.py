@@ -170,22 +170,6 @@ class Broker(ABC):
         finally:
             await self.unsubscribe(subscription)
 
-    def set_aside(self, subscription: Subscription) -> None:
-        """Stop delivering to ``subscription`` for now, keeping its channels listened
-        to: another subscription of this process (a relay's, ``services.live.relay``)
-        receives them meanwhile. A channel it alone holds stays delivered to it."""
-        for channel in subscription.channels:
-            subscribers = self._subscribers.get(channel)
-            if subscribers is not None and len(subscribers) > 1:
-                subscribers.discard(subscription)
-
-    def put_back(self, subscription: Subscription) -> None:
-        """Deliver to a subscription set aside again, from the next message on."""
-        for channel in subscription.channels:
-            subscribers = self._subscribers.get(channel)
-            if subscribers is not None:
-                subscribers.add(subscription)
-
     @property
     def channels(self) -> frozenset[str]:
         """Channels with at least one local subscriber."""

@@ -9,7 +9,7 @@ import strawberry
 from runstate.metrics import SUBSCRIPTIONS
 from runstate.ratelimit import SUBSCRIBE_COST
 from runstate.schema.context import Info
-from runstate.schema.live import OPERATION, EventFollower
+from runstate.schema.live import OPERATION
 from runstate.schema.types import TaskEvent
 from runstate.services.live import streams
 
@@ -42,20 +42,20 @@ class Subscription:
         after_seq: int | None = None,
         epoch: str | None = None,
     ) -> AsyncGenerator[TaskEvent, None]:
-        await info.context.charge(SUBSCRIBE_COST)
-        settings = info.context.settings
         operation = OPERATION.get()
-        follower = None
-        if operation is not None and settings.live_relay:
-            follower = EventFollower(
-                info.schema._schema, info.context, operation, settings.max_tokens
-            )
+        if operation is not None and operation.after is not None:
+            after_seq = operation.after  # resumed by the relay: its charge was paid
+        else:
+            await info.context.charge(SUBSCRIBE_COST)
+            after_seq = None if _another_timeline(info, epoch) else after_seq
+        settings = info.context.settings
+        follower = operation if settings.live_relay else None
         with SUBSCRIPTIONS.track_inprogress():
             async for event in streams.task_progress(
                 info.context.house,
                 info.context.user_id,
                 task_id,
-                None if _another_timeline(info, epoch) else after_seq,
+                after_seq,
                 interval=settings.catch_up_seconds,
                 gap_fill=settings.gap_fill,
                 follower=follower,

@@ -26,6 +26,7 @@ from runstate.bounded import BoundedCache
 from runstate.ratelimit import ANSWER_BYTES_PER_POINT, ANSWER_OBJECTS_PER_POINT
 from runstate.schema.context import Context
 from runstate.schema.cost import Estimate, Sizes, Walk, unknown_sizes
+from runstate.schema.live import resumed
 from runstate.services import quota, validation
 from runstate.services.errors import AnswerTooLargeError
 from runstate.services.read import queries
@@ -100,6 +101,9 @@ class BoundedAnswers(SchemaExtension):
         context = self.execution_context
         caller = context.context
         document = context.graphql_document
+        if resumed():  # a subscription the relay handed back was bounded as it began
+            yield
+            return
         if isinstance(caller, Context) and caller.principal is not None and document is not None:
             await self._bound(
                 document, context.operation_name, context.variables, caller, context.query or ""

@@ -1,22 +1,22 @@
-"""A taskProgress subscription as the house's relay sees it (``services.live.relay``):
-how its live events render, and where they go.
+"""A subscription as the house's relay sees it (``services.live.relay``): how its
+live events render, where they go, and how it starts again.
 
-The transport that runs a subscription names it in ``OPERATION`` (its text, its
-variables as sent, and how to send a ``next`` frame around rendered data); the
-subscription's resolver then lends its stream an ``EventFollower``. The relay
-renders each event once per key (caller, document, operation, and the values of
-the variables its selection uses, as ``schema.fanout`` keys its renderings) by
-executing the subscription's selection on the event, as graphql-core does for
-each subscriber, and sends that text to every follower of the key. An answer
-with errors is not shared: the subscriber's own stream sends it, through
+The transport that runs a subscription names it in ``OPERATION``: a
+``LiveOperation`` with its text, its variables as sent, how to send a ``next``
+frame around rendered data, and how to run the operation again. The taskProgress
+resolver lends it to its stream as the relay's follower. The relay renders each
+event once per key (caller, document, operation, and the values of the variables
+its selection uses, as ``schema.fanout`` keys its renderings) by executing the
+subscription's selection on the event, as graphql-core does for each subscriber,
+and sends that text to every follower of the key. An answer with errors is not
+shared: the subscription resumes, and its own stream sends it, through
 Strawberry, masked as ever.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 from graphql import ExecutionResult, GraphQLSchema, execute, get_operation_ast
@@ -30,40 +30,60 @@ from runstate.services import validation
 from runstate.services.live.relay import Sent
 from runstate.services.views import EventView
 
+Resume = Callable[["LiveOperation", Awaitable[object] | None], None]
+"""Runs the operation again from the stored events after its ``after``, once a
+frame still on its way (if any) is out."""
 
-@dataclass(frozen=True)
+
 class LiveOperation:
-    """A subscription as its transport received it."""
+    """One subscription as its transport received it, and its part in the relay:
+    its key, its rendering, its socket, its resumption. Kept by the relay for as
+    long as the subscriber follows it: slots, and nothing it does not need."""
 
-    query: str
-    operation_name: str | None
-    variables: Mapping[str, Any] | None
-    send: Callable[[str], Sent]
-    """Writes a ``next`` frame around the JSON text of an answer's data."""
-
-
-OPERATION: ContextVar[LiveOperation | None] = ContextVar("runstate_live_operation", default=None)
-"""The subscription the current task runs, set by its transport; None elsewhere."""
-
-
-class EventFollower:
-    """One subscriber's part in the relay: its key, its rendering, its socket."""
+    __slots__ = (
+        "_resume",
+        "after",
+        "context",
+        "document",
+        "key",
+        "operation_name",
+        "query",
+        "schema",
+        "send",
+        "variables",
+    )
 
     def __init__(
-        self, schema: GraphQLSchema, context: Context, operation: LiveOperation, max_tokens: int
+        self,
+        schema: GraphQLSchema,
+        context: Context,
+        query: str,
+        operation_name: str | None,
+        variables: Mapping[str, Any] | None,
+        max_tokens: int,
+        send: Callable[[str], Sent],
+        resume: Resume,
     ) -> None:
         self.schema = schema
         self.context = context
-        self.operation = operation
-        self.document = parse_document(operation.query, max_tokens)
-        found = get_operation_ast(self.document, operation.operation_name)
-        used = () if found is None else selection_variables(operation.query, found)
-        variables = operation.variables or {}
+        self.query = query
+        self.operation_name = operation_name
+        self.variables = variables
+        self.send = send
+        """Writes a ``next`` frame around the JSON text of an answer's data."""
+        self._resume = resume
+        self.after: int | None = None
+        """Set once the relay has handed the subscription back: its stream starts
+        again after this seq, neither charged nor bounded again (it already was)."""
+        self.document = parse_document(query, max_tokens)
+        found = get_operation_ast(self.document, operation_name)
+        used = () if found is None else selection_variables(query, found)
+        values = variables or {}
         self.key: Hashable = (
             context.user_id,
-            operation.query,
-            operation.operation_name,
-            tuple((name, repr(variables.get(name))) for name in used),
+            query,
+            operation_name,
+            tuple((name, repr(values.get(name))) for name in used),
         )
 
     async def render(self, event: EventView) -> str | None:
@@ -72,8 +92,8 @@ class EventFollower:
             self.document,
             root_value=TaskEvent.of(event),
             context_value=self.context,
-            variable_values=dict(self.operation.variables or {}),
-            operation_name=self.operation.operation_name,
+            variable_values=dict(self.variables or {}),
+            operation_name=self.operation_name,
             executor_class=StrawberryGraphQLCoreExecutionContext,
         )
         if not isinstance(result, ExecutionResult):
@@ -82,5 +102,17 @@ class EventFollower:
             return None
         return validation.encoded(result.data)
 
-    def send(self, text: str) -> Sent:
-        return self.operation.send(text)
+    def resume(self, after_seq: int, sending: Awaitable[object] | None) -> None:
+        self.after = after_seq
+        self._resume(self, sending)
+
+
+OPERATION: ContextVar[LiveOperation | None] = ContextVar("runstate_live_operation", default=None)
+"""The subscription the current task runs, set by its transport; None elsewhere."""
+
+
+def resumed() -> bool:
+    """Whether the current task runs a subscription again after the relay handed it
+    back (its charges and bounds were paid when it began)."""
+    operation = OPERATION.get()
+    return operation is not None and operation.after is not None

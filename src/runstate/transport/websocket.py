@@ -5,8 +5,11 @@ queries and mutations sent over a WebSocket."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+from collections.abc import Awaitable
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from graphql import GraphQLError, OperationType, get_operation_ast
 from strawberry.asgi import ASGIWebSocketAdapter
@@ -19,10 +22,10 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import Connec
 from runstate import logs
 from runstate.connections import Connection, TooManyConnectionsError
 from runstate.schema.context import Context
-from runstate.schema.extensions import parse_document
+from runstate.schema.extensions import Schema, parse_document
 from runstate.schema.fanout import next_frame
 from runstate.schema.live import OPERATION, LiveOperation
-from runstate.services.live.relay import Sent
+from runstate.services.live.relay import Parked, Sent
 from runstate.transport.eager import started
 from runstate.transport.refusals import stopped_after
 
@@ -46,6 +49,13 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
 
     view: GraphQLView
     connection: Connection | None = None
+    live: dict[str, tuple[LiveOperation, contextvars.Context]]
+    """The connection's subscriptions by id, each with the context it began in (a
+    parked one is run again in it when the relay hands it back)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.live = {}
 
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         """Strawberry's handling of ``connection_init``, with runstate's checks in
@@ -89,23 +99,77 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
     async def run_operation(self, operation: Operation[Context, None]) -> None:
         """Strawberry's, with a query or mutation stopped after ``operation_seconds``
         and answered with an error, as over HTTP; a subscription runs as long as its
-        client wants it."""
+        client wants it, and parks with the house's relay when caught up."""
         seconds = self.view.settings.operation_seconds
         if self._is_subscription(operation):
             live = LiveOperation(
+                cast(Schema, self.schema)._schema,
+                self.context,
                 operation.query,
                 operation.operation_name,
                 operation.variables,
+                self.view.settings.max_tokens,
                 partial(self._send_next, operation),
+                partial(self._resume, operation),
             )
             OPERATION.set(live)  # the operation's own task: nothing else sees it
-            await super().run_operation(operation)
+            self.live[operation.id] = live, contextvars.copy_context()
+            await self._subscribed(operation)
             return
         try:
             async with asyncio.timeout(seconds):
                 await super().run_operation(operation)
         except TimeoutError:
             await operation.send_initial_errors([GraphQLError(stopped_after(seconds))])
+
+    async def _subscribed(self, operation: Operation[Context, None]) -> None:
+        """Run a subscription until it completes, or until its stream parks: then
+        the relay delivers its events, and the task running it ends here."""
+        parked = False
+        try:
+            await super().run_operation(operation)
+        except Parked:
+            parked = True
+        finally:
+            if not parked:
+                self._forget(operation)
+
+    def _resume(
+        self,
+        operation: Operation[Context, None],
+        live: LiveOperation,
+        sending: Awaitable[object] | None,
+    ) -> None:
+        """Run a parked subscription again, after the seq the relay last sent it
+        (``live.after``), in a task of its own, in the context it began in."""
+        entry = self.live.get(operation.id)
+        if entry is None or entry[0] is not live:
+            return  # it ended meanwhile
+        began = entry[1].copy()  # each run its own, as each task of Strawberry's has
+        operation.task = asyncio.create_task(self._resumed(operation, sending), context=began)
+        operation.task.add_done_callback(self._task_done)
+
+    async def _resumed(
+        self, operation: Operation[Context, None], sending: Awaitable[object] | None
+    ) -> None:
+        if sending is not None:
+            with contextlib.suppress(Exception):
+                await sending  # the frame the relay began goes out first
+        await self._subscribed(operation)
+
+    def _forget(self, operation: Operation[Context, None]) -> None:
+        """Let an ended subscription's relay record go (if it is parked) and its entry."""
+        entry = self.live.pop(operation.id, None)
+        if entry is not None:
+            self.view.house.relay.leave(entry[0])
+
+    async def cleanup_operation(self, operation_id: str) -> None:
+        """Strawberry's (the client completed it, or the socket closed), and the
+        subscription's relay record let go: a parked one has no task to cancel."""
+        operation = self.operations.get(operation_id)
+        await super().cleanup_operation(operation_id)
+        if operation is not None:
+            self._forget(operation)
 
     def _send_next(self, operation: Operation[Context, None], data: str) -> Sent:
         """A ``next`` frame of ``operation`` around rendered data, written now if the

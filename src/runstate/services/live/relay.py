@@ -1,14 +1,16 @@
-"""Live events relayed to every caught-up taskProgress stream of a task at once.
+"""Live events relayed to every caught-up taskProgress subscriber of a task at once.
 
 A stream that has sent everything stored and has nothing waiting hands its live
-delivery to the house's ``Relay`` (``follow``) and sleeps until handed it back.
-Per task, the relay holds one broker subscription and one reader, in place of a
-wakeup, a check and a send of each stream per event: for each event it asks one
+delivery to the house's ``Relay`` (``park``) and ends: its generators, its inbox
+and the task running it go, and the relay keeps a small record of the subscriber
+(its ``Follower``, the last seq it was sent, its session's expiry). Per task, the
+relay holds one broker subscription and one reader: for each event it asks one
 follower of each ``key`` to ``render`` it (followers of one key render it the
 same), then has every follower ``send`` that text, in one pass with no awaits,
 each only if the event is the very next one it needs. What it cannot do for a
-follower it hands back to the follower's stream, which answers as it always has,
-from the database:
+follower it hands back: the follower ``resume``s its subscription from the last
+seq it was sent, and the new stream answers as a stream always has, from the
+database:
 
 - ``"gap"``: the event is not the next one the follower needs (an event was lost
   on the way, or the follower came in behind);
@@ -19,14 +21,11 @@ from the database:
 - ``"unshared"``: the event renders with errors (or not at all): the stream sends
   it itself, with the masking and formatting of its own path;
 - ``"slow"``: the socket could not take the frame at once; the frame goes on its
-  way and the stream, once it is out, goes on from its own inbox, whose bounds
-  are the slow-subscriber policy (``pubsub.broker``);
-- ``"closed"``: the operation or its socket has ended.
+  way and the resumed stream waits for it, then goes on from its own inbox, whose
+  bounds are the slow-subscriber policy (``pubsub.broker``).
 
-While it follows, a stream's own inbox is off the broker's list and its watch
-off the head checks': the relay's inbox and watch stand for all of them. Back
-from the relay, the stream is on both again before anything more is dispatched
-(no await in between), and reads what it missed from the database.
+A follower whose operation or socket has ended (``send`` says so, or its
+transport calls ``leave``) is dropped, and resumes nothing (``"closed"``).
 """
 
 from __future__ import annotations
@@ -35,13 +34,14 @@ import asyncio
 import contextlib
 import logging
 import math
+import time
 from collections import Counter
 from collections.abc import Awaitable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from runstate import inflight
-from runstate.metrics import DELIVERY_SECONDS
+from runstate.metrics import DELIVERY_SECONDS, SUBSCRIPTIONS
 from runstate.pubsub.broker import Resync, Subscription
 from runstate.services.clock import utcnow
 from runstate.services.live.catch_up import Watch
@@ -62,8 +62,16 @@ operation or its socket has ended, an awaitable when the frame is on its way to 
 socket that could not take it at once (done once it is out)."""
 
 
+class Parked(BaseException):
+    """Raised by a stream whose follower the relay now delivers to: the stream and
+    everything running it end here, quietly. A BaseException, so that no
+    ``except Exception`` on the way (GraphQL's, Strawberry's) takes it for an error
+    to answer; the transport that started the operation catches it."""
+
+
 class Follower(Protocol):
-    """What a stream lends the relay: how its events render, and where they go."""
+    """What a subscriber lends the relay: how its events render, where they go, and
+    how its subscription starts again when the relay hands it back."""
 
     @property
     def key(self) -> Hashable:
@@ -76,6 +84,10 @@ class Follower(Protocol):
     def send(self, text: str) -> Sent:
         """Write the rendered event to the follower's socket without waiting."""
 
+    def resume(self, after_seq: int, sending: Awaitable[object] | None) -> None:
+        """Start the subscription's stream again from the stored events after
+        ``after_seq``, once ``sending`` (a frame still on its way) is out."""
+
 
 def lag(event: EventView) -> float:
     """Seconds from the write of a live event to now (clocks of servers differ a
@@ -83,21 +95,16 @@ def lag(event: EventView) -> float:
     return max(0.0, (utcnow() - event.at).total_seconds())
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Member:
-    follower: Follower
-    watch: Watch
-    returned: asyncio.Future[str]
-    """Set with the reason once the relay hands the stream its delivery back."""
-    sending: Awaitable[object] | None = None
-    """A frame still on its way to a slow socket."""
-    expires: float = math.inf
-    """The watch's ``expires_at`` as a timestamp, read when it began to follow (a
-    stream re-reads its session only while not following)."""
+    """What the relay keeps of one parked subscriber."""
 
-    def hand_back(self, reason: str) -> None:
-        if not self.returned.done():
-            self.returned.set_result(reason)
+    follower: Follower
+    channel: _Channel
+    last: int
+    """The last seq the subscriber was sent."""
+    expires: float = math.inf
+    """Its session's expiry as its stream last read it, as a timestamp."""
 
 
 @dataclass(eq=False)
@@ -110,6 +117,9 @@ class _Channel:
     members: set[_Member] = field(default_factory=set)
     reader: asyncio.Task[None] | None = None
     heads: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    expiry: asyncio.TimerHandle | None = None
+    """Hands back the followers whose session's expiry has come; set for the soonest."""
+    expiry_at: float = math.inf
 
 
 class Relay:
@@ -122,58 +132,85 @@ class Relay:
         self.sent = 0
         """Frames the relay wrote (or set on their way) to followers."""
         self.returned: Counter[str] = Counter()
-        """Deliveries handed back to their streams, by reason."""
+        """Deliveries handed back (or dropped: ``"closed"``), by reason."""
         self._channels: dict[int, _Channel] = {}
         self._opening: dict[int, asyncio.Future[_Channel]] = {}
+        self._members: dict[Follower, _Member] = {}
 
     def following(self, task_pk: int) -> int:
-        """How many streams of the task follow the relay now."""
+        """How many subscribers of the task the relay delivers to now."""
         channel = self._channels.get(task_pk)
         return 0 if channel is None else len(channel.members)
 
-    async def follow(self, watch: Watch, follower: Follower, interval: float) -> str:
-        """Deliver the task's live events to ``follower`` from ``watch.last`` on,
-        until handed back; the reason (see the module's docstring). The stream's
-        inbox must be empty when it calls: else (it filled while the relay's own
-        subscription was being opened) the answer is ``"pending"`` at once."""
+    async def park(self, watch: Watch, follower: Follower, interval: float) -> bool:
+        """Deliver the task's live events to ``follower`` from ``watch.last`` on, until
+        handed back (``follower.resume``) or it leaves: True, and the stream is to
+        end (``Parked``). False, at once, when the stream's inbox is not empty (it
+        filled while the relay's own subscription was being opened): the stream
+        goes on with it."""
         assert watch.task_pk is not None
         channel = await self._channel(watch.task_pk, interval)
         if len(watch.inbox) or watch.inbox.flagged:
             self._close_if_idle(channel)
-            return "pending"
-        loop = asyncio.get_running_loop()
-        member = _Member(follower, watch, loop.create_future())
+            return False
+        member = _Member(follower, channel, watch.last)
         if watch.expires_at is not None:
             member.expires = watch.expires_at.timestamp()
-        broker = self.house.broker
-        broker.set_aside(watch.inbox)
         channel.members.add(member)
-        # What the follower has sent is stored: the head checks must not take the
-        # relay for behind it (and send every follower back to the database).
+        self._members[follower] = member
+        SUBSCRIPTIONS.inc()  # the stream's own count ends as it parks
+        # What the follower has been sent is stored: the head checks must not take
+        # the relay for behind it (and send every follower back to the database).
         channel.watch.last = max(channel.watch.last, watch.last)
-        try:
-            reason = await self._followed(member)
-            self.returned[reason] += 1
-            return reason
-        finally:
-            channel.members.discard(member)
-            broker.put_back(watch.inbox)
-            self._close_if_idle(channel)
-            if member.sending is not None:
-                await member.sending  # the stream's next frame goes after it
+        if member.expires < channel.expiry_at:
+            self._expire_at(channel, member.expires)
+        return True
 
-    @staticmethod
-    async def _followed(member: _Member) -> str:
-        """Why the relay handed ``member`` back, or ``"expiry"`` once its session's
-        expiry (as its stream last read it) has come."""
-        expires_at = member.watch.expires_at
-        if expires_at is None:
-            return await member.returned
-        try:
-            async with asyncio.timeout(max(0.0, (expires_at - utcnow()).total_seconds())):
-                return await asyncio.shield(member.returned)
-        except TimeoutError:
-            return "expiry"
+    def leave(self, follower: Follower) -> None:
+        """Drop ``follower``, whose operation has ended (completed by its client, or
+        its socket closed), if it is parked."""
+        member = self._members.get(follower)
+        if member is not None:
+            self._drop(member, "closed")
+
+    def _drop(self, member: _Member, reason: str) -> None:
+        """Forget ``member``: counted by ``reason``; its relay closed if it was the last."""
+        channel = member.channel
+        channel.members.discard(member)
+        del self._members[member.follower]
+        SUBSCRIPTIONS.dec()
+        self.returned[reason] += 1
+        self._close_if_idle(channel)
+
+    def _hand_back(
+        self, member: _Member, reason: str, sending: Awaitable[object] | None = None
+    ) -> None:
+        """Give ``member`` its delivery back: its subscription resumes after the last
+        seq it was sent (once ``sending`` is out)."""
+        self._drop(member, reason)
+        member.follower.resume(member.last, sending)
+
+    def _expire_at(self, channel: _Channel, at: float) -> None:
+        """Check the channel's followers' expiry at timestamp ``at`` (the soonest)."""
+        if channel.expiry is not None:
+            channel.expiry.cancel()
+        channel.expiry_at = at
+        delay = max(0.0, at - time.time())
+        channel.expiry = asyncio.get_running_loop().call_later(delay, self._expired, channel)
+
+    def _expired(self, channel: _Channel) -> None:
+        """Hand back the followers whose session's expiry (as last read) has come:
+        each resumed stream reads its session again, and ends if it did expire."""
+        channel.expiry, channel.expiry_at = None, math.inf
+        now = time.time()
+        soonest = math.inf
+        for member in tuple(channel.members):
+            if member.expires <= now:
+                self._hand_back(member, "expiry")
+            else:
+                soonest = min(soonest, member.expires)
+        if soonest < math.inf and self._channels.get(channel.task_pk) is channel:
+            self._expire_at(channel, soonest)
 
     async def _channel(self, task_pk: int, interval: float) -> _Channel:
         """The task's relay, opened (subscribed, its reader started) if need be."""
@@ -198,11 +235,14 @@ class Relay:
         return channel
 
     def _close_if_idle(self, channel: _Channel) -> None:
-        """Close a relay that no stream follows: its reader, inbox and head check."""
+        """Close a relay that no stream follows: its reader, inbox, timer and head
+        check."""
         if channel.members or self._channels.get(channel.task_pk) is not channel:
             return
         del self._channels[channel.task_pk]
         channel.heads.close()
+        if channel.expiry is not None:
+            channel.expiry.cancel()
         if channel.reader is not None:
             channel.reader.cancel()
         task = asyncio.get_running_loop().create_task(
@@ -217,7 +257,7 @@ class Relay:
                 continue
             if isinstance(message, Resync):
                 for member in tuple(channel.members):
-                    member.hand_back("resync")
+                    self._hand_back(member, "resync")
                 continue
             event = self.house.decoded(message)
             if event is None or event.task_pk != channel.task_pk:
@@ -228,14 +268,14 @@ class Relay:
             except Exception:  # the streams answer on their own; the relay goes on
                 log.exception("relay of task %s failed", channel.task_pk)
                 for member in tuple(channel.members):
-                    member.hand_back("unshared")
+                    self._hand_back(member, "unshared")
 
     async def _deliver(self, channel: _Channel, event: EventView) -> None:
         """One event to every follower that needs it next (see the module's
         docstring): each key rendered once, then every send with no await between."""
         rendered: dict[Hashable, str | None] = {}
         while True:
-            due = [m for m in channel.members if m.watch.last < event.seq]
+            due = [m for m in channel.members if m.last < event.seq]
             unrendered = next((m for m in due if m.follower.key not in rendered), None)
             if unrendered is None:
                 break
@@ -246,23 +286,22 @@ class Relay:
         at = event.at.timestamp()
         for member in due:
             text = rendered[member.follower.key]
-            if member.watch.last != event.seq - 1:
-                member.hand_back("gap")
+            if member.last != event.seq - 1:
+                self._hand_back(member, "gap")
             elif at >= member.expires:
-                member.hand_back("expiry")
+                self._hand_back(member, "expiry")
             elif text is None:
-                member.hand_back("unshared")
+                self._hand_back(member, "unshared")
             else:
                 sent = member.follower.send(text)
                 self.sent += sent is not False
                 if sent is True:
-                    member.watch.last = event.seq
+                    member.last = event.seq
                 elif sent is False:
-                    member.hand_back("closed")
+                    self._drop(member, "closed")
                 else:
-                    member.watch.last = event.seq
-                    member.sending = sent
-                    member.hand_back("slow")
+                    member.last = event.seq
+                    self._hand_back(member, "slow", sent)
 
 
 def _retrieved(task: asyncio.Task[None]) -> None:

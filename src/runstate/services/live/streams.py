@@ -28,7 +28,7 @@ from runstate.services.history import TaskRef
 from runstate.services.house import House
 from runstate.services.live.catch_up import MARGIN, Watch
 from runstate.services.live.messages import session_channel, task_channel
-from runstate.services.live.relay import Follower, lag
+from runstate.services.live.relay import Follower, Parked, lag
 from runstate.services.read.queries import get_task
 from runstate.services.sessions import get_session
 from runstate.services.views import EventView, TaskView
@@ -79,9 +79,9 @@ async def task_progress(
     follower: Follower | None = None,
 ) -> AsyncGenerator[EventView, None]:
     """The task's events, gap-free: a SNAPSHOT (or the stored events after
-    ``after_seq``), then each new event as it commits; with a ``follower``, the
-    live events it is caught up on go through the house's relay instead of
-    through this generator (``relay``). An ``after_seq`` past the
+    ``after_seq``), then each new event as it commits; with a ``follower``, once
+    it is caught up the house's relay delivers its live events and the stream
+    ends with ``Parked`` (``relay``). An ``after_seq`` past the
     task's head (a cursor kept from before a database reset or restore) answers a
     SNAPSHOT, never silence.
 
@@ -145,19 +145,16 @@ async def _heard(
     missed anything. When its session's expiry (as last read) comes, a resync too:
     the stream reads the session again, and ends if it did expire.
 
-    With a ``follower``, whenever the inbox is empty the house's relay delivers
-    the live events instead (``relay``), and once it hands them back, a resync:
-    the stream reads its head and sends what it is missing."""
+    With a ``follower``, whenever the inbox is empty the house's relay takes the
+    live events over (``relay``) and the stream ends, raising ``Parked``; the
+    follower resumes its subscription when the relay hands it back."""
     with contextlib.ExitStack() as checked:
         if gap_fill:
             checked.enter_context(house.heads.watching(watch, interval))
         while True:
             if follower is not None and gap_fill and not (len(watch.inbox) or watch.inbox.flagged):
-                checked.close()  # the relay's own watch stands for the stream meanwhile
-                returned = await house.relay.follow(watch, follower, interval)
-                checked.enter_context(house.heads.watching(watch, interval))
-                if returned != "pending":
-                    yield RESYNC
+                if await house.relay.park(watch, follower, interval):
+                    raise Parked
                 continue
             wait = QUIET_SECONDS
             if watch.expires_at is not None:
