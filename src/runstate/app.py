@@ -32,6 +32,7 @@ from runstate.transport.auth import BearerAuth
 from runstate.transport.body_limit import BodyLimit, upload_limit
 from runstate.transport.deadline import CancelOnDisconnect
 from runstate.transport.view import GraphQLView
+from runstate.transport.wsprotocol import WebSocketProtocol
 from runstate.web import routes as web_routes
 
 
@@ -45,6 +46,8 @@ def server_options(settings: Settings) -> dict[str, Any]:
         # Events are small deltas: compressing each one for each watcher cost 6% of
         # a server's time with 100 watchers (py-spy), and memory per socket.
         "ws_per_message_deflate": False,
+        # uvicorn's protocol, keeping less of each open WebSocket (transport.wsprotocol).
+        "ws": WebSocketProtocol,
         # On SIGTERM, requests still running after this many seconds are cancelled,
         # so the server stops within a few seconds whatever it is doing.
         "timeout_graceful_shutdown": 3,

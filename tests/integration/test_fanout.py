@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import types
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import uvicorn
 from starlette.applications import Starlette
 from tortoise.backends.base.executor import EXECUTOR_CACHE
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from runstate.app import create_app, server_options
 from runstate.pubsub import Hub, MemoryBroker, Publisher
@@ -24,6 +26,7 @@ from runstate.services.live import streams
 from runstate.services.live.messages import task_channel
 from runstate.services.validation import ContentLimits, StepPlan
 from runstate.settings import Settings
+from runstate.transport.wsprotocol import Inbox
 from tests.support import GRAPHQL_WS, Subscriber, free_port, opened, settled
 
 USER = "watcher"
@@ -294,3 +297,57 @@ async def test_a_following_subscription_runs_no_task_and_leaves_with_its_client(
     await settled(lambda: house.relay.following(task.pk) == 0, "every follower gone")
     channel = task_channel(task.pk)
     await settled(lambda: channel not in house.broker.channels, "the task's subscription closed")
+
+
+def held(kind: type) -> int:
+    """Objects of ``kind`` alive in this process."""
+    gc.collect()
+    return sum(isinstance(o, kind) for o in gc.get_objects())
+
+
+def handshakes() -> int:
+    """uvicorn WebSocket connections of this process that keep their handshake's
+    request."""
+    gc.collect()
+    return sum(
+        isinstance(o, WebSocketsSansIOProtocol) and hasattr(o, "request") for o in gc.get_objects()
+    )
+
+
+def middleware_frames() -> int:
+    """Coroutines of runstate's HTTP middlewares alive in this process."""
+    gc.collect()
+    names = ("CancelOnDisconnect.", "BodyLimit.", "BearerAuth.")
+    return sum(
+        isinstance(o, types.CoroutineType) and o.cr_code.co_qualname.startswith(names)
+        for o in gc.get_objects()
+    )
+
+
+async def test_an_open_socket_keeps_no_handshake_and_no_middleware_frame(
+    server: tuple[str, Starlette],
+) -> None:
+    """Guards what an idle subscriber's socket costs (``transport.wsprotocol``, the
+    HTTP-only middlewares): 20 open sockets keep neither their handshake's request
+    (uvicorn's own protocol keeps it: 20 more) nor a coroutine of the deadline,
+    body limit or auth middleware (each kept one for the socket's life), and their
+    messages reach the app through the protocol's light inbox."""
+    url, app = server
+    house = app.state.house
+    token = await tokens.create_token(USER)
+    session = await sessions.start_session(house, USER, default_ttl=3600)
+    plan = [StepPlan("step-0")]
+    task = (await tasks.create_task(house, USER, session.id, goal="lean", steps=plan)).value
+    frames, inboxes = middleware_frames(), held(Inbox)
+    watchers = [Subscriber(url, token, BRIEF, {"id": task.id}) for _ in range(20)]
+    for watcher in watchers:
+        await watcher.__aenter__()
+    try:
+        for watcher in watchers:
+            assert (await watcher.next())["taskProgress"]["kind"] == "SNAPSHOT"
+        assert handshakes() == 0
+        assert middleware_frames() == frames
+        assert held(Inbox) == inboxes + 20
+    finally:
+        for watcher in watchers:
+            await watcher.__aexit__()

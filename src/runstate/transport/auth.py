@@ -5,6 +5,7 @@ files) and a plain GET of the GraphiQL page, decided on the decoded request."""
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable
 
 from starlette.datastructures import Headers, QueryParams
 from starlette.responses import Response
@@ -50,8 +51,15 @@ class BearerAuth:
         self.tokens = tokens
         self.budgets = budgets
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or _is_public(scope, self.graphiql):
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """HTTP requests only; any other scope (a WebSocket, the lifespan) goes
+        straight on, holding no frame of this middleware for its whole life."""
+        if scope["type"] != "http":
+            return self.app(scope, receive, send)
+        return self._http(scope, receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if _is_public(scope, self.graphiql):
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")

@@ -9,6 +9,8 @@ and the GraphQL view runs it only if it writes checkpoints and nothing else."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runstate.transport.refusals import refusal
@@ -33,10 +35,14 @@ class BodyLimit:
         self.limit = limit
         self.upload = upload or limit
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """HTTP requests only; any other scope (a WebSocket, the lifespan) goes
+        straight on, holding no frame of this middleware for its whole life."""
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
+        return self._http(scope, receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"])
         most = self.upload if headers.get(UPLOAD_HEADER) == b"graph" else self.limit
         declared = headers.get(b"content-length")

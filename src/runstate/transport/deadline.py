@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,10 +32,14 @@ class CancelOnDisconnect:
         self.app = app
         self.seconds = seconds
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """HTTP requests only; any other scope (a WebSocket, the lifespan) goes
+        straight on, holding no frame of this middleware for its whole life."""
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
+        return self._http(scope, receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         body_read = asyncio.Event()
         started = False
         deadline = asyncio.get_running_loop().time() + self.seconds
