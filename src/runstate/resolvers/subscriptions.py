@@ -43,8 +43,9 @@ class Subscription:
         epoch: str | None = None,
     ) -> AsyncGenerator[TaskEvent, None]:
         operation = OPERATION.get()
-        if operation is not None and operation.after is not None:
-            after_seq = operation.after  # resumed by the relay: its charge was paid
+        resumed_after = None if operation is None else operation.after
+        if resumed_after is not None:
+            after_seq = resumed_after  # handed back by the relay: its charge was paid
         else:
             await info.context.charge(SUBSCRIBE_COST)
             after_seq = None if _another_timeline(info, epoch) else after_seq
@@ -59,6 +60,7 @@ class Subscription:
                 interval=settings.catch_up_seconds,
                 gap_fill=settings.gap_fill,
                 follower=follower,
+                resumed=resumed_after is not None,
             ):
                 yield TaskEvent.of(event)
 

@@ -77,6 +77,7 @@ async def task_progress(
     interval: float,
     gap_fill: bool = True,
     follower: Follower | None = None,
+    resumed: bool = False,
 ) -> AsyncGenerator[EventView, None]:
     """The task's events, gap-free: a SNAPSHOT (or the stored events after
     ``after_seq``), then each new event as it commits; with a ``follower``, once
@@ -84,6 +85,10 @@ async def task_progress(
     ends with ``Parked`` (``relay``). An ``after_seq`` past the
     task's head (a cursor kept from before a database reset or restore) answers a
     SNAPSHOT, never silence.
+
+    ``resumed``: the relay handed the subscription back, and the stored events
+    after ``after_seq`` are what live delivery did not bring: they count as
+    gap-filled (``runstate_gap_filled_events``), as a running stream's would.
 
     Someone else's task answers NotFound before anything is sent. ``gap_fill=False``
     relays live events only, never reading the database again (a test switch that
@@ -105,6 +110,8 @@ async def task_progress(
         else:
             watch.last = after_seq
             async for event in stored_events(ref, watch.last):
+                if resumed:
+                    GAP_FILLED.inc()
                 yield event
                 watch.last = event.seq
         heard = _heard(house, watch, interval, gap_fill, follower)
