@@ -1,0 +1,61 @@
+"""runstate's WebSocket protocol (``transport.wsprotocol``) under a real uvicorn:
+keepalive pings only for peers it has not heard from."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from websockets.asyncio.client import connect
+
+from runstate.app import create_app, server_options
+from runstate.settings import Settings
+from runstate.transport.wsprotocol import WebSocketProtocol
+from tests.support import GRAPHQL_WS, free_port, settled
+
+PING_SECONDS = 1.0
+
+
+@pytest.fixture
+async def url(tmp_path: Path) -> AsyncIterator[str]:
+    """The app under uvicorn in this test's loop, pinging every PING_SECONDS."""
+    settings = Settings(database_url=f"sqlite://{tmp_path / 'ping.db'}")
+    port = free_port()
+    options = {**server_options(settings), "ws_ping_interval": PING_SECONDS}
+    config = uvicorn.Config(create_app(settings), port=port, log_level="warning", **options)
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    await settled(lambda: server.started or serving.done(), "uvicorn started")
+    try:
+        yield f"ws://127.0.0.1:{port}/graphql"
+    finally:
+        server.should_exit = True
+        await serving
+
+
+def connections() -> list[WebSocketProtocol]:
+    """The open connections of this process's server."""
+    gc.collect()
+    return [o for o in gc.get_objects() if isinstance(o, WebSocketProtocol)]
+
+
+async def test_a_peer_heard_from_is_not_pinged_and_a_silent_one_is(url: str) -> None:
+    """Guards ``WebSocketProtocol.send_keepalive_ping``: over three ping intervals,
+    a client that pings the server every 0.1 s is never pinged (it is heard from
+    all the time); the control, a client that says nothing, is pinged as uvicorn
+    does, and answers, so its socket stays open."""
+    async with connect(url, subprotocols=GRAPHQL_WS, ping_interval=0.1) as chatty:
+        await settled(lambda: len(connections()) == 1, "one connection")
+        (heard,) = connections()
+        await asyncio.sleep(3 * PING_SECONDS)  # the span measured, not a wait for an event
+        assert heard.ping_sent_at == 0.0
+        await chatty.ping()
+    async with connect(url, subprotocols=GRAPHQL_WS, ping_interval=None) as silent:
+        await settled(lambda: len(set(connections()) - {heard}) == 1, "the silent one open")
+        (quiet,) = set(connections()) - {heard}
+        await settled(lambda: quiet.ping_sent_at > 0, "the silent client pinged")
+        await silent.ping()
