@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import uvicorn
 from starlette.applications import Starlette
+from strawberry.dataloader import DataLoader
 from tortoise.backends.base.executor import EXECUTOR_CACHE
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
@@ -330,15 +331,16 @@ async def test_an_open_socket_keeps_no_handshake_and_no_middleware_frame(
     """Guards what an idle subscriber's socket costs (``transport.wsprotocol``, the
     HTTP-only middlewares): 20 open sockets keep neither their handshake's request
     (uvicorn's own protocol keeps it: 20 more) nor a coroutine of the deadline,
-    body limit or auth middleware (each kept one for the socket's life), and their
-    messages reach the app through the protocol's light inbox."""
+    body limit or auth middleware (each kept one for the socket's life) nor a
+    batch loader (five each, made with its context), and their messages reach the
+    app through the protocol's light inbox."""
     url, app = server
     house = app.state.house
     token = await tokens.create_token(USER)
     session = await sessions.start_session(house, USER, default_ttl=3600)
     plan = [StepPlan("step-0")]
     task = (await tasks.create_task(house, USER, session.id, goal="lean", steps=plan)).value
-    frames, inboxes = middleware_frames(), held(Inbox)
+    frames, inboxes, loaders = middleware_frames(), held(Inbox), held(DataLoader)
     watchers = [Subscriber(url, token, BRIEF, {"id": task.id}) for _ in range(20)]
     for watcher in watchers:
         await watcher.__aenter__()
@@ -348,6 +350,7 @@ async def test_an_open_socket_keeps_no_handshake_and_no_middleware_frame(
         assert handshakes() == 0
         assert middleware_frames() == frames
         assert held(Inbox) == inboxes + 20
+        assert held(DataLoader) == loaders  # made when a query first needs one
     finally:
         for watcher in watchers:
             await watcher.__aexit__()

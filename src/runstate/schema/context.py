@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TypeVar
 
 import strawberry
@@ -85,30 +86,34 @@ async def _tool_states(keys: Sequence[tuple[int, str, int]]) -> list[tuple[ToolS
     return await history.tool_states_at_many(keys)
 
 
-@dataclass
 class Loaders:
     """Batch loaders: a field asked of every item of a page is read with one batch
     of queries for the page, not one per item (``tasks(first: 50) { session events
     { steps } }`` ran 201 SELECTs, now 5). They never cache: a WebSocket's context
-    lives as long as its socket."""
+    lives as long as its socket. Each is made when first used: a socket that only
+    subscribes never uses one, and thousands of such sockets held five each."""
 
-    sessions: DataLoader[int, SessionView] = field(
-        default_factory=lambda: DataLoader(queries.sessions_by_pk, cache=False)
-    )
-    events: DataLoader[EventsKey, list[EventView]] = field(
-        default_factory=lambda: DataLoader(_events, cache=False)
-    )
-    tasks: DataLoader[TasksKey, Page[TaskView]] = field(
-        default_factory=lambda: DataLoader(_tasks, cache=False)
-    )
-    steps: DataLoader[tuple[int, int], tuple[StepView, ...]] = field(
-        default_factory=lambda: DataLoader(_steps, cache=False)
-    )
-    """A task's steps by (row id, seq)."""
-    tool_states: DataLoader[tuple[int, str, int], tuple[ToolStateView, ...]] = field(
-        default_factory=lambda: DataLoader(_tool_states, cache=False)
-    )
-    """A task's tool states by (row id, public id, seq)."""
+    @cached_property
+    def sessions(self) -> DataLoader[int, SessionView]:
+        return DataLoader(queries.sessions_by_pk, cache=False)
+
+    @cached_property
+    def events(self) -> DataLoader[EventsKey, list[EventView]]:
+        return DataLoader(_events, cache=False)
+
+    @cached_property
+    def tasks(self) -> DataLoader[TasksKey, Page[TaskView]]:
+        return DataLoader(_tasks, cache=False)
+
+    @cached_property
+    def steps(self) -> DataLoader[tuple[int, int], tuple[StepView, ...]]:
+        """A task's steps by (row id, seq)."""
+        return DataLoader(_steps, cache=False)
+
+    @cached_property
+    def tool_states(self) -> DataLoader[tuple[int, str, int], tuple[ToolStateView, ...]]:
+        """A task's tool states by (row id, public id, seq)."""
+        return DataLoader(_tool_states, cache=False)
 
 
 @dataclass
