@@ -7,7 +7,7 @@ import asyncio
 import gc
 import json
 import types
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import uvicorn
 from starlette.applications import Starlette
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.dataloader import DataLoader
 from tortoise.backends.base.executor import EXECUTOR_CACHE
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
@@ -45,14 +46,17 @@ async def server(tmp_path: Path) -> AsyncIterator[tuple[str, Starlette]]:
 
 
 @asynccontextmanager
-async def serve(tmp_path: Path, **options: Any) -> AsyncIterator[tuple[str, Starlette]]:
-    """``server`` with settings of the test's own."""
+async def serve(
+    tmp_path: Path, wrap: Callable[[Starlette], ASGIApp] | None = None, **options: Any
+) -> AsyncIterator[tuple[str, Starlette]]:
+    """``server`` with settings of the test's own (and ``wrap`` around the app)."""
     EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
     database_url = f"sqlite://{tmp_path / 'fanout.db'}"
     settings = Settings(database_url=database_url, catch_up_seconds=60, **options)
     port = free_port()
     app = create_app(settings)
-    config = uvicorn.Config(app, port=port, log_level="warning", **server_options(settings))
+    served = app if wrap is None else wrap(app)
+    config = uvicorn.Config(served, port=port, log_level="warning", **server_options(settings))
     uv = uvicorn.Server(config)
     serving = asyncio.create_task(uv.serve())
     deadline = asyncio.get_running_loop().time() + 30
@@ -354,3 +358,51 @@ async def test_an_open_socket_keeps_no_handshake_and_no_middleware_frame(
     finally:
         for watcher in watchers:
             await watcher.__aexit__()
+
+
+class Frames:
+    """ASGI middleware counting the WebSocket frames the app sends through ASGI."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.sent = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def counted(message: Message) -> None:
+            self.sent += message["type"] == "websocket.send"
+            await send(message)
+
+        await self.app(scope, receive, counted if scope["type"] == "websocket" else send)
+
+
+async def test_relayed_frames_are_written_past_the_asgi_chain(tmp_path: Path) -> None:
+    """Guards ``WebSocketProtocol.write_text``: 10 subscribers of a task get 10
+    events each from the relay, and the only frames that went through the ASGI
+    send chain are their connection_ack and SNAPSHOT (the ASGI way: 120)."""
+    frames: list[Frames] = []
+
+    def wrap(app: Starlette) -> ASGIApp:
+        frames.append(Frames(app))
+        return frames[0]
+
+    async with serve(tmp_path, wrap) as (url, app):
+        house = app.state.house
+        token = await tokens.create_token(USER)
+        session = await sessions.start_session(house, USER, default_ttl=3600)
+        plan = [StepPlan(f"step-{i}") for i in range(5)]
+        task = (await tasks.create_task(house, USER, session.id, goal="past", steps=plan)).value
+        watchers = [Subscriber(url, token, BRIEF, {"id": task.id}) for _ in range(10)]
+        for watcher in watchers:
+            await watcher.__aenter__()
+        try:
+            for watcher in watchers:
+                assert (await watcher.next())["taskProgress"]["kind"] == "SNAPSHOT"
+            await settled(lambda: house.relay.following(task.pk) == 10, "all 10 following")
+            last = await drive(house, task.id, 5)
+            for watcher in watchers:
+                await watcher.until(lambda e: e["taskProgress"]["seq"] == last)
+            assert house.relay.sent == 10 * 10
+            assert frames[0].sent == 2 * 10
+        finally:
+            for watcher in watchers:
+                await watcher.__aexit__()

@@ -28,6 +28,7 @@ from runstate.schema.live import OPERATION, LiveOperation
 from runstate.services.live.relay import Parked, Sent
 from runstate.transport.eager import started
 from runstate.transport.refusals import stopped_after
+from runstate.transport.wsprotocol import WRITE_TEXT
 
 if TYPE_CHECKING:
     from runstate.transport.view import GraphQLView
@@ -177,7 +178,13 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         if operation.completed or self.operations.get(operation.id) is not operation:
             return False
         socket = cast(ASGIWebSocketAdapter, self.websocket).ws
-        return started(socket.send_text(next_frame(operation.id, data)))
+        frame = next_frame(operation.id, data)
+        write = socket.scope["extensions"].get(WRITE_TEXT)
+        if write is not None:
+            written: bool | None = write(frame)
+            if written is not None:
+                return written
+        return started(socket.send_text(frame))
 
     def _is_subscription(self, operation: Operation[Context, None]) -> bool:
         """Whether the operation is a subscription (see ``subscribes``). Parsed

@@ -24,6 +24,10 @@ from typing import Any
 
 from uvicorn._types import ASGIReceiveEvent, ASGISendEvent
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.http11 import Request
+
+WRITE_TEXT = "runstate.write_text"
+"""The scope extension naming a connection's ``WebSocketProtocol.write_text``."""
 
 
 class Inbox:
@@ -63,6 +67,25 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         self.queue = Inbox()  # type: ignore[assignment]
         self.heard = self.loop.time()
         """When data last came from the peer (the loop's clock)."""
+
+    def handle_connect(self, event: Request) -> None:
+        super().handle_connect(event)
+        scope = getattr(self, "scope", None)
+        if scope is not None:
+            scope["extensions"][WRITE_TEXT] = self.write_text
+
+    def write_text(self, text: str) -> bool | None:
+        """A text frame written to the socket now, past the ASGI send chain: True;
+        False once the connection is closing or closed; None while the transport
+        is paused (past its high-water mark), when the frame is to go the ASGI
+        way, which waits."""
+        if self.close_sent or self.disconnected or not self.handshake_complete:
+            return False
+        if not self.writable.is_set():
+            return None
+        self.conn.send_text(text.encode())
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        return True
 
     def data_received(self, data: bytes) -> None:
         self.heard = self.loop.time()
