@@ -32,7 +32,7 @@ from runstate.transport.auth import BearerAuth
 from runstate.transport.body_limit import BodyLimit, upload_limit
 from runstate.transport.deadline import CancelOnDisconnect
 from runstate.transport.view import GraphQLView
-from runstate.transport.wsprotocol import WebSocketProtocol
+from runstate.transport.wsprotocol import WebSocketProtocol, uncork_all
 from runstate.web import routes as web_routes
 
 
@@ -86,6 +86,7 @@ def create_app(settings: Settings) -> Starlette:
     open connections.
     """
     house = House(limits=settings.content)
+    house.relay.flush = uncork_all  # the frames of a relay's pass go out together
     connections = Connections(settings.max_connections)
     WEBSOCKETS.set_function(lambda: len(connections))
     tokens = Tokens(settings.auth_check_seconds)

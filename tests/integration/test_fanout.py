@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.dataloader import DataLoader
 from tortoise.backends.base.executor import EXECUTOR_CACHE
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.asyncio.client import connect
 
 from runstate.app import create_app, server_options
 from runstate.pubsub import Hub, MemoryBroker, Publisher
@@ -28,7 +29,7 @@ from runstate.services.live import streams
 from runstate.services.live.messages import task_channel
 from runstate.services.validation import ContentLimits, StepPlan
 from runstate.settings import Settings
-from runstate.transport.wsprotocol import Inbox
+from runstate.transport.wsprotocol import Inbox, WebSocketProtocol
 from tests.support import GRAPHQL_WS, Subscriber, free_port, opened, settled
 
 USER = "watcher"
@@ -406,3 +407,61 @@ async def test_relayed_frames_are_written_past_the_asgi_chain(tmp_path: Path) ->
         finally:
             for watcher in watchers:
                 await watcher.__aexit__()
+
+
+async def test_frames_to_one_socket_in_one_turn_go_in_one_write(
+    server: tuple[str, Starlette],
+) -> None:
+    """Guards the corked writes of ``WebSocketProtocol.write_text``: one socket with
+    two subscriptions of a task gets both frames of each of 5 events in one write
+    to its transport (one at a time: 10 writes)."""
+    url, app = server
+    house = app.state.house
+    token = await tokens.create_token(USER)
+    session = await sessions.start_session(house, USER, default_ttl=3600)
+    plan = [StepPlan(f"step-{i}") for i in range(3)]
+    task = (await tasks.create_task(house, USER, session.id, goal="corked", steps=plan)).value
+    ws_url = url.replace("http://", "ws://") + "/graphql"
+    async with connect(ws_url, subprotocols=GRAPHQL_WS) as socket:
+        init = {"type": "connection_init", "payload": {"authorization": f"Bearer {token}"}}
+        await socket.send(json.dumps(init))
+        assert json.loads(await socket.recv())["type"] == "connection_ack"
+        for operation in ("1", "2"):
+            payload = {"query": BRIEF, "variables": {"id": task.id}}
+            await socket.send(
+                json.dumps({"id": operation, "type": "subscribe", "payload": payload})
+            )
+            assert json.loads(await socket.recv())["id"] == operation  # its SNAPSHOT
+        await settled(lambda: house.relay.following(task.pk) == 2, "both following")
+        gc.collect()
+        (protocol,) = [
+            o
+            for o in gc.get_objects()
+            if isinstance(o, WebSocketProtocol) and not o.transport.is_closing()
+        ]
+        writes: list[bytes] = []
+        write = protocol.transport.write
+
+        def counted(data: bytes | bytearray | memoryview) -> None:
+            writes.append(bytes(data))
+            write(data)
+
+        protocol.transport.write = counted  # type: ignore[method-assign]
+        version = 1
+        for index in range(3):
+            started = await tasks.start_step(house, USER, task.id, index, expected_version=version)
+            version = started.value.version
+            house.publish(started.events)
+            frames = [json.loads(await socket.recv()) for _ in range(2)]
+            assert sorted(f["id"] for f in frames) == ["1", "2"]
+            if index < 2:
+                done = await tasks.complete_step(
+                    house, USER, task.id, index, expected_version=version, output=None
+                )
+                version = done.value.version
+                house.publish(done.events)
+                frames = [json.loads(await socket.recv()) for _ in range(2)]
+                assert {f["payload"]["data"]["taskProgress"]["seq"] for f in frames} == {
+                    done.value.event_seq
+                }
+        assert len(writes) == 5

@@ -20,6 +20,7 @@ until an interval has passed without a word from it.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
 from uvicorn._types import ASGIReceiveEvent, ASGISendEvent
@@ -67,6 +68,8 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         self.queue = Inbox()  # type: ignore[assignment]
         self.heard = self.loop.time()
         """When data last came from the peer (the loop's clock)."""
+        self.corked = False
+        """Whether frames from ``write_text`` wait for the loop's next turn."""
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
@@ -75,17 +78,37 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
             scope["extensions"][WRITE_TEXT] = self.write_text
 
     def write_text(self, text: str) -> bool | None:
-        """A text frame written to the socket now, past the ASGI send chain: True;
+        """A text frame on its way to the socket past the ASGI send chain: True;
         False once the connection is closing or closed; None while the transport
         is paused (past its high-water mark), when the frame is to go the ASGI
-        way, which waits."""
+        way, which waits.
+
+        The frame waits in the connection's own buffer until ``uncork_all`` (the
+        relay calls it once it has sent what it read) or the loop's next turn, and
+        goes with every other frame written to this socket until then, in one
+        write: several subscriptions of one socket, or several events read at
+        once, cost one system call. uvicorn's send drains the same buffer in order
+        before anything it writes, so no frame overtakes another."""
         if self.close_sent or self.disconnected or not self.handshake_complete:
             return False
         if not self.writable.is_set():
             return None
         self.conn.send_text(text.encode())
-        self.transport.write(b"".join(self.conn.data_to_send()))
+        if not self.corked:
+            self.corked = True
+            corked = _CORKED.get(self.loop)
+            if corked is None:
+                corked = _CORKED[self.loop] = []
+                self.loop.call_soon(_uncork, self.loop)
+            corked.append(self)
         return True
+
+    def uncork(self) -> None:
+        """Write what ``write_text`` left in the connection's buffer."""
+        self.corked = False
+        output = self.conn.data_to_send()
+        if output and not self.transport.is_closing():
+            self.transport.write(b"".join(output))
 
     def data_received(self, data: bytes) -> None:
         self.heard = self.loop.time()
@@ -108,3 +131,20 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         await super().send(message)
         if opening and self.handshake_complete:
             del self.request, self.response
+
+
+_CORKED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[WebSocketProtocol]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Each loop's connections with frames waiting for its next turn: one callback a
+turn writes them all, not one a socket."""
+
+
+def _uncork(loop: asyncio.AbstractEventLoop) -> None:
+    for protocol in _CORKED.pop(loop, ()):
+        protocol.uncork()
+
+
+def uncork_all() -> None:
+    """Write now every frame ``write_text`` left waiting on the running loop."""
+    _uncork(asyncio.get_running_loop())

@@ -36,7 +36,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Awaitable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -136,6 +136,11 @@ class Relay:
         self._channels: dict[int, _Channel] = {}
         self._opening: dict[int, asyncio.Future[_Channel]] = {}
         self._members: dict[Follower, _Member] = {}
+        self.flush: Callable[[], None] = _nothing
+        """Writes the frames the followers' sends left waiting: called once a
+        relay has sent everything its inbox held, so that the frames of several
+        events, or of several subscriptions of one socket, go out together
+        (``transport.wsprotocol.uncork_all``, set by the app)."""
 
     def following(self, task_pk: int) -> int:
         """How many subscribers of the task the relay delivers to now."""
@@ -269,6 +274,8 @@ class Relay:
                 log.exception("relay of task %s failed", channel.task_pk)
                 for member in tuple(channel.members):
                     self._hand_back(member, "unshared")
+            if not len(channel.inbox):
+                self.flush()
 
     async def _deliver(self, channel: _Channel, event: EventView) -> None:
         """One event to every follower that needs it next (see the module's
@@ -302,6 +309,10 @@ class Relay:
                 else:
                     member.last = event.seq
                     self._hand_back(member, "slow", sent)
+
+
+def _nothing() -> None:
+    """A relay's ``flush`` where sends write at once."""
 
 
 def _retrieved(task: asyncio.Task[None]) -> None:
