@@ -23,7 +23,10 @@ PING_SECONDS = 1.0
 @pytest.fixture
 async def url(tmp_path: Path) -> AsyncIterator[str]:
     """The app under uvicorn in this test's loop, pinging every PING_SECONDS."""
-    settings = Settings(database_url=f"sqlite://{tmp_path / 'ping.db'}")
+    # The clients here never send connection_init: the socket must outlive its timer.
+    settings = Settings(
+        database_url=f"sqlite://{tmp_path / 'ping.db'}", connection_init_seconds=600
+    )
     port = free_port()
     options = {**server_options(settings), "ws_ping_interval": PING_SECONDS}
     config = uvicorn.Config(create_app(settings), port=port, log_level="warning", **options)

@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from runstate import inflight
@@ -55,6 +56,9 @@ log = logging.getLogger(__name__)
 
 QUIET_SECONDS = 60.0
 """How long the relay's reader waits at a time; the head checks flag its inbox."""
+
+LINGER_SECONDS = 5.0
+"""How long a relay nobody follows stays open for followers coming back."""
 
 Sent = bool | Awaitable[object]
 """What a follower's ``send`` did: True when the frame is written, False when the
@@ -120,6 +124,8 @@ class _Channel:
     expiry: asyncio.TimerHandle | None = None
     """Hands back the followers whose session's expiry has come; set for the soonest."""
     expiry_at: float = math.inf
+    linger: asyncio.TimerHandle | None = None
+    """Closes the relay once it has been idle for ``LINGER_SECONDS``."""
 
 
 class Relay:
@@ -236,12 +242,27 @@ class Relay:
         channel = _Channel(task_pk, inbox, Watch(inbox, task_pk=task_pk))
         channel.heads.enter_context(self.house.heads.watching(channel.watch, interval))
         channel.reader = asyncio.create_task(self._read(channel), name="runstate-relay")
+        channel.reader.add_done_callback(partial(self._reader_ended, channel))
         self._channels[task_pk] = channel
         return channel
 
     def _close_if_idle(self, channel: _Channel) -> None:
-        """Close a relay that no stream follows: its reader, inbox, timer and head
-        check."""
+        """Close a relay that nobody has followed for ``LINGER_SECONDS``: its reader,
+        inbox, timer and head check. Handed back all at once (a resync), its
+        followers are back within moments: kept open meanwhile, the relay's
+        subscription spares the broker an UNSUBSCRIBE and a SUBSCRIBE of the
+        channel each time, which during a Redis outage left a server subscribed
+        to nothing while it believed otherwise (test_scaleout's outage, under
+        load)."""
+        if channel.members or self._channels.get(channel.task_pk) is not channel:
+            return
+        if channel.linger is None:
+            channel.linger = asyncio.get_running_loop().call_later(
+                LINGER_SECONDS, self._close, channel
+            )
+
+    def _close(self, channel: _Channel) -> None:
+        channel.linger = None
         if channel.members or self._channels.get(channel.task_pk) is not channel:
             return
         del self._channels[channel.task_pk]
@@ -276,6 +297,15 @@ class Relay:
                     self._hand_back(member, "unshared")
             if not len(channel.inbox):
                 self.flush()
+
+    def _reader_ended(self, channel: _Channel, reader: asyncio.Task[None]) -> None:
+        """A reader ends only when its relay closes; should one fail, its followers
+        are not left waiting for events it will never read."""
+        if reader.cancelled():
+            return
+        log.error("relay of task %s stopped", channel.task_pk, exc_info=reader.exception())
+        for member in tuple(channel.members):
+            self._hand_back(member, "unshared")
 
     async def _deliver(self, channel: _Channel, event: EventView) -> None:
         """One event to every follower that needs it next (see the module's
