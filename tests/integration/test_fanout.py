@@ -28,6 +28,7 @@ from runstate.services.house import House
 from runstate.services.live import streams
 from runstate.services.live.messages import task_channel
 from runstate.services.validation import ContentLimits, StepPlan
+from runstate.services.views import TaskView
 from runstate.settings import Settings
 from runstate.transport.wsprotocol import Inbox, WebSocketProtocol
 from tests.support import GRAPHQL_WS, Subscriber, free_port, opened, settled
@@ -71,6 +72,31 @@ async def serve(
     finally:
         uv.should_exit = True
         await serving
+
+
+async def watched_task(house: House, goal: str, steps: int = 1) -> tuple[str, TaskView]:
+    """A token of USER's, and a new task of ``steps`` steps in a session of its own."""
+    token = await tokens.create_token(USER)
+    session = await sessions.start_session(house, USER, default_ttl=3600)
+    plan = [StepPlan(f"step-{i}") for i in range(steps)]
+    return token, (await tasks.create_task(house, USER, session.id, goal=goal, steps=plan)).value
+
+
+@asynccontextmanager
+async def watching(
+    url: str, token: str, task: TaskView, count: int
+) -> AsyncIterator[list[Subscriber]]:
+    """``count`` subscribers of ``task`` (BRIEF), each past its SNAPSHOT; closed after."""
+    watchers = [Subscriber(url, token, BRIEF, {"id": task.id}) for _ in range(count)]
+    for watcher in watchers:
+        await watcher.__aenter__()
+    try:
+        for watcher in watchers:
+            assert (await watcher.next())["taskProgress"]["kind"] == "SNAPSHOT"
+        yield watchers
+    finally:
+        for watcher in watchers:
+            await watcher.__aexit__()
 
 
 async def drive(house: House, task_id: str, steps: int, output: str = "done") -> int:
@@ -278,16 +304,8 @@ async def test_a_following_subscription_runs_no_task_and_leaves_with_its_client(
     once their sockets close the relay lets go of the task's subscription."""
     url, app = server
     house = app.state.house
-    token = await tokens.create_token(USER)
-    session = await sessions.start_session(house, USER, default_ttl=3600)
-    plan = [StepPlan("step-0")]
-    task = (await tasks.create_task(house, USER, session.id, goal="parked", steps=plan)).value
-    watchers = [Subscriber(url, token, BRIEF, {"id": task.id}) for _ in range(20)]
-    for watcher in watchers:
-        await watcher.__aenter__()
-    try:
-        for watcher in watchers:
-            assert (await watcher.next())["taskProgress"]["kind"] == "SNAPSHOT"
+    token, task = await watched_task(house, "parked")
+    async with watching(url, token, task, 20) as watchers:
         await settled(lambda: house.relay.following(task.pk) == 20, "all 20 following")
         await settled(lambda: operation_tasks() == 0, "no operation's task left running")
         await watchers[0].complete()
@@ -297,9 +315,6 @@ async def test_a_following_subscription_runs_no_task_and_leaves_with_its_client(
         house.publish(started.events)
         for watcher in watchers[1:]:
             assert (await watcher.next())["taskProgress"]["seq"] == 2
-    finally:
-        for watcher in watchers:
-            await watcher.__aexit__()
     await settled(lambda: house.relay.following(task.pk) == 0, "every follower gone")
     channel = task_channel(task.pk)
     await settled(lambda: channel not in house.broker.channels, "the task's subscription closed")
@@ -340,25 +355,13 @@ async def test_an_open_socket_keeps_no_handshake_and_no_middleware_frame(
     batch loader (five each, made with its context), and their messages reach the
     app through the protocol's light inbox."""
     url, app = server
-    house = app.state.house
-    token = await tokens.create_token(USER)
-    session = await sessions.start_session(house, USER, default_ttl=3600)
-    plan = [StepPlan("step-0")]
-    task = (await tasks.create_task(house, USER, session.id, goal="lean", steps=plan)).value
+    token, task = await watched_task(app.state.house, "lean")
     frames, inboxes, loaders = middleware_frames(), held(Inbox), held(DataLoader)
-    watchers = [Subscriber(url, token, BRIEF, {"id": task.id}) for _ in range(20)]
-    for watcher in watchers:
-        await watcher.__aenter__()
-    try:
-        for watcher in watchers:
-            assert (await watcher.next())["taskProgress"]["kind"] == "SNAPSHOT"
+    async with watching(url, token, task, 20):
         assert handshakes() == 0
         assert middleware_frames() == frames
         assert held(Inbox) == inboxes + 20
         assert held(DataLoader) == loaders  # made when a query first needs one
-    finally:
-        for watcher in watchers:
-            await watcher.__aexit__()
 
 
 class Frames:
@@ -388,25 +391,14 @@ async def test_relayed_frames_are_written_past_the_asgi_chain(tmp_path: Path) ->
 
     async with serve(tmp_path, wrap) as (url, app):
         house = app.state.house
-        token = await tokens.create_token(USER)
-        session = await sessions.start_session(house, USER, default_ttl=3600)
-        plan = [StepPlan(f"step-{i}") for i in range(5)]
-        task = (await tasks.create_task(house, USER, session.id, goal="past", steps=plan)).value
-        watchers = [Subscriber(url, token, BRIEF, {"id": task.id}) for _ in range(10)]
-        for watcher in watchers:
-            await watcher.__aenter__()
-        try:
-            for watcher in watchers:
-                assert (await watcher.next())["taskProgress"]["kind"] == "SNAPSHOT"
+        token, task = await watched_task(house, "past", steps=5)
+        async with watching(url, token, task, 10) as watchers:
             await settled(lambda: house.relay.following(task.pk) == 10, "all 10 following")
             last = await drive(house, task.id, 5)
             for watcher in watchers:
                 await watcher.until(lambda e: e["taskProgress"]["seq"] == last)
             assert house.relay.sent == 10 * 10
             assert frames[0].sent == 2 * 10
-        finally:
-            for watcher in watchers:
-                await watcher.__aexit__()
 
 
 async def test_frames_to_one_socket_in_one_turn_go_in_one_write(
@@ -417,10 +409,7 @@ async def test_frames_to_one_socket_in_one_turn_go_in_one_write(
     to its transport (one at a time: 10 writes)."""
     url, app = server
     house = app.state.house
-    token = await tokens.create_token(USER)
-    session = await sessions.start_session(house, USER, default_ttl=3600)
-    plan = [StepPlan(f"step-{i}") for i in range(3)]
-    task = (await tasks.create_task(house, USER, session.id, goal="corked", steps=plan)).value
+    token, task = await watched_task(house, "corked", steps=3)
     ws_url = url.replace("http://", "ws://") + "/graphql"
     async with connect(ws_url, subprotocols=GRAPHQL_WS) as socket:
         init = {"type": "connection_init", "payload": {"authorization": f"Bearer {token}"}}

@@ -5,7 +5,6 @@ files) and a plain GET of the GraphiQL page, decided on the decoded request."""
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable
 
 from starlette.datastructures import Headers, QueryParams
 from starlette.responses import Response
@@ -15,6 +14,7 @@ from runstate import logs
 from runstate.auth import Tokens
 from runstate.ratelimit import PEEK, SPEND, SPENT, TAKE, Budgets, RateLimiter, Spending
 from runstate.services.errors import RateLimitedError
+from runstate.transport.http_only import HttpOnly
 from runstate.transport.refusals import refusal
 
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/readyz"})
@@ -34,7 +34,7 @@ def _is_public(scope: Scope, graphiql: bool) -> bool:
     return "text/html" in Headers(scope=scope).get("accept", "")
 
 
-class BearerAuth:
+class BearerAuth(HttpOnly):
     """Resolves ``Authorization: Bearer`` to a Principal; 401 for an HTTP request
     without one, on every route but the public ones. WebSockets authenticate in
     ``connection_init`` (``GraphQLView.on_ws_connect``).
@@ -51,14 +51,7 @@ class BearerAuth:
         self.tokens = tokens
         self.budgets = budgets
 
-    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
-        """HTTP requests only; any other scope (a WebSocket, the lifespan) goes
-        straight on, holding no frame of this middleware for its whole life."""
-        if scope["type"] != "http":
-            return self.app(scope, receive, send)
-        return self._http(scope, receive, send)
-
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         if _is_public(scope, self.graphiql):
             await self.app(scope, receive, send)
             return

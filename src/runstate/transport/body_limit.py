@@ -9,10 +9,9 @@ and the GraphQL view runs it only if it writes checkpoints and nothing else."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from runstate.transport.http_only import HttpOnly
 from runstate.transport.refusals import refusal
 
 LARGE = "runstate.large_body"
@@ -26,7 +25,7 @@ def upload_limit(limit: int, checkpoint_bytes: int) -> int:
     return limit + 4 * ((checkpoint_bytes + 2) // 3)
 
 
-class BodyLimit:
+class BodyLimit(HttpOnly):
     """Answers 413 to a request body larger than ``limit`` bytes, declared or
     streamed; ``upload`` bytes for a request marked as a checkpoint upload."""
 
@@ -35,14 +34,7 @@ class BodyLimit:
         self.limit = limit
         self.upload = upload or limit
 
-    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
-        """HTTP requests only; any other scope (a WebSocket, the lifespan) goes
-        straight on, holding no frame of this middleware for its whole life."""
-        if scope["type"] != "http":
-            return self.app(scope, receive, send)
-        return self._http(scope, receive, send)
-
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"])
         most = self.upload if headers.get(UPLOAD_HEADER) == b"graph" else self.limit
         declared = headers.get(b"content-length")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from runstate.transport.http_only import HttpOnly
 from runstate.transport.refusals import refusal, stopped_after
 
 
@@ -16,7 +16,7 @@ class _PastDeadlineError(Exception):
     """An answer ready only after the operation's time limit."""
 
 
-class CancelOnDisconnect:
+class CancelOnDisconnect(HttpOnly):
     """Stops a request's work when its client goes away, or after ``seconds``.
 
     uvicorn does not cancel an HTTP request whose client disconnected: the work
@@ -32,14 +32,7 @@ class CancelOnDisconnect:
         self.app = app
         self.seconds = seconds
 
-    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
-        """HTTP requests only; any other scope (a WebSocket, the lifespan) goes
-        straight on, holding no frame of this middleware for its whole life."""
-        if scope["type"] != "http":
-            return self.app(scope, receive, send)
-        return self._http(scope, receive, send)
-
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         body_read = asyncio.Event()
         started = False
         deadline = asyncio.get_running_loop().time() + self.seconds
