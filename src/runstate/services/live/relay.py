@@ -300,12 +300,14 @@ class Relay:
 
     def _reader_ended(self, channel: _Channel, reader: asyncio.Task[None]) -> None:
         """A reader ends only when its relay closes; should one fail, its followers
-        are not left waiting for events it will never read."""
+        are handed back and the relay closed at once, so that none waits for
+        events it will never read, nor parks with it again."""
         if reader.cancelled():
             return
         log.error("relay of task %s stopped", channel.task_pk, exc_info=reader.exception())
         for member in tuple(channel.members):
             self._hand_back(member, "unshared")
+        self._close(channel)
 
     async def _deliver(self, channel: _Channel, event: EventView) -> None:
         """One event to every follower that needs it next (see the module's
