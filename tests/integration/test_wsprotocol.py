@@ -17,7 +17,7 @@ from runstate.settings import Settings
 from runstate.transport.wsprotocol import WebSocketProtocol
 from tests.support import GRAPHQL_WS, free_port, settled
 
-PING_SECONDS = 1.0
+PING_SECONDS = 3.0
 
 
 @pytest.fixture
@@ -47,15 +47,16 @@ def connections() -> list[WebSocketProtocol]:
 
 
 async def test_a_peer_heard_from_is_not_pinged_and_a_silent_one_is(url: str) -> None:
-    """Guards ``WebSocketProtocol.send_keepalive_ping``: over three ping intervals,
+    """Guards ``WebSocketProtocol.send_keepalive_ping``: over two ping intervals,
     a client that pings the server every 0.1 s is never pinged (it is heard from
     all the time); the control, a client that says nothing, is pinged as uvicorn
     does, and answers, so its socket stays open."""
     before = set(connections())  # other tests' servers may have left some
     async with connect(url, subprotocols=GRAPHQL_WS, ping_interval=0.1) as chatty:
-        await settled(lambda: len(set(connections()) - before) == 1, "one connection")
-        (heard,) = set(connections()) - before
-        await asyncio.sleep(3 * PING_SECONDS)  # the span measured, not a wait for an event
+        # One look only: each look collects garbage, which in a long suite holds the
+        # loop (and the client's pings) for longer than a ping interval.
+        (heard,) = set(connections()) - before  # accepted before connect returned
+        await asyncio.sleep(2 * PING_SECONDS)  # the span measured, not a wait for an event
         assert heard.ping_sent_at == 0.0
         await chatty.ping()
     async with connect(url, subprotocols=GRAPHQL_WS, ping_interval=None) as silent:
