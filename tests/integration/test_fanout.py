@@ -26,7 +26,7 @@ from runstate.pubsub import Hub, MemoryBroker, Publisher
 from runstate.services import sessions, tasks, tokens
 from runstate.services.house import House
 from runstate.services.live import streams
-from runstate.services.live.messages import task_channel
+from runstate.services.live.messages import session_channel, task_channel
 from runstate.services.validation import ContentLimits, StepPlan
 from runstate.services.views import TaskView
 from runstate.settings import Settings
@@ -318,6 +318,56 @@ async def test_a_following_subscription_runs_no_task_and_leaves_with_its_client(
     await settled(lambda: house.relay.following(task.pk) == 0, "every follower gone")
     channel = task_channel(task.pk)
     await settled(lambda: channel not in house.broker.channels, "the task's subscription closed")
+
+
+SESSION_BRIEF = "subscription($id: ID!) { sessionActivity(sessionId: $id) { taskId seq } }"
+SESSION_FULL = """subscription($id: ID!) { sessionActivity(sessionId: $id) {
+  taskId seq kind steps { index status } } }"""
+
+
+async def test_session_watchers_follow_the_relay_through_the_transport(
+    server: tuple[str, Starlette],
+) -> None:
+    """Guards sessionActivity's lean path: 10 subscribers of one session, two
+    selections, hold no task of their own once caught up; each event of the
+    session's tasks (one created after they subscribed) reaches every one in order,
+    rendered once per selection and written by the relay; one completed by its
+    client leaves at once, and the session's subscription closes after the rest."""
+    url, app = server
+    house = app.state.house
+    token = await tokens.create_token(USER)
+    session = await sessions.start_session(house, USER, default_ttl=3600)
+    plan = [StepPlan("step-0")]
+    first = (await tasks.create_task(house, USER, session.id, goal="one", steps=plan)).value
+    watchers = [
+        Subscriber(url, token, SESSION_BRIEF if i % 2 else SESSION_FULL, {"id": session.id})
+        for i in range(10)
+    ]
+    following = house.relay.following
+    for watcher in watchers:
+        await watcher.__aenter__()
+    try:
+        await settled(lambda: following(session_pk=session.pk) == 10, "all 10 following")
+        await settled(lambda: operation_tasks() == 0, "no operation's task left running")
+        renders, sent = house.relay.renders, house.relay.sent
+        house.publish((await tasks.start_step(house, USER, first.id, 0, expected_version=1)).events)
+        created = await tasks.create_task(house, USER, session.id, goal="two", steps=plan)
+        house.publish(created.events)
+        expected = [[first.id, 2], [created.value.id, 1]]
+        for watcher in watchers:
+            for task_id, seq in expected:
+                got = (await watcher.next())["sessionActivity"]
+                assert (got["taskId"], got["seq"]) == (task_id, seq)
+        assert (house.relay.renders - renders, house.relay.sent - sent) == (2 * 2, 10 * 2)
+        assert sum(house.relay.returned.values()) == 0
+        await watchers[0].complete()
+        await settled(lambda: following(session_pk=session.pk) == 9, "the completed one gone")
+    finally:
+        for watcher in watchers:
+            await watcher.__aexit__()
+    await settled(lambda: following(session_pk=session.pk) == 0, "every follower gone")
+    channel = session_channel(session.pk)
+    await settled(lambda: channel not in house.broker.channels, "the session's subscription closed")
 
 
 def held(kind: type) -> int:

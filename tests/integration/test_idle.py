@@ -135,3 +135,28 @@ async def test_the_head_check_leaves_a_stream_an_interval_to_hear_an_event(house
         await heads.check()
         assert await late.inbox.next(0) is RESYNC
         assert await hearing.inbox.next(0) is None
+
+
+async def test_the_head_check_flags_only_a_session_stream_short_of_an_event(
+    house: House,
+) -> None:
+    """Guards the session check's grace: a session with a task written lately flags
+    only a sessionActivity stream still short of a stored event a check later, not
+    one that heard it (each check used to flag every stream of a session with a
+    task changed lately, sending all of them to the database at every check)."""
+    session = await sessions.start_session(house, USER, default_ttl=3600)
+    task = (await tasks.create_task(house, USER, session.id, goal="g", steps=[StepPlan("a")])).value
+    await tasks.start_step(house, USER, task.id, 0, expected_version=1)  # seq 2, not yet heard
+    heads = Heads()
+    late = Watch(Subscription(["late"]), session_pk=session.pk, lasts={task.pk: 1})
+    hearing = Watch(Subscription(["hearing"]), session_pk=session.pk, lasts={task.pk: 1})
+    with heads.watching(late, 3600), heads.watching(hearing, 3600):
+        await heads.check()
+        assert await late.inbox.next(0) is None
+        assert await hearing.inbox.next(0) is None
+        hearing.lasts[task.pk] = 2
+        await heads.check()
+        assert await late.inbox.next(0) is RESYNC
+        assert await hearing.inbox.next(0) is None
+        await heads.check()
+        assert await hearing.inbox.next(0) is None

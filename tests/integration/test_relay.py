@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable
+from typing import Any, cast
 
 import pytest
 
@@ -16,7 +17,7 @@ from runstate.services import sessions, tasks
 from runstate.services.errors import SessionExpiredError
 from runstate.services.house import House
 from runstate.services.live import streams
-from runstate.services.live.relay import Parked
+from runstate.services.live.relay import Parked, Place, Position
 from runstate.services.validation import StepPlan
 from runstate.services.views import EventView, TaskView
 from tests.support import opened, settled
@@ -25,11 +26,11 @@ USER = "relayed"
 
 
 class Watcher:
-    """A subscriber as its transport runs it (``transport.websocket``): its stream
-    runs in a task until it parks; the relay then sends it frames, and when handed
-    back, it resumes with a stream from the last seq it was sent. It renders an
-    event as its seq; ``renders`` and ``takes`` switch off rendering and sending,
-    for the reasons they cause."""
+    """A taskProgress subscriber as its transport runs it (``transport.websocket``):
+    its stream runs in a task until it parks; the relay then sends it frames, and
+    when handed back, it resumes with a stream from the last seq it was sent. It
+    renders an event as its seq; ``renders`` and ``takes`` switch off rendering
+    and sending, for the reasons they cause."""
 
     key = "one selection"
 
@@ -37,9 +38,10 @@ class Watcher:
         self.house, self.task, self.interval = house, task, interval
         self.renders = True
         self.takes = True
-        self.got: list[int] = []
-        """Every seq it received, from its streams and from the relay, in order."""
-        self.relayed: list[int] = []
+        self.got: list[Any] = []
+        """Every event it received (as rendered), from its streams and from the
+        relay, in order."""
+        self.relayed: list[Any] = []
         """Those the relay sent."""
         self.runs = 0
         """Streams run: the first, and one per resumption."""
@@ -47,24 +49,31 @@ class Watcher:
         self.running: asyncio.Task[None] | None = None
         self._start(None)
 
-    def _start(self, after_seq: int | None) -> None:
+    def _start(self, after: Position | None) -> None:
         self.runs += 1
-        self.running = asyncio.create_task(self._run(after_seq))
+        self.running = asyncio.create_task(self._run(after))
 
-    async def _run(self, after_seq: int | None) -> None:
-        stream = streams.task_progress(
-            self.house, USER, self.task.id, after_seq, interval=self.interval, follower=self
+    def stream(self, after: Position | None) -> AsyncIterator[EventView]:
+        assert not isinstance(after, Place)
+        return streams.task_progress(
+            self.house, USER, self.task.id, after, interval=self.interval, follower=self
         )
+
+    def seen(self, event: EventView) -> Any:
+        """The event as it renders."""
+        return event.seq
+
+    async def _run(self, after: Position | None) -> None:
         try:
-            async for event in stream:
-                self.got.append(event.seq)
+            async for event in self.stream(after):
+                self.got.append(self.seen(event))
         except Parked:
             pass
         except Exception as error:  # what the transport would answer with
             self.error = error
 
     async def render(self, event: EventView) -> str | None:
-        return json.dumps(event.seq) if self.renders else None
+        return json.dumps(self.seen(event)) if self.renders else None
 
     def send(self, text: str) -> bool:
         if self.takes:
@@ -72,9 +81,9 @@ class Watcher:
             self.relayed.append(json.loads(text))
         return self.takes
 
-    def resume(self, after_seq: int, sending: Awaitable[object] | None) -> None:
+    def resume(self, after: Position, sending: Awaitable[object] | None) -> None:
         assert sending is None  # nothing here is slow
-        self._start(after_seq)
+        self._start(after)
 
     @property
     def parked(self) -> bool:
@@ -87,6 +96,24 @@ class Watcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.running
         self.house.relay.leave(self)
+
+
+class SessionWatcher(Watcher):
+    """A sessionActivity subscriber, run as ``Watcher`` runs a taskProgress one; it
+    renders an event as [task id, seq]."""
+
+    def __init__(self, house: House, session_id: str, interval: float = 60) -> None:
+        self.session_id = session_id
+        super().__init__(house, cast(TaskView, None), interval)
+
+    def stream(self, after: Position | None) -> AsyncIterator[EventView]:
+        assert not isinstance(after, int)
+        return streams.session_activity(
+            self.house, USER, self.session_id, interval=self.interval, follower=self, resumed=after
+        )
+
+    def seen(self, event: EventView) -> Any:
+        return [event.task_id, event.seq]
 
 
 @pytest.fixture
@@ -222,3 +249,139 @@ async def test_a_parked_subscriber_of_an_expiring_session_is_ended_on_time(
     assert isinstance(watcher.error, SessionExpiredError)
     assert house.relay.returned == {"expiry": 1}
     assert house.relay.following(task.pk) == 0
+
+
+async def session_parked(house: House, session_pk: int, *watchers: Watcher) -> None:
+    """Wait until every sessionActivity watcher's stream has parked with the relay."""
+    await settled(
+        lambda: (
+            all(w.parked for w in watchers)
+            and house.relay.following(session_pk=session_pk) == len(watchers)
+        ),
+        "the session's watchers parked",
+    )
+
+
+async def test_session_followers_hold_no_stream_and_hear_every_task(house: House) -> None:
+    """Guards sessionActivity parking: caught up, a session's subscribers end their
+    streams and the session's relay delivers each task's events to them, a task
+    created after they subscribed included, each event rendered once for all
+    three; their records go when they leave."""
+    session = await sessions.start_session(house, USER, default_ttl=3600)
+    plan = [StepPlan("step-0")]
+    first = (await tasks.create_task(house, USER, session.id, goal="one", steps=plan)).value
+    watchers = [SessionWatcher(house, session.id) for _ in range(3)]
+    await session_parked(house, session.pk, *watchers)
+    renders = house.relay.renders
+    house.publish((await tasks.start_step(house, USER, first.id, 0, expected_version=1)).events)
+    created = await tasks.create_task(house, USER, session.id, goal="two", steps=plan)
+    second = created.value
+    house.publish(created.events)
+    house.publish((await tasks.start_step(house, USER, second.id, 0, expected_version=1)).events)
+    expected = [[first.id, 2], [second.id, 1], [second.id, 2]]
+    for watcher in watchers:
+        await settled(lambda w=watcher: w.got == expected, "three events relayed")
+        assert (watcher.relayed, watcher.runs) == (expected, 1)
+    assert house.relay.renders - renders == 3
+    for watcher in watchers:
+        await watcher.close()
+    assert house.relay.returned == {"closed": 3}
+    await settled(lambda: house.relay.following(session_pk=session.pk) == 0, "the relay closed")
+
+
+async def test_a_session_follower_short_of_one_task_is_filled_from_the_database(
+    house: House,
+) -> None:
+    """Guards "gap" for a session's follower: the broker never carries the first
+    task's seq 2; its seq 3 comes and the relay hands the follower back instead of
+    sending 3 after 1; the resumed stream sends 2 and 3 from the database, and the
+    relay goes on with the other task's events, whose place was kept. Control:
+    the relay sent nothing out of order."""
+    session = await sessions.start_session(house, USER, default_ttl=3600)
+    plan = [StepPlan("step-0"), StepPlan("step-1")]
+    first = (await tasks.create_task(house, USER, session.id, goal="one", steps=plan)).value
+    other = (await tasks.create_task(house, USER, session.id, goal="two", steps=plan)).value
+    watcher = SessionWatcher(house, session.id)
+    await session_parked(house, session.pk, watcher)
+    house.publish((await tasks.start_step(house, USER, other.id, 0, expected_version=1)).events)
+    await settled(lambda: watcher.got == [[other.id, 2]], "the other task's seq 2 relayed")
+    await tasks.start_step(house, USER, first.id, 0, expected_version=1)  # never published
+    done = await tasks.complete_step(house, USER, first.id, 0, expected_version=2, output=None)
+    house.publish(done.events)
+    await settled(lambda: len(watcher.got) == 3, "seq 2 and 3 from the database")
+    assert watcher.got[1:] == [[first.id, 2], [first.id, 3]]
+    assert (house.relay.returned["gap"], watcher.runs) == (1, 2)
+    await session_parked(house, session.pk, watcher)
+    house.publish(
+        (
+            await tasks.complete_step(house, USER, other.id, 0, expected_version=2, output=None)
+        ).events
+    )
+    await settled(lambda: len(watcher.got) == 4, "the other task's seq 3 relayed")
+    assert watcher.relayed == [[other.id, 2], [other.id, 3]]
+    await watcher.close()
+
+
+async def test_a_busy_session_whose_followers_hear_everything_stays_relayed(
+    house: House,
+) -> None:
+    """Guards the session head check's grace: two followers of a session written to
+    at every round of the head checks (every 0.1 s here) hear every event, so no
+    check flags the relay and nothing is handed back (each check used to flag
+    every watcher of a session with a task changed lately, sending all of them to
+    the database). The control: one write never published, and the checks hand
+    the followers back to fill it from the database."""
+    session = await sessions.start_session(house, USER, default_ttl=3600)
+    plan = [StepPlan(f"step-{i}") for i in range(10)]
+    task = (await tasks.create_task(house, USER, session.id, goal="busy", steps=plan)).value
+    watchers = [SessionWatcher(house, session.id, interval=0.1) for _ in range(2)]
+    await session_parked(house, session.pk, *watchers)
+    version, written = 1, []
+    for index in range(4):
+        rounds = house.heads.rounds
+        started = await tasks.start_step(house, USER, task.id, index, expected_version=version)
+        house.publish(started.events)
+        done = await tasks.complete_step(
+            house, USER, task.id, index, expected_version=started.value.version, output=None
+        )
+        house.publish(done.events)
+        version = done.value.version
+        written += [[task.id, started.value.event_seq], [task.id, done.value.event_seq]]
+        await settled(lambda r=rounds: house.heads.rounds >= r + 1, "a head check")
+    for watcher in watchers:
+        await settled(lambda w=watcher: w.got == written, "every event relayed")
+    await settled(lambda h=house.heads.rounds: house.heads.rounds >= h + 2, "two more checks")
+    assert house.relay.returned == {}
+    assert [w.runs for w in watchers] == [1, 1]
+    await tasks.start_step(house, USER, task.id, 4, expected_version=version)  # never published
+    lost = [task.id, 10]
+    for watcher in watchers:
+        await settled(lambda w=watcher: w.got == [*written, lost], "filled from the database")
+    assert house.relay.returned["resync"] == 2
+    for watcher in watchers:
+        await watcher.close()
+
+
+async def test_the_head_checks_find_one_follower_behind_where_another_is_not(
+    house: House,
+) -> None:
+    """Guards the relay's watch answering for each follower: the broker never
+    carries seq 2; one follower parked before it (at seq 1), another after (at
+    seq 2, read from the database). The relay is behind as long as one follower is,
+    so two head checks hand them back and the first gets seq 2 from the database
+    (taken as far as its most advanced follower, the relay was never flagged, and
+    the first waited for the task's next write)."""
+    task = await new_task(house)
+    early = Watcher(house, task)
+    await parked(house, task, early)
+    await tasks.start_step(house, USER, task.id, 0, expected_version=1)  # never published
+    late = Watcher(house, task)
+    await parked(house, task, early, late)
+    assert (early.got, late.got) == ([1], [2])
+    await house.heads.check()  # seq 2 stored at this check
+    await house.heads.check()  # and still not sent to the early one
+    await settled(lambda: early.got == [1, 2], "seq 2 from the database")
+    assert late.got == [2]
+    assert house.relay.returned == {"resync": 2}
+    for watcher in (early, late):
+        await watcher.close()

@@ -12,6 +12,7 @@ from runstate.schema.context import Info
 from runstate.schema.live import OPERATION
 from runstate.schema.types import TaskEvent
 from runstate.services.live import streams
+from runstate.services.live.relay import Place
 
 
 def _another_timeline(info: Info, epoch: str | None) -> bool:
@@ -44,7 +45,7 @@ class Subscription:
     ) -> AsyncGenerator[TaskEvent, None]:
         operation = OPERATION.get()
         resumed_after = None if operation is None else operation.after
-        if resumed_after is not None:
+        if isinstance(resumed_after, int):
             after_seq = resumed_after  # handed back by the relay: its charge was paid
         else:
             await info.context.charge(SUBSCRIBE_COST)
@@ -60,7 +61,7 @@ class Subscription:
                 interval=settings.catch_up_seconds,
                 gap_fill=settings.gap_fill,
                 follower=follower,
-                resumed=resumed_after is not None,
+                resumed=isinstance(resumed_after, int),
             ):
                 yield TaskEvent.of(event)
 
@@ -75,15 +76,21 @@ class Subscription:
     async def session_activity(
         self, info: Info, session_id: strawberry.ID, epoch: str | None = None
     ) -> AsyncGenerator[TaskEvent, None]:
-        await info.context.charge(SUBSCRIBE_COST)
+        operation = OPERATION.get()
+        resumed = None if operation is None else operation.after
+        if not isinstance(resumed, Place):
+            resumed = None
+            await info.context.charge(SUBSCRIBE_COST)
         settings = info.context.settings
         with SUBSCRIPTIONS.track_inprogress():
             async for event in streams.session_activity(
                 info.context.house,
                 info.context.user_id,
                 session_id,
-                resync=_another_timeline(info, epoch),
+                resync=resumed is None and _another_timeline(info, epoch),
                 interval=settings.catch_up_seconds,
                 gap_fill=settings.gap_fill,
+                follower=operation if settings.live_relay else None,
+                resumed=resumed,
             ):
                 yield TaskEvent.of(event)

@@ -4,13 +4,13 @@ live events render, where they go, and how it starts again.
 The transport that runs a subscription names it in ``OPERATION``: a
 ``LiveOperation`` with its text, its variables as sent, how to send a ``next``
 frame around rendered data, and how to run the operation again. The taskProgress
-resolver lends it to its stream as the relay's follower. The relay renders each
-event once per key (caller, document, operation, and the values of the variables
-its selection uses, as ``schema.fanout`` keys its renderings) by executing the
-subscription's selection on the event, as graphql-core does for each subscriber,
-and sends that text to every follower of the key. An answer with errors is not
-shared: the subscription resumes, and its own stream sends it, through
-Strawberry, masked as ever.
+and sessionActivity resolvers lend it to their streams as the relay's follower.
+The relay renders each event once per key (caller, document, operation, and the
+values of the variables its selection uses, as ``schema.fanout`` keys its
+renderings) by executing the subscription's selection on the event, as graphql-
+core does for each subscriber, and sends that text to every follower of the key.
+An answer with errors is not shared: the subscription resumes, and its own
+stream sends it, through Strawberry, masked as ever.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from runstate.schema.extensions import parse_document
 from runstate.schema.fanout import selection_variables
 from runstate.schema.types import TaskEvent
 from runstate.services import validation
-from runstate.services.live.relay import Sent
+from runstate.services.live.relay import Position, Sent
 from runstate.services.views import EventView
 
 Resume = Callable[["LiveOperation", Awaitable[object] | None], None]
@@ -72,9 +72,9 @@ class LiveOperation:
         self.send = send
         """Writes a ``next`` frame around the JSON text of an answer's data."""
         self._resume = resume
-        self.after: int | None = None
+        self.after: Position | None = None
         """Set once the relay has handed the subscription back: its stream starts
-        again after this seq, neither charged nor bounded again (it already was)."""
+        again from there, neither charged nor bounded again (it already was)."""
         self.document = parse_document(query, max_tokens)
         found = get_operation_ast(self.document, operation_name)
         used = () if found is None else selection_variables(query, found)
@@ -102,8 +102,8 @@ class LiveOperation:
             return None
         return validation.encoded(result.data)
 
-    def resume(self, after_seq: int, sending: Awaitable[object] | None) -> None:
-        self.after = after_seq
+    def resume(self, after: Position, sending: Awaitable[object] | None) -> None:
+        self.after = after
         self._resume(self, sending)
 
 

@@ -45,11 +45,30 @@ class Watch:
     """The session of a sessionActivity stream."""
     last: int = 0
     """taskProgress: the last seq it sent."""
+    lasts: dict[int, int] = field(default_factory=dict)
+    """sessionActivity: the last seq it sent of each task of the session."""
     since: datetime = field(default_factory=utcnow)
-    """sessionActivity: when it last caught up."""
+    """sessionActivity: when it last caught up (its catch-up reads the tasks
+    changed since, less ``MARGIN``)."""
+    checked: datetime | None = None
+    """sessionActivity: when the head checks began the last round that read its
+    session (None before the first): the next one reads the tasks changed since,
+    less ``MARGIN``; ``since`` until then."""
     expires_at: datetime | None = None
     """When its session expires, as last read: no event after it is delivered, and
     the stream checks again then (``streams``), so it ends on time."""
+
+    @property
+    def checked_from(self) -> datetime:
+        """sessionActivity: the next head check reads the tasks changed since this
+        (less ``MARGIN``): it has heard, or caught up with, what was stored before."""
+        return self.since if self.checked is None else self.checked
+
+    def behind(self, task_pk: int, seq: int) -> bool:
+        """Whether it has not yet sent the task's event ``seq``."""
+        if self.task_pk is not None:
+            return self.last < seq
+        return self.lasts.get(task_pk, 0) < seq
 
 
 class Heads:
@@ -64,6 +83,9 @@ class Heads:
         self._runner: asyncio.Task[None] | None = None
         self._previous: dict[int, int] = {}
         """Each watched task's latest seq at the previous check."""
+        self._changed: dict[int, dict[int, int]] = {}
+        """By watched session, the latest seq of each of its tasks changed lately,
+        at the previous check."""
 
     @contextmanager
     def watching(self, watch: Watch, interval: float) -> Iterator[None]:
@@ -105,11 +127,11 @@ class Heads:
                 log.exception("head check of live streams failed")
 
     async def check(self) -> None:
-        """Flag for a resync every stream whose session ended, and every taskProgress
-        stream still short of an event stored by the previous check: one whole
-        interval has passed without it. An event committed since is on its way
-        through the broker (or queued in the stream's inbox while the process is
-        busy); flagging for it would send every watcher of a busy task to the
+        """Flag for a resync every stream whose session ended, and every stream still
+        short of an event stored by the previous check: one whole interval has
+        passed without it. An event committed since is on its way through the
+        broker (or queued in the stream's inbox while the process is busy);
+        flagging for it would send every watcher of a busy task or session to the
         database at each check, just when the process has the least time to spare."""
         self.rounds += 1
         now = utcnow()
@@ -123,22 +145,31 @@ class Heads:
                 seq, gone = heads.get(pk, (0, True))
                 self._previous[pk] = seq
                 for watch in tuple(self._tasks.get(pk, ())):
-                    if gone or previous.get(pk, 0) > watch.last:
+                    if gone or watch.behind(pk, previous.get(pk, 0)):
                         watch.inbox.request_resync()
+        changed, self._changed = self._changed, {}
         for chunk in chunks(list(self._sessions)):
-            watches = [w for pk in chunk for w in self._sessions.get(pk, ())]
-            if not watches:
-                continue
-            states = await Session.filter(id__in=chunk).values_list("id", "status", "expires_at")
-            live = {int(r[0]) for r in states if not session_expired(r[1], r[2], now)}
-            since = min(w.since for w in watches) - MARGIN
-            changed = await (
-                Task.filter(session_id__in=chunk, updated_at__gte=since)
-                .distinct()
-                .values_list("session_id")
-            )
-            busy = {int(r[0]) for r in changed}
-            for pk in chunk:
-                if pk not in live or pk in busy:
-                    for watch in tuple(self._sessions.get(pk, ())):
-                        watch.inbox.request_resync()
+            await self._check_sessions(chunk, now, changed)
+
+    async def _check_sessions(
+        self, chunk: list[int], now: datetime, changed: dict[int, dict[int, int]]
+    ) -> None:
+        """The sessions' part of ``check``: their state, and the heads of their tasks
+        changed since each watch's last round (``Watch.checked``)."""
+        watches = [w for pk in chunk for w in self._sessions.get(pk, ())]
+        if not watches:
+            return
+        states = await Session.filter(id__in=chunk).values_list("id", "status", "expires_at")
+        live = {int(r[0]) for r in states if not session_expired(r[1], r[2], now)}
+        since = min(w.checked_from for w in watches) - MARGIN
+        rows = await Task.filter(session_id__in=chunk, updated_at__gte=since).values_list(
+            "session_id", "id", "event_seq"
+        )
+        for session_pk, task_pk, seq in rows:
+            self._changed.setdefault(int(session_pk), {})[int(task_pk)] = int(seq)
+        for pk in chunk:
+            stored = changed.get(pk, {})
+            for watch in tuple(self._sessions.get(pk, ())):
+                watch.checked = now
+                if pk not in live or any(watch.behind(t, seq) for t, seq in stored.items()):
+                    watch.inbox.request_resync()

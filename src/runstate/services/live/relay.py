@@ -1,21 +1,24 @@
-"""Live events relayed to every caught-up taskProgress subscriber of a task at once.
+"""Live events relayed to every caught-up subscriber of a task, or of a session, at once.
 
-A stream that has sent everything stored and has nothing waiting hands its live
-delivery to the house's ``Relay`` (``park``) and ends: its generators, its inbox
-and the task running it go, and the relay keeps a small record of the subscriber
-(its ``Follower``, the last seq it was sent, its session's expiry). Per task, the
-relay holds one broker subscription and one reader: for each event it asks one
-follower of each ``key`` to ``render`` it (followers of one key render it the
-same), then has every follower ``send`` that text, in one pass with no awaits,
-each only if the event is the very next one it needs. What it cannot do for a
-follower it hands back: the follower ``resume``s its subscription from the last
-seq it was sent, and the new stream answers as a stream always has, from the
-database:
+A taskProgress or sessionActivity stream that has sent everything stored and has
+nothing waiting hands its live delivery to the house's ``Relay`` (``park``) and
+ends: its generators, its inbox and the task running it go, and the relay keeps
+a small record of the subscriber (its ``Follower``, where it is: the last seq it
+was sent, of each task for a session's; its session's expiry). Per task or
+session, the relay holds one broker subscription and one reader: for each event
+it asks one follower of each ``key`` to ``render`` it (followers of one key
+render it the same), then has every follower ``send`` that text, in one pass
+with no awaits, each only if the event is the very next one it needs. What it
+cannot do for a follower it hands back: the follower ``resume``s its
+subscription from where it was, and the new stream answers as a stream always
+has, from the database:
 
 - ``"gap"``: the event is not the next one the follower needs (an event was lost
   on the way, or the follower came in behind);
-- ``"resync"``: the relay's own inbox overflowed or the broker reconnected (and
-  the head checks flag the relay's inbox as they flag a stream's);
+- ``"resync"``: the relay's own inbox overflowed or the broker reconnected, or
+  the head checks found a follower short of an event stored an interval ago
+  (they ask the relay's watch as they ask a stream's, and it answers for its
+  followers);
 - ``"expiry"``: the event was written at or past the session's expiry as the
   stream last read it, or that time has come: the stream reads the session again;
 - ``"unshared"``: the event renders with errors (or not at all): the stream sends
@@ -38,15 +41,16 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from runstate import inflight
 from runstate.metrics import DELIVERY_SECONDS, SUBSCRIPTIONS
-from runstate.pubsub.broker import Resync, Subscription
+from runstate.pubsub.broker import Resync
 from runstate.services.clock import utcnow
 from runstate.services.live.catch_up import Watch
-from runstate.services.live.messages import task_channel
+from runstate.services.live.messages import session_channel, task_channel
 from runstate.services.views import EventView
 
 if TYPE_CHECKING:
@@ -73,6 +77,21 @@ class Parked(BaseException):
     to answer; the transport that started the operation catches it."""
 
 
+@dataclass(eq=False, slots=True)
+class Place:
+    """Where a sessionActivity subscriber is: the last seq it was sent of each task
+    of its session, and when its stream last caught up from the database (a
+    resumed stream reads the tasks changed since, ``streams``)."""
+
+    lasts: dict[int, int]
+    since: datetime
+
+
+Position = int | Place
+"""Where a subscriber is: a taskProgress subscriber's last seq, or a
+sessionActivity subscriber's ``Place``."""
+
+
 class Follower(Protocol):
     """What a subscriber lends the relay: how its events render, where they go, and
     how its subscription starts again when the relay hands it back."""
@@ -88,9 +107,9 @@ class Follower(Protocol):
     def send(self, text: str) -> Sent:
         """Write the rendered event to the follower's socket without waiting."""
 
-    def resume(self, after_seq: int, sending: Awaitable[object] | None) -> None:
+    def resume(self, after: Position, sending: Awaitable[object] | None) -> None:
         """Start the subscription's stream again from the stored events after
-        ``after_seq``, once ``sending`` (a frame still on its way) is out."""
+        ``after``, once ``sending`` (a frame still on its way) is out."""
 
 
 def lag(event: EventView) -> float:
@@ -105,19 +124,30 @@ class _Member:
 
     follower: Follower
     channel: _Channel
-    last: int
-    """The last seq the subscriber was sent."""
+    last: Position
+    """Where the subscriber is: what it was last sent."""
     expires: float = math.inf
     """Its session's expiry as its stream last read it, as a timestamp."""
 
+    def sent(self, task_pk: int) -> int:
+        """The last seq of the task it was sent."""
+        last = self.last
+        return last if isinstance(last, int) else last.lasts.get(task_pk, 0)
+
+    def advance(self, event: EventView) -> None:
+        """It was sent ``event``."""
+        if isinstance(self.last, int):
+            self.last = event.seq
+        else:
+            self.last.lasts[event.task_pk] = event.seq
+
 
 @dataclass(eq=False)
-class _Channel:
-    """One task's relay: its inbox, reader and followers."""
+class _Channel(Watch):
+    """One task's or session's relay: its inbox, reader and followers. The head
+    checks watch it as they watch a stream, and it is behind when any of its
+    followers is."""
 
-    task_pk: int
-    inbox: Subscription
-    watch: Watch
     members: set[_Member] = field(default_factory=set)
     reader: asyncio.Task[None] | None = None
     heads: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
@@ -126,6 +156,28 @@ class _Channel:
     expiry_at: float = math.inf
     linger: asyncio.TimerHandle | None = None
     """Closes the relay once it has been idle for ``LINGER_SECONDS``."""
+
+    @property
+    def name(self) -> str:
+        """Its broker channel."""
+        return _name(self.task_pk, self.session_pk)
+
+    def carries(self, event: EventView) -> bool:
+        """Whether the event is one its followers subscribed to."""
+        if self.task_pk is not None:
+            return event.task_pk == self.task_pk
+        return event.session_pk == self.session_pk
+
+    def behind(self, task_pk: int, seq: int) -> bool:
+        return any(member.sent(task_pk) < seq for member in self.members)
+
+
+def _name(task_pk: int | None, session_pk: int | None) -> str:
+    """The broker channel of a task's (or else a session's) events."""
+    if task_pk is not None:
+        return task_channel(task_pk)
+    assert session_pk is not None
+    return session_channel(session_pk)
 
 
 class Relay:
@@ -139,8 +191,9 @@ class Relay:
         """Frames the relay wrote (or set on their way) to followers."""
         self.returned: Counter[str] = Counter()
         """Deliveries handed back (or dropped: ``"closed"``), by reason."""
-        self._channels: dict[int, _Channel] = {}
-        self._opening: dict[int, asyncio.Future[_Channel]] = {}
+        self._channels: dict[str, _Channel] = {}
+        """By broker channel."""
+        self._opening: dict[str, asyncio.Future[_Channel]] = {}
         self._members: dict[Follower, _Member] = {}
         self.flush: Callable[[], None] = _nothing
         """Writes the frames the followers' sends left waiting: called once a
@@ -148,31 +201,34 @@ class Relay:
         events, or of several subscriptions of one socket, go out together
         (``transport.wsprotocol.uncork_all``, set by the app)."""
 
-    def following(self, task_pk: int) -> int:
-        """How many subscribers of the task the relay delivers to now."""
-        channel = self._channels.get(task_pk)
+    def following(self, task_pk: int | None = None, *, session_pk: int | None = None) -> int:
+        """How many subscribers of the task (or of the session) the relay delivers
+        to now."""
+        channel = self._channels.get(_name(task_pk, session_pk))
         return 0 if channel is None else len(channel.members)
 
     async def park(self, watch: Watch, follower: Follower, interval: float) -> bool:
-        """Deliver the task's live events to ``follower`` from ``watch.last`` on, until
-        handed back (``follower.resume``) or it leaves: True, and the stream is to
-        end (``Parked``). False, at once, when the stream's inbox is not empty (it
-        filled while the relay's own subscription was being opened): the stream
-        goes on with it."""
-        assert watch.task_pk is not None
-        channel = await self._channel(watch.task_pk, interval)
+        """Deliver the live events of the stream's task or session to ``follower``
+        from where ``watch`` is on, until handed back (``follower.resume``) or it
+        leaves: True, and the stream is to end (``Parked``). False, at once, when
+        the stream's inbox is not empty (it filled while the relay's own
+        subscription was being opened): the stream goes on with it."""
+        channel = await self._channel(watch, interval)
         if len(watch.inbox) or watch.inbox.flagged:
             self._close_if_idle(channel)
             return False
-        member = _Member(follower, channel, watch.last)
+        last: Position = watch.last
+        if watch.session_pk is not None:
+            last = Place(watch.lasts, watch.since)
+            # The head checks read its session's changes since the stream's own
+            # last round: what it missed before that, they found then.
+            channel.checked = min(channel.checked_from, watch.checked_from)
+        member = _Member(follower, channel, last)
         if watch.expires_at is not None:
             member.expires = watch.expires_at.timestamp()
         channel.members.add(member)
         self._members[follower] = member
         SUBSCRIPTIONS.inc()  # the stream's own count ends as it parks
-        # What the follower has been sent is stored: the head checks must not take
-        # the relay for behind it (and send every follower back to the database).
-        channel.watch.last = max(channel.watch.last, watch.last)
         if member.expires < channel.expiry_at:
             self._expire_at(channel, member.expires)
         return True
@@ -220,30 +276,32 @@ class Relay:
                 self._hand_back(member, "expiry")
             else:
                 soonest = min(soonest, member.expires)
-        if soonest < math.inf and self._channels.get(channel.task_pk) is channel:
+        if soonest < math.inf and self._channels.get(channel.name) is channel:
             self._expire_at(channel, soonest)
 
-    async def _channel(self, task_pk: int, interval: float) -> _Channel:
-        """The task's relay, opened (subscribed, its reader started) if need be."""
-        channel = self._channels.get(task_pk)
+    async def _channel(self, watch: Watch, interval: float) -> _Channel:
+        """The relay of the stream's task or session, opened (subscribed, its reader
+        started) if need be."""
+        name = _name(watch.task_pk, watch.session_pk)
+        channel = self._channels.get(name)
         if channel is not None:
             return channel
-        opening = self._opening.get(task_pk)
+        opening = self._opening.get(name)
         if opening is not None:
             return await asyncio.shield(opening)
         future: asyncio.Future[_Channel] = asyncio.get_running_loop().create_future()
-        self._opening[task_pk] = future
-        opened = self._open(task_pk, interval)
-        return await inflight.shared(future, opened, lambda: self._opening.pop(task_pk, None))
+        self._opening[name] = future
+        opened = self._open(name, watch, interval)
+        return await inflight.shared(future, opened, lambda: self._opening.pop(name, None))
 
-    async def _open(self, task_pk: int, interval: float) -> _Channel:
-        """A new relay for the task: subscribed, its head check and reader started."""
-        inbox = await self.house.broker.subscribe([task_channel(task_pk)])
-        channel = _Channel(task_pk, inbox, Watch(inbox, task_pk=task_pk))
-        channel.heads.enter_context(self.house.heads.watching(channel.watch, interval))
+    async def _open(self, name: str, watch: Watch, interval: float) -> _Channel:
+        """A new relay: subscribed, its head check and reader started."""
+        inbox = await self.house.broker.subscribe([name])
+        channel = _Channel(inbox, watch.task_pk, watch.session_pk)
+        channel.heads.enter_context(self.house.heads.watching(channel, interval))
         channel.reader = asyncio.create_task(self._read(channel), name="runstate-relay")
         channel.reader.add_done_callback(partial(self._reader_ended, channel))
-        self._channels[task_pk] = channel
+        self._channels[name] = channel
         return channel
 
     def _close_if_idle(self, channel: _Channel) -> None:
@@ -254,7 +312,7 @@ class Relay:
         channel each time, which during a Redis outage left a server subscribed
         to nothing while it believed otherwise (test_scaleout's outage, under
         load)."""
-        if channel.members or self._channels.get(channel.task_pk) is not channel:
+        if channel.members or self._channels.get(channel.name) is not channel:
             return
         if channel.linger is None:
             channel.linger = asyncio.get_running_loop().call_later(
@@ -263,9 +321,9 @@ class Relay:
 
     def _close(self, channel: _Channel) -> None:
         channel.linger = None
-        if channel.members or self._channels.get(channel.task_pk) is not channel:
+        if channel.members or self._channels.get(channel.name) is not channel:
             return
-        del self._channels[channel.task_pk]
+        del self._channels[channel.name]
         channel.heads.close()
         if channel.expiry is not None:
             channel.expiry.cancel()
@@ -286,13 +344,12 @@ class Relay:
                     self._hand_back(member, "resync")
                 continue
             event = self.house.decoded(message)
-            if event is None or event.task_pk != channel.task_pk:
+            if event is None or not channel.carries(event):
                 continue
-            channel.watch.last = max(channel.watch.last, event.seq)
             try:
                 await self._deliver(channel, event)
             except Exception:  # the streams answer on their own; the relay goes on
-                log.exception("relay of task %s failed", channel.task_pk)
+                log.exception("relay of %s failed", channel.name)
                 for member in tuple(channel.members):
                     self._hand_back(member, "unshared")
             if not len(channel.inbox):
@@ -304,7 +361,7 @@ class Relay:
         events it will never read, nor parks with it again."""
         if reader.cancelled():
             return
-        log.error("relay of task %s stopped", channel.task_pk, exc_info=reader.exception())
+        log.error("relay of %s stopped", channel.name, exc_info=reader.exception())
         for member in tuple(channel.members):
             self._hand_back(member, "unshared")
         self._close(channel)
@@ -314,7 +371,7 @@ class Relay:
         docstring): each key rendered once, then every send with no await between."""
         rendered: dict[Hashable, str | None] = {}
         while True:
-            due = [m for m in channel.members if m.last < event.seq]
+            due = [m for m in channel.members if m.sent(event.task_pk) < event.seq]
             unrendered = next((m for m in due if m.follower.key not in rendered), None)
             if unrendered is None:
                 break
@@ -325,7 +382,7 @@ class Relay:
         at = event.at.timestamp()
         for member in due:
             text = rendered[member.follower.key]
-            if member.last != event.seq - 1:
+            if member.sent(event.task_pk) != event.seq - 1:
                 self._hand_back(member, "gap")
             elif at >= member.expires:
                 self._hand_back(member, "expiry")
@@ -335,11 +392,11 @@ class Relay:
                 sent = member.follower.send(text)
                 self.sent += sent is not False
                 if sent is True:
-                    member.last = event.seq
+                    member.advance(event)
                 elif sent is False:
                     self._drop(member, "closed")
                 else:
-                    member.last = event.seq
+                    member.advance(event)
                     self._hand_back(member, "slow", sent)
 
 

@@ -28,7 +28,7 @@ from runstate.services.history import TaskRef
 from runstate.services.house import House
 from runstate.services.live.catch_up import MARGIN, Watch
 from runstate.services.live.messages import session_channel, task_channel
-from runstate.services.live.relay import Follower, Parked, lag
+from runstate.services.live.relay import Follower, Parked, Place, lag
 from runstate.services.read.queries import get_task
 from runstate.services.sessions import get_session
 from runstate.services.views import EventView, TaskView
@@ -222,17 +222,29 @@ async def session_activity(
     interval: float,
     gap_fill: bool = True,
     resync: bool = False,
+    follower: Follower | None = None,
+    resumed: Place | None = None,
 ) -> AsyncGenerator[EventView, None]:
     """Events of every task in the session from now on, tasks created later included,
     each task's events gap-free and in order. ``resync`` (a client that held events
-    of another timeline) first sends a SNAPSHOT of each of the session's tasks."""
+    of another timeline) first sends a SNAPSHOT of each of the session's tasks.
+    With a ``follower``, once it is caught up the house's relay delivers its live
+    events and the stream ends with ``Parked`` (``relay``); ``resumed``: the relay
+    handed it back, and it goes on from that place, first with the stored events
+    it was not sent (counted as gap-filled)."""
     session = await get_session(user_id, session_id)
     async with house.broker.subscription([session_channel(session.pk)]) as inbox:
         watch = Watch(inbox, session_pk=session.pk)
         await _session_state(session.pk, session.id, watch)  # its expiry: the deadline
-        last: dict[int, int] = dict(
-            await Task.filter(session_id=session.pk).values_list("id", "event_seq")
-        )
+        if resumed is not None:
+            watch.lasts, watch.since = resumed.lasts, resumed.since
+            async for event in _session_catch_up(session.pk, watch):
+                yield event
+        else:
+            watch.lasts = dict(
+                await Task.filter(session_id=session.pk).values_list("id", "event_seq")
+            )
+        last = watch.lasts
         if resync:
             for public_id in (
                 await Task.filter(session_id=session.pk)
@@ -242,7 +254,8 @@ async def session_activity(
                 view = await get_task(user_id, str(public_id))
                 yield snapshot(view)
                 last[view.pk] = max(last.get(view.pk, 0), view.event_seq)
-        async with contextlib.aclosing(_heard(house, watch, interval, gap_fill)) as heard:
+        heard = _heard(house, watch, interval, gap_fill, follower)
+        async with contextlib.aclosing(heard):
             async for message in heard:
                 if isinstance(message, bytes):
                     live = house.decoded(message)
@@ -264,18 +277,23 @@ async def session_activity(
                     continue
                 if not await _session_state(session.pk, session.id, watch):
                     return  # the session was deleted
-                if not gap_fill:
-                    continue
-                # Only the tasks changed since the last catch-up (and a margin for
-                # other processes' clocks), never the whole session again.
-                since, watch.since = watch.since - MARGIN, utcnow()
-                stored = await Task.filter(
-                    session_id=session.pk, updated_at__gte=since
-                ).values_list("id", "public_id", "event_seq")
-                for task_pk, public_id, latest in stored:
-                    if latest > last.get(task_pk, 0):
-                        ref = TaskRef(task_pk, public_id, session.pk)
-                        async for event in stored_events(ref, last.get(task_pk, 0)):
-                            GAP_FILLED.inc()
-                            yield event
-                            last[task_pk] = event.seq
+                if gap_fill:
+                    async for event in _session_catch_up(session.pk, watch):
+                        yield event
+
+
+async def _session_catch_up(session_pk: int, watch: Watch) -> AsyncIterator[EventView]:
+    """The stored events of the session's tasks that ``watch`` has not sent, task by
+    task, each in order. Only the tasks changed since its last catch-up (and a
+    margin for other processes' clocks) are read, never the whole session again."""
+    since, watch.since = watch.since - MARGIN, utcnow()
+    stored = await Task.filter(session_id=session_pk, updated_at__gte=since).values_list(
+        "id", "public_id", "event_seq"
+    )
+    for task_pk, public_id, latest in stored:
+        if latest > watch.lasts.get(task_pk, 0):
+            ref = TaskRef(task_pk, public_id, session_pk)
+            async for event in stored_events(ref, watch.lasts.get(task_pk, 0)):
+                GAP_FILLED.inc()
+                yield event
+                watch.lasts[task_pk] = event.seq
