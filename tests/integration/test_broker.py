@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -195,6 +196,45 @@ async def test_subscribers_that_leave_while_subscribing_leave_no_redis_subscript
         async with asyncio.timeout(10):
             while await subscribed():  # noqa: ASYNC110 - a poll, with a deadline, of Redis
                 await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+        await broker.close()
+
+
+async def test_a_channel_let_go_as_the_connection_comes_back_can_be_taken_again() -> None:
+    """Guards ``RedisBroker._reconcile`` making the connection before it reads
+    redis-py's state: the pub/sub connection has dropped (its reader is held off,
+    as in its backoff after a failed read) and a channel's last subscriber leaves.
+    Made by the UNSUBSCRIBE itself, the reconnect resubscribed the channel and
+    cleared the UNSUBSCRIBE's pending mark, so its reply left the channel in
+    redis-py's ``channels`` while Redis had let it go: a new subscriber of the
+    channel then sent nothing, and heard nothing for good."""
+    from redis.asyncio import Redis
+
+    require_service("Redis", "127.0.0.1", 6379)
+    prefix = f"test:{uuid.uuid4().hex}:"
+    broker = RedisBroker(REDIS_URL, prefix)
+    await broker.start()
+    client = Redis.from_url(REDIS_URL)
+    try:
+        async with broker.subscription(["kept"]):
+            leaving = await broker.subscribe(["a"])
+            assert broker._reader is not None
+            assert broker._pubsub.connection is not None
+            broker._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await broker._reader
+            await broker._pubsub.connection.disconnect()
+            await broker.unsubscribe(leaving)
+            await broker.start()  # the reader again
+            async with broker.subscription(["a"]) as inbox:
+                [(_, count)] = await client.pubsub_numsub(prefix + "a")
+                assert count == 1
+                await broker.publish("a", b"heard")
+                message = await inbox.next(5)
+                while message is RESYNC:  # one per reconnect
+                    message = await inbox.next(5)
+                assert message == b"heard"
     finally:
         await client.aclose()
         await broker.close()

@@ -27,7 +27,12 @@ from runstate.pubsub.broker import DEFAULT_INBOX, DEFAULT_INBOX_BYTES, Broker
 
 log = logging.getLogger(__name__)
 
-_FAILURES = (RedisError, OSError, TimeoutError)
+_FAILURES = (RedisError, OSError, TimeoutError, RuntimeError)
+"""What a command or a read on the pub/sub connection raises while Redis is down or
+coming back. RuntimeError among them: the reader and a SUBSCRIBE each connecting
+the one pub/sub connection at once (redis-py reconnects inside a read) read its
+socket together, and the second is refused ("readuntil() called while another
+coroutine is already waiting"); the first connects, and the second tries again."""
 SUBSCRIBE_TIMEOUT = 2.0
 FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
@@ -145,19 +150,25 @@ class RedisBroker(Broker):
         leaves Redis subscribed to exactly the wanted channels. A SUBSCRIBE
         interrupted inside redis-py used to leave Redis subscribed with no local
         subscriber at all: redis-py had lost track of it.
+
+        The connection is made first, before redis-py's state is read: made by the
+        command itself, redis-py's reconnect (``on_connect``) cleared the pending
+        unsubscriptions, the UNSUBSCRIBE's own included, and its reply then left
+        the channel in redis-py's ``channels``: the broker took the channel for
+        subscribed while Redis had let it go.
         """
-        async with self._commands:
+        async with self._commands, asyncio.timeout(SUBSCRIBE_TIMEOUT):
+            await self._pubsub.connect()  # type: ignore[no-untyped-call]
             wanted = {self.prefix + c for c in self.channels}
             pending = {_text(c) for c in self._pubsub.pending_unsubscribe_channels}
             have = {_text(c) for c in self._pubsub.channels} - pending
             missing, extra = sorted(wanted - have), sorted(have - wanted)
-            async with asyncio.timeout(SUBSCRIBE_TIMEOUT):
-                if missing:
-                    await self._pubsub.subscribe(*missing)
-                    self._wake.set()
-                if extra:
-                    self._confirmed.difference_update(extra)
-                    await self._pubsub.unsubscribe(*extra)
+            if missing:
+                await self._pubsub.subscribe(*missing)
+                self._wake.set()
+            if extra:
+                self._confirmed.difference_update(extra)
+                await self._pubsub.unsubscribe(*extra)
 
     def _missing(self) -> list[str]:
         """Wanted channels that the pub/sub connection is not subscribed to, leaving
