@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.deltas
 	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.memory
+	$(BIN)/python -m bench.sessions
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.policies
 	$(BIN)/python -m bench.hostile
