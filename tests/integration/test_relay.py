@@ -128,6 +128,18 @@ async def new_task(house: House) -> TaskView:
     return (await tasks.create_task(house, USER, session.id, goal="relayed", steps=plan)).value
 
 
+async def run_step(house: House, task: TaskView, index: int, version: int) -> tuple[int, list[int]]:
+    """Start and complete step ``index``, publishing each write's events as a
+    mutation does: the task's version after, and the two seqs written."""
+    started = await tasks.start_step(house, USER, task.id, index, expected_version=version)
+    house.publish(started.events)
+    done = await tasks.complete_step(
+        house, USER, task.id, index, expected_version=started.value.version, output=None
+    )
+    house.publish(done.events)
+    return done.value.version, [started.value.event_seq, done.value.event_seq]
+
+
 async def parked(house: House, task: TaskView, *watchers: Watcher) -> None:
     """Wait until every watcher's stream has parked with the relay."""
     await settled(
@@ -145,13 +157,7 @@ async def test_a_following_subscriber_holds_no_stream(house: House) -> None:
     await parked(house, task, *watchers)
     version = 1
     for index in range(2):
-        started = await tasks.start_step(house, USER, task.id, index, expected_version=version)
-        house.publish(started.events)
-        done = await tasks.complete_step(
-            house, USER, task.id, index, expected_version=started.value.version, output=None
-        )
-        house.publish(done.events)
-        version = done.value.version
+        version, _ = await run_step(house, task, index, version)
     for watcher in watchers:
         await settled(lambda w=watcher: w.got == [1, 2, 3, 4, 5], "seq 2 to 5 relayed")
         assert watcher.relayed == [2, 3, 4, 5]
@@ -339,14 +345,8 @@ async def test_a_busy_session_whose_followers_hear_everything_stays_relayed(
     version, written = 1, []
     for index in range(4):
         rounds = house.heads.rounds
-        started = await tasks.start_step(house, USER, task.id, index, expected_version=version)
-        house.publish(started.events)
-        done = await tasks.complete_step(
-            house, USER, task.id, index, expected_version=started.value.version, output=None
-        )
-        house.publish(done.events)
-        version = done.value.version
-        written += [[task.id, started.value.event_seq], [task.id, done.value.event_seq]]
+        version, seqs = await run_step(house, task, index, version)
+        written += [[task.id, seq] for seq in seqs]
         await settled(lambda r=rounds: house.heads.rounds >= r + 1, "a head check")
     for watcher in watchers:
         await settled(lambda w=watcher: w.got == written, "every event relayed")
