@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.wrk
 	$(BIN)/python -m bench.writes
 	$(BIN)/python -m bench.deltas
+	$(BIN)/python -m bench.frames
 	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.memory
 	$(BIN)/python -m bench.sessions

@@ -34,6 +34,13 @@ DELIVERY_SECONDS = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
     registry=REGISTRY,
 )
+HANDED_BACK = Counter(
+    "runstate_relay_handed_back",
+    "Subscriptions the live relay stopped delivering to, by reason: handed back to"
+    " their own stream (gap, resync, expiry, unshared, slow) or ended (closed)",
+    ["reason"],
+    registry=REGISTRY,
+)
 GAP_FILLED = Counter(
     "runstate_gap_filled_events",
     "Events a subscription read from the database because the broker missed them",

@@ -456,7 +456,8 @@ async def test_frames_to_one_socket_in_one_turn_go_in_one_write(
 ) -> None:
     """Guards the corked writes of ``WebSocketProtocol.write_text``: one socket with
     two subscriptions of a task gets both frames of each of 5 events in one write
-    to its transport (one at a time: 10 writes)."""
+    to its transport (one at a time: 10 writes), framed by runstate, not by
+    websockets' ``send_text`` (which copied and framed each again)."""
     url, app = server
     house = app.state.house
     token, task = await watched_task(house, "corked", steps=3)
@@ -486,6 +487,14 @@ async def test_frames_to_one_socket_in_one_turn_go_in_one_write(
             write(data)
 
         protocol.transport.write = counted  # type: ignore[method-assign]
+        framed: list[bytes] = []
+        send_text = protocol.conn.send_text
+
+        def framing(data: bytes | bytearray | memoryview, fin: bool = True) -> None:
+            framed.append(bytes(data))
+            send_text(data, fin)
+
+        protocol.conn.send_text = framing  # type: ignore[method-assign]
         version = 1
         for index in range(3):
             started = await tasks.start_step(house, USER, task.id, index, expected_version=version)
@@ -503,4 +512,4 @@ async def test_frames_to_one_socket_in_one_turn_go_in_one_write(
                 assert {f["payload"]["data"]["taskProgress"]["seq"] for f in frames} == {
                     done.value.event_seq
                 }
-        assert len(writes) == 5
+        assert (len(writes), framed) == (5, [])

@@ -45,8 +45,9 @@ def value(
 async def test_metrics_count_operations_subscriptions_and_the_sweep(server: Server) -> None:
     """Guards runstate.metrics and its sources: operations by field and outcome
     (an unknown field counts as "-"), mutation timings, open WebSockets and live
-    subscriptions (back to 0 when they close), deliveries through the broker, and
-    the sweep's rounds; and that /metrics needs a token."""
+    subscriptions (back to 0 when they close), deliveries through the broker, the
+    relay's subscriptions let go by reason, and the sweep's rounds; and that
+    /metrics needs a token."""
     assert without_token(server) == 401
     with Api(server.url, create_token(server.database_url, "meg")) as api:
         start_session(api)
@@ -80,5 +81,7 @@ async def test_metrics_count_operations_subscriptions_and_the_sweep(server: Serv
             )
 
         wait_until(closed, 10, "the closed subscription to leave the gauges")
+        found = samples(server, api.token)
+        assert value(found, "runstate_relay_handed_back_total", reason="closed") == 1
         swept = ("runstate_swept_total", frozenset({("what", "sessions_expired")}))
         wait_until(lambda: swept in samples(server, api.token), 10, "a sweep round to be counted")

@@ -72,13 +72,13 @@ class Watcher:
         except Exception as error:  # what the transport would answer with
             self.error = error
 
-    async def render(self, event: EventView) -> str | None:
-        return json.dumps(self.seen(event)) if self.renders else None
+    async def render(self, event: EventView) -> bytes | None:
+        return json.dumps(self.seen(event)).encode() if self.renders else None
 
-    def send(self, text: str) -> bool:
+    def send(self, data: bytes) -> bool:
         if self.takes:
-            self.got.append(json.loads(text))
-            self.relayed.append(json.loads(text))
+            self.got.append(json.loads(data))
+            self.relayed.append(json.loads(data))
         return self.takes
 
     def resume(self, after: Position, sending: Awaitable[object] | None) -> None:

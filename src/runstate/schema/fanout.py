@@ -94,7 +94,16 @@ class SharedEvents:
 def next_frame(operation_id: str, data: str) -> str:
     """A graphql-transport-ws ``next`` message around the JSON text of its data, as
     Strawberry would write it: compact, keys in the protocol's order."""
-    return f'{{"id":{json.dumps(operation_id)},"type":"next","payload":{{"data":{data}}}}}'
+    return next_head(operation_id) + data + NEXT_TAIL
+
+
+def next_head(operation_id: str) -> str:
+    """What a ``next`` message's JSON text holds before its data (``NEXT_TAIL``
+    after it)."""
+    return f'{{"id":{json.dumps(operation_id)},"type":"next","payload":{{"data":'
+
+
+NEXT_TAIL = "}}"
 
 
 class SharedEventExecutor(StrawberryGraphQLCoreExecutionContext):

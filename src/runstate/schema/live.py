@@ -61,7 +61,7 @@ class LiveOperation:
         operation_name: str | None,
         variables: Mapping[str, Any] | None,
         max_tokens: int,
-        send: Callable[[str], Sent],
+        send: Callable[[bytes], Sent],
         resume: Resume,
     ) -> None:
         self.schema = schema
@@ -70,7 +70,7 @@ class LiveOperation:
         self.operation_name = operation_name
         self.variables = variables
         self.send = send
-        """Writes a ``next`` frame around the JSON text of an answer's data."""
+        """Writes a ``next`` frame around an answer's data (JSON, UTF-8)."""
         self._resume = resume
         self.after: Position | None = None
         """Set once the relay has handed the subscription back: its stream starts
@@ -86,7 +86,7 @@ class LiveOperation:
             tuple((name, repr(values.get(name))) for name in used),
         )
 
-    async def render(self, event: EventView) -> str | None:
+    async def render(self, event: EventView) -> bytes | None:
         result: Any = execute(
             self.schema,
             self.document,
@@ -100,7 +100,7 @@ class LiveOperation:
             result = await result
         if result.errors or result.data is None:
             return None
-        return validation.encoded(result.data)
+        return validation.encoded(result.data).encode()
 
     def resume(self, after: Position, sending: Awaitable[object] | None) -> None:
         self.after = after

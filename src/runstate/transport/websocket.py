@@ -23,7 +23,7 @@ from runstate import logs
 from runstate.connections import Connection, TooManyConnectionsError
 from runstate.schema.context import Context
 from runstate.schema.extensions import Schema, parse_document
-from runstate.schema.fanout import next_frame
+from runstate.schema.fanout import NEXT_TAIL, next_head
 from runstate.schema.live import OPERATION, LiveOperation
 from runstate.services.live.relay import Parked, Sent
 from runstate.transport.eager import started
@@ -38,6 +38,9 @@ TOO_MANY_CONNECTIONS = 4029
 graphql-transport-ws defines (its 4429 means a second ``connection_init``, which
 graphql-ws treats as fatal): graphql-ws retries this one with its backoff, 1.3 s
 and more between attempts, five times, by which time a connection may be free."""
+
+
+_TAIL = NEXT_TAIL.encode()
 
 
 class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
@@ -110,7 +113,7 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
                 operation.operation_name,
                 operation.variables,
                 self.view.settings.max_tokens,
-                partial(self._send_next, operation),
+                partial(self._send_next, operation, next_head(operation.id).encode()),
                 partial(self._resume, operation),
             )
             OPERATION.set(live)  # the operation's own task: nothing else sees it
@@ -172,19 +175,19 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         if operation is not None:
             self._forget(operation)
 
-    def _send_next(self, operation: Operation[Context, None], data: str) -> Sent:
-        """A ``next`` frame of ``operation`` around rendered data, written now if the
+    def _send_next(self, operation: Operation[Context, None], head: bytes, data: bytes) -> Sent:
+        """A ``next`` frame of ``operation`` around rendered data (``head``: what its
+        JSON holds before the data, made once per operation), written now if the
         socket takes it (``eager``); False once the operation or the socket ended."""
         if operation.completed or self.operations.get(operation.id) is not operation:
             return False
         socket = cast(ASGIWebSocketAdapter, self.websocket).ws
-        frame = next_frame(operation.id, data)
         write = socket.scope["extensions"].get(WRITE_TEXT)
         if write is not None:
-            written: bool | None = write(frame)
+            written: bool | None = write(head, data, _TAIL)
             if written is not None:
                 return written
-        return started(socket.send_text(frame))
+        return started(socket.send_text((head + data + _TAIL).decode()))
 
     def _is_subscription(self, operation: Operation[Context, None]) -> bool:
         """Whether the operation is a subscription (see ``subscribes``). Parsed

@@ -20,12 +20,15 @@ until an interval has passed without a word from it.
 from __future__ import annotations
 
 import asyncio
+import struct
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from uvicorn._types import ASGIReceiveEvent, ASGISendEvent
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.http11 import Request
+from websockets.protocol import Protocol, State
 
 WRITE_TEXT = "runstate.write_text"
 """The scope extension naming a connection's ``WebSocketProtocol.write_text``."""
@@ -77,11 +80,18 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         if scope is not None:
             scope["extensions"][WRITE_TEXT] = self.write_text
 
-    def write_text(self, text: str) -> bool | None:
-        """A text frame on its way to the socket past the ASGI send chain: True;
-        False once the connection is closing or closed; None while the transport
-        is paused (past its high-water mark), when the frame is to go the ASGI
-        way, which waits.
+    def write_text(self, *parts: bytes) -> bool | None:
+        """A text frame of ``parts`` (UTF-8, joined) on its way to the socket past
+        the ASGI send chain: True; False once the connection is closing or closed;
+        None while the transport is paused (past its high-water mark), when the
+        frame is to go the ASGI way, which waits.
+
+        The frame's header is made here and the parts follow it as they are: one
+        event rendered once goes to every follower's buffer without being copied,
+        encoded or framed again for each (websockets' ``send_text`` did all three,
+        4 of the 5 microseconds a follower cost besides its socket's write). The
+        frame is never compressed: the server does not offer permessage-deflate
+        (``app.server_options``), and RFC 7692 lets any message go uncompressed.
 
         The frame waits in the connection's own buffer until ``uncork_all`` (the
         relay calls it once it has sent what it read) or the loop's next turn, and
@@ -93,7 +103,10 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
             return False
         if not self.writable.is_set():
             return None
-        self.conn.send_text(text.encode())
+        conn = self.conn
+        if conn.state is not State.OPEN:
+            return False
+        queue_text(conn, parts)
         if not self.corked:
             self.corked = True
             corked = _CORKED.get(self.loop)
@@ -131,6 +144,23 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         await super().send(message)
         if opening and self.handshake_complete:
             del self.request, self.response
+
+
+def queue_text(conn: Protocol, parts: Sequence[bytes]) -> None:
+    """One final text frame of ``parts`` (joined) queued on ``conn``'s output, as
+    its ``send_text`` would, with the parts as they are (see ``write_text``)."""
+    conn.writes.append(text_header(sum(map(len, parts))))
+    conn.writes.extend(parts)
+
+
+def text_header(length: int) -> bytes:
+    """The header of an unmasked, final text frame of ``length`` bytes, as a server
+    sends it (RFC 6455, 5.2)."""
+    if length < 126:
+        return bytes((0x81, length))
+    if length < 1 << 16:
+        return struct.pack("!BBH", 0x81, 126, length)
+    return struct.pack("!BBQ", 0x81, 127, length)
 
 
 _CORKED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[WebSocketProtocol]] = (

@@ -7,7 +7,7 @@ a small record of the subscriber (its ``Follower``, where it is: the last seq it
 was sent, of each task for a session's; its session's expiry). Per task or
 session, the relay holds one broker subscription and one reader: for each event
 it asks one follower of each ``key`` to ``render`` it (followers of one key
-render it the same), then has every follower ``send`` that text, in one pass
+render it the same), then has every follower ``send`` that JSON, in one pass
 with no awaits, each only if the event is the very next one it needs. What it
 cannot do for a follower it hands back: the follower ``resume``s its
 subscription from where it was, and the new stream answers as a stream always
@@ -46,7 +46,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from runstate import inflight
-from runstate.metrics import DELIVERY_SECONDS, SUBSCRIPTIONS
+from runstate.metrics import DELIVERY_SECONDS, HANDED_BACK, SUBSCRIPTIONS
 from runstate.pubsub.broker import Resync
 from runstate.services.clock import utcnow
 from runstate.services.live.catch_up import Watch
@@ -98,13 +98,13 @@ class Follower(Protocol):
 
     @property
     def key(self) -> Hashable:
-        """Followers with equal keys render an event to the same text."""
+        """Followers with equal keys render an event the same."""
 
-    async def render(self, event: EventView) -> str | None:
-        """The event's answer for this follower's selection, as the JSON text of a
-        ``next`` message's data; None when it cannot be shared (errors)."""
+    async def render(self, event: EventView) -> bytes | None:
+        """The event's answer for this follower's selection, as the JSON of a
+        ``next`` message's data (UTF-8); None when it cannot be shared (errors)."""
 
-    def send(self, text: str) -> Sent:
+    def send(self, data: bytes) -> Sent:
         """Write the rendered event to the follower's socket without waiting."""
 
     def resume(self, after: Position, sending: Awaitable[object] | None) -> None:
@@ -247,6 +247,7 @@ class Relay:
         del self._members[member.follower]
         SUBSCRIPTIONS.dec()
         self.returned[reason] += 1
+        HANDED_BACK.labels(reason).inc()
         self._close_if_idle(channel)
 
     def _hand_back(
@@ -369,7 +370,7 @@ class Relay:
     async def _deliver(self, channel: _Channel, event: EventView) -> None:
         """One event to every follower that needs it next (see the module's
         docstring): each key rendered once, then every send with no await between."""
-        rendered: dict[Hashable, str | None] = {}
+        rendered: dict[Hashable, bytes | None] = {}
         while True:
             due = [m for m in channel.members if m.sent(event.task_pk) < event.seq]
             unrendered = next((m for m in due if m.follower.key not in rendered), None)
@@ -381,15 +382,15 @@ class Relay:
             DELIVERY_SECONDS.observe(lag(event))
         at = event.at.timestamp()
         for member in due:
-            text = rendered[member.follower.key]
+            data = rendered[member.follower.key]
             if member.sent(event.task_pk) != event.seq - 1:
                 self._hand_back(member, "gap")
             elif at >= member.expires:
                 self._hand_back(member, "expiry")
-            elif text is None:
+            elif data is None:
                 self._hand_back(member, "unshared")
             else:
-                sent = member.follower.send(text)
+                sent = member.follower.send(data)
                 self.sent += sent is not False
                 if sent is True:
                     member.advance(event)
