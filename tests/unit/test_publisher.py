@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from runstate.pubsub import Broker, Publisher
 
 
@@ -43,6 +45,32 @@ async def test_messages_go_out_in_order() -> None:
     await publisher.close()
     assert broker.sent == [("c", str(i).encode()) for i in range(100)]
     assert (publisher.sent, publisher.dropped) == (100, 0)
+
+
+async def test_a_message_reaches_the_broker_before_its_writer_goes_on() -> None:
+    """Guards ``Publisher._send``'s timeout, inline rather than ``asyncio.wait_for``'s
+    task of its own: a message queued as a write's future completes (as
+    ``idempotency.once`` publishes) is with the broker before the coroutine awaiting
+    that write takes its next step. With ``wait_for`` it went a loop turn later,
+    after the writer's whole answer: watchers heard of each write about a
+    millisecond later (``bench.fanout``'s 100 watchers, p50 2.2 -> 1.3 ms)."""
+    broker = RecordingBroker()
+    publisher = Publisher(broker)
+    await publisher.start()
+    work: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    work.add_done_callback(lambda _: publisher.publish("c", b"event"))
+
+    async def writer() -> list[tuple[str, bytes]]:
+        await asyncio.shield(work)
+        return list(broker.sent)  # what the broker had when the writer went on
+
+    writing = asyncio.create_task(writer())
+    await asyncio.sleep(0)  # the publisher and the writer both wait
+    work.set_result(None)
+    try:
+        assert await writing == [("c", b"event")]
+    finally:
+        await publisher.close()
 
 
 async def test_a_failing_broker_costs_one_attempt_then_a_pause() -> None:

@@ -75,7 +75,10 @@ class Publisher:
             self.dropped += 1
             return
         try:
-            await asyncio.wait_for(self.broker.publish(channel, data), SEND_TIMEOUT)
+            # Inline, not wait_for's task of its own: woken as a write completes, the
+            # publisher sends before the writer's answer is made, not a turn after it.
+            async with asyncio.timeout(SEND_TIMEOUT):
+                await self.broker.publish(channel, data)
             self.sent += 1
         except Exception as error:  # any broker failure: drop, pause, carry on
             self.dropped += 1
