@@ -14,7 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
-from runstate import logs, memory
+from runstate import logs
 from runstate.api import build_schema
 from runstate.auth import Tokens, forget_revoked
 from runstate.connections import Connections
@@ -59,9 +59,7 @@ def from_environment() -> Starlette:
     from the environment, where the command line's overrides were put."""
     settings = Settings.from_env()
     logs.configure(settings.log_format)
-    app = create_app(settings)
-    memory.tune_for_serving()
-    return app
+    return create_app(settings)
 
 
 def _limiter(settings: Settings, prefix: str, anonymous: bool) -> RateLimiter:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from graphql import GraphQLInterfaceType, GraphQLSchema, GraphQLUnionType, build_schema
 
-from runstate import logs, memory
+from runstate import logs
 from runstate.auth import announce_revoked
 from runstate.db import close_database, new_epoch, open_database
 from runstate.services import tokens
@@ -220,19 +220,14 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> None:
     supervisor starts them, each building the app from the environment, which
     carries the command line's overrides)."""
     import uvicorn
-    from starlette.applications import Starlette
 
     from runstate.app import create_app, server_options
 
     logs.configure(settings.log_format)
     if workers > 1:
         os.environ.update(settings.environment())
-        app: Starlette | str = "runstate.app:from_environment"
-    else:
-        app = create_app(settings)
-        memory.tune_for_serving()
     uvicorn.run(
-        app,
+        create_app(settings) if workers == 1 else "runstate.app:from_environment",
         factory=workers > 1,
         workers=workers,
         host=host,
