@@ -211,12 +211,11 @@ def test_eight_hostile_reads_at_once_stay_within_the_budget_and_memory(server: S
     paid in order, so exactly four run (230 points each of 1,000) and four are
     refused. The server's peak memory stays under 400 MB throughout. The control,
     on a server without the limits, is ``test_without_the_limits_the_same_reads_run``."""
-    api = caller(server, "hostile")
-    fat_task(api, "fat-hostile")
-    assert hostile_reads(api, "fat-hostile", HOSTILE) == ["RESPONSE_TOO_LARGE"] * 8
-    assert sorted(hostile_reads(api, "fat-hostile", 2)) == ["RATE_LIMITED"] * 4 + ["ok"] * 4
-    assert peak_rss_mb(server) < 400
-    api.close()
+    with caller(server, "hostile") as api:  # closed on a failure too: its 8 sockets
+        fat_task(api, "fat-hostile")
+        assert hostile_reads(api, "fat-hostile", HOSTILE) == ["RESPONSE_TOO_LARGE"] * 8
+        assert sorted(hostile_reads(api, "fat-hostile", 2)) == ["RATE_LIMITED"] * 4 + ["ok"] * 4
+        assert peak_rss_mb(server) < 400
 
 
 def hostile_reads(api: Api, task_id: str, times: int) -> list[str]:
@@ -237,14 +236,15 @@ def hostile_reads(api: Api, task_id: str, times: int) -> list[str]:
 def test_without_the_limits_the_same_reads_run(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The control of the test above: with the rate limit off and the response limit
     raised, the eight hostile reads all run at once, and take the server past 400 MB."""
-    with sqlite_server(
-        tmp_path_factory,
-        "unbounded",
-        RUNSTATE_RATE_LIMIT="false",
-        RUNSTATE_MAX_RESPONSE_BYTES=str(1024 * MIB),
-    ) as server:
-        api = caller(server, "hostile")
+    with (
+        sqlite_server(
+            tmp_path_factory,
+            "unbounded",
+            RUNSTATE_RATE_LIMIT="false",
+            RUNSTATE_MAX_RESPONSE_BYTES=str(1024 * MIB),
+        ) as server,
+        caller(server, "hostile") as api,
+    ):
         fat_task(api)
         assert hostile_reads(api, "fat", HOSTILE) == ["ok"] * 8
         assert peak_rss_mb(server) > 400
-        api.close()
