@@ -88,8 +88,8 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
 
         The frame's header is made here and the parts follow it as they are: one
         event rendered once goes to every follower's buffer without being copied,
-        encoded or framed again for each (websockets' ``send_text`` did all three,
-        4 of the 5 microseconds a follower cost besides its socket's write). The
+        encoded or framed again for each (websockets' ``send_text`` did all three:
+        about 4 microseconds a follower against 1, ``bench.frames``). The
         frame is never compressed: the server does not offer permessage-deflate
         (``app.server_options``), and RFC 7692 lets any message go uncompressed.
 
