@@ -34,8 +34,10 @@ run-langgraph: $(RUNTIME)
 	@$(PIP) --quiet -e '.[langgraph]'
 	@$(BIN)/runstate demo --langgraph --port $(PORT)
 
+# Two pytest processes (pytest-xdist), each taking whole modules, so that a module's
+# servers start once: about 12 minutes instead of 21 on two cores.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope
 
 # Figures side by side with their baselines; never part of `make test`.
 bench: $(STAMP)
