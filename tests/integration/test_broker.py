@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -110,7 +111,7 @@ async def test_redis_connection_killed_asks_every_subscriber_to_resync(tmp_path:
             await asyncio.to_thread(
                 wait_until, lambda: redis.subscribers("kill:a") == 1, 10, "resubscription"
             )
-            await broker.publish("a", b"after")
+            assert redis.command("PUBLISH kill:a after").startswith(":1")  # through Redis
             message = await inbox.next(5)
             while message is RESYNC:  # one per reconnect
                 message = await inbox.next(5)
@@ -134,7 +135,7 @@ async def test_subscribing_while_redis_is_down_recovers_when_it_returns(tmp_path
                 wait_until, lambda: redis.subscribers("down:a") == 1, 15, "the subscription"
             )
             assert await inbox.next(5) is RESYNC
-            await broker.publish("a", b"back")
+            assert redis.command("PUBLISH down:a back").startswith(":1")  # through Redis
             assert await inbox.next(5) == b"back"
     finally:
         await broker.close()
@@ -230,11 +231,67 @@ async def test_a_channel_let_go_as_the_connection_comes_back_can_be_taken_again(
             async with broker.subscription(["a"]) as inbox:
                 [(_, count)] = await client.pubsub_numsub(prefix + "a")
                 assert count == 1
-                await broker.publish("a", b"heard")
+                await client.publish(prefix + "a", b"heard")  # through Redis
                 message = await inbox.next(5)
                 while message is RESYNC:  # one per reconnect
                     message = await inbox.next(5)
                 assert message == b"heard"
     finally:
         await client.aclose()
+        await broker.close()
+
+
+async def test_the_publishing_process_delivers_at_once_and_once(tmp_path: Path) -> None:
+    """Guards local-first delivery and its echo filter (``Broker.publish``,
+    ``RedisBroker._echoed``). Redis holds every PUBLISH (CLIENT PAUSE WRITE): a
+    subscriber in the publishing process has the message all the same, while one
+    in another process has nothing yet. Let go, Redis brings it to the other
+    process, and sends the copy back to the publisher's, which drops it: the next
+    message its subscriber gets is the other process's next one. Without the local
+    dispatch the first subscriber waits on Redis too; without the filter it gets
+    the message twice."""
+    redis = RedisServer(tmp_path / "redis.log").start()
+    here, there = RedisBroker(redis.url, "local:"), RedisBroker(redis.url, "local:")
+    await here.start()
+    await there.start()
+    try:
+        async with here.subscription(["a"]) as mine, there.subscription(["a"]) as theirs:
+            assert redis.command("CLIENT PAUSE 20000 WRITE").startswith("+OK")
+            publishing = asyncio.create_task(here.publish("a", b"first"))
+            assert await mine.next(5) == b"first"
+            assert not theirs._ready.is_set()  # Redis holds it: nothing for the other process
+            assert redis.command("CLIENT UNPAUSE").startswith("+OK")
+            await publishing
+            assert await theirs.next(5) == b"first"
+            await there.publish("a", b"second")
+            assert await mine.next(5) == b"second"  # not the copy of "first"
+            assert await theirs.next(5) == b"second"
+            assert here._echoes == {}  # nothing kept once the copies are back
+    finally:
+        await here.close()
+        await there.close()
+        redis.stop()
+
+
+async def test_a_publish_is_on_the_wire_within_its_first_step() -> None:
+    """Guards the publishing connection without a socket timeout
+    (``RedisBroker._publishing``): with one, redis-py writes the PUBLISH from a
+    task of its own (``wait_for``), a loop turn later, so on the writer's server
+    the rest of the write's answer was made first. Here the loop gives the publish
+    one step, then stands still while a plain socket subscribed to the channel
+    waits for the message: it comes only if that step wrote it."""
+    require_service("Redis", "127.0.0.1", 6379)
+    prefix = f"test:{uuid.uuid4().hex}:"
+    broker = RedisBroker(REDIS_URL, prefix)
+    await broker.start()
+    try:
+        await broker.publish("warm", b"up")  # the connection made, as in a server
+        with socket.create_connection(("127.0.0.1", 6379), timeout=5) as listener:
+            listener.sendall(f"SUBSCRIBE {prefix}a\r\n".encode())
+            assert b"subscribe" in listener.recv(4096)
+            publishing = asyncio.create_task(broker.publish("a", b"sent"))
+            await asyncio.sleep(0)  # one loop turn: the publish's first step, and no more
+            assert b"sent" in listener.recv(4096)  # the loop stands still meanwhile
+            await publishing
+    finally:
         await broker.close()

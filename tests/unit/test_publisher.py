@@ -14,7 +14,7 @@ class DownBroker(Broker):
         super().__init__()
         self.attempts = 0
 
-    async def publish(self, channel: str, data: bytes) -> None:
+    async def _send(self, channel: str, data: bytes) -> None:
         self.attempts += 1
         raise ConnectionError("redis is down")
 
@@ -32,7 +32,7 @@ class RecordingBroker(DownBroker):
         super().__init__()
         self.sent: list[tuple[str, bytes]] = []
 
-    async def publish(self, channel: str, data: bytes) -> None:
+    async def _send(self, channel: str, data: bytes) -> None:
         self.sent.append((channel, data))
 
 
@@ -82,6 +82,22 @@ async def test_a_failing_broker_costs_one_attempt_then_a_pause() -> None:
     await publisher.close()
     assert broker.attempts == 1
     assert (publisher.sent, publisher.dropped) == (0, 50)
+
+
+async def test_while_the_broker_is_down_this_process_still_hears_every_message() -> None:
+    """Guards local delivery through a broker outage (``Publisher._send`` while
+    paused, ``Broker.publish``): only one send reaches the failing backend, yet a
+    subscriber in this process has all 50 messages, in order. Without delivering
+    here during the pause it would have only the first."""
+    broker = DownBroker()
+    publisher = Publisher(broker)
+    async with broker.subscription(["c"]) as inbox:
+        await publisher.start()
+        for i in range(50):
+            publisher.publish("c", str(i).encode())
+        await publisher.close()
+        assert broker.attempts == 1
+        assert [await inbox.next(0) for _ in range(50)] == [str(i).encode() for i in range(50)]
 
 
 def test_publish_never_waits_even_when_the_queue_is_full() -> None:

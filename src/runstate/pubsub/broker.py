@@ -112,9 +112,17 @@ class Broker(ABC):
         """Whether the backend answers now (an in-process broker always does)."""
         return True
 
-    @abstractmethod
     async def publish(self, channel: str, data: bytes) -> None:
-        """Send ``data`` to every subscriber of ``channel``, in this process or others."""
+        """Send ``data`` to every subscriber of ``channel``: this process's at once,
+        other processes' through the backend. Local first: a subscriber on the
+        writer's own server does not wait for the backend's round trip, nor for
+        the rest of the write's answer to be made while it is under way."""
+        self.deliver_here(channel, data)
+        await self._send(channel, data)
+
+    @abstractmethod
+    async def _send(self, channel: str, data: bytes) -> None:
+        """Send ``data`` to the subscribers of ``channel`` in other processes."""
 
     @abstractmethod
     async def _listen(self, channel: str) -> None:
@@ -175,7 +183,8 @@ class Broker(ABC):
         """Channels with at least one local subscriber."""
         return frozenset(self._subscribers)
 
-    def _dispatch(self, channel: str, data: bytes) -> None:
+    def deliver_here(self, channel: str, data: bytes) -> None:
+        """Hand ``data`` to this process's subscribers of ``channel`` only."""
         for subscription in tuple(self._subscribers.get(channel, ())):
             subscription.deliver(data)
 

@@ -8,8 +8,8 @@ from runstate.pubsub.broker import Broker
 class MemoryBroker(Broker):
     """Delivers within this process only; enough for a single server."""
 
-    async def publish(self, channel: str, data: bytes) -> None:
-        self._dispatch(channel, data)
+    async def _send(self, channel: str, data: bytes) -> None:
+        return None  # no other processes
 
     async def _listen(self, channel: str) -> None:
         return None

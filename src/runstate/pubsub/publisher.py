@@ -3,7 +3,10 @@
 Mutations hand messages to ``Publisher.publish``, which only appends to a queue
 bounded in messages and in bytes; one task sends them in order. When the broker fails, messages
 are dropped for a short pause instead of piling up: the database is the source
-of truth, and subscribers catch up from it.
+of truth, and subscribers catch up from it. Dropped for other processes only:
+this process's subscribers have every message at once (``Broker.publish``,
+``Broker.deliver_here``), so a Redis outage costs live delivery between
+processes and nothing within one.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class Publisher:
 
     async def _send(self, channel: str, data: bytes) -> None:
         if time.monotonic() < self._paused_until:
+            self.broker.deliver_here(channel, data)  # this process's subscribers still hear it
             self.dropped += 1
             return
         try:

@@ -9,6 +9,13 @@ by the reader as soon as Redis answers, followed by a resync as well. Every
 SUBSCRIBE and UNSUBSCRIBE goes through ``_reconcile``, one at a time and out of
 reach of a leaving caller's cancellation, so Redis ends subscribed to exactly
 the channels that have local subscribers.
+
+A message published here reaches this process's subscribers at once
+(``Broker.publish``); the copy Redis sends back to this process's own pub/sub
+connection is recognised (``_echoed``) and dropped, as Phoenix.PubSub drops
+its own node's broadcasts. Should one be delivered all the same (a publish
+that failed after all reached Redis), it is a second copy of an event, which
+every stream and relay skips by its seq.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +42,8 @@ the one pub/sub connection at once (redis-py reconnects inside a read) read its
 socket together, and the second is refused ("readuntil() called while another
 coroutine is already waiting"); the first connects, and the second tries again."""
 SUBSCRIBE_TIMEOUT = 2.0
+ECHOES = 256
+"""Own messages kept per channel until Redis sends them back (``_echoed``)."""
 FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
 
@@ -71,11 +81,22 @@ class RedisBroker(Broker):
         self.prefix = prefix
         self.reconnects = 0
         self._client: Redis = Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=2.0)
+        self._publishing: Redis = Redis.from_url(
+            url, socket_connect_timeout=1.0, socket_timeout=None
+        )
+        """PUBLISH's own connection, with no socket timeout (not even redis-py's
+        default): redis-py runs a write under one in a task of its own
+        (``wait_for``), which sent the PUBLISH a loop turn later, after the
+        writer's answer was made. The ``Publisher`` bounds each publish with a
+        timeout of its own instead."""
         self._pubsub = _PubSub(self._reconnected, connection_pool=self._client.connection_pool)
         self._wake = asyncio.Event()
         self._confirmations: dict[str, asyncio.Future[None]] = {}
         self._confirmed: set[str] = set()
         """Channels Redis has confirmed and not since unsubscribed."""
+        self._echoes: dict[str, deque[bytes]] = {}
+        """By channel: messages published here, already delivered here, whose copy
+        Redis is yet to send back (only for channels Redis has confirmed)."""
         self._commands = asyncio.Lock()
         """One SUBSCRIBE or UNSUBSCRIBE at a time (see ``_reconcile``)."""
         self._reader: asyncio.Task[None] | None = None
@@ -83,6 +104,7 @@ class RedisBroker(Broker):
     def _reconnected(self) -> None:
         self.reconnects += 1
         self._confirmed.clear()  # redis-py subscribes again; Redis confirms again
+        self._echoes.clear()  # what was under way is lost
         log.warning("redis pub/sub reconnected; subscribers catch up from the database")
         self._resync_all()
 
@@ -96,8 +118,9 @@ class RedisBroker(Broker):
                 await self._reader
         with contextlib.suppress(*_FAILURES):
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
-        with contextlib.suppress(*_FAILURES):
-            await self._client.aclose()
+        for client in (self._client, self._publishing):
+            with contextlib.suppress(*_FAILURES):
+                await client.aclose()
 
     async def ready(self) -> bool:
         """Whether Redis answers a PING within a second."""
@@ -107,8 +130,32 @@ class RedisBroker(Broker):
         except _FAILURES:
             return False
 
-    async def publish(self, channel: str, data: bytes) -> None:
-        await self._client.publish(self.prefix + channel, data)
+    async def _send(self, channel: str, data: bytes) -> None:
+        name = self.prefix + channel
+        echoes = None
+        if name in self._confirmed:  # Redis will send it back to this process too
+            echoes = self._echoes.setdefault(name, deque(maxlen=ECHOES))
+            echoes.append(data)
+        try:
+            await self._publishing.publish(name, data)
+        except BaseException:
+            if echoes is not None:  # should it come back, it is delivered again
+                with contextlib.suppress(ValueError):
+                    echoes.remove(data)
+            raise
+
+    def _echoed(self, name: str, data: bytes) -> bool:
+        """Whether a message from Redis is the copy of one published here (dropped:
+        it was delivered here as it was published). Redis sends messages back in
+        the order they were published, so those kept before it will not come."""
+        echoes = self._echoes.get(name)
+        if not echoes or data not in echoes:
+            return False
+        while echoes.popleft() != data:
+            pass
+        if not echoes:
+            del self._echoes[name]
+        return True
 
     async def _listen(self, channel: str) -> None:
         """Subscribe, and wait until Redis confirms, so nothing published after
@@ -168,6 +215,8 @@ class RedisBroker(Broker):
                 self._wake.set()
             if extra:
                 self._confirmed.difference_update(extra)
+                for name in extra:
+                    self._echoes.pop(name, None)
                 await self._pubsub.unsubscribe(*extra)
 
     def _missing(self) -> list[str]:
@@ -206,8 +255,13 @@ class RedisBroker(Broker):
                 confirmed.set_result(None)
         elif message["type"] == "unsubscribe":
             self._confirmed.discard(channel)
-        elif message["type"] == "message" and channel.startswith(self.prefix):
-            self._dispatch(channel[len(self.prefix) :], message["data"])
+            self._echoes.pop(channel, None)
+        elif (
+            message["type"] == "message"
+            and channel.startswith(self.prefix)
+            and not self._echoed(channel, message["data"])
+        ):
+            self.deliver_here(channel[len(self.prefix) :], message["data"])
 
 
 def _text(channel: str | bytes) -> str:
