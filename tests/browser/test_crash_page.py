@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -140,20 +141,35 @@ async def test_a_crash_is_shown_and_decided_from_a_phone(
         await page.close()
 
 
-async def test_a_renewed_lease_is_not_shown_as_lapsed(
-    dashboard: tuple[Server, str], browser: Browser, api: Api
-) -> None:
-    """Renewals write no event: the page reads the lease of an active task again
-    (``checkLease``), every 2 s and on each tick of the last two seconds of the
-    lease it read. Without the reads, a live agent that renews shows 'lease lapsed'
-    once its first expiry passes; with only the 2-second reads, a 2-second lease
-    renewed every half second is shown lapsed now and then between two reads. Every
-    state the lease display takes is recorded. Control: when renewals stop, it does
-    lapse."""
-    server, token = dashboard
+async def heartbeat(api: Api, task_id: str, holder: str, stop: asyncio.Event) -> None:
+    """Renew ``holder``'s lease for 2 s every half second, as an agent does, until
+    ``stop`` is set. Each renewal must be granted: a refused one means the lease
+    really lapsed, and the page was right to say so."""
+    while not stop.is_set():
+        renewed = await asyncio.to_thread(
+            mutate,
+            api,
+            "renewTaskLock",
+            "RenewTaskLockInput",
+            "__typename ... on TaskLock { expiresAt } ... on Problem { code message }",
+            taskId=task_id,
+            holderId=holder,
+            ttlSeconds=2,
+        )
+        assert renewed["__typename"] == "TaskLock", renewed
+        with suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)
+
+
+async def running_with_heartbeat(
+    api: Api, holder: str, stop: asyncio.Event
+) -> tuple[str, datetime, asyncio.Task[None]]:
+    """A task whose first step ``holder`` runs, renewing a 2-second lease from the
+    moment it took it: the task's id, its first lease's expiry, the heartbeat."""
     session = start_session(api)
     tid = create_task(api, session["id"], PLAN, goal="Renewing")["id"]
-    lease = acquire(api, tid, "agent-r", ttl=2)
+    lease = acquire(api, tid, holder, ttl=2)
+    beating = asyncio.create_task(heartbeat(api, tid, holder, stop))
     mutate(
         api,
         "startStep",
@@ -164,35 +180,92 @@ async def test_a_renewed_lease_is_not_shown_as_lapsed(
         expectedVersion=1,
         fencingToken=lease["fencingToken"],
     )
+    return tid, datetime.fromisoformat(lease["expiresAt"]), beating
+
+
+RECORD_LEASE_STATES = """() => {
+  const lease = document.getElementById("lease");
+  window.leaseStates = new Set([lease.dataset.state]);
+  new MutationObserver(() => window.leaseStates.add(lease.dataset.state))
+    .observe(lease, { attributes: true, attributeFilter: ["data-state"] });
+}"""
+
+
+async def test_a_renewed_lease_is_not_shown_as_lapsed(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the page's reads of an active task's lease (``checkLease``): renewals
+    write no event, so the page reads the lease every 2 s, and each second while the
+    lease it last read is past its end on the page's clock ("due"). An agent renews
+    its 2-second lease every half second from the moment it took it; every state the
+    lease display takes until 4 s past the first lease's end is recorded: held, or
+    due until a read answers, never lapsed. Without the reads the page's clock calls
+    it lapsed 2 s after the first lease's end. Control: when renewals stop, it does
+    lapse."""
+    server, token = dashboard
+    stop = asyncio.Event()
+    tid, first_expiry, beating = await running_with_heartbeat(api, "agent-r", stop)
     page = await open_dashboard(browser, f"{server.url}/#token={token}&task={tid}", DESK)
     await expect(page.get_by_test_id("lease")).to_have_attribute("data-state", "held")
-    await page.evaluate("""() => {
-      const lease = document.getElementById("lease");
-      window.leaseStates = new Set();
-      new MutationObserver(() => window.leaseStates.add(lease.dataset.state))
-        .observe(lease, { attributes: true, attributeFilter: ["data-state"] });
-    }""")
-    first_expiry = datetime.fromisoformat(lease["expiresAt"])
-    renew = "... on TaskLock { expiresAt }"
-    # Renew as an agent does, until the first expiry is well past (the page reads
-    # the lease every 2 s).
-    while datetime.now(UTC) < first_expiry + timedelta(seconds=3):
-        await asyncio.to_thread(
-            mutate,
-            api,
-            "renewTaskLock",
-            "RenewTaskLockInput",
-            renew,
-            taskId=tid,
-            holderId="agent-r",
-            ttlSeconds=2,
-        )
-        await page.wait_for_timeout(500)  # an agent's heartbeat interval
-    assert await page.evaluate("[...window.leaseStates]") == ["held"]
+    await page.evaluate(RECORD_LEASE_STATES)
+    watched = first_expiry + timedelta(seconds=4) - datetime.now(UTC)
+    await page.wait_for_timeout(watched.total_seconds() * 1000)
+    states = await page.evaluate("[...window.leaseStates]")
+    assert not beating.done(), beating.exception()  # a refused renewal: a real lapse
+    assert set(states) <= {"held", "due"}, states
     await expect(page.get_by_test_id("agent")).to_have_text("agent-r")
+    stop.set()
+    await beating
     await expect(page.get_by_test_id("agent")).to_have_text(
         "no agent: lease lapsed", timeout=10_000
     )
+    await page.close()
+
+
+async def test_a_lease_past_its_end_is_asked_about_before_it_is_called_lapsed(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the grace a due lease gets. An agent renews its 2-second lease every
+    half second, but the page's lease reads are held (Playwright routing, as a slow
+    network or a busy server would hold them) until its clock has passed the end of
+    the lease it last read: the page says it is asking, not that the lease lapsed,
+    and shows it held once the reads answer with the renewed lease. Without the
+    grace it shows "lapsed" there. Then the agent stops and the reads are never
+    answered: the page's clock alone calls the lease lapsed, LEASE_GRACE_MS past its
+    end; without that fallback the page would wait on the server for good."""
+    server, token = dashboard
+    stop, answer = asyncio.Event(), asyncio.Event()
+    answer.set()
+
+    async def lease_reads_wait_for_answer(route: Route) -> None:
+        if "stalled lock" in (route.request.post_data or ""):
+            await answer.wait()
+        await route.continue_()
+
+    tid, _, beating = await running_with_heartbeat(api, "agent-s", stop)
+    page = await open_dashboard(
+        browser, f"{server.url}/#token={token}&task={tid}", DESK, lease_reads_wait_for_answer
+    )
+    lease = page.get_by_test_id("lease")
+    await expect(lease).to_have_attribute("data-state", "held")
+    await page.evaluate(RECORD_LEASE_STATES)
+
+    answer.clear()
+    await expect(lease).to_have_attribute("data-state", re.compile("due|lapsed"), timeout=10_000)
+    await expect(lease).to_contain_text("asking the server whether it was renewed")
+    await expect(page.get_by_test_id("agent")).to_have_text("agent-s")
+    answer.set()
+    await expect(lease).to_have_attribute("data-state", "held")
+    assert await page.evaluate("[...window.leaseStates]") == ["held", "due"]
+
+    stop.set()
+    await beating
+    answer.clear()
+    await expect(page.get_by_test_id("agent")).to_have_text(
+        "no agent: lease lapsed", timeout=10_000
+    )
+    await expect(lease).to_have_attribute("data-state", "lapsed")
+    answer.set()
     await page.close()
 
 

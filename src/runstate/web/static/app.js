@@ -35,6 +35,7 @@ const LEASE_EVENTS = new Set(["LOCK_ACQUIRED", "LOCK_RELEASED"]);
 const PAGE = 100; // the most a list may return at once
 const LOG_LINES = 500; // the log keeps the newest events; the server keeps them all
 const LEASE_CHECK_MS = 2000;
+const LEASE_GRACE_MS = 2000; // how long past its end a lease waits for the server's word
 const TICK_MS = 1000;
 const EMPTY_TASK = { status: "PLANNED", steps: [], toolStates: [], lock: null, stalled: false };
 
@@ -632,10 +633,18 @@ function renderOrigin(task) {
 }
 
 // The lease as it is now: its holder and when it runs out, or that it lapsed and
-// no agent is left (the server's `stalled`, or the page's own clock passing it).
+// no agent is left. The server's `stalled` says so at once. The page's clock passing
+// the lease it last read does not: the agent may have renewed it since that read.
+// The lease is then due, and read again each second; a renewed lease or `stalled`
+// settles it, and only if no answer comes within LEASE_GRACE_MS does the clock.
 function lapsed(task, now) {
   if (!AGENT_STATUSES.has(task.status)) return false;
-  return task.stalled || (task.lock !== null && !held(task.lock, now));
+  return task.stalled || (task.lock !== null && now - ms(task.lock.expiresAt) >= LEASE_GRACE_MS);
+}
+
+function due(task, now) {
+  return AGENT_STATUSES.has(task.status) && task.lock !== null && !held(task.lock, now) &&
+    !lapsed(task, now);
 }
 
 function renderLease(task, now, live) {
@@ -654,11 +663,14 @@ function renderLease(task, now, live) {
   else if (held(lock, now)) {
     text = `${lock.holderId} holds the lease (lease ${lock.fencingToken}); it runs out in ` +
       `${seconds(ms(lock.expiresAt) - now)} unless the agent renews it.`;
+  } else if (due(task, now)) {
+    text = `${lock.holderId} held the lease (lease ${lock.fencingToken}) until ` +
+      `${seconds(now - ms(lock.expiresAt))} ago: asking the server whether it was renewed.`;
   } else if (task.status === "AWAITING_DECISION") {
     text = "No agent holds the lease: the task waits for a person's decision.";
   } else text = FINAL.has(task.status) ? "" : "No agent holds the lease.";
   $("lease").textContent = text;
-  $("lease").dataset.state = gone ? "lapsed" : held(lock, now) ? "held" : "none";
+  $("lease").dataset.state = gone ? "lapsed" : held(lock, now) ? "held" : due(task, now) ? "due" : "none";
 }
 
 function renderDecision(task, now) {
@@ -866,18 +878,16 @@ async function decide(decision) {
 
 // ------------------------------------------------------------- the clock
 
-// Countdowns and running times move every second; the lease of an active task is
-// read every LEASE_CHECK_MS, since renewals write no event, and on every tick of
-// the last two seconds of the lease it last read (two: a tick may come late). An
-// agent that renews is then seen renewed before the page's clock calls it lapsed.
+// Countdowns and running times move every second. Renewals write no event, so the
+// lease of an active task is read every LEASE_CHECK_MS, and on every tick while it
+// is due: renewed since the last read, or lapsed; the answer says which at once.
 function tick() {
   if (current && current.task) {
     render();
     markNeeds();
     const now = Date.now();
-    const lock = current.task.lock;
-    const ending = held(lock, now) && ms(lock.expiresAt) - now <= 2 * TICK_MS;
-    if (!FINAL.has(current.task.status) && (ending || now - lastLeaseCheck >= LEASE_CHECK_MS)) {
+    const asking = due(current.task, now) || now - lastLeaseCheck >= LEASE_CHECK_MS;
+    if (!FINAL.has(current.task.status) && asking) {
       lastLeaseCheck = now;
       checkLease(current);
     }
@@ -891,7 +901,9 @@ async function checkLease(watching) {
     // The server shows no lock once it lapsed; the page keeps the lapsed one, to
     // say whose it was (and to tell the next holder's takeover).
     const lock = data.task.lock ?? (data.task.stalled ? watching.task.lock : null);
+    const wasDue = due(watching.task, Date.now());
     watching.task = { ...watching.task, lock, stalled: data.task.stalled };
+    if (wasDue) { render(); markNeeds(); } // a due lease is settled now, not at the next tick
   } catch (error) {
     if (!(error instanceof Refused)) console.warn("lease:", error.message);
   }
