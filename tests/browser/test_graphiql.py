@@ -80,9 +80,9 @@ async def test_a_refused_token_is_said_within_two_seconds(
     dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
     """Guards the page's own graphql-ws client (``shouldRetry``): a subscription with
-    a token the server refuses (close code 4403) shows why within 2 s. With
-    GraphiQL's built-in client, graphql-ws retried the 4403 five times first, and
-    the page spun for about 39 s."""
+    a token the server refuses (close code 4403) shows why at once: well within the
+    15 s the test waits, on a busy machine too. With GraphiQL's built-in client,
+    graphql-ws retried the 4403 five times first, and the page spun for about 39 s."""
     server, _ = dashboard
     task = create_task(api, start_session(api)["id"], [{"action": "a"}], goal="Refused")
     page = await browser.new_page()
@@ -93,6 +93,6 @@ async def test_a_refused_token_is_said_within_two_seconds(
     )
     await expect(page.locator(".graphiql-response")).to_contain_text(
         "the token was refused: Forbidden: missing or invalid bearer token (close code 4403)",
-        timeout=2_000,
+        timeout=15_000,
     )
     await page.close()
