@@ -9,8 +9,8 @@ person to decide in the dashboard, then finishes. Then the next trip starts.
 
 The pool also runs whatever else needs a worker: a fork made from the dashboard's
 history (PLANNED), and a task left behind by an earlier demo run (its agent died
-with it, so it is stalled): no orphan. Each trip is leased to its first agent as
-soon as it is created, so the pool does not take it before its crash.
+with it, so it is stalled): no orphan. Each trip is created leased to its first agent
+(``createTask``'s lease, one write), so the pool does not take it before its crash.
 """
 
 from __future__ import annotations
@@ -171,11 +171,13 @@ async def trips(url: str, token: str) -> None:
                 city = CITIES[(number - 1) % len(CITIES)]
                 traveller = TRAVELLERS[(number - 1) % len(TRAVELLERS)]
                 goal = f"Book a trip to {city} for {traveller}"
-                task = await rs.create_task(session.id, goal, PLAN)
                 holder = f"agent-{number}"
-                # Held for the agent until it starts (it takes the lease over, at
-                # LEASE_TTL): a PLANNED task with no live lease is the pool's to claim.
-                await rs.acquire_lock(task.id, holder, STARTUP_TTL)
+                # Created leased to the agent, held for it until it starts (it takes
+                # the lease over, at LEASE_TTL): a PLANNED task with no live lease is
+                # the pool's to claim, the moment it exists.
+                task = await rs.create_task(
+                    session.id, goal, PLAN, holder=holder, lease_ttl=STARTUP_TTL
+                )
                 first = await _spawn(url, token, task.id, holder, "--crash-at", CRASH_AT)
                 agents.append(first)
                 assert first.stdout is not None

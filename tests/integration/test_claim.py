@@ -124,3 +124,49 @@ def test_a_claim_takes_the_oldest_task_that_needs_a_worker(servers: tuple[Server
     other_session = claim(api, "w3", start_session(api)["id"])
     assert other_session["__typename"] == "NotFound"
     api.close()
+
+
+def test_a_task_created_leased_is_its_creators_from_the_start(
+    servers: tuple[Server, Server],
+) -> None:
+    """Guards ``CreateTaskInput.lease``: the task is written with its lease (fencing
+    token 1, LOCK_ACQUIRED at seq 2) in the create's own transaction, so no claim
+    finds it, even one sent to the other server right after; its holder takes it over
+    with the same token, and its history has no lease at seq 1 and this one at seq 2.
+    A lease that cannot be is refused as InvalidInput and writes no task. Control:
+    the same task created without a lease is the first claim's."""
+    one, two = servers
+    token = create_token(one.database_url, "creator")
+    api, other = Api(one.url, token), Api(two.url, token)
+    session = start_session(api)["id"]
+    leased = create_task(api, session, steps=2, lease={"holderId": "agent-1", "ttlSeconds": 60})
+    assert (leased["lock"], leased["eventSeq"], leased["status"]) == (
+        {"holderId": "agent-1"},
+        2,
+        "PLANNED",
+    )
+    assert claim(other, "worker", session)["__typename"] == "NotFound"
+    took_over = acquire(api, leased["id"], "agent-1", ttl=5)
+    assert (took_over["holderId"], took_over["fencingToken"]) == ("agent-1", 1)
+    history = api(
+        "query($id: ID!) { one: taskAt(id: $id, seq: 1) { ... on Task { lock { holderId } } }"
+        " two: taskAt(id: $id, seq: 2) { ... on Task { lock { holderId } } }"
+        " task(id: $id) { ... on Task { events { seq kind lock { fencingToken } } } } }",
+        id=leased["id"],
+    )
+    assert history["one"]["lock"] is None
+    assert history["two"]["lock"] == {"holderId": "agent-1"}
+    assert history["task"]["events"] == [
+        {"seq": 1, "kind": "TASK_CREATED", "lock": None},
+        {"seq": 2, "kind": "LOCK_ACQUIRED", "lock": {"fencingToken": 1}},
+    ]
+
+    refused = create_task(api, session, lease={"holderId": "agent-2", "ttlSeconds": 0})
+    assert (refused["__typename"], refused["field"]) == ("InvalidInput", "ttlSeconds")
+    tasks = api("query($s: ID!) { tasks(sessionId: $s) { edges { node { id } } } }", s=session)
+    assert tasks["tasks"]["edges"] == [{"node": {"id": leased["id"]}}]
+
+    unleased = create_task(api, session, steps=2)
+    assert claim(other, "worker", session)["taskId"] == unleased["id"]
+    api.close()
+    other.close()

@@ -763,3 +763,20 @@ async def test_a_rate_limited_watch_waits_and_then_follows(
         assert (first.kind, first.seq) == ("SNAPSHOT", 2)
     assert waits, "the first subscription was refused and waited out"
     assert all(w > 0 for w in waits)
+
+
+async def test_a_task_created_for_its_agent_is_not_a_workers_to_claim(rs: Runstate) -> None:
+    """Guards ``create_task(holder=...)``: the task comes back leased to that holder
+    (token 1), no worker's claim takes it, and the holder's runner starts it with that
+    token. Control: created without a holder, the first claim takes it."""
+    session = await rs.start_session()
+    task = await rs.create_task(session.id, "mine", ["a"], holder="agent-1", lease_ttl=30)
+    assert task.lock is not None
+    assert (task.lock.holder_id, task.lock.fencing_token) == ("agent-1", 1)
+    assert await rs.claim("worker", 30, session_id=session.id) is None
+    free = await rs.create_task(session.id, "anyone's", ["a"])
+    claimed = await rs.claim("worker", 30, session_id=session.id)
+    assert claimed is not None
+    assert claimed.task_id == free.id
+    async with rs.run(task.id, holder="agent-1") as run:
+        assert run.fencing_token == 1

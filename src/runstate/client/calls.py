@@ -247,9 +247,19 @@ class Calls:
         return Session.of(data)
 
     async def create_task(
-        self, session_id: str, goal: str, steps: Sequence[StepPlan], *, id: str | None = None
+        self,
+        session_id: str,
+        goal: str,
+        steps: Sequence[StepPlan],
+        *,
+        id: str | None = None,
+        holder: str | None = None,
+        lease_ttl: int = 30,
     ) -> Task:
-        """Create a task with its plan (or get the one with this client-chosen id)."""
+        """Create a task with its plan (or get the one with this client-chosen id).
+        With ``holder`` it is created leased to that holder for ``lease_ttl`` seconds,
+        so no worker's ``claim`` takes it before ``run(task.id, holder=...)`` does."""
+        lease = None if holder is None else {"holderId": holder, "ttlSeconds": lease_ttl}
         data = await self._mutate(
             doc.CREATE_TASK,
             "createTask",
@@ -257,6 +267,7 @@ class Calls:
             goal=goal,
             steps=[_plan(s) for s in steps],
             id=id,
+            lease=lease,
         )
         return Task.of(data)
 

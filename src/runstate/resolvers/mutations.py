@@ -132,6 +132,9 @@ class Mutation:
                     goal=input.goal,
                     steps=[s.plan() for s in input.steps],
                     task_id=input.id,
+                    lease=None
+                    if input.lease is None
+                    else (input.lease.holder_id, input.lease.ttl_seconds),
                 ),
             )
         )

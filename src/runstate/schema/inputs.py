@@ -94,6 +94,21 @@ class CreateTaskInput:
     goal: str
     steps: list[StepPlanInput]
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+    lease: TaskLeaseInput | None = strawberry.field(
+        default=None,
+        description=(
+            "Create the task leased to this holder (fencing token 1) in the same write, "
+            "so that no claimTask hands it to a worker before its creator runs it."
+        ),
+    )
+
+
+@strawberry.input
+class TaskLeaseInput:
+    """The lease a task is created with (see CreateTaskInput.lease)."""
+
+    holder_id: str
+    ttl_seconds: int
 
 
 @strawberry.input

@@ -48,7 +48,8 @@ from runstate.services.write.engine import (
 MAX_TTL_SECONDS = 24 * 3600
 
 
-def _checked(holder_id: str, ttl_seconds: int | None = None) -> None:
+def checked(holder_id: str, ttl_seconds: int | None = None) -> None:
+    """InvalidInput unless ``holder_id`` and ``ttl_seconds`` can make a lease."""
     if not holder_id.strip() or len(holder_id) > USER_LENGTH:
         raise InvalidInputError("holderId", f"must be 1 to {USER_LENGTH} characters")
     if ttl_seconds is not None and not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
@@ -91,7 +92,7 @@ async def acquire_task_lock(
 ) -> Written[LockView]:
     """A lease for ``holder_id``: its own live lease is extended (same token, no event);
     a free task is granted with the next token (LOCK_ACQUIRED); else LockHeld."""
-    _checked(holder_id, ttl_seconds)
+    checked(holder_id, ttl_seconds)
 
     def until(now: datetime) -> sql.Fragment:
         return sql.assignments(Task, {"lock_expires_at": now + timedelta(seconds=ttl_seconds)})
@@ -112,7 +113,7 @@ async def renew_task_lock(
     house: House, user_id: str, task_id: str, holder_id: str, ttl_seconds: int
 ) -> Written[LockView]:
     """Extend the holder's live lease (a heartbeat: no event); else LockNotHeld."""
-    _checked(holder_id, ttl_seconds)
+    checked(holder_id, ttl_seconds)
     guard = Guard(
         where=lambda now: _live_for(holder_id, now),
         sets=lambda now: sql.assignments(
@@ -163,7 +164,7 @@ async def claim_task(
     processes the other committed in between) matches nothing and picks again:
     each round some claim wins, so the rounds are bounded by the claims racing.
     """
-    _checked(holder_id, ttl_seconds)
+    checked(holder_id, ttl_seconds)
     if session_id is not None:
         validation.known_id(session_id, "session")
 

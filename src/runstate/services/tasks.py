@@ -12,7 +12,7 @@ from tortoise.transactions import in_transaction
 
 from runstate.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, Task, TaskEvent, box, unbox
-from runstate.services import quota, validation
+from runstate.services import leases, quota, validation
 from runstate.services.clock import utcnow
 from runstate.services.conditions import open_session
 from runstate.services.errors import InvalidInputError, InvalidTransitionError, UnmatchedWriteError
@@ -53,11 +53,18 @@ async def create_task(
     goal: str,
     steps: Sequence[StepPlan],
     task_id: str | None = None,
+    lease: tuple[str, int] | None = None,
 ) -> Written[TaskView]:
-    """Create a PLANNED task with its plan; an existing client-chosen id returns that task."""
+    """Create a PLANNED task with its plan; an existing client-chosen id returns that
+    task. With ``lease`` (holder, ttl seconds) the task is created leased to that
+    holder (fencing token 1, a LOCK_ACQUIRED event at seq 2) in the same transaction:
+    no ``claimTask`` can hand it to a worker before its creator runs it, as one could
+    between a create and an ``acquireTaskLock``."""
     public_id = validation.object_id(task_id)
     house.limits.goal(goal)
     house.limits.step_plans(steps)
+    if lease is not None:
+        leases.checked(*lease)
 
     plan = [_new_step(0, i, p) for i, p in enumerate(steps)]
     return await _insert_task(
@@ -69,6 +76,7 @@ async def create_task(
         goal=goal,
         status=TaskStatus.PLANNED,
         steps=plan,
+        lease=lease,
     )
 
 
@@ -145,10 +153,12 @@ async def _insert_task(
     status: TaskStatus,
     steps: list[Step],
     origin: OriginView | None = None,
+    lease: tuple[str, int] | None = None,
 ) -> Written[TaskView]:
     """Insert a task, its ``steps`` (their task filled in here) and its TASK_CREATED
-    event (seq 1) in one transaction; a client-chosen id that exists already returns
-    that task unchanged when it was made with the same content (``_existing``).
+    event (seq 1), with ``lease`` its lease and LOCK_ACQUIRED event (seq 2), in one
+    transaction; a client-chosen id that exists already returns that task unchanged
+    when it was made with the same content (``_existing``).
 
     The first statement marks the session active (a write, so SQLite takes the lock
     at once). Steps that do not stand as newly planned (a fork's) get their history
@@ -156,7 +166,8 @@ async def _insert_task(
     """
     validation.known_id(session_id, "session")
     histories = [r for r in steps if r.changed_seq]
-    stored = 2 * quota.ROW_BYTES + quota.text_bytes(goal)  # the task row and its event
+    # the task row and its events
+    stored = (3 if lease else 2) * quota.ROW_BYTES + quota.text_bytes(goal)
     stored += sum(quota.new_step_bytes(r) for r in steps) + quota.versions_bytes(histories)
     field = "steps" if steps else "goal"
     quota.check_task(house.limits, public_id, 0, stored, field)
@@ -184,8 +195,10 @@ async def _insert_task(
                 version=1,
                 current_step=current_step(r.status for r in steps),
                 total_steps=len(steps),
-                event_seq=1,
-                lock_token=0,
+                event_seq=1 if lease is None else 2,
+                lock_token=0 if lease is None else 1,
+                lock_holder=None if lease is None else lease[0],
+                lock_expires_at=None if lease is None else now + timedelta(seconds=lease[1]),
                 created_at=now,
                 updated_at=now,
                 stored_bytes=stored,
@@ -196,8 +209,11 @@ async def _insert_task(
             await insert_steps(conn, steps)
             await record_versions(conn, task.id, 1, histories)
             view = task_view(task, session.public_id, now, steps=steps, tool_states=())
-            event = created_event(view, now, origin)
-            await log_event(conn, event)
+            events = [created_event(view, now, origin)]
+            if lease is not None:
+                events.append(_leased_event(view, now))
+            for event in events:
+                await log_event(conn, event)
             await quota.charge(conn, house.limits, user_id, stored, field)
     except IntegrityError:
         return Written(await _existing(user_id, public_id, session_id, goal, steps, origin))
@@ -208,7 +224,25 @@ async def _insert_task(
         raise InvalidInputError(
             "sessionId", f"session is {session_view.status}; it takes no new tasks"
         ) from None
-    return Written(view, (event,))
+    return Written(view, tuple(events))
+
+
+def _leased_event(view: TaskView, now: datetime) -> EventView:
+    """The LOCK_ACQUIRED event (seq 2) of a task created leased."""
+    return EventView(
+        task_pk=view.pk,
+        session_pk=view.session_pk,
+        task_id=view.id,
+        seq=2,
+        task_version=1,
+        kind=TaskEventKind.LOCK_ACQUIRED,
+        step_index=None,
+        tool_name=None,
+        at=now,
+        status=view.status,
+        lock=view.lock,
+        actor=view.user_id,
+    )
 
 
 def created_event(view: TaskView, now: datetime, origin: OriginView | None = None) -> EventView:
