@@ -244,12 +244,24 @@ async def serve_with_demo(
         flush=True,
     )
     demo = asyncio.create_task(work)
+    demo.add_done_callback(_say_why_it_stopped)
     try:
         await serving
     finally:
         demo.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await demo
+
+
+def _say_why_it_stopped(demo: asyncio.Task[None]) -> None:
+    """A demo whose trips stopped on an error says so at once on stderr: the server
+    goes on serving the dashboard, where nothing would move any more, unexplained."""
+    if not demo.cancelled() and (error := demo.exception()) is not None:
+        print(
+            f"runstate: the demo stopped booking trips: {type(error).__name__}: {error}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 async def _until_finished(rs: Runstate, task_id: str) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from tests.integration.test_api import update_session
 from tests.support import (
     Api,
     Server,
@@ -123,17 +124,21 @@ def test_production_refuses_to_start_with_unsafe_settings(tmp_path: Path) -> Non
 
 class Demo:
     """``runstate demo`` on a free port and a SQLite file, up to its signed-in link;
-    ``api`` is a client with the link's token."""
+    ``api`` is a client with the link's token; what it says on stderr goes to
+    ``stderr``, a file beside the database."""
 
     def __init__(self, database: Path, *options: str) -> None:
         self.port = free_port()
         env = {**os.environ, "RUNSTATE_DATABASE_URL": f"sqlite://{database}"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "runstate", "demo", "--port", str(self.port), *options],
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        self.stderr = database.with_name(f"{database.name}.{self.port}.stderr")
+        with self.stderr.open("w") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "runstate", "demo", "--port", str(self.port), *options],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
         assert self.process.stdout is not None
         while "#token=" not in (line := self.process.stdout.readline()):
             assert line, "the demo exited before printing its link"
@@ -170,6 +175,32 @@ def test_demo_prints_a_signed_in_link_and_an_agent_starts_working(tmp_path: Path
         ["pgrep", "-f", f"runstate.demo http://127.0.0.1:{demo.port}"], check=False
     )
     assert children.returncode == 1, "the demo's agent processes stop with it"
+
+
+def test_a_demo_that_cannot_book_says_why_while_it_serves(tmp_path: Path) -> None:
+    """Guards the demo's word when its trips stop on an error
+    (``_say_why_it_stopped``): here its session was completed, so it takes no new
+    task. The restarted demo says why on stderr at once, and goes on serving.
+    Without it nothing was said until the demo was stopped, and the dashboard sat
+    still, unexplained."""
+    with Demo(tmp_path / "demo.db") as first:
+        first.wait_for_work()
+        found = first.api('{ session(id: "demo") { ... on AgentSession { version } } }')
+        version = found["session"]["version"]
+        assert update_session(first.api, "demo", version, status="COMPLETED")["status"] == (
+            "COMPLETED"
+        )
+    with Demo(tmp_path / "demo.db") as second:
+        wait_until(
+            lambda: "stopped booking trips" in second.stderr.read_text(),
+            30,
+            "the demo to say why it stopped booking trips",
+        )
+        assert second.stderr.read_text() == (
+            "runstate: the demo stopped booking trips: InvalidInput: sessionId: "
+            "session is COMPLETED; it takes no new tasks\n"
+        )
+        assert httpx.get(second.base).status_code == 200
 
 
 def test_a_restarted_demo_picks_up_the_task_it_left(tmp_path: Path) -> None:
