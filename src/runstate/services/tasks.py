@@ -26,6 +26,7 @@ from runstate.services.sessions import get_session
 from runstate.services.validation import StepPlan
 from runstate.services.views import (
     EventView,
+    LockView,
     OriginView,
     StepView,
     TaskView,
@@ -211,7 +212,7 @@ async def _insert_task(
             view = task_view(task, session.public_id, now, steps=steps, tool_states=())
             events = [created_event(view, now, origin)]
             if lease is not None:
-                events.append(_leased_event(view, now))
+                events.append(_leased_event(events[0], view.lock))
             for event in events:
                 await log_event(conn, event)
             await quota.charge(conn, house.limits, user_id, stored, field)
@@ -227,21 +228,16 @@ async def _insert_task(
     return Written(view, tuple(events))
 
 
-def _leased_event(view: TaskView, now: datetime) -> EventView:
-    """The LOCK_ACQUIRED event (seq 2) of a task created leased."""
-    return EventView(
-        task_pk=view.pk,
-        session_pk=view.session_pk,
-        task_id=view.id,
+def _leased_event(created: EventView, lock: LockView | None) -> EventView:
+    """The LOCK_ACQUIRED event (seq 2) of a task created leased: its TASK_CREATED
+    event (``created``) with the lease in place of the plan."""
+    return replace(
+        created,
         seq=2,
-        task_version=1,
         kind=TaskEventKind.LOCK_ACQUIRED,
-        step_index=None,
-        tool_name=None,
-        at=now,
-        status=view.status,
-        lock=view.lock,
-        actor=view.user_id,
+        steps=(),
+        origin=None,
+        lock=lock,
     )
 
 
