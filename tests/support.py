@@ -145,6 +145,9 @@ def create_token(database_url: str, user: str) -> str:
 class Server:
     """One ``runstate serve`` process on a free port."""
 
+    prefix: tuple[str, ...] = ()
+    """A command the server runs under (``prlimit ...``), if any."""
+
     def __init__(self, database_url: str, log_path: Path, **env: str) -> None:
         self.database_url = database_url
         self.port = free_port()
@@ -163,7 +166,7 @@ class Server:
         """Start the process without waiting for it."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "runstate", "serve", "--port", str(self.port)],
+                [*self.prefix, sys.executable, "-m", "runstate", "serve", "--port", str(self.port)],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

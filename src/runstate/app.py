@@ -28,9 +28,11 @@ from runstate.services.house import House
 from runstate.services.sweep import sweep_forever
 from runstate.settings import Settings
 from runstate.sockets import SharedSockets
+from runstate.transport.admission import ADMISSION, Admission, Trusted
 from runstate.transport.auth import BearerAuth
 from runstate.transport.body_limit import BodyLimit, upload_limit
 from runstate.transport.deadline import CancelOnDisconnect
+from runstate.transport.httpprotocol import HttpProtocol
 from runstate.transport.view import GraphQLView
 from runstate.transport.wsprotocol import WebSocketProtocol, uncork_all
 from runstate.web import routes as web_routes
@@ -51,6 +53,14 @@ def server_options(settings: Settings) -> dict[str, Any]:
         # On SIGTERM, requests still running after this many seconds are cancelled,
         # so the server stops within a few seconds whatever it is doing.
         "timeout_graceful_shutdown": 3,
+        # uvicorn's httptools protocol with the app's admission: a cap per address,
+        # deadlines for headers and bodies (transport.admission).
+        "http": HttpProtocol,
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: anyone on the
+        # machine could pose as any address (4,877 bad-token requests answered where
+        # the anonymous budget allows 48). Only the proxies named are believed.
+        "proxy_headers": bool(settings.trusted_proxies),
+        "forwarded_allow_ips": list(settings.trusted_proxies),
     }
 
 
@@ -92,9 +102,18 @@ def create_app(settings: Settings) -> Starlette:
     tokens = Tokens(settings.auth_check_seconds)
     graphql = GraphQLView(build_schema(settings), settings, house, connections, tokens)
     budgets = Budgets()
+    admission = Admission(
+        per_address=settings.max_connections_per_address,
+        header_seconds=settings.header_seconds,
+        body_seconds=settings.body_seconds,
+        trusted=Trusted(settings.trusted_proxies),
+    )
 
     @asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+    async def lifespan(_: Starlette) -> AsyncIterator[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        handler = loop.get_exception_handler()
+        loop.set_exception_handler(admission.handle_exception)
         installation = await open_database(settings.database_url)
         graphql.epoch = await current_epoch()
         broker: Broker
@@ -131,8 +150,10 @@ def create_app(settings: Settings) -> Starlette:
             ),
         ]
         try:
-            yield
+            yield {ADMISSION: admission}  # uvicorn's protocols find it in the app's state
         finally:
+            loop.set_exception_handler(handler)
+            admission.close()
             for task in background:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -222,8 +222,10 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> None:
     import uvicorn
 
     from runstate.app import create_app, server_options
+    from runstate.transport.admission import raise_open_file_limit
 
     logs.configure(settings.log_format)
+    raise_open_file_limit()
     if workers > 1:
         os.environ.update(settings.environment())
     uvicorn.run(

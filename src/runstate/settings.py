@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -57,6 +58,19 @@ class Settings:
     """WebSocket connections one user may hold open: on all processes together with
     Redis (``sockets``), on each process without it."""
     connection_init_seconds: float = 10.0
+    max_connections_per_address: int = 256
+    """Connections one client address may hold open before a token vouches for them
+    (HTTP, and WebSockets until ``connection_init``); a trusted proxy's are not
+    counted by address (``transport.admission``)."""
+    header_seconds: float = 20.0
+    """How long a request's headers may take to arrive, from its first byte (or the
+    connection's opening)."""
+    body_seconds: float = 20.0
+    """How long a request's body may take to arrive, plus a second per 500 bytes."""
+    trusted_proxies: tuple[str, ...] = ()
+    """Addresses or networks of proxies in front of the server: their
+    ``X-Forwarded-For`` names the client, and their connections are not capped by
+    address. None by default: no header names the client but the connection."""
     keep_alive_seconds: int = 75
     """How long an idle HTTP connection is kept open for its next request. Longer
     than clients keep theirs (httpx 5 s, aiohttp 15 s, a cloud load balancer 60 s):
@@ -121,6 +135,12 @@ class Settings:
             max_subscriptions=_positive_int(env, "RUNSTATE_MAX_SUBSCRIPTIONS", 20),
             max_connections=_positive_int(env, "RUNSTATE_MAX_CONNECTIONS", 50),
             connection_init_seconds=_positive_float(env, "RUNSTATE_CONNECTION_INIT_SECONDS", 10.0),
+            max_connections_per_address=_positive_int(
+                env, "RUNSTATE_MAX_CONNECTIONS_PER_ADDRESS", 256
+            ),
+            header_seconds=_positive_float(env, "RUNSTATE_HEADER_SECONDS", 20.0),
+            body_seconds=_positive_float(env, "RUNSTATE_BODY_SECONDS", 20.0),
+            trusted_proxies=_networks(env, "RUNSTATE_TRUSTED_PROXIES"),
             keep_alive_seconds=_positive_int(env, "RUNSTATE_KEEP_ALIVE_SECONDS", 75),
             allowed_origins=tuple(
                 o.strip() for o in env.get("RUNSTATE_ALLOWED_ORIGINS", "").split(",") if o.strip()
@@ -149,6 +169,8 @@ class Settings:
         unsafe = []
         if "*" in self.allowed_origins:
             unsafe.append("RUNSTATE_ALLOWED_ORIGINS=* lets any web page use a signed-in user")
+        if "*" in self.trusted_proxies:
+            unsafe.append("RUNSTATE_TRUSTED_PROXIES=* lets any client name its own address")
         if not self.rate_limit:
             unsafe.append("RUNSTATE_RATE_LIMIT=false lets one user starve the others")
         if not self.gap_fill:
@@ -249,6 +271,21 @@ def _positive(env: Mapping[str, str], name: str, default: N, parse: type[N], wha
     if value > MAX_INT:
         raise SettingsError(f"{name} must be at most {MAX_INT} (the API's Int), not {raw}")
     return value
+
+
+def _networks(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated list of IP addresses or networks (``10.0.0.0/8``), or ``*``."""
+    entries = tuple(e.strip() for e in env.get(name, "").split(",") if e.strip())
+    for entry in entries:
+        if entry == "*":
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise SettingsError(
+                f"{name} must list IP addresses or networks, not {entry!r}"
+            ) from None
+    return entries
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:

@@ -87,3 +87,16 @@ def test_production_refuses_a_limit_above_its_ceiling(name: str) -> None:
         Settings.from_env({**production, name: past})
     assert Settings.from_env({**production, name: str(int(ceiling))}).env == "production"
     assert Settings.from_env({name: str(MAX_INT)}).env == "development"
+
+
+def test_trusted_proxies_are_addresses_and_never_everyone_in_production() -> None:
+    """Guards ``RUNSTATE_TRUSTED_PROXIES``' parsing: addresses and networks are
+    read, anything else is refused naming it, and production refuses ``*``."""
+    trusted = Settings.from_env({"RUNSTATE_TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.5"})
+    assert trusted.trusted_proxies == ("10.0.0.0/8", "192.168.1.5")
+    assert Settings().trusted_proxies == ()
+    with pytest.raises(SettingsError, match="RUNSTATE_TRUSTED_PROXIES must list"):
+        Settings.from_env({"RUNSTATE_TRUSTED_PROXIES": "proxy.local"})
+    production = {"RUNSTATE_ENV": "production", "RUNSTATE_TRUSTED_PROXIES": "*"}
+    with pytest.raises(SettingsError, match=r"RUNSTATE_TRUSTED_PROXIES=\*"):
+        Settings.from_env(production)

@@ -26,6 +26,7 @@ from runstate.schema.extensions import Schema, parse_document
 from runstate.schema.fanout import NEXT_TAIL, next_head
 from runstate.schema.live import OPERATION, LiveOperation
 from runstate.services.live.relay import Parked, Sent
+from runstate.transport.admission import VOUCH
 from runstate.transport.eager import started
 from runstate.transport.refusals import stopped_after
 from runstate.transport.wsprotocol import WRITE_TEXT
@@ -95,6 +96,9 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             )
             return
         self.connection = connection
+        vouch = cast(ASGIWebSocketAdapter, self.websocket).ws.scope["extensions"].get(VOUCH)
+        if vouch is not None:  # the per-user cap counts it now, not its address's
+            vouch()
         self.context.connection_params = payload
         self.context.principal = principal
         await self.send_message({"type": "connection_ack"})

@@ -23,12 +23,15 @@ import asyncio
 import struct
 import weakref
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from uvicorn._types import ASGIReceiveEvent, ASGISendEvent
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.http11 import Request
 from websockets.protocol import Protocol, State
+
+from runstate.transport.admission import ADMISSION, VOUCH
 
 WRITE_TEXT = "runstate.write_text"
 """The scope extension naming a connection's ``WebSocketProtocol.write_text``."""
@@ -79,6 +82,15 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         scope = getattr(self, "scope", None)
         if scope is not None:
             scope["extensions"][WRITE_TEXT] = self.write_text
+            admission = self.app_state.get(ADMISSION)
+            if admission is not None:
+                scope["extensions"][VOUCH] = partial(admission.vouch, self.transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        admission = self.app_state.get(ADMISSION)
+        if admission is not None:  # admitted by the HTTP protocol it was upgraded from
+            admission.leave(self.transport)
+        super().connection_lost(exc)
 
     def write_text(self, *parts: bytes) -> bool | None:
         """A text frame of ``parts`` (UTF-8, joined) on its way to the socket past
