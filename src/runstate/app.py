@@ -24,6 +24,7 @@ from runstate.metrics import WEBSOCKETS
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
 from runstate.pubsub.redis import RedisBroker, key_prefix
 from runstate.ratelimit import Budgets, MemoryRateLimiter, RateLimiter, RedisRateLimiter
+from runstate.services.clock import keep_time
 from runstate.services.house import House
 from runstate.services.sweep import sweep_forever
 from runstate.settings import Settings
@@ -145,6 +146,8 @@ def create_app(settings: Settings) -> Starlette:
             asyncio.create_task(
                 connections.watch(settings.auth_check_seconds), name="runstate-token-check"
             ),
+            asyncio.create_task(keep_time(), name="runstate-clock"),
+            asyncio.create_task(connections.keep_claims(), name="runstate-socket-claims"),
             asyncio.create_task(
                 forget_revoked(broker, tokens, connections), name="runstate-revocations"
             ),

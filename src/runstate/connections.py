@@ -2,7 +2,7 @@
 token has been revoked.
 
 The per-user cap counts this process's connections, and with Redis every
-process's (``sockets.SharedSockets``, whose claims ``watch`` refreshes).
+process's (``sockets.SharedSockets``, whose claims ``keep_claims`` refreshes).
 
 A token is checked once, in ``connection_init``; after that the connection lives
 on its own. ``Connections.watch`` checks the tokens of every open connection of
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from runstate import memory
 from runstate.services.tokens import live_digests
-from runstate.sockets import SharedSockets
+from runstate.sockets import REFRESH_SECONDS, SharedSockets
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,14 @@ class Connections:
             closed += 1
         return closed
 
+    async def keep_claims(self, every_seconds: float = REFRESH_SECONDS) -> None:
+        """Refresh the shared count's claims of this process's open connections every
+        ``every_seconds`` until cancelled, so that they last as long as their sockets."""
+        while True:
+            await asyncio.sleep(every_seconds)
+            if self.shared is not None:
+                await self.shared.refresh((c.user_id, self._member(c)) for c in self.all())
+
     async def watch(self, every_seconds: float) -> None:
         """``close_revoked`` every ``every_seconds`` until cancelled; after that, give
         memory back when ``TRIM_AFTER`` connections or more have ended since last time
@@ -132,8 +140,6 @@ class Connections:
                 continue
             if closed:
                 log.info("closed %d connections whose token was revoked", closed)
-            if self.shared is not None:
-                await self.shared.refresh((c.user_id, self._member(c)) for c in self.all())
             settled = self.ended == self._ended_at_check
             self._ended_at_check = self.ended
             if self.ended >= TRIM_AFTER and settled:

@@ -19,7 +19,7 @@ from tortoise.backends.base.config_generator import expand_db_url
 from tortoise.migrations.api.migrate import migrate
 
 from runstate.models import Installation
-from runstate.services.clock import utcnow
+from runstate.services import clock
 
 APP = "runstate"
 _MIGRATION_LOCK_KEY = 0x72756E7374617465  # "runstate"
@@ -154,9 +154,10 @@ async def open_database(database_url: str) -> str:
         # The ASGI lifespan runs in its own task, so request tasks cannot see a context
         # set there through contextvars; the global fallback makes it visible to them.
         await Tortoise.init(config=config, _enable_global_fallback=True)
+        await clock.sync()  # from now on, every judgement is by the database's clock
         row = await Installation.first()
         if row is None:
-            row = await Installation.create(id=str(uuid.uuid4()), created_at=utcnow())
+            row = await Installation.create(id=str(uuid.uuid4()), created_at=clock.utcnow())
         if row.epoch is None:  # a database from before epochs: its timeline starts now
             row.epoch = str(uuid.uuid4())
             await row.save(update_fields=["epoch"])
@@ -187,3 +188,4 @@ TORTOISE_ORM = tortoise_config(os.environ.get("RUNSTATE_DATABASE_URL", "sqlite:/
 async def close_database() -> None:
     """Close every connection opened by ``open_database``."""
     await Tortoise.close_connections()
+    clock.forget()

@@ -3,17 +3,18 @@
 ``RUNSTATE_MAX_CONNECTIONS`` was counted per process: two servers let a user hold
 twice as many. With Redis each open connection is a member of its user's sorted
 set, scored by when its claim lapses; a process refreshes its members' claims
-while they stay open, so the claims of a process that died lapse by themselves
-(``LEASE_SECONDS``). Claiming is one Lua script (drop lapsed claims, count, add
-when under the cap), atomic on Redis. While Redis does not answer, each process
-counts its own connections only: the cap then holds per process, not at all
-being worse.
+while they stay open (every ``REFRESH_SECONDS``, whatever the token-check period),
+so the claims of a process that died lapse by themselves (``LEASE_SECONDS``).
+Claims are scored by Redis's own clock (``TIME``), never a process's: a process
+whose clock ran fast would drop other processes' live claims. Claiming is one
+Lua script (drop lapsed claims, count, add when under the cap), atomic on Redis.
+While Redis does not answer, each process counts its own connections only: the
+cap then holds per process, not at all being worse.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable
@@ -24,31 +25,58 @@ from redis.exceptions import RedisError
 log = logging.getLogger(__name__)
 
 LEASE_SECONDS = 30.0
-"""How long a claim lasts unless its process refreshes it (it does every
-``RUNSTATE_AUTH_CHECK_SECONDS``, with its check of the tokens)."""
+"""How long a claim lasts unless its process refreshes it."""
 
-_CLAIM = """
-local now = tonumber(ARGV[1])
+REFRESH_SECONDS = LEASE_SECONDS / 3
+"""How often a process refreshes its claims: a claim survives two missed rounds.
+(They were refreshed with the token check, so with ``RUNSTATE_AUTH_CHECK_SECONDS``
+at 60 every claim lapsed while its socket was open: one user held 100 sockets
+against a cap of 50.)"""
+
+_NOW = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+"""
+
+_CLAIM = (
+    _NOW
+    + """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
   return 0
 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[4])
-redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3]) * 1000))
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) * 1000))
 return 1
 """
+)
+
+_REFRESH = (
+    _NOW
+    + """
+for i = 2, #ARGV do
+  redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[1]) * 1000))
+return 1
+"""
+)
 
 
 class SharedSockets:
     """Claims of open WebSockets, per user, shared by every process of one
     installation through Redis."""
 
-    def __init__(self, url: str, prefix: str, per_user: int) -> None:
+    def __init__(
+        self, url: str, prefix: str, per_user: int, lease_seconds: float = LEASE_SECONDS
+    ) -> None:
         self.prefix = prefix
         self.per_user = per_user
+        self.lease_seconds = lease_seconds
         self.process = uuid.uuid4().hex
         self._client: Redis = Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=1.0)
         self._claim = self._client.register_script(_CLAIM)
+        self._refresh = self._client.register_script(_REFRESH)
         self._failing = False
 
     def _key(self, user_id: str) -> str:
@@ -64,7 +92,7 @@ class SharedSockets:
         try:
             granted = await self._claim(
                 keys=[self._key(user_id)],
-                args=[time.time(), self.per_user, LEASE_SECONDS, member],
+                args=[self.per_user, self.lease_seconds, member],
             )
         except (RedisError, OSError) as error:
             self._unreachable(error)
@@ -81,15 +109,17 @@ class SharedSockets:
 
     async def refresh(self, members: Iterable[tuple[str, str]]) -> None:
         """Extend the claims of this process's open connections (user, member)."""
-        by_user: defaultdict[str, dict[str, float]] = defaultdict(dict)
-        until = time.time() + LEASE_SECONDS
+        by_user: defaultdict[str, list[str]] = defaultdict(list)
         for user_id, member in members:
-            by_user[user_id][member] = until
+            by_user[user_id].append(member)
+        if not by_user:
+            return
         try:
             async with self._client.pipeline(transaction=False) as pipe:
-                for user_id, scores in by_user.items():
-                    pipe.zadd(self._key(user_id), scores, xx=True)
-                    pipe.expire(self._key(user_id), int(LEASE_SECONDS) + 1)
+                for user_id, held in by_user.items():
+                    await self._refresh(
+                        keys=[self._key(user_id)], args=[self.lease_seconds, *held], client=pipe
+                    )
                 await pipe.execute()
         except (RedisError, OSError) as error:
             self._unreachable(error)

@@ -5,7 +5,10 @@ process counts its own."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import time
+import uuid
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -14,6 +17,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from runstate.connections import Connection, Connections
+from runstate.sockets import SharedSockets
 from tests.integration.test_limits import socket, ws_url
 from tests.support import GRAPHQL_WS, Server, create_token, require_service
 
@@ -90,3 +95,38 @@ async def test_without_redis_each_process_counts_its_own(
         for server in (one, one, one, two, two, two):
             await open_sockets.enter_async_context(socket(server, token))
         assert (await refused(two, token))[0] == 4029
+
+
+async def test_claims_last_as_long_as_their_sockets_whatever_the_token_check() -> None:
+    """Guards ``Connections.keep_claims`` (issue 38, item 7): a process's claims are
+    refreshed on their own period, so a user at the cap of two stays there after
+    the claims' lease has passed twice over (with ``RUNSTATE_AUTH_CHECK_SECONDS``
+    at 60 they were refreshed with the token check, and lapsed: one user held 100
+    sockets against a cap of 50). Control: once the refreshing stops, the claims
+    lapse and another process's claim is granted."""
+    require_service("Redis", "127.0.0.1", 6379)
+    prefix = f"test-claims-{uuid.uuid4().hex}:"
+    redis_url = "redis://127.0.0.1:6379/0"
+    here = Connections(2)
+    here.shared = SharedSockets(redis_url, prefix, 2, lease_seconds=1.0)
+    elsewhere = SharedSockets(redis_url, prefix, 2, lease_seconds=1.0)
+
+    async def close(code: int, reason: str) -> None:
+        return None
+
+    try:
+        for _ in range(2):
+            await here.add(Connection("holder", "digest", close))
+        keeping = asyncio.create_task(here.keep_claims(0.2))
+        await asyncio.sleep(2.5)  # the time that passes is what is tested: 2.5 leases
+        assert not await elsewhere.claim("holder", elsewhere.member(1))
+        keeping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeping
+        deadline = time.monotonic() + 10
+        while not await elsewhere.claim("holder", elsewhere.member(2)):
+            assert time.monotonic() < deadline, "the claims never lapsed without refreshing"
+            await asyncio.sleep(0.1)
+    finally:
+        await here.shared.close()
+        await elsewhere.close()

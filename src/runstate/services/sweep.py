@@ -23,7 +23,7 @@ from tortoise.queryset import ValuesListQuery
 from runstate.enums import SessionStatus
 from runstate.metrics import SWEPT
 from runstate.models import Session, Task
-from runstate.services.clock import utcnow
+from runstate.services.clock import sync, utcnow
 from runstate.services.idempotency import sweep_keys
 from runstate.services.sessions import remove_sessions
 from runstate.services.write.retry import retried
@@ -49,7 +49,9 @@ class SweepResult:
 async def sweep(retention_seconds: int, batch: int = BATCH) -> SweepResult:
     """Mark expired sessions EXPIRED; delete those expired longer than the retention,
     with everything below them (by cascade), unless a task of theirs holds a live
-    lease; delete idempotency keys past their retention."""
+    lease; delete idempotency keys past their retention. Judged by the database's
+    clock, read for the purpose (``clock``)."""
+    await sync()
     now = utcnow()
     expired = 0
     while True:
