@@ -373,3 +373,56 @@ def test_every_json_payload_is_bounded(
         alice, session["task"]["sessionId"], steps=[{"action": "a", "input": sized(LIMIT + 1)}]
     )
     assert (plan["__typename"], plan["field"]) == ("InvalidInput", "steps[0].input")
+
+
+@pytest.mark.parametrize("number", [str(2**64), str(-(2**63) - 1), "1e309", "-1e400"])
+def test_numbers_json_cannot_keep_answer_invalid_input_naming_the_field(
+    alice: Api, number: str
+) -> None:
+    """Guards ``validation.json_payload``'s numbers (issue 38, item 6): an integer
+    past 64 bits (it answered "Unexpected error." with a traceback) and a number
+    too large for a float (``1e309`` was stored as null in silence) answer
+    InvalidInput naming the field, in metadata, a step's output and a step's input,
+    and write nothing. Control: 2^63 - 1 and 1e308 are stored as sent."""
+    session = start_session(alice)
+    task = create_task(alice, session["id"], steps=1)
+
+    def send(query: str, variables: str) -> dict[str, Any]:
+        body = '{"query": ' + json.dumps(query) + ', "variables": ' + variables + "}"
+        response = alice.http.post(
+            "/graphql", content=body.encode(), headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 200, response.text
+        data: dict[str, Any] = response.json()["data"]
+        return data
+
+    meta = send(
+        UPDATE.replace("__typename", PROBLEM), f'{{"id": "{session["id"]}", "m": [{number}]}}'
+    )
+    assert (meta["updateSession"]["__typename"], meta["updateSession"]["field"]) == (
+        "InvalidInput",
+        "metadata",
+    )
+    complete = (
+        "mutation($o: JSON) { completeStep(input: {taskId: "
+        + json.dumps(task["id"])
+        + ", stepIndex: 0, expectedVersion: 1, output: $o}) { "
+        + PROBLEM
+        + " } }"
+    )
+    output = send(complete, f'{{"o": {{"n": {number}}}}}')["completeStep"]
+    assert (output["__typename"], output["field"]) == ("InvalidInput", "output")
+    create = (
+        "mutation($i: JSON) { createTask(input: {sessionId: "
+        + json.dumps(session["id"])
+        + ', goal: "g", steps: [{action: "a", input: $i}]}) { '
+        + PROBLEM
+        + " } }"
+    )
+    planned = send(create, f'{{"i": {number}}}')["createTask"]
+    assert (planned["__typename"], planned["field"]) == ("InvalidInput", "steps[0].input")
+    assert stored(alice, task["id"]) == task
+    read = alice("query($id: ID!) { session(id: $id) { " + SESSION + " } }", id=session["id"])
+    assert read["session"]["version"] == 1
+    kept = send(UPDATE, f'{{"id": "{session["id"]}", "m": [{2**63 - 1}, 1e308]}}')
+    assert kept["updateSession"]["metadata"] == [2**63 - 1, 1e308]

@@ -226,3 +226,51 @@ def test_writes_whose_clients_left_finish_and_the_next_write_goes_through(tmp_pa
                 )
     finally:
         server.stop()
+
+
+def test_a_write_past_the_time_limit_is_answered_with_what_it_did(tmp_path: Path) -> None:
+    """Guards the writes' exemption from the time limit (issue 38, item 6): with a
+    limit of 0.05 s, eight forks of a 5,000-step task, each longer than that,
+    answer the task they made (200), and the database holds exactly those eight.
+    Stopped at the limit they answered 503 "stopped", and had committed: a client
+    that believed the 503 forked again. A read past the limit is still stopped
+    (``test_an_operation_past_the_time_limit_is_stopped_and_answered_503``), and
+    so is one here: the control."""
+    server = Server(
+        f"sqlite://{tmp_path / 'forks.db'}",
+        tmp_path / "server.log",
+        RUNSTATE_OPERATION_SECONDS="0.05",
+        RUNSTATE_MAX_STEPS="20000",
+        **UNLIMITED,
+    ).start()
+    try:
+        with Api(server.url, create_token(server.database_url, "forker")) as api:
+            task = new_task(api, steps=5000)
+            assert task["__typename"] == "Task"
+            fork = (
+                "mutation($id: ID!) { forkTask(input: {taskId: $id, atSeq: 1}) {"
+                " __typename ... on Task { id totalSteps } } }"
+            )
+            forks = [api(fork, id=task["id"])["forkTask"] for _ in range(8)]
+            assert [(f["__typename"], f["totalSteps"]) for f in forks] == [("Task", 5000)] * 8
+            listed = api("{ tasks(first: 100) { edges { node { id } } } }")
+            ids = {e["node"]["id"] for e in listed["tasks"]["edges"]}
+            assert ids == {task["id"], *(f["id"] for f in forks)}
+            over_socket = asyncio.run(fork_over_websocket(api, server, fork, task["id"]))
+            assert over_socket["payload"]["data"]["forkTask"]["totalSteps"] == 5000
+            slow = api.http.post("/graphql", json=costly(task["id"], times=200), timeout=60)
+            assert slow.status_code == 503
+    finally:
+        server.stop()
+
+
+async def fork_over_websocket(api: Api, server: Server, fork: str, task_id: str) -> Any:
+    """The first message answering ``fork`` of ``task_id`` sent over a WebSocket."""
+    url = server.url.replace("http://", "ws://") + "/graphql"
+    async with connect(url, subprotocols=GRAPHQL_WS) as ws:
+        init = {"authorization": f"Bearer {api.token}"}
+        await ws.send(json.dumps({"type": "connection_init", "payload": init}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        payload = {"query": fork, "variables": {"id": task_id}}
+        await ws.send(json.dumps({"id": "fork", "type": "subscribe", "payload": payload}))
+        return json.loads(await ws.recv())

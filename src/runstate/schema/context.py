@@ -14,7 +14,7 @@ from strawberry.dataloader import DataLoader
 
 from runstate.auth import Principal
 from runstate.enums import TaskStatus
-from runstate.ratelimit import RateLimiter, Spending
+from runstate.ratelimit import REFUSAL_COST, RateLimiter, Spending
 from runstate.schema.fanout import SharedEvents
 from runstate.services import history
 from runstate.services.errors import RateLimitedError
@@ -137,12 +137,14 @@ class Context:
     loaders: Loaders = field(default_factory=Loaders)
 
     async def charge(self, points: float) -> None:
-        """Pay ``points`` from the caller's budget; RateLimitedError when it cannot."""
+        """Pay ``points`` from the caller's budget; RateLimitedError when it cannot
+        (the refusal costs ``REFUSAL_COST``, ``RateLimiter.charge``)."""
         if self.limiter is not None:
             try:
                 await self.limiter.charge(self.user_id, points)
             except RateLimitedError:
                 self.spent.refused = True
+                self.spent.points += REFUSAL_COST
                 raise
             self.spent.points += points
 

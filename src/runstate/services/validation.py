@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import uuid
 from collections.abc import Sequence
@@ -85,6 +86,15 @@ class ContentLimits:
                 stack.extend((v, level + 1) for v in item.values())
             elif isinstance(item, list):
                 stack.extend((v, level + 1) for v in item)
+            elif isinstance(item, float) and not math.isfinite(item):
+                # json.loads reads 1e309 as infinity, which would be stored as null.
+                raise InvalidInputError(field, "holds a number too large to store as JSON")
+            elif (
+                isinstance(item, int)
+                and not isinstance(item, bool)
+                and not (INT64_MIN <= item <= INT64_MAX)
+            ):
+                raise InvalidInputError(field, "holds an integer past 64 bits")
         size = json_size(value)
         if size > self.json_bytes:
             raise InvalidInputError(
@@ -92,6 +102,10 @@ class ContentLimits:
             )
         return value
 
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""The integers a JSON payload may hold: what both databases' JSON encoders keep
+(one past them answered "Unexpected error." with a traceback in the log)."""
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]*")
 

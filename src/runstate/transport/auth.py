@@ -12,7 +12,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runstate import logs
 from runstate.auth import Tokens
-from runstate.ratelimit import PEEK, SPEND, SPENT, TAKE, Budgets, RateLimiter, Spending
+from runstate.ratelimit import (
+    PEEK,
+    SPEND,
+    SPENT,
+    TAKE,
+    WRITE_COST,
+    Budgets,
+    RateLimiter,
+    Spending,
+)
 from runstate.services.errors import RateLimitedError
 from runstate.transport.http_only import HttpOnly
 from runstate.transport.refusals import refusal
@@ -40,9 +49,10 @@ class BearerAuth(HttpOnly):
     ``connection_init`` (``GraphQLView.on_ws_connect``).
 
     No request is free (``Budgets``): one whose user's budget is empty is answered
-    429 before its body is read (the wait, as the GraphQL error RATE_LIMITED), and
-    one whose operations took no points pays one after; one without a live token
-    takes a point from its client address's budget, 429 past it instead of 401.
+    429 before its body is read (the wait until a write could pay, as the GraphQL
+    error RATE_LIMITED), and one whose operations took no points pays one after;
+    one without a live token takes a point from its client address's budget, 429
+    past it instead of 401.
     """
 
     def __init__(self, app: ASGIApp, *, graphiql: bool, tokens: Tokens, budgets: Budgets) -> None:
@@ -75,8 +85,10 @@ class BearerAuth(HttpOnly):
             return
         logs.name_user(principal.user_id)
         users = self.budgets.users
-        wait = await _take(users, principal.user_id, PEEK)
-        if wait > 0:
+        if users is not None and await users.take(principal.user_id, 1, PEEK) > 0:
+            # The wait told is until a write could pay (it costs WRITE_COST): told the
+            # wait for one point, a write retried after it was refused again.
+            wait = await users.take(principal.user_id, WRITE_COST, PEEK)
             await _too_many(wait)(scope, receive, send)
             return
         spent = Spending()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -14,6 +15,17 @@ from runstate.transport.refusals import refusal, stopped_after
 
 class _PastDeadlineError(Exception):
     """An answer ready only after the operation's time limit."""
+
+
+WRITING = "runstate.writing"
+"""The scope's ``Writing`` of a request: the GraphQL view marks a mutation."""
+
+
+@dataclass
+class Writing:
+    """Whether a request runs a write, which its time limit does not stop."""
+
+    write: bool = False
 
 
 class CancelOnDisconnect(HttpOnly):
@@ -26,6 +38,13 @@ class CancelOnDisconnect(HttpOnly):
     one whose answer is ready only after it: encoding a large answer runs without
     a pause where the timeout could cancel it, and such answers once went out 200
     after 32 s of a 30 s limit.
+
+    A write (a mutation, marked ``Writing`` by the view) is the exception: it
+    finishes or rolls back, and its client is told which, late if need be. Stopped
+    at the limit, a write that had committed (on SQLite it runs in the group
+    commit's task, which stopping the request does not stop) was answered 503
+    "stopped": 8 forks of 8, and a client that believed it forked again. How long
+    a write may take is bounded by the content limits instead (``settings``).
     """
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
@@ -36,6 +55,8 @@ class CancelOnDisconnect(HttpOnly):
         body_read = asyncio.Event()
         started = False
         deadline = asyncio.get_running_loop().time() + self.seconds
+        writing = Writing()
+        scope = {**scope, WRITING: writing}
 
         async def reading() -> Message:
             message = await receive()
@@ -45,7 +66,8 @@ class CancelOnDisconnect(HttpOnly):
 
         async def sending(message: Message) -> None:
             nonlocal started
-            if not started and asyncio.get_running_loop().time() >= deadline:
+            late = asyncio.get_running_loop().time() >= deadline
+            if not started and late and not writing.write:
                 raise _PastDeadlineError
             started = True
             await send(message)
@@ -63,8 +85,13 @@ class CancelOnDisconnect(HttpOnly):
 
         watcher = asyncio.create_task(until_gone())
         try:
-            async with asyncio.timeout_at(deadline):
-                await asyncio.shield(work)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await asyncio.shield(work)
+            except TimeoutError:
+                if not writing.write:
+                    raise
+                await asyncio.shield(work)  # a write finishes (or fails) and is answered
         except (TimeoutError, _PastDeadlineError):
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError, _PastDeadlineError):

@@ -1,5 +1,6 @@
 """What a request's operation is, read before it runs: a request past the usual
-body limit runs only if it uploads checkpoints (``body_limit``)."""
+body limit runs only if it uploads checkpoints (``body_limit``); a write is never
+stopped half-way by the request's time limit (``deadline``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,21 @@ from runstate.schema.extensions import parse_document
 
 UPLOADS = frozenset({"putGraphCheckpoint", "putGraphWrites"})
 """The mutations a request past the usual body limit may carry."""
+
+
+def operation_type(
+    query: str | None, operation_name: str | None, max_tokens: int
+) -> OperationType | None:
+    """The kind of operation the request runs (None if the document does not parse
+    or has no such operation: Strawberry answers those)."""
+    if query is None:
+        return None
+    try:
+        document = parse_document(query, max_tokens)
+    except GraphQLError:
+        return None
+    found = get_operation_ast(document, operation_name)
+    return None if found is None else found.operation
 
 
 def uploads_only(query: str | None, operation_name: str | None, max_tokens: int) -> bool:

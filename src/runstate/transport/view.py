@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from cross_web import HTTPException
+from graphql import OperationType
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -31,10 +32,11 @@ from runstate.services.house import House
 from runstate.services.validation import encoded
 from runstate.settings import Settings
 from runstate.transport.body_limit import LARGE
-from runstate.transport.operations import uploads_only
+from runstate.transport.deadline import WRITING, Writing
+from runstate.transport.operations import operation_type, uploads_only
 from runstate.transport.refusals import refusal
 from runstate.transport.strict_json import strict_json
-from runstate.transport.websocket import TransportWS, subscribes
+from runstate.transport.websocket import TransportWS
 from runstate.web.routes import GRAPHIQL
 
 SUBSCRIPTIONS_OVER_HTTP = (
@@ -165,8 +167,14 @@ class GraphQLView(GraphQL[Context, None]):
         """An operation over HTTP; a subscription is refused with 400 naming the
         WebSocket, where subscriptions run (over HTTP Strawberry would answer an
         unexplained "Unexpected error")."""
-        if subscribes(request_data.query, request_data.operation_name, self.settings.max_tokens):
+        kind = operation_type(
+            request_data.query, request_data.operation_name, self.settings.max_tokens
+        )
+        if kind is OperationType.SUBSCRIPTION:
             raise HTTPException(400, SUBSCRIPTIONS_OVER_HTTP)
+        writing = request.scope.get(WRITING)
+        if kind is OperationType.MUTATION and isinstance(writing, Writing):
+            writing.write = True  # finished or rolled back, never stopped half-way
         if request.scope.get(LARGE) and not uploads_only(
             request_data.query, request_data.operation_name, self.settings.max_tokens
         ):

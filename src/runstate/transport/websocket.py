@@ -11,7 +11,7 @@ from collections.abc import Awaitable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from graphql import GraphQLError, OperationType, get_operation_ast
+from graphql import GraphQLError, OperationType
 from strawberry.asgi import ASGIWebSocketAdapter
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
@@ -22,12 +22,13 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import Connec
 from runstate import logs
 from runstate.connections import Connection, TooManyConnectionsError
 from runstate.schema.context import Context
-from runstate.schema.extensions import Schema, parse_document
+from runstate.schema.extensions import Schema
 from runstate.schema.fanout import NEXT_TAIL, next_head
 from runstate.schema.live import OPERATION, LiveOperation
 from runstate.services.live.relay import Parked, Sent
 from runstate.transport.admission import VOUCH
 from runstate.transport.eager import started
+from runstate.transport.operations import operation_type
 from runstate.transport.refusals import stopped_after
 from runstate.transport.wsprotocol import WRITE_TEXT
 
@@ -124,6 +125,10 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             self.live[operation.id] = live, contextvars.copy_context()
             await self._subscribed(operation)
             return
+        if self._kind(operation) is OperationType.MUTATION:
+            # A write finishes or rolls back, and says which (``deadline.CancelOnDisconnect``).
+            await super().run_operation(operation)
+            return
         try:
             async with asyncio.timeout(seconds):
                 await super().run_operation(operation)
@@ -194,10 +199,15 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         return started(socket.send_text((head + data + _TAIL).decode()))
 
     def _is_subscription(self, operation: Operation[Context, None]) -> bool:
-        """Whether the operation is a subscription (see ``subscribes``). Parsed
-        within the token limit and through the schema's parser cache, so Strawberry
-        does not parse it again."""
-        return subscribes(operation.query, operation.operation_name, self.view.settings.max_tokens)
+        """Whether the operation is a subscription."""
+        return self._kind(operation) is OperationType.SUBSCRIPTION
+
+    def _kind(self, operation: Operation[Context, None]) -> OperationType | None:
+        """The operation's kind, parsed within the token limit and through the
+        schema's parser cache, so Strawberry does not parse it again."""
+        return operation_type(
+            operation.query, operation.operation_name, self.view.settings.max_tokens
+        )
 
     async def shutdown(self) -> None:
         """End the connection's operations, then stop counting it."""
@@ -206,16 +216,3 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         finally:
             if self.connection is not None:
                 await self.view.connections.remove(self.connection)
-
-
-def subscribes(query: str | None, operation_name: str | None, max_tokens: int) -> bool:
-    """Whether the operation is a subscription (False if the document does not parse
-    or has no such operation: Strawberry answers those)."""
-    if query is None:
-        return False
-    try:
-        document = parse_document(query, max_tokens)
-    except GraphQLError:
-        return False
-    found = get_operation_ast(document, operation_name)
-    return found is not None and found.operation is OperationType.SUBSCRIPTION
