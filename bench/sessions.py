@@ -59,9 +59,13 @@ async def watcher(url: str, token: str, session_id: str, ready: asyncio.Event) -
         return seqs
 
 
+METRICS_TOKEN = "bench-sessions-metrics"
+
+
 def gap_filled(url: str) -> float:
     """The server's ``runstate_gap_filled_events`` so far."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+    headers = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+    text = httpx.get(f"{url}/metrics", headers=headers, timeout=10).text
     found = re.search(r"^runstate_gap_filled_events_total (\S+)$", text, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
 
@@ -104,7 +108,7 @@ async def measure(url: str, token: str, pid: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    with serving(1) as (urls, token, pids):
+    with serving(1, RUNSTATE_METRICS_TOKEN=METRICS_TOKEN) as (urls, token, pids):
         found = asyncio.run(measure(urls[0], token, pids[0]))
     print(
         f"sessions: {WATCHERS:,} sessionActivity watchers of one session, {EVENTS} events,"

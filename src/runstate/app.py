@@ -195,7 +195,7 @@ def create_app(settings: Settings) -> Starlette:
             Route("/", web_routes.index(settings.graphiql)),
             Route("/healthz", web_routes.health),
             Route("/readyz", web_routes.ready(house)),
-            Route("/metrics", web_routes.metrics),
+            Route("/metrics", web_routes.metrics(settings.metrics_token)),
             Mount("/static", StaticFiles(packages=[("runstate.web", "static")]), name="static"),
             Route("/graphql", graphql),
             WebSocketRoute("/graphql", graphql),

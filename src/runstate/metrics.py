@@ -1,5 +1,6 @@
-"""What this process is doing, for Prometheus: served at ``/metrics`` (with a token,
-like every other route) in the text format of ``prometheus-client``.
+"""What this process is doing, for Prometheus: served at ``/metrics`` (with
+``RUNSTATE_METRICS_TOKEN``, never a user's token) in the text format of
+``prometheus-client``.
 
 Each server process counts its own; Prometheus adds them up across processes.
 Labels are bounded: the ``field`` of an operation is a top-level field of the

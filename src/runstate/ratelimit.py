@@ -34,8 +34,23 @@ WRITE_COST = 2
 SUBSCRIBE_COST = 5
 ANSWER_BYTES_PER_POINT = 131_072
 ANSWER_OBJECTS_PER_POINT = 1_000
+REPLAYED_EVENTS_PER_POINT = 1
+"""Stored events a subscription's replay (``afterSeq``) reads and sends for a
+point: each costs about what a small read does (bench.hostile)."""
 REFUSAL_COST = 1
-"""What an operation the budget refused costs all the same."""
+"""What an operation the budget refused costs all the same (``refusal_cost``)."""
+
+
+def refusal_cost(points: float) -> float:
+    """What a refusal of an operation costing ``points`` costs: ``REFUSAL_COST``
+    when it asked for more than a write, whose pay was worked out by reading the
+    database (its estimate) or which holds on (a subscription): 4,040 reads
+    refused for their estimates were answered in 10 s on a budget of 10 points a
+    second, each parsed, validated and estimated. Nothing for a read or a write,
+    which the check before the body lets in only while a point is left, and whose
+    document is parsed and validated once per server: twenty writers racing for
+    the last points spent them on refusals, and some waited out a minute."""
+    return REFUSAL_COST if points > WRITE_COST else 0.0
 
 
 SPENT = "runstate.spent"
@@ -49,7 +64,8 @@ only say whether it does; take them even into debt (a request already served).""
 @dataclass
 class Spending:
     """What one request's operations took (``Context.charge``): its points, and
-    whether the budget refused one of them (the refusal paid its own point)."""
+    whether the budget refused one of them (a refusal pays what it costs, if
+    anything, ``refusal_cost``: nothing more after)."""
 
     points: float = 0.0
     refused: bool = False
@@ -64,14 +80,16 @@ class RateLimiter(ABC):
 
     async def charge(self, user_id: str, points: float) -> None:
         """Take ``points`` from the user's bucket. If it has too few, take
-        ``REFUSAL_COST`` instead, into debt if need be, and raise RateLimitedError
-        with the wait until it holds ``points`` again: a refused operation was
-        parsed, validated and estimated (free, 4,040 were answered in 10 s on a
-        budget of 10 points a second), and a retry after the wait told pays."""
+        ``refusal_cost(points)`` instead, into debt if need be, and raise
+        RateLimitedError with the wait until it holds ``points`` again, so that a
+        retry after the wait told pays."""
         wait = await self.take(user_id, points)
         if wait > 0:
-            await self.take(user_id, REFUSAL_COST, SPEND)
-            raise RateLimitedError(await self.take(user_id, points, PEEK))
+            cost = refusal_cost(points)
+            if cost:
+                await self.take(user_id, cost, SPEND)
+                wait = await self.take(user_id, points, PEEK)
+            raise RateLimitedError(wait)
 
     @abstractmethod
     async def take(self, user_id: str, points: float, mode: str = TAKE) -> float:

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
 from runstate.logs import FORMATS
-from runstate.services.validation import ContentLimits
+from runstate.services.validation import ContentLimits, stored_checkpoint
 
 DEFAULT_DATABASE_URL = "sqlite://runstate.db"
 ENVIRONMENTS = ("development", "production")
@@ -96,6 +96,9 @@ class Settings:
     """The most such requests one address may send at once."""
     content: ContentLimits = field(default_factory=ContentLimits)
     """How large what clients store may be (goals, actions, steps, JSON payloads)."""
+    metrics_token: str | None = None
+    """The bearer token ``/metrics`` answers (no user's token does); unset, /metrics
+    is off."""
     log_format: str = "text"
     """``text`` for people, ``json`` (one object per line) for log collectors."""
 
@@ -152,6 +155,7 @@ class Settings:
             rate_burst=_positive_float(env, "RUNSTATE_RATE_BURST", 2000.0),
             anon_rate_per_second=_positive_float(env, "RUNSTATE_ANON_RATE_PER_SECOND", 20.0),
             anon_rate_burst=_positive_float(env, "RUNSTATE_ANON_RATE_BURST", 100.0),
+            metrics_token=env.get("RUNSTATE_METRICS_TOKEN") or None,
             log_format=_choice(env, "RUNSTATE_LOG_FORMAT", FORMATS, FORMATS[not developing]),
             content=ContentLimits(
                 **{
@@ -171,10 +175,19 @@ class Settings:
             unsafe.append("RUNSTATE_ALLOWED_ORIGINS=* lets any web page use a signed-in user")
         if "*" in self.trusted_proxies:
             unsafe.append("RUNSTATE_TRUSTED_PROXIES=* lets any client name its own address")
+        if self.metrics_token is not None and len(self.metrics_token) < 16:
+            unsafe.append("RUNSTATE_METRICS_TOKEN shorter than 16 characters can be guessed")
         if not self.rate_limit:
             unsafe.append("RUNSTATE_RATE_LIMIT=false lets one user starve the others")
         if not self.gap_fill:
             unsafe.append("RUNSTATE_GAP_FILL=false lets watchers miss events")
+        largest = stored_checkpoint(self.content.checkpoint_bytes)
+        if largest > self.content.task_bytes:
+            unsafe.append(
+                f"RUNSTATE_MAX_CHECKPOINT_BYTES={self.content.checkpoint_bytes} is {largest} bytes"
+                f" stored (base64), more than RUNSTATE_MAX_TASK_BYTES={self.content.task_bytes}:"
+                " such a checkpoint could never be stored"
+            )
         for name, ceiling in CEILINGS.items():
             value = self._limit(name)
             if value > ceiling:
@@ -207,6 +220,7 @@ class Settings:
 
 
 MIB = 1_048_576
+DAY = 86_400
 CEILINGS: dict[str, float] = {
     "RUNSTATE_MAX_BODY_BYTES": 16 * MIB,
     "RUNSTATE_MAX_WS_MESSAGE_BYTES": 16 * MIB,
@@ -226,12 +240,27 @@ CEILINGS: dict[str, float] = {
     "RUNSTATE_ANON_RATE_BURST": 100_000,
     "RUNSTATE_MAX_GOAL_CHARS": 1_000_000,
     "RUNSTATE_MAX_ACTION_CHARS": 10_000,
-    "RUNSTATE_MAX_STEPS": 100_000,
+    # A fork copies every step in one write: 100,000 took 7 s for about 2 points.
+    "RUNSTATE_MAX_STEPS": 10_000,
     "RUNSTATE_MAX_ERROR_CHARS": 1_000_000,
     "RUNSTATE_MAX_JSON_BYTES": 16 * MIB,
     "RUNSTATE_MAX_JSON_DEPTH": 100,
     "RUNSTATE_MAX_TASK_BYTES": 1024 * MIB,
     "RUNSTATE_MAX_CHECKPOINT_BYTES": 256 * MIB,
+    # Times past which a guard is as good as off: a session that never expires, a
+    # revoked token streaming for years, a gap left unfilled, a connection held
+    # open on a trickle of bytes.
+    "RUNSTATE_SESSION_TTL": 366 * DAY,
+    "RUNSTATE_RETENTION": 366 * DAY,
+    "RUNSTATE_IDEMPOTENCY_TTL": 30 * DAY,
+    "RUNSTATE_SWEEP_SECONDS": 3600,
+    "RUNSTATE_CATCH_UP_SECONDS": 60,
+    "RUNSTATE_AUTH_CHECK_SECONDS": 300,
+    "RUNSTATE_CONNECTION_INIT_SECONDS": 60,
+    "RUNSTATE_KEEP_ALIVE_SECONDS": 600,
+    "RUNSTATE_HEADER_SECONDS": 120,
+    "RUNSTATE_BODY_SECONDS": 300,
+    "RUNSTATE_MAX_CONNECTIONS_PER_ADDRESS": 10_000,
 }
 """The most each limit may be in production: past these one user, one request or
 one task can take a server's memory or time (development takes anything up to

@@ -1,5 +1,5 @@
-"""``/metrics``: Prometheus's text format, behind the bearer token, counting what the
-server did (one server on SQLite of its own, so every count starts at zero)."""
+"""``/metrics``: Prometheus's text format, behind a token of its own, counting what
+the server did (one server on SQLite of its own, so every count starts at zero)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,24 @@ from tests.support import Api, Server, Subscriber, create_token, sqlite_server, 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with sqlite_server(tmp_path_factory, "metrics", RUNSTATE_SWEEP_SECONDS="0.2") as srv:
+    with sqlite_server(
+        tmp_path_factory,
+        "metrics",
+        RUNSTATE_SWEEP_SECONDS="0.2",
+        RUNSTATE_METRICS_TOKEN=METRICS_TOKEN,
+    ) as srv:
         yield srv
 
 
-def samples(server: Server, token: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+METRICS_TOKEN = "metrics-token-of-the-tests"
+"""The RUNSTATE_METRICS_TOKEN of the servers whose /metrics tests read."""
+
+
+def samples(server: Server) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Every sample of /metrics, by name and labels."""
-    answer = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {token}"})
+    answer = httpx.get(
+        f"{server.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+    )
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain")
     return {
@@ -32,8 +43,10 @@ def samples(server: Server, token: str) -> dict[tuple[str, frozenset[tuple[str, 
     }
 
 
-def without_token(server: Server) -> int:
-    return httpx.get(f"{server.url}/metrics").status_code
+def status_with(server: Server, token: str | None) -> int:
+    """The status /metrics answers with ``token`` as the bearer token (or none)."""
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    return httpx.get(f"{server.url}/metrics", headers=headers).status_code
 
 
 def value(
@@ -47,14 +60,16 @@ async def test_metrics_count_operations_subscriptions_and_the_sweep(server: Serv
     (an unknown field counts as "-"), mutation timings, open WebSockets and live
     subscriptions (back to 0 when they close), deliveries through the broker, the
     relay's subscriptions let go by reason, and the sweep's rounds; and that
-    /metrics needs a token."""
-    assert without_token(server) == 401
+    /metrics needs its own token: none, and a user's (issue 38, item 8: any user's
+    token answered the whole server's figures), answer 401."""
+    assert status_with(server, None) == 401
     with Api(server.url, create_token(server.database_url, "meg")) as api:
+        assert status_with(server, api.token) == 401
         start_session(api)
         with pytest.raises(AssertionError):
             api("{ nope }")
         task = new_task(api)
-        found = samples(server, api.token)
+        found = samples(server)
         ok = {"type": "mutation", "outcome": "ok"}
         assert value(found, "runstate_operations_total", field="startSession", **ok) == 2
         assert value(found, "runstate_operations_total", field="createTask", **ok) == 1
@@ -65,23 +80,35 @@ async def test_metrics_count_operations_subscriptions_and_the_sweep(server: Serv
 
         async with Subscriber(server.url, api.token, PROGRESS, {"id": task["id"]}) as watch:
             assert (await watch.next())["taskProgress"]["kind"] == "SNAPSHOT"
-            found = samples(server, api.token)
+            found = samples(server)
             assert value(found, "runstate_websockets") == 1
             assert value(found, "runstate_subscriptions") == 1
             step(
                 api, "startStep", "StepRefInput", taskId=task["id"], stepIndex=0, expectedVersion=1
             )
             assert (await watch.next())["taskProgress"]["kind"] == "STEP_STARTED"
-            assert value(samples(server, api.token), "runstate_delivery_seconds_count") == 1
+            assert value(samples(server), "runstate_delivery_seconds_count") == 1
 
         def closed() -> bool:
-            found = samples(server, api.token)
+            found = samples(server)
             return (
                 value(found, "runstate_websockets") == value(found, "runstate_subscriptions") == 0
             )
 
         wait_until(closed, 10, "the closed subscription to leave the gauges")
-        found = samples(server, api.token)
+        found = samples(server)
         assert value(found, "runstate_relay_handed_back_total", reason="closed") == 1
         swept = ("runstate_swept_total", frozenset({("what", "sessions_expired")}))
-        wait_until(lambda: swept in samples(server, api.token), 10, "a sweep round to be counted")
+        wait_until(lambda: swept in samples(server), 10, "a sweep round to be counted")
+
+
+def test_metrics_are_off_without_their_token(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Guards ``RUNSTATE_METRICS_TOKEN``'s default: unset, /metrics answers 404 to a
+    user's token too, saying how to turn it on."""
+    with sqlite_server(tmp_path_factory, "no-metrics") as srv:
+        token = create_token(srv.database_url, "curious")
+        answer = httpx.get(f"{srv.url}/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert (answer.status_code, answer.text) == (
+            404,
+            "metrics are off: set RUNSTATE_METRICS_TOKEN",
+        )

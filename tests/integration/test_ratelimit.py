@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.test_api import start_session
+from tests.integration.test_api import new_task, start_session
 from tests.integration.test_progress import ACTIVITY
 from tests.support import (
     Api,
@@ -21,6 +21,7 @@ from tests.support import (
     Subscriber,
     SubscriptionError,
     create_token,
+    mutate,
     query_value,
     require_service,
 )
@@ -100,11 +101,9 @@ async def test_writes_lists_and_subscriptions_are_refused_alike(
     shared: tuple[Server, Server],
 ) -> None:
     """A write the budget cannot pay (one point left of the two it costs) answers
-    RateLimited and writes nothing, and costs a point all the same (issue 38, item
-    4: refusals were free, 4,040 answered in 10 s on a budget of 10 a second); so a
-    request after it finds the budget empty (a list here) and is refused before it
-    runs, 429 with the GraphQL error RATE_LIMITED and retryAfterSeconds; a
-    subscription answers that error too."""
+    RateLimited and writes nothing, and costs nothing; a request that finds the
+    budget empty (a list here) is refused before it runs, 429 with the GraphQL error
+    RATE_LIMITED and retryAfterSeconds; a subscription answers that error too."""
     first, _ = shared
     with Api(first.url, create_token(first.database_url, "writer")) as api:
         session = start_session(api)  # 2 points
@@ -118,6 +117,7 @@ async def test_writes_lists_and_subscriptions_are_refused_alike(
         assert refused["message"].startswith("rate limited: try again in ")
         sessions = "SELECT COUNT(*) FROM sessions WHERE user_id = 'writer'"
         assert query_value(first.database_url, sessions) == 1
+        assert api(READ)["task"]["__typename"] == "NotFound", "the refusal cost nothing"
         response = api.post({"query": "{ sessions { edges { cursor } } }"})
         listed = response.json()
         assert response.status_code == 429
@@ -250,3 +250,87 @@ def test_a_write_retried_after_the_wait_told_passes(refilling: Server) -> None:
             assert retried.status_code == 200, (wait, retried.text)
             assert retried.json()["data"]["startSession"]["__typename"] == "AgentSession"
     assert kinds == {200, 429}, "both kinds of refusal were retried"
+
+
+async def test_a_replay_pays_for_the_events_it_sends(tmp_path: Path) -> None:
+    """Guards the replay's price (issue 38, item 3): ``taskProgress(afterSeq: 0)`` of
+    a 301-event task pays a point an event, on top of the subscription's five, so
+    of a 400-point budget (no refill to speak of) 94 reads are left after it. (A
+    replay cost its 5 points whatever its length: 100 replays of 60,001 events
+    pushed another user's median read to 6.8 s.) Control: a subscription with a
+    cursor at the task's head replays nothing and leaves 395."""
+    url = f"sqlite://{tmp_path / 'replay.db'}"
+    token = create_token(url, "replayer")
+    budget = {"RUNSTATE_RATE_BURST": "400", "RUNSTATE_RATE_PER_SECOND": "0.01"}
+    with (
+        Server(url, tmp_path / "builder.log", RUNSTATE_RATE_LIMIT="false") as builder,
+        Api(builder.url, token) as api,
+    ):
+        task = new_task(api, steps=1)
+        for i in range(300):
+            mutate(
+                api,
+                "recordToolCall",
+                "RecordToolCallInput",
+                "__typename",
+                taskId=task["id"],
+                toolName=f"tool-{i % 7}",
+                outcome="SUCCESS",
+            )
+    left = []
+    for after, name in ((0, "whole"), (301, "none")):
+        with Server(url, tmp_path / f"{name}.log", **budget) as limited:
+            progress = (
+                "subscription($id: ID!, $after: Int) {"
+                " taskProgress(taskId: $id, afterSeq: $after) { seq } }"
+            )
+            variables = {"id": task["id"], "after": after}
+            async with Subscriber(limited.url, token, progress, variables) as watch:
+                if after < 301:
+                    await watch.until(lambda e: e["taskProgress"]["seq"] == 301)
+                with Api(limited.url, token) as reader:
+                    passed = 0
+                    while reader.post({"query": "{ __typename }"}).status_code == 200:
+                        passed += 1
+                left.append(passed)
+    assert left == [94, 395]
+
+
+def test_a_read_refused_for_its_estimate_costs_a_point(tmp_path: Path) -> None:
+    """Guards ``refusal_cost`` (issue 38, item 4): a read whose estimate the budget
+    cannot pay (a 1.5 MB task's outputs: 10 points, nine left) is refused, and each
+    such refusal takes a point, so five of them leave four reads of the nine. (Each
+    was parsed, validated and estimated with a database read for nothing: 4,040
+    were answered in 10 s on a budget of 10 points a second.) Control: a write
+    refused for its last point costs nothing
+    (``test_writes_lists_and_subscriptions_are_refused_alike``)."""
+    url = f"sqlite://{tmp_path / 'estimates.db'}"
+    token = create_token(url, "estimated")
+    with (
+        Server(url, tmp_path / "builder.log", RUNSTATE_RATE_LIMIT="false") as builder,
+        Api(builder.url, token) as api,
+    ):
+        task = new_task(api, steps=25)
+        version = task["version"]
+        for part in (range(13), range(13, 25)):  # two bodies, each under 1 MiB
+            done = mutate(
+                api,
+                "checkpointTask",
+                "CheckpointTaskInput",
+                "... on Task { version }",
+                taskId=task["id"],
+                expectedVersion=version,
+                steps=[{"index": i, "status": "SUCCESS", "output": "x" * 60_000} for i in part],
+            )
+            version = done["version"]
+    heavy = {"query": f'{{ task(id: "{task["id"]}") {{ ... on Task {{ steps {{ output }} }} }} }}'}
+    with Server(url, tmp_path / "limited.log", **LIMITS) as limited, Api(limited.url, token) as api:
+        assert api("{ __typename }") == {"__typename": "Query"}
+        for _ in range(5):
+            refused = api.post(heavy).json()
+            assert "data" not in refused or refused["data"] is None
+            assert refused["errors"][0]["extensions"]["code"] == "RATE_LIMITED"
+        passed = 0
+        while api.post({"query": "{ __typename }"}).status_code == 200:
+            passed += 1
+    assert passed == 4

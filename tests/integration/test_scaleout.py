@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_api import new_task, step
-from tests.integration.test_metrics import samples, value
+from tests.integration.test_metrics import METRICS_TOKEN, samples, value
 from tests.integration.test_progress import PROGRESS, completed, drive, seqs
 from tests.support import (
     Api,
@@ -159,6 +159,7 @@ async def run_outage(
         RUNSTATE_REDIS_URL=redis.url,
         RUNSTATE_CATCH_UP_SECONDS="1",
         RUNSTATE_GAP_FILL="true" if gap_fill else "false",
+        RUNSTATE_METRICS_TOKEN=METRICS_TOKEN,
     )
     try:
         api = Api(servers[0].url, token)
@@ -186,10 +187,7 @@ async def run_outage(
                 await watcher.__aexit__()
         if outage.error is not None:
             raise outage.error
-        filled = [
-            value(samples(server, api.token), "runstate_gap_filled_events_total")
-            for server in servers
-        ]
+        filled = [value(samples(server), "runstate_gap_filled_events_total") for server in servers]
         api.close()
         return [seqs(r) for r in results], outage.written_while_down, filled
     finally:

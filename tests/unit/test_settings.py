@@ -83,6 +83,8 @@ def test_production_refuses_a_limit_above_its_ceiling(name: str) -> None:
     ceiling = CEILINGS[name]
     past = str(int(ceiling) + 1)
     production = {"RUNSTATE_ENV": "production"}
+    if name == "RUNSTATE_MAX_CHECKPOINT_BYTES":  # its task must hold it
+        production["RUNSTATE_MAX_TASK_BYTES"] = str(int(CEILINGS["RUNSTATE_MAX_TASK_BYTES"]))
     with pytest.raises(SettingsError, match=rf"{name}={past} is above its ceiling"):
         Settings.from_env({**production, name: past})
     assert Settings.from_env({**production, name: str(int(ceiling))}).env == "production"
@@ -100,3 +102,15 @@ def test_trusted_proxies_are_addresses_and_never_everyone_in_production() -> Non
     production = {"RUNSTATE_ENV": "production", "RUNSTATE_TRUSTED_PROXIES": "*"}
     with pytest.raises(SettingsError, match=r"RUNSTATE_TRUSTED_PROXIES=\*"):
         Settings.from_env(production)
+
+
+def test_production_refuses_a_checkpoint_its_task_could_never_hold() -> None:
+    """Guards the checkpoint limit against the task quota (issue 38, item 8): a
+    checkpoint counts in base64 against its task, so production refuses 16 MiB
+    checkpoints under a 16 MiB task quota (the defaults once were both), naming
+    both; the defaults (8 MiB, 10.7 MiB stored) start."""
+    production = {"RUNSTATE_ENV": "production"}
+    sixteen = {**production, "RUNSTATE_MAX_CHECKPOINT_BYTES": str(16 * 1_048_576)}
+    with pytest.raises(SettingsError, match="could never be stored"):
+        Settings.from_env(sixteen)
+    assert Settings.from_env(production).content.checkpoint_bytes == 8 * 1_048_576

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from strawberry.dataloader import DataLoader
 
 from runstate.auth import Principal
 from runstate.enums import TaskStatus
-from runstate.ratelimit import REFUSAL_COST, RateLimiter, Spending
+from runstate.ratelimit import RateLimiter, Spending, refusal_cost
 from runstate.schema.fanout import SharedEvents
 from runstate.services import history
 from runstate.services.errors import RateLimitedError
@@ -138,15 +139,32 @@ class Context:
 
     async def charge(self, points: float) -> None:
         """Pay ``points`` from the caller's budget; RateLimitedError when it cannot
-        (the refusal costs ``REFUSAL_COST``, ``RateLimiter.charge``)."""
+        (the refusal may cost a point itself, ``ratelimit.refusal_cost``)."""
         if self.limiter is not None:
             try:
                 await self.limiter.charge(self.user_id, points)
             except RateLimitedError:
                 self.spent.refused = True
-                self.spent.points += REFUSAL_COST
+                self.spent.points += refusal_cost(points)
                 raise
             self.spent.points += points
+
+    async def pace(self, points: float) -> None:
+        """Pay ``points`` for work under way (a replay's next page), waiting while
+        the caller's budget is short: the work slows to what the budget pays for,
+        shared by all of the caller's work, and is never refused half-way. Paid in
+        parts of at most the budget's burst, so that each part can be paid."""
+        if self.limiter is None:
+            return
+        left = points
+        while left > 0:
+            part = min(left, self.limiter.burst)
+            wait = await self.limiter.take(self.user_id, part)
+            if wait > 0:
+                await asyncio.sleep(wait)  # the budget refills on a clock: no event to await
+                continue
+            left -= part
+            self.spent.points += part
 
     @property
     def user_id(self) -> str:

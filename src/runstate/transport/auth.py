@@ -26,8 +26,9 @@ from runstate.services.errors import RateLimitedError
 from runstate.transport.http_only import HttpOnly
 from runstate.transport.refusals import refusal
 
-PUBLIC_PATHS = frozenset({"/", "/healthz", "/readyz"})
-"""Routes that answer without a token: they hold no one's data."""
+PUBLIC_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics"})
+"""Routes that answer without a user's token: they hold no one's data, or (``/metrics``)
+check a token of their own."""
 
 
 def _is_public(scope: Scope, graphiql: bool) -> bool:

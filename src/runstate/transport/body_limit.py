@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from runstate.services.validation import stored_checkpoint
 from runstate.transport.http_only import HttpOnly
 from runstate.transport.refusals import refusal
 
@@ -22,7 +23,7 @@ UPLOAD_HEADER = b"x-runstate-upload"
 def upload_limit(limit: int, checkpoint_bytes: int) -> int:
     """The largest body of a checkpoint upload: the usual limit, and the largest
     checkpoint in base64."""
-    return limit + 4 * ((checkpoint_bytes + 2) // 3)
+    return limit + stored_checkpoint(checkpoint_bytes)
 
 
 class BodyLimit(HttpOnly):

@@ -1,7 +1,8 @@
-"""Routes of the web page: the start page, liveness and readiness."""
+"""Routes of the web page: the start page, liveness, readiness and metrics."""
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
 
@@ -36,10 +37,26 @@ async def health(_: Request) -> Response:
     return PlainTextResponse("ok")
 
 
-async def metrics(_: Request) -> Response:
-    """This process's metrics in Prometheus's text format (``runstate.metrics``);
-    behind the bearer token like every route that is not public."""
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+def metrics(token: str | None) -> Callable[[Request], Awaitable[Response]]:
+    """This process's metrics in Prometheus's text format (``runstate.metrics``),
+    for ``RUNSTATE_METRICS_TOKEN`` alone: they are the whole server's figures, and
+    any user's token once answered them. Without that setting /metrics is off (404,
+    saying how to turn it on)."""
+    expected = None if token is None else f"Bearer {token}".encode()
+
+    async def answer(request: Request) -> Response:
+        if expected is None:
+            return PlainTextResponse("metrics are off: set RUNSTATE_METRICS_TOKEN", 404)
+        given = request.headers.get("authorization", "").encode("latin-1")
+        if not hmac.compare_digest(given, expected):
+            return PlainTextResponse(
+                "/metrics needs RUNSTATE_METRICS_TOKEN as its bearer token",
+                401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    return answer
 
 
 def ready(house: House) -> Callable[[Request], Awaitable[Response]]:
