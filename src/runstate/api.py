@@ -17,7 +17,7 @@ from strawberry.extensions import (
 from runstate.resolvers.mutations import Mutation
 from runstate.resolvers.queries import Query
 from runstate.resolvers.subscriptions import Subscription
-from runstate.schema.bounds import BoundedAnswers, Bounds
+from runstate.schema.bounds import BoundedAnswers, Bounds, Turns
 from runstate.schema.extensions import (
     MaskUnexpectedErrors,
     Measured,
@@ -31,9 +31,10 @@ from runstate.schema.limits import limit_rules
 from runstate.settings import Settings
 
 
-def build_schema(settings: Settings | None = None) -> Schema:
+def build_schema(settings: Settings | None = None, turns: Turns | None = None) -> Schema:
     """The runstate GraphQL schema with the limits of ``settings`` (the defaults when
-    None); ``settings.introspection`` off refuses schema queries."""
+    None); ``settings.introspection`` off refuses schema queries. ``turns``: whose
+    heavy reads run when (``schema.bounds.Turns``; a new one when None)."""
     settings = settings or Settings()
     # Built once here, so that every request hands graphql-core's validation cache
     # the same rule classes (see ``schema.limits``).
@@ -47,6 +48,7 @@ def build_schema(settings: Settings | None = None) -> Schema:
         max_bytes=settings.max_response_bytes,
         max_body_bytes=settings.max_body_bytes,
         burst=settings.rate_burst,
+        turns=turns,
     )
     # Classes or factories, never instances: Strawberry builds a fresh one per request.
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [

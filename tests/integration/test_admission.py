@@ -230,3 +230,20 @@ def test_running_out_of_files_is_refused_quietly(
     lines = [line for line in log.splitlines() if "refused connections" in line]
     assert 1 <= len(lines) <= 3, lines
     assert "open-file budget" in log or "Too many open files" in log
+
+
+def test_a_client_that_leaves_mid_body_leaves_one_line_in_the_log(
+    server: Server, token: str
+) -> None:
+    """Guards the view's handling of a body cut short (issue 38, item 8: a client
+    could put a traceback in the log): a request that announces 1,000 bytes, sends
+    ten and closes its connection, and one cut off by the body deadline, are each
+    logged as one 499 line, and the log holds no traceback."""
+    before = server.log().count(" 499 ")
+    with dial(server) as leaving:
+        leaving.sendall(request(token, length=1000) + b'{"query": ')
+    with dial(server) as stalled:
+        stalled.sendall(request(token, length=1000) + b'{"query": ')
+        assert read_all(stalled).startswith(b"HTTP/1.1 408 ")
+    wait_until(lambda: server.log().count(" 499 ") >= before + 2, 10, "the requests' 499 lines")
+    assert "Traceback" not in server.log()

@@ -13,7 +13,7 @@ from typing import Any
 from cross_web import HTTPException
 from graphql import OperationType
 from starlette.datastructures import Headers
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, Response
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
@@ -113,6 +113,11 @@ class GraphQLView(GraphQL[Context, None]):
                 response = await self.run(request)
             except HTTPException as e:
                 response = refusal(e.status_code, e.reason, chosen or media.JSON)
+            except ClientDisconnect:
+                # The client left before its body was all sent (or it was cut off,
+                # ``transport.admission``): nobody to answer, nothing to log but the
+                # request's line (499). Raised on, it logged a traceback a request.
+                return
         await response(scope, receive, send)
 
     async def get_sub_response(self, request: Request | WebSocket) -> Response:
