@@ -270,3 +270,32 @@ def stored_session_version(server: Server, session_id: str) -> int:
         server.database_url, f"SELECT version FROM sessions WHERE public_id = '{session_id}'"
     )
     return version
+
+
+def test_the_key_row_of_a_task_write_counts(server: Server) -> None:
+    """Guards ``idempotency._counted`` for task writes (issue 38, item 8): the key row
+    of a keyed ``startStep`` (its answer a reference to the task) counts its row,
+    key, operation and fingerprint toward its user's quota, so the user's count is
+    what the tasks, sessions and key rows hold together. (Such rows counted nothing:
+    352 to 877 bytes each, for a day, that no quota saw.)"""
+    with caller(server, "zoe") as api:
+        session = start_session(api)
+        task = create_task(api, session["id"], steps=1)
+        answer = step(
+            api,
+            "startStep",
+            "StepRefInput",
+            taskId=task["id"],
+            stepIndex=0,
+            expectedVersion=1,
+            idempotencyKey="zoe-start-0",
+        )
+        assert answer["status"] == "RUNNING"
+        rows = (
+            "SELECT (SELECT coalesce(sum(stored_bytes), 0) FROM tasks WHERE user_id = 'zoe')"
+            " + (SELECT coalesce(sum(stored_bytes), 0) FROM sessions WHERE user_id = 'zoe')"
+        )
+        keys = "SELECT coalesce(sum(stored_bytes), 0) FROM idempotency_keys WHERE user_id = 'zoe'"
+        kept = query_value(server.database_url, keys)
+        assert kept > ROW_BYTES + len("zoe-start-0") + 64  # the row, its key, a SHA-256
+        assert usage(api) == query_value(server.database_url, rows) + kept

@@ -327,15 +327,17 @@ async def test_a_task_of_5000_steps_is_stored_in_statements_postgresql_can_bind(
         assert task.value.total_steps == 5000
 
 
-async def test_a_keyed_write_is_two_statements_more(
+async def test_a_keyed_write_is_three_statements_more(
     house: House, clock: Callable[[float], None]
 ) -> None:
     """Guards the idempotency key's cost: a single-step write under a new key is the
-    write's own statements, run on the key's transaction, and two more: the key's
-    row inserted first (``INSERT ... ON CONFLICT DO NOTHING``) and its answer kept
-    last. Before, a read of the key came first (a statement a write: a repeat is
-    found by the insert now), the delete of an expired row ran when there was none,
-    and the write had a savepoint of its own (two statements)."""
+    write's own statements, run on the key's transaction, and three more: the key's
+    row inserted first (``INSERT ... ON CONFLICT DO NOTHING``), its answer kept
+    last, with the row's bytes charged to its user's quota in the same trip (key
+    rows of task writes counted nothing, issue 38). Before, a read of the key came
+    first (a statement a write: a repeat is found by the insert now), the delete of
+    an expired row ran when there was none, and the write had a savepoint of its
+    own (two statements)."""
     task_id = await long_task(house, 3)
     call = idempotency.keyed(USER, "key-1", "startStep", {"stepIndex": 0})
 
@@ -349,5 +351,6 @@ async def test_a_keyed_write_is_two_statements_more(
         "INSERT INTO idempotency_keys",
         *SINGLE[1:-1],
         "UPDATE idempotency_keys SET",
+        "UPDATE user_usage SET",
         "COMMIT",
     ]
