@@ -75,7 +75,7 @@ class GraphPruneStrategy(StrEnum):
     """What pruning a LangGraph thread keeps."""
 
     KEEP_LATEST = "KEEP_LATEST"
-    """The latest checkpoint of each namespace, with the ancestors its delta
+    """The last written checkpoint of each namespace, with the ancestors its delta
     channels are rebuilt from."""
     DELETE = "DELETE"
     """Nothing."""

@@ -167,6 +167,19 @@ async def test_keep_latest_keeps_the_ancestors_a_delta_channel_is_rebuilt_from(
     assert [str(k) for k in left] == ["d2"]
 
 
+async def test_keep_latest_keeps_the_last_written_checkpoint(house: House) -> None:
+    """Guards KEEP_LATEST's order (issue 38, item 8): of ``c9``, ``c10`` and ``c11``
+    written in that order it keeps ``c11``, the last written; by the largest id as
+    text it kept ``c9`` and deleted the other two."""
+    parent = None
+    for name in ("c9", "c10", "c11"):
+        await put(house, name, parent, {})
+        parent = name
+    await graphs.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
+    left = await GraphCheckpoint.all().values_list("checkpoint_id", flat=True)
+    assert [str(k) for k in left] == ["c11"]
+
+
 async def test_bad_input_is_refused_and_writes_nothing(house: House) -> None:
     """Guards the checks before a write: a checkpoint past RUNSTATE_MAX_CHECKPOINT_BYTES
     (4 KiB here), metadata that is not an object, and an empty checkpoint id are

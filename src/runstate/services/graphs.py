@@ -382,12 +382,16 @@ async def prune(
 
 
 def _kept(rows: Sequence[GraphCheckpoint]) -> set[int]:
-    """The row ids KEEP_LATEST keeps: each namespace's latest checkpoint and the
-    ancestors its delta channels need."""
+    """The row ids KEEP_LATEST keeps: each namespace's last written checkpoint (by
+    the event that stored it, ``seq``, which a copy keeps) and the ancestors its
+    delta channels need. By the largest id as text, it kept ``c9`` and deleted
+    ``c10`` and ``c11``; LangGraph's ids grow with time, so for its checkpoints the
+    two orders agree."""
     by_id = {(r.namespace, r.checkpoint_id): r for r in rows}
     latest: dict[str, GraphCheckpoint] = {}
     for row in rows:
-        if row.namespace not in latest or row.checkpoint_id > latest[row.namespace].checkpoint_id:
+        held = latest.get(row.namespace)
+        if held is None or (row.seq, row.id) > (held.seq, held.id):
             latest[row.namespace] = row
     kept: set[int] = set()
     for row in latest.values():
