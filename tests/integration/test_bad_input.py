@@ -403,23 +403,22 @@ def test_numbers_json_cannot_keep_answer_invalid_input_naming_the_field(
         "InvalidInput",
         "metadata",
     )
-    complete = (
-        "mutation($o: JSON) { completeStep(input: {taskId: "
-        + json.dumps(task["id"])
-        + ", stepIndex: 0, expectedVersion: 1, output: $o}) { "
-        + PROBLEM
-        + " } }"
+
+    def with_json(name: str, fields: str) -> str:
+        """Mutation ``name`` with its input's ``fields``, ``$j`` the JSON value."""
+        return f"mutation($j: JSON) {{ {name}(input: {{{fields}}}) {{ {PROBLEM} }} }}"
+
+    complete = with_json(
+        "completeStep",
+        f"taskId: {json.dumps(task['id'])}, stepIndex: 0, expectedVersion: 1, output: $j",
     )
-    output = send(complete, f'{{"o": {{"n": {number}}}}}')["completeStep"]
+    output = send(complete, f'{{"j": {{"n": {number}}}}}')["completeStep"]
     assert (output["__typename"], output["field"]) == ("InvalidInput", "output")
-    create = (
-        "mutation($i: JSON) { createTask(input: {sessionId: "
-        + json.dumps(session["id"])
-        + ', goal: "g", steps: [{action: "a", input: $i}]}) { '
-        + PROBLEM
-        + " } }"
+    create = with_json(
+        "createTask",
+        f'sessionId: {json.dumps(session["id"])}, goal: "g", steps: [{{action: "a", input: $j}}]',
     )
-    planned = send(create, f'{{"i": {number}}}')["createTask"]
+    planned = send(create, f'{{"j": {number}}}')["createTask"]
     assert (planned["__typename"], planned["field"]) == ("InvalidInput", "steps[0].input")
     assert stored(alice, task["id"]) == task
     read = alice("query($id: ID!) { session(id: $id) { " + SESSION + " } }", id=session["id"])
