@@ -17,7 +17,7 @@ from strawberry.extensions import (
 from runstate.resolvers.mutations import Mutation
 from runstate.resolvers.queries import Query
 from runstate.resolvers.subscriptions import Subscription
-from runstate.schema.bounds import BoundedAnswers, Bounds, Turns
+from runstate.schema.bounds import BoundedAnswers, Bounds
 from runstate.schema.extensions import (
     MaskUnexpectedErrors,
     Measured,
@@ -28,13 +28,14 @@ from runstate.schema.extensions import (
 )
 from runstate.schema.fanout import SharedEventExecutor
 from runstate.schema.limits import limit_rules
+from runstate.schema.turns import Turns
 from runstate.settings import Settings
 
 
 def build_schema(settings: Settings | None = None, turns: Turns | None = None) -> Schema:
     """The runstate GraphQL schema with the limits of ``settings`` (the defaults when
     None); ``settings.introspection`` off refuses schema queries. ``turns``: whose
-    heavy reads run when (``schema.bounds.Turns``; a new one when None)."""
+    heavy reads run when (``schema.turns.Turns``; a new one when None)."""
     settings = settings or Settings()
     # Built once here, so that every request hands graphql-core's validation cache
     # the same rule classes (see ``schema.limits``).

@@ -1,7 +1,8 @@
-"""A user's heavy reads take turns (issue 38, item 5): a query whose estimate it
-paid for runs in its user's turn (``schema.bounds.Turns``), so one user's
-heaviest reads sent together cost another user at most one of them at a time.
-In process, through the schema, with the user's turn held by the test."""
+"""A user's heavy work takes turns (issue 38, items 3 and 5): a query whose
+estimate it paid for runs in its user's turn, and so does each page a replay
+reads (``schema.turns.Turns``), so one user's heaviest reads or replays sent
+together cost another user at most one of them at a time. In process, with the
+user's turn held by the test."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from pathlib import Path
 
 from runstate.api import build_schema
 from runstate.auth import Principal
+from runstate.models import Task
 from runstate.ratelimit import MemoryRateLimiter
-from runstate.schema.bounds import Turns
 from runstate.schema.context import Context
+from runstate.schema.turns import Turns
 from runstate.services import sessions, tasks
+from runstate.services.history import TaskRef
 from runstate.services.house import House
+from runstate.services.live import streams
 from runstate.services.validation import StepPlan
 from runstate.settings import Settings
 from tests.support import opened, settled
@@ -66,3 +70,44 @@ async def test_a_users_heavy_reads_wait_for_its_turn_and_others_do_not(tmp_path:
         assert result.data is not None
         assert [s["input"] for s in result.data["task"]["steps"]] == [BIG] * 3
     assert turns.queued("hog") == 0
+
+
+async def test_a_users_replays_read_their_pages_in_turn(tmp_path: Path) -> None:
+    """Guards ``Context.replaying`` (issue 38, item 3: a user's concurrent replays
+    bounded): while the replayer's turn is held, its replay reads no page and sends
+    nothing, queued, and sends every event once the turn is let go; another user's
+    replay goes on meanwhile."""
+    turns = Turns()
+    limiter = MemoryRateLimiter(per_second=1000, burst=100_000)
+    async with opened(f"sqlite://{tmp_path / 'replays.db'}") as house:
+        for user in ("replayer", "other"):
+            await fat_task(house, user)
+
+        def context(user: str) -> Context:
+            principal = Principal(user, "digest")
+            return Context(
+                principal=principal,
+                settings=Settings(),
+                house=house,
+                limiter=limiter,
+                replays=turns,
+            )
+
+        async def replay(user: str) -> list[int]:
+            ref = TaskRef(*await task_keys(house, user))
+            found = streams.stored_events(ref, 0, head=1, pay=context(user).replaying)
+            return [event.seq async for event in found]
+
+        async with turns.turn("replayer"):
+            assert await replay("other") == [1]
+            waiting = asyncio.create_task(replay("replayer"))
+            await settled(lambda: turns.queued("replayer") == 2, "the replay to wait its turn")
+            assert not waiting.done()
+        assert await asyncio.wait_for(waiting, 30) == [1]
+    assert turns.queued("replayer") == 0
+
+
+async def task_keys(house: House, user: str) -> tuple[int, str, int]:
+    """The row id, id and session row id of the user's task ``fat-<user>``."""
+    row = await Task.get(public_id=f"fat-{user}")
+    return row.id, row.public_id, row.session_id

@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator
 import strawberry
 
 from runstate.metrics import SUBSCRIPTIONS
-from runstate.ratelimit import REPLAYED_EVENTS_PER_POINT, SUBSCRIBE_COST
+from runstate.ratelimit import SUBSCRIBE_COST
 from runstate.schema.context import Info
 from runstate.schema.live import OPERATION
 from runstate.schema.types import TaskEvent
@@ -62,7 +62,7 @@ class Subscription:
                 gap_fill=settings.gap_fill,
                 follower=follower,
                 resumed=isinstance(resumed_after, int),
-                pay=lambda events: info.context.pace(events / REPLAYED_EVENTS_PER_POINT),
+                pay=info.context.replaying,
             ):
                 yield TaskEvent.of(event)
 

@@ -16,10 +16,7 @@ again.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
-from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 
 from graphql import DocumentNode, OperationDefinitionNode
@@ -31,6 +28,7 @@ from runstate.ratelimit import ANSWER_BYTES_PER_POINT, ANSWER_OBJECTS_PER_POINT
 from runstate.schema.context import Context
 from runstate.schema.cost import Estimate, Sizes, Walk, unknown_sizes
 from runstate.schema.live import resumed
+from runstate.schema.turns import Turns
 from runstate.services import quota, validation
 from runstate.services.errors import AnswerTooLargeError
 from runstate.services.read import queries
@@ -38,39 +36,6 @@ from runstate.services.validation import ContentLimits
 
 DocumentKey = tuple[str, str | None]
 """A document's text and the operation it runs."""
-
-
-class Turns:
-    """Each user's heavy reads, one at a time on this process.
-
-    Eight of the heaviest reads the limits let through (30 MB each), sent at once
-    by one user, ran side by side, each decoding and building its answer in the
-    event loop's thread: another user's small read waited behind all of them
-    (p99 = max 5.54 s). Taking turns, a user's heavy reads cost the others at
-    most one such read's time at once, while other users' heavy reads still run
-    beside them.
-    """
-
-    def __init__(self) -> None:
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._waiting: Counter[str] = Counter()
-
-    def queued(self, user_id: str) -> int:
-        """The user's heavy reads running or waiting for their turn."""
-        return self._waiting[user_id]
-
-    @contextlib.asynccontextmanager
-    async def turn(self, user_id: str) -> AsyncIterator[None]:
-        """Wait for the user's turn, and hold it until the block ends."""
-        lock = self._locks.setdefault(user_id, asyncio.Lock())
-        self._waiting[user_id] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            self._waiting[user_id] -= 1
-            if not self._waiting[user_id]:  # nobody holds or awaits it: let it go
-                del self._waiting[user_id], self._locks[user_id]
 
 
 class Bounds:

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TypeVar
@@ -15,8 +16,9 @@ from strawberry.dataloader import DataLoader
 
 from runstate.auth import Principal
 from runstate.enums import TaskStatus
-from runstate.ratelimit import RateLimiter, Spending, refusal_cost
+from runstate.ratelimit import REPLAYED_EVENTS_PER_POINT, RateLimiter, Spending, refusal_cost
 from runstate.schema.fanout import SharedEvents
+from runstate.schema.turns import Turns
 from runstate.services import history
 from runstate.services.errors import RateLimitedError
 from runstate.services.history import TaskRef
@@ -136,6 +138,8 @@ class Context:
     spent: Spending = field(default_factory=Spending)
     """What the request's operations took, for ``BearerAuth`` (``ratelimit.Budgets``)."""
     loaders: Loaders = field(default_factory=Loaders)
+    replays: Turns = field(default_factory=Turns)
+    """The app's turns at replaying stored events (``replaying``)."""
 
     async def charge(self, points: float) -> None:
         """Pay ``points`` from the caller's budget; RateLimitedError when it cannot
@@ -165,6 +169,16 @@ class Context:
                 continue
             left -= part
             self.spent.points += part
+
+    @contextlib.asynccontextmanager
+    async def replaying(self, events: int) -> AsyncIterator[None]:
+        """Pay for the next ``events`` a replay reads (``pace``, a point each), then
+        read them in the caller's turn: a user's replays read their pages one at a
+        time on a process, however many run (100 of them, each reading its pages
+        at once, took the server)."""
+        await self.pace(events / REPLAYED_EVENTS_PER_POINT)
+        async with self.replays.turn(self.user_id):
+            yield
 
     @property
     def user_id(self) -> str:

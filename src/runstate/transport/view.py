@@ -28,6 +28,7 @@ from runstate.connections import Connections
 from runstate.ratelimit import SPENT, RateLimiter, Spending
 from runstate.schema.context import Context
 from runstate.schema.fanout import SharedEvents
+from runstate.schema.turns import Turns
 from runstate.services.house import House
 from runstate.services.validation import encoded
 from runstate.settings import Settings
@@ -85,6 +86,8 @@ class GraphQLView(GraphQL[Context, None]):
         self.house = house
         self.shared = SharedEvents()
         """The subscription events rendered for this app's subscribers."""
+        self.replays = Turns()
+        """Each user's turn at reading a replay's page (``Context.replaying``)."""
         self.connections = connections
         self.tokens = tokens
         self.limiter = limiter
@@ -158,6 +161,7 @@ class GraphQLView(GraphQL[Context, None]):
             limiter=self.limiter,
             epoch=self.epoch,
             spent=request.scope.get(SPENT) or Spending(),
+            replays=self.replays,
         )
 
     async def execute_single(

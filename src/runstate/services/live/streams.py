@@ -13,7 +13,8 @@ flagged for that resync when they are behind. So every subscriber sees seq 1, 2,
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 
 from runstate.enums import TaskEventKind
@@ -57,23 +58,26 @@ def snapshot(view: TaskView) -> EventView:
     )
 
 
-Pay = Callable[[int], Awaitable[None]]
+Pay = Callable[[int], AbstractAsyncContextManager[None]]
 """Pays for reading and sending this many stored events, waiting while the
-caller's budget is short (``Context.pace``)."""
+caller's budget is short, and holds the caller's turn while they are read
+(``Context.replaying``)."""
 
 
 async def stored_events(
     task: TaskRef, after_seq: int, head: int | None = None, pay: Pay | None = None
 ) -> AsyncIterator[EventView]:
     """Every stored event of a task after ``after_seq``, oldest first, page by page;
-    with ``pay``, each page paid for before it is read (as many events as the page
-    may hold, or up to ``head``, the task's seq when the stream began)."""
+    with ``pay``, each page paid for before it is read, and read in ``pay``'s
+    block (as many events as the page may hold, or up to ``head``, the task's seq
+    when the stream began)."""
     while True:
-        if pay is not None:
-            ahead = CATCH_UP_PAGE if head is None else min(CATCH_UP_PAGE, head - after_seq)
-            if ahead > 0:
-                await pay(ahead)
-        page = await history.events(task, after_seq, CATCH_UP_PAGE)
+        ahead = CATCH_UP_PAGE if head is None else min(CATCH_UP_PAGE, head - after_seq)
+        if pay is not None and ahead > 0:
+            async with pay(ahead):
+                page = await history.events(task, after_seq, CATCH_UP_PAGE)
+        else:
+            page = await history.events(task, after_seq, CATCH_UP_PAGE)
         for event in page:
             yield event
         if len(page) < CATCH_UP_PAGE:
