@@ -27,6 +27,17 @@ BIG = "x" * 60_000
 """A step input: three of them are an estimate past 128 KiB, a point's worth."""
 
 
+def caller(house: House, user: str, replays: Turns | None = None) -> Context:
+    """A request's context for ``user``, with a budget larger than these tests spend."""
+    return Context(
+        principal=Principal(user, "digest"),
+        settings=Settings(),
+        house=house,
+        limiter=MemoryRateLimiter(per_second=1000, burst=100_000),
+        replays=replays or Turns(),
+    )
+
+
 def heavy(user: str) -> str:
     return f'{{ task(id: "fat-{user}") {{ ... on Task {{ steps {{ input }} }} }} }}'
 
@@ -45,14 +56,12 @@ async def test_a_users_heavy_reads_wait_for_its_turn_and_others_do_not(tmp_path:
     by side: another user's p99 was 5.54 s.)"""
     turns = Turns()
     schema = build_schema(Settings(), turns=turns)
-    limiter = MemoryRateLimiter(per_second=1000, burst=100_000)
     async with opened(f"sqlite://{tmp_path / 'turns.db'}") as house:
         for user in ("hog", "other"):
             await fat_task(house, user)
 
         def context(user: str) -> Context:
-            principal = Principal(user, "digest")
-            return Context(principal=principal, settings=Settings(), house=house, limiter=limiter)
+            return caller(house, user)
 
         async with turns.turn("hog"):
             other = await schema.execute(heavy("other"), context_value=context("other"))
@@ -78,20 +87,12 @@ async def test_a_users_replays_read_their_pages_in_turn(tmp_path: Path) -> None:
     nothing, queued, and sends every event once the turn is let go; another user's
     replay goes on meanwhile."""
     turns = Turns()
-    limiter = MemoryRateLimiter(per_second=1000, burst=100_000)
     async with opened(f"sqlite://{tmp_path / 'replays.db'}") as house:
         for user in ("replayer", "other"):
             await fat_task(house, user)
 
         def context(user: str) -> Context:
-            principal = Principal(user, "digest")
-            return Context(
-                principal=principal,
-                settings=Settings(),
-                house=house,
-                limiter=limiter,
-                replays=turns,
-            )
+            return caller(house, user, replays=turns)
 
         async def replay(user: str) -> list[int]:
             ref = TaskRef(*await task_keys(house, user))
