@@ -147,11 +147,14 @@ def create_app(settings: Settings) -> Starlette:
                 connections.watch(settings.auth_check_seconds), name="runstate-token-check"
             ),
             asyncio.create_task(keep_time(), name="runstate-clock"),
-            asyncio.create_task(connections.keep_claims(), name="runstate-socket-claims"),
             asyncio.create_task(
                 forget_revoked(broker, tokens, connections), name="runstate-revocations"
             ),
         ]
+        if connections.shared is not None:
+            background.append(
+                asyncio.create_task(connections.keep_claims(), name="runstate-socket-claims")
+            )
         try:
             yield {ADMISSION: admission}  # uvicorn's protocols find it in the app's state
         finally:

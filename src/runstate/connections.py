@@ -118,11 +118,12 @@ class Connections:
 
     async def keep_claims(self, every_seconds: float = REFRESH_SECONDS) -> None:
         """Refresh the shared count's claims of this process's open connections every
-        ``every_seconds`` until cancelled, so that they last as long as their sockets."""
+        ``every_seconds`` until cancelled, so that they last as long as their sockets
+        (with ``shared`` set: the app runs it when it counts through Redis)."""
+        assert self.shared is not None
         while True:
             await asyncio.sleep(every_seconds)
-            if self.shared is not None:
-                await self.shared.refresh((c.user_id, self._member(c)) for c in self.all())
+            await self.shared.refresh((c.user_id, self._member(c)) for c in self.all())
 
     async def watch(self, every_seconds: float) -> None:
         """``close_revoked`` every ``every_seconds`` until cancelled; after that, give

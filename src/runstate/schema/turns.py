@@ -25,7 +25,7 @@ class Turns:
         self._waiting: Counter[str] = Counter()
 
     def queued(self, user_id: str) -> int:
-        """The user's heavy reads running or waiting for their turn."""
+        """The user's pieces of work holding or waiting for their turn."""
         return self._waiting[user_id]
 
     @contextlib.asynccontextmanager

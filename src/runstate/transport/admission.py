@@ -60,19 +60,15 @@ OUT_OF_FILES = "socket.accept() out of system resource"
 with a traceback, and retries the listening socket's whole backlog)."""
 
 
-def raise_open_file_limit() -> int:
+def raise_open_file_limit() -> None:
     """Raise this process's soft limit on open files to its hard limit, as Go's
     runtime does at start: the soft limit (often 1024) is a default for old
-    programs, not a decision. The limit now in force."""
+    programs, not a decision."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         target = 1_048_576 if hard == resource.RLIM_INFINITY else hard
-        try:
+        with contextlib.suppress(ValueError, OSError):  # not allowed: keep the soft one
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError):
-            pass
-    return soft
 
 
 def open_file_budget() -> int:
@@ -109,13 +105,12 @@ class Admission:
         header_seconds: float,
         body_seconds: float,
         trusted: Trusted,
-        budget: int | None = None,
     ) -> None:
         self.per_address = per_address
         self.header_seconds = header_seconds
         self.body_seconds = body_seconds
         self.trusted = trusted
-        self.budget = open_file_budget() if budget is None else budget
+        self.budget = open_file_budget()
         self._held: dict[object, str | None] = {}
         """Each connection held (keyed by its transport), with the address it is
         counted against (None: not counted by address)."""
@@ -162,10 +157,6 @@ class Admission:
         self._by_address[address] -= 1
         if not self._by_address[address]:
             del self._by_address[address]
-
-    def held_by(self, address: str) -> int:
-        """Connections counted against ``address`` now."""
-        return self._by_address[address]
 
     def refused(self, reason: str) -> None:
         """Note a refusal: told at once when none was told within ``REPORT_SECONDS``,

@@ -106,11 +106,13 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         self.connection_acknowledged = True
 
     async def run_operation(self, operation: Operation[Context, None]) -> None:
-        """Strawberry's, with a query or mutation stopped after ``operation_seconds``
-        and answered with an error, as over HTTP; a subscription runs as long as its
-        client wants it, and parks with the house's relay when caught up."""
+        """Strawberry's, with a query stopped after ``operation_seconds`` and answered
+        with an error, as over HTTP; a mutation finishes or rolls back, and says
+        which; a subscription runs as long as its client wants it, and parks with
+        the house's relay when caught up."""
         seconds = self.view.settings.operation_seconds
-        if self._is_subscription(operation):
+        kind = self._kind(operation)
+        if kind is OperationType.SUBSCRIPTION:
             live = LiveOperation(
                 cast(Schema, self.schema)._schema,
                 self.context,
@@ -125,8 +127,7 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             self.live[operation.id] = live, contextvars.copy_context()
             await self._subscribed(operation)
             return
-        if self._kind(operation) is OperationType.MUTATION:
-            # A write finishes or rolls back, and says which (``deadline.CancelOnDisconnect``).
+        if kind is OperationType.MUTATION:  # as over HTTP (``deadline.CancelOnDisconnect``)
             await super().run_operation(operation)
             return
         try:
@@ -197,10 +198,6 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             if written is not None:
                 return written
         return started(socket.send_text((head + data + _TAIL).decode()))
-
-    def _is_subscription(self, operation: Operation[Context, None]) -> bool:
-        """Whether the operation is a subscription."""
-        return self._kind(operation) is OperationType.SUBSCRIPTION
 
     def _kind(self, operation: Operation[Context, None]) -> OperationType | None:
         """The operation's kind, parsed within the token limit and through the

@@ -73,10 +73,8 @@ async def stored_events(
     when the stream began)."""
     while True:
         ahead = CATCH_UP_PAGE if head is None else min(CATCH_UP_PAGE, head - after_seq)
-        if pay is not None and ahead > 0:
-            async with pay(ahead):
-                page = await history.events(task, after_seq, CATCH_UP_PAGE)
-        else:
+        paying = pay(ahead) if pay is not None and ahead > 0 else contextlib.nullcontext()
+        async with paying:
             page = await history.events(task, after_seq, CATCH_UP_PAGE)
         for event in page:
             yield event
