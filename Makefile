@@ -67,9 +67,9 @@ fmt: $(STAMP)
 	$(BIN)/ruff format src tests bench
 
 clean:
-	rm -rf $(VENV) runstate.db runstate.db-shm runstate.db-wal
+	rm -rf $(VENV) runstate.storage.database runstate.storage.database-shm runstate.storage.database-wal
 
 # After changing src/runstate/models: write the next migration with Tortoise's own tool.
 migrations: $(STAMP)
-	RUNSTATE_DATABASE_URL=sqlite:///tmp/runstate-makemigrations.db $(BIN)/tortoise -c runstate.db.TORTOISE_ORM makemigrations
+	RUNSTATE_DATABASE_URL=sqlite:///tmp/runstate-makemigrations.db $(BIN)/tortoise -c runstate.storage.database.TORTOISE_ORM makemigrations
 	rm -f /tmp/runstate-makemigrations.db*

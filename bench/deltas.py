@@ -20,11 +20,11 @@ from pathlib import Path
 
 from tortoise import connections
 
-from runstate.db import close_database, open_database
-from runstate.services import history, sessions, tasks
-from runstate.services.house import House
-from runstate.services.read import queries
-from runstate.services.validation import StepPlan
+from runstate.services.actions import sessions, tasks
+from runstate.services.domain.validation import StepPlan
+from runstate.services.read import history, lookups
+from runstate.services.write.house import House
+from runstate.storage.database import close_database, open_database
 
 USER = "bench"
 OUTPUT = "x" * 1024
@@ -89,7 +89,7 @@ async def main() -> None:
                     f" 1,000-step task against a 10-step one: {p50[1000] / p50[10]:.2f}x"
                     " (target 1.0x)"
                 )
-                head = await queries.get_task(USER, task_id)
+                head = await lookups.get_task(USER, task_id)
                 began = time.perf_counter()
                 log = []
                 for page in range(10):  # a page holds at most 100 events
@@ -99,7 +99,7 @@ async def main() -> None:
                     f" {(time.perf_counter() - began) * 1000:.1f} ms"
                 )
                 began = time.perf_counter()
-                await queries.get_task_at(USER, task_id, 1001)
+                await lookups.get_task_at(USER, task_id, 1001)
                 took_ms = (time.perf_counter() - began) * 1000
                 print(f"taskAt(seq 1001) of 2001: {took_ms:.1f} ms")
             await close_database()

@@ -26,11 +26,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from runstate.db import close_database, open_database
-from runstate.services import history, leases, sessions, tasks
-from runstate.services.house import House
-from runstate.services.read import queries
-from runstate.services.validation import StepPlan
+from runstate.services.actions import leases, sessions, tasks
+from runstate.services.domain.validation import StepPlan
+from runstate.services.read import history, lookups
+from runstate.services.write.house import House
+from runstate.storage.database import close_database, open_database
 
 SMALL = 10_000
 LARGE = int(os.environ.get("BENCH_LARGE", "1000000"))
@@ -59,7 +59,7 @@ async def template(house: House) -> tuple[int, int]:
             )
         ).value
         version = done.version
-    row = await queries.get_task(USER, task.id)
+    row = await lookups.get_task(USER, task.id)
     return int(row.session_pk), int(row.pk)
 
 
@@ -133,7 +133,7 @@ async def measure(house: House, db: dict[str, Any]) -> dict[str, list[float]]:
     """One round of every call against one database: seconds per sample."""
     await open_database(db["url"])
     old = [f"old-t-{random.randrange(db['count'] - 1)}" for _ in range(SAMPLES)]
-    heads = [await queries.get_task(USER, task_id) for task_id in old]
+    heads = [await lookups.get_task(USER, task_id) for task_id in old]
 
     async def write() -> None:  # start and complete the next live task's first step
         task_id = db["live"][LIVE // 2 + db["next"]]
@@ -145,22 +145,22 @@ async def measure(house: House, db: dict[str, Any]) -> dict[str, list[float]]:
         await leases.claim_task(house, USER, "bench-worker", 30)
 
     calls: dict[str, Callable[[int], Call]] = {
-        "task by id": lambda i: lambda: queries.get_task(USER, old[i]),
+        "task by id": lambda i: lambda: lookups.get_task(USER, old[i]),
         "events, first 100": lambda i: lambda: history.events(heads[i], 0, 100),
-        "taskAt(seq 4)": lambda i: lambda: queries.get_task_at(USER, old[i], 4),
+        "taskAt(seq 4)": lambda i: lambda: lookups.get_task_at(USER, old[i], 4),
         "tasks, newest 50": lambda _: (
-            lambda: queries.list_tasks(USER, status=None, first=50, after=None)
+            lambda: lookups.list_tasks(USER, status=None, first=50, after=None)
         ),
         "sessions, newest 50": lambda _: (
-            lambda: queries.list_sessions(USER, status=None, first=50, after=None)
+            lambda: lookups.list_sessions(USER, status=None, first=50, after=None)
         ),
         "one session's tasks, 50": lambda _: (
-            lambda: queries.list_tasks(
+            lambda: lookups.list_tasks(
                 USER, session_id=db["session"], status=None, first=50, after=None
             )
         ),
         "stalled tasks, 50": lambda _: (
-            lambda: queries.list_tasks(USER, status=None, stalled_only=True, first=50, after=None)
+            lambda: lookups.list_tasks(USER, status=None, stalled_only=True, first=50, after=None)
         ),
         "startStep + completeStep": lambda _: write,
         "claimTask": lambda _: claim,

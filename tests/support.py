@@ -24,8 +24,8 @@ import httpx
 import pytest
 from websockets.typing import Subprotocol
 
-from runstate.services.house import House
-from runstate.services.validation import ContentLimits
+from runstate.services.domain.validation import ContentLimits
+from runstate.services.write.house import House
 
 POSTGRES_URL = os.environ.get(
     "RUNSTATE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"
@@ -99,7 +99,7 @@ def postgres_database() -> Iterator[str]:
 def database(kind: str, tmp_path: Path) -> Iterator[str]:
     """A fresh database URL of ``kind`` ("sqlite" or "postgres")."""
     if kind == "sqlite":
-        yield f"sqlite://{tmp_path / 'runstate.db'}"
+        yield f"sqlite://{tmp_path / 'runstate.storage.database'}"
     else:
         with postgres_database() as url:
             yield url
@@ -511,7 +511,7 @@ async def opened(
     from tortoise.backends.base.executor import EXECUTOR_CACHE
 
     from runstate import pubsub
-    from runstate.db import close_database, open_database
+    from runstate.storage.database import close_database, open_database
 
     # Tortoise caches each model's INSERT per connection name, not per dialect: a
     # process that moves from SQLite to PostgreSQL must forget the SQLite ones.

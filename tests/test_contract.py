@@ -21,9 +21,9 @@ from graphql import (
 )
 from graphql.pyutils import Undefined
 
-from runstate import api
+from runstate.resolvers import build
 
-runstate_schema = api.build_schema()
+runstate_schema = build.build_schema()
 
 CONTRACT = Path(__file__).with_name("contract.graphql")
 

@@ -14,26 +14,31 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
-from runstate import logs
-from runstate.api import build_schema
-from runstate.auth import Tokens, forget_revoked
-from runstate.connections import Connections
-from runstate.db import close_database, current_epoch, open_database
-from runstate.logs import RequestLog
-from runstate.metrics import WEBSOCKETS
+from runstate.observe import logs
+from runstate.observe.metrics import WEBSOCKETS
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
 from runstate.pubsub.redis import RedisBroker, key_prefix
-from runstate.ratelimit import Budgets, MemoryRateLimiter, RateLimiter, RedisRateLimiter
-from runstate.services.clock import keep_time
-from runstate.services.house import House
-from runstate.services.sweep import sweep_forever
+from runstate.resolvers.build import build_schema
+from runstate.services.domain.ratelimit import (
+    Budgets,
+    MemoryRateLimiter,
+    RateLimiter,
+    RedisRateLimiter,
+)
+from runstate.services.lifecycle.sweep import sweep_forever
+from runstate.services.write.house import House
 from runstate.settings import Settings
-from runstate.sockets import SharedSockets
+from runstate.storage.clock import keep_time
+from runstate.storage.database import close_database, current_epoch, open_database
 from runstate.transport.admission import ADMISSION, Admission, Trusted
 from runstate.transport.auth import BearerAuth
 from runstate.transport.body_limit import BodyLimit, upload_limit
+from runstate.transport.callers import Tokens, forget_revoked
+from runstate.transport.connections import Connections
 from runstate.transport.deadline import CancelOnDisconnect
 from runstate.transport.httpprotocol import HttpProtocol
+from runstate.transport.request_log import RequestLog
+from runstate.transport.sockets import SharedSockets
 from runstate.transport.view import GraphQLView
 from runstate.transport.wsprotocol import WebSocketProtocol, uncork_all
 from runstate.web import routes as web_routes

@@ -16,13 +16,13 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from graphql import GraphQLInterfaceType, GraphQLSchema, GraphQLUnionType, build_schema
 
-from runstate import logs
-from runstate.auth import announce_revoked
-from runstate.db import close_database, new_epoch, open_database
-from runstate.services import tokens
-from runstate.services.errors import DomainError
-from runstate.services.sweep import sweep
+from runstate.observe import logs
+from runstate.services.actions import tokens
+from runstate.services.domain.errors import DomainError
+from runstate.services.lifecycle.sweep import sweep
 from runstate.settings import Settings, SettingsError
+from runstate.storage.database import close_database, new_epoch, open_database
+from runstate.transport.callers import announce_revoked
 
 
 def possible_types(schema: GraphQLSchema) -> dict[str, list[str]]:
@@ -94,6 +94,74 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+async def serve_with_demo(
+    host: str, port: int, database_url: str, *, langgraph: bool = False
+) -> None:
+    """Serve (SQLite and the in-process broker by default), print a signed-in link,
+    and book trips: with the SDK's agents, or with a LangGraph graph
+    (``demo.graph``)."""
+    import uvicorn
+
+    from runstate.app import create_app, server_options
+    from runstate.demo.trips import trips
+
+    settings = Settings.from_env().with_overrides(database_url=database_url)
+    config = uvicorn.Config(
+        create_app(settings),
+        host,
+        port,
+        log_level="warning",
+        **server_options(settings),
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            return await serving
+        await asyncio.sleep(0.05)  # uvicorn has no started event to await
+    token = await tokens.create_token("demo")
+    base = f"http://{host}:{port}"
+    if langgraph:
+        from runstate.demo.graph import graph_trips
+
+        story = (
+            "A LangGraph graph is booking a trip. Watch its nodes run as steps, two at\n"
+            "once, and stop at a question for a person."
+        )
+        work = graph_trips(base, token)
+    else:
+        story = (
+            "An agent is booking a trip. Watch it work, crash at 'book flight', and wait\n"
+            "for you to decide."
+        )
+        work = trips(base, token)
+    print(
+        "\nrunstate is running. Open the dashboard (you are signed in as 'demo'):\n\n"
+        f"    {base}/#token={token}\n\n"
+        f"{story} Ctrl-C stops everything.\n",
+        flush=True,
+    )
+    demo = asyncio.create_task(work)
+    demo.add_done_callback(_say_why_it_stopped)
+    try:
+        await serving
+    finally:
+        demo.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await demo
+
+
+def _say_why_it_stopped(demo: asyncio.Task[None]) -> None:
+    """A demo whose trips stopped on an error says so at once on stderr: the server
+    goes on serving the dashboard, where nothing would move any more, unexplained."""
+    if not demo.cancelled() and (error := demo.exception()) is not None:
+        print(
+            f"runstate: the demo stopped booking trips: {type(error).__name__}: {error}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``runstate`` console script."""
     args = _parser().parse_args(argv)
@@ -118,8 +186,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         _require_free_port(args.host, args.port)
         _serve(settings, args.host, args.port, args.workers)
     elif args.command == "demo":
-        from runstate.demo import serve_with_demo
-
         if args.langgraph and importlib.util.find_spec("langgraph") is None:
             sys.exit(
                 "runstate: demo --langgraph needs LangGraph: pip install 'runstate[langgraph]'"
@@ -133,9 +199,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
         print("runstate: stopped", flush=True)
     elif args.command == "export-schema":
-        from runstate import api
+        from runstate.resolvers import build
 
-        schema = api.build_schema()
+        schema = build.build_schema()
 
         if args.possible_types:
             print(json.dumps(possible_types(build_schema(schema.as_str())), indent=2))

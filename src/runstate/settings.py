@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
-from runstate.logs import FORMATS
-from runstate.services.validation import ContentLimits, stored_checkpoint
+from runstate.observe.logs import FORMATS
+from runstate.services.domain.validation import ContentLimits, stored_checkpoint
 
-DEFAULT_DATABASE_URL = "sqlite://runstate.db"
+DEFAULT_DATABASE_URL = "sqlite://runstate.storage.database"
 ENVIRONMENTS = ("development", "production")
 
 
@@ -86,7 +86,7 @@ class Settings:
     rate_limit: bool = True
     rate_per_second: float = 200.0
     """Points a user's budget regains per second (a read costs 1, a write 2, a
-    subscription 5; see ``runstate.ratelimit``)."""
+    subscription 5; see ``runstate.services.domain.ratelimit``)."""
     rate_burst: float = 2000.0
     """The most points a user's budget holds."""
     anon_rate_per_second: float = 20.0

@@ -18,7 +18,7 @@ import sys
 
 from langgraph.checkpoint.base import create_checkpoint
 
-from runstate.client.errors import ProblemError
+from runstate.client.exceptions import ProblemError
 from runstate.integrations.langgraph import RunstateSaver
 
 

@@ -172,14 +172,14 @@ def test_demo_prints_a_signed_in_link_and_an_agent_starts_working(tmp_path: Path
         demo.wait_for_work()
         assert demo.tasks("goal")[0]["goal"] == "Book a trip to Lisbon for Ana"
     children = subprocess.run(
-        ["pgrep", "-f", f"runstate.demo http://127.0.0.1:{demo.port}"], check=False
+        ["pgrep", "-f", f"runstate.demo.trips http://127.0.0.1:{demo.port}"], check=False
     )
     assert children.returncode == 1, "the demo's agent processes stop with it"
 
 
 def test_a_demo_that_cannot_book_says_why_while_it_serves(tmp_path: Path) -> None:
     """Guards the demo's word when its trips stop on an error
-    (``_say_why_it_stopped``): here its session was completed, so it takes no new
+    (``cli._say_why_it_stopped``): here its session was completed, so it takes no new
     task. The restarted demo says why on stderr at once, and goes on serving.
     Without it nothing was said until the demo was stopped, and the dashboard sat
     still, unexplained."""

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from runstate.models import Session, Task, ToolState
-from runstate.services import sessions
-from runstate.services.house import House
+from runstate.services.actions import sessions
+from runstate.services.write.house import House
 from tests.integration.test_api import events, new_task, start_session
 from tests.support import Api, Server, opened, server_on
 
@@ -108,7 +108,7 @@ async def test_same_harness_with_cas_loses_nothing(house: House) -> None:
     """The harness of the control, with the service's compare-and-swap instead."""
 
     async def cas() -> None:
-        from runstate.services.errors import VersionConflictError
+        from runstate.services.domain.errors import VersionConflictError
 
         version = 1
         for _ in range(INCREMENTS):
@@ -184,7 +184,7 @@ async def test_concurrent_failure_reports_lose_no_count(server: Server, alice: A
 
 async def test_control_check_then_set_grants_many_leases(house: House) -> None:
     """Control: reading the lease and then writing it lets several acquirers win."""
-    from runstate.services import tasks
+    from runstate.services.actions import tasks
 
     await sessions.start_session(house, "u", default_ttl=3600, session_id="s")
     await tasks.create_task(house, "u", "s", goal="g", steps=[], task_id="t")
@@ -204,8 +204,8 @@ async def test_control_check_then_set_grants_many_leases(house: House) -> None:
 
 async def test_control_read_then_write_loses_failure_counts(house: House) -> None:
     """Control: counting retries in Python after a read loses reports."""
-    from runstate.enums import ToolOutcome
-    from runstate.services import tasks, tools
+    from runstate.basics.enums import ToolOutcome
+    from runstate.services.actions import tasks, tools
 
     await sessions.start_session(house, "u", default_ttl=3600, session_id="s")
     await tasks.create_task(house, "u", "s", goal="g", steps=[], task_id="t")

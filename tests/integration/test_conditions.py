@@ -1,4 +1,4 @@
-"""The forms of each shared condition (``services/conditions.py``) agree: Python, the
+"""The forms of each shared condition (``services/domain/conditions.py``) agree: Python, the
 ORM's Q and SQL pick the same rows on every combination of the values they read."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import pytest
 from tortoise import connections
 from tortoise.queryset import QuerySet
 
-from runstate.enums import SessionStatus, TaskStatus
+from runstate.basics.enums import SessionStatus, TaskStatus
 from runstate.models import Session, Task
-from runstate.services import conditions, sql
-from runstate.services.clock import utcnow
+from runstate.services.domain import conditions
+from runstate.storage import sql
+from runstate.storage.clock import utcnow
 from tests.support import opened
 
 NOW = utcnow()

@@ -15,15 +15,16 @@ from typing import Any
 import pytest
 from graphql import OperationDefinitionNode, parse
 
-from runstate.api import build_schema
-from runstate.auth import Principal
-from runstate.enums import ToolOutcome
+from runstate.basics.enums import ToolOutcome
+from runstate.resolvers.build import build_schema
 from runstate.schema.bounds import estimate_of
 from runstate.schema.context import Context
 from runstate.schema.cost import Estimate, Walk
-from runstate.services import sessions, tasks, tools, validation
-from runstate.services.house import House
-from runstate.services.validation import StepPlan
+from runstate.services.actions import sessions, tasks, tools
+from runstate.services.actions.tokens import Principal
+from runstate.services.domain import validation
+from runstate.services.domain.validation import StepPlan
+from runstate.services.write.house import House
 from runstate.settings import Settings
 from tests.support import opened
 

@@ -8,7 +8,7 @@ import asyncio
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from runstate.db import _migration_lock, check_sqlite, current_epoch
+from runstate.storage.database import _migration_lock, check_sqlite, current_epoch
 from tests.support import POSTGRES_URL, opened, postgres_database, require_service
 
 PROBE = "runstate-lock-probe"

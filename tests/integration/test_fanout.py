@@ -23,12 +23,12 @@ from websockets.asyncio.client import connect
 
 from runstate.app import create_app, server_options
 from runstate.pubsub import Hub, MemoryBroker, Publisher
-from runstate.services import sessions, tasks, tokens
-from runstate.services.house import House
+from runstate.services.actions import sessions, tasks, tokens
+from runstate.services.domain.validation import ContentLimits, StepPlan
+from runstate.services.domain.views import TaskView
 from runstate.services.live import streams
 from runstate.services.live.messages import session_channel, task_channel
-from runstate.services.validation import ContentLimits, StepPlan
-from runstate.services.views import TaskView
+from runstate.services.write.house import House
 from runstate.settings import Settings
 from runstate.transport.wsprotocol import Inbox, WebSocketProtocol
 from tests.support import GRAPHQL_WS, Subscriber, free_port, opened, settled

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runstate.api import build_schema
+from runstate.resolvers.build import build_schema
 from tests.support import Api, Server, create_token, sqlite_server
 
 schema = build_schema()

@@ -13,14 +13,16 @@ from typing import Any
 import pytest
 from tortoise import connections
 
-from runstate.enums import GraphPruneStrategy
+from runstate.basics.enums import GraphPruneStrategy
 from runstate.models import GraphBlob, GraphCheckpoint, GraphWrite, Task
-from runstate.services import graphs, quota, sessions, tasks
-from runstate.services.clock import utcnow
-from runstate.services.errors import InvalidInputError
-from runstate.services.house import House
-from runstate.services.validation import ContentLimits
+from runstate.services.actions import sessions, tasks
+from runstate.services.domain import quota
+from runstate.services.domain.errors import InvalidInputError
+from runstate.services.domain.validation import ContentLimits
+from runstate.services.threads import checkpoints
 from runstate.services.write import engine
+from runstate.services.write.house import House
+from runstate.storage.clock import utcnow
 from tests.integration.test_write_cost import Statements
 from tests.support import opened
 
@@ -30,21 +32,21 @@ USER = "grapher"
 @pytest.fixture
 async def house(tmp_path: Path) -> AsyncIterator[House]:
     limits = ContentLimits(checkpoint_bytes=4096)
-    async with opened(f"sqlite://{tmp_path / 'graphs.db'}", limits=limits) as house:
+    async with opened(f"sqlite://{tmp_path / 'checkpoints.db'}", limits=limits) as house:
         session = await sessions.start_session(house, USER, default_ttl=3600, session_id="s")
         await tasks.create_task(house, USER, session.id, goal="thread", steps=[], task_id="t")
         yield house
 
 
-def blob(text: str) -> graphs.Blob:
-    return graphs.Blob("msgpack", text.encode())
+def blob(text: str) -> checkpoints.Blob:
+    return checkpoints.Blob("msgpack", text.encode())
 
 
 async def put(
     house: House, checkpoint_id: str, parent: str | None, values: dict[str, str], **metadata: Any
 ) -> None:
     """A checkpoint whose channels are ``values`` (each at the version of its value)."""
-    await graphs.put_checkpoint(
+    await checkpoints.put_checkpoint(
         house,
         USER,
         "t",
@@ -54,13 +56,13 @@ async def put(
         checkpoint=blob(checkpoint_id),
         metadata=metadata,
         channel_versions={c: v for c, v in values.items()},
-        channels=[graphs.ChannelValue(c, v, blob(v)) for c, v in values.items()],
+        channels=[checkpoints.ChannelValue(c, v, blob(v)) for c, v in values.items()],
     )
 
 
 async def write(house: House, checkpoint_id: str, idx: int, value: str) -> None:
-    pending = graphs.PendingWrite("node", "", idx, "ch", blob(value))
-    await graphs.put_writes(
+    pending = checkpoints.PendingWrite("node", "", idx, "ch", blob(value))
+    await checkpoints.put_writes(
         house, USER, "t", namespace="", checkpoint_id=checkpoint_id, writes=[pending]
     )
 
@@ -85,7 +87,7 @@ async def test_a_stored_index_keeps_its_first_write_and_a_special_one_the_last(
     await write(house, "c1", 0, "again")
     await write(house, "c1", -1, "old error")
     await write(house, "c1", -1, "new error")
-    found = await graphs.get_checkpoint(USER, "t", "", "c1")
+    found = await checkpoints.get_checkpoint(USER, "t", "", "c1")
     assert [(w.idx, w.value.payload) for w in found.pending_writes] == [
         (-1, b"new error"),
         (0, b"first"),
@@ -108,7 +110,7 @@ async def test_a_checkpoint_or_a_write_sent_again_writes_nothing(house: House) -
     after = await Task.get(public_id="t")
     assert (after.event_seq, after.stored_bytes) == (before.event_seq, before.stored_bytes)
     await put(house, "c1", None, {"a": "2"})
-    replaced = await graphs.get_checkpoint(USER, "t", "", "c1")
+    replaced = await checkpoints.get_checkpoint(USER, "t", "", "c1")
     assert replaced.channel_versions == {"a": "2"}
     assert (await Task.get(public_id="t")).event_seq == before.event_seq + 1
 
@@ -127,10 +129,10 @@ async def test_deletes_give_every_byte_back_and_leave_no_orphan_rows(house: Hous
     await write(house, "c2", 0, "y")
     await put(house, "c3", "c2", {"a": "3", "b": "1"})
     assert await counts() == (3, 4, 2)
-    await graphs.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
+    await checkpoints.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
     assert await counts() == (1, 2, 0)
     assert {(b.channel, b.version) for b in await GraphBlob.all()} == {("a", "3"), ("b", "1")}
-    await graphs.clear(house, USER, "t")
+    await checkpoints.clear(house, USER, "t")
     assert await counts() == (0, 0, 0)
     after = await Task.get(public_id="t")
     events = after.event_seq - before.event_seq
@@ -151,7 +153,7 @@ async def test_keep_latest_keeps_the_ancestors_a_delta_channel_is_rebuilt_from(
         await put(house, f"c{i}", parent, {}, **counters)
         await write(house, f"c{i}", 0, f"w{i}")
         parent = f"c{i}"
-    await graphs.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
+    await checkpoints.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
     kept = (
         await GraphCheckpoint.all()
         .order_by("checkpoint_id")
@@ -159,10 +161,10 @@ async def test_keep_latest_keeps_the_ancestors_a_delta_channel_is_rebuilt_from(
     )
     assert [str(k) for k in kept] == ["c2", "c3", "c4", "c5"]
     assert await GraphWrite.all().count() == 4
-    await graphs.clear(house, USER, "t")
+    await checkpoints.clear(house, USER, "t")
     for i in range(3):
         await put(house, f"d{i}", f"d{i - 1}" if i else None, {})
-    await graphs.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
+    await checkpoints.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
     left = await GraphCheckpoint.all().values_list("checkpoint_id", flat=True)
     assert [str(k) for k in left] == ["d2"]
 
@@ -175,7 +177,7 @@ async def test_keep_latest_keeps_the_last_written_checkpoint(house: House) -> No
     for name in ("c9", "c10", "c11"):
         await put(house, name, parent, {})
         parent = name
-    await graphs.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
+    await checkpoints.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
     left = await GraphCheckpoint.all().values_list("checkpoint_id", flat=True)
     assert [str(k) for k in left] == ["c11"]
 
@@ -186,7 +188,7 @@ async def test_bad_input_is_refused_and_writes_nothing(house: House) -> None:
     InvalidInput naming the field, and the task is left as it was."""
     before = await Task.get(public_id="t")
     cases: list[tuple[dict[str, Any], str]] = [
-        ({"channels": [graphs.ChannelValue("a", "1", blob("x" * 5000))]}, "checkpoint"),
+        ({"channels": [checkpoints.ChannelValue("a", "1", blob("x" * 5000))]}, "checkpoint"),
         ({"metadata": ["not", "an", "object"]}, "metadata"),
         ({"checkpoint_id": ""}, "checkpointId"),
     ]
@@ -202,7 +204,7 @@ async def test_bad_input_is_refused_and_writes_nothing(house: House) -> None:
             **change,
         }
         with pytest.raises(InvalidInputError) as refused:
-            await graphs.put_checkpoint(house, USER, "t", **given)
+            await checkpoints.put_checkpoint(house, USER, "t", **given)
         assert refused.value.field == field
     after = await Task.get(public_id="t")
     assert (after.version, after.event_seq, await counts()) == (
@@ -253,8 +255,8 @@ async def read_statements(house: House, new: str) -> list[str]:
     values in)."""
     async with Statements() as statements:
         await put(house, new, None, {"a": new})
-        await graphs.get_checkpoint(USER, "t", "", None)
-        await graphs.list_checkpoints(
+        await checkpoints.get_checkpoint(USER, "t", "", None)
+        await checkpoints.list_checkpoints(
             USER, task_id="t", namespace="", before=None, metadata=None, first=10
         )
     return statements.seen

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from runstate.enums import TaskStatus
-from runstate.services import idempotency, sessions, tasks
-from runstate.services.errors import InvalidInputError, VersionConflictError
-from runstate.services.house import House
-from runstate.services.read import queries
-from runstate.services.validation import StepPlan
-from runstate.services.views import TaskView
+from runstate.basics.enums import TaskStatus
+from runstate.services.actions import sessions, tasks
+from runstate.services.domain.errors import InvalidInputError, VersionConflictError
+from runstate.services.domain.validation import StepPlan
+from runstate.services.domain.views import TaskView
+from runstate.services.read import lookups
+from runstate.services.write import idempotency
+from runstate.services.write.house import House
 from tests.integration.test_write_cost import Statements
 from tests.support import opened
 
@@ -60,7 +61,7 @@ async def test_writes_that_arrive_together_share_one_commit(house: House) -> Non
             await tasks.start_step(house, USER, task_id, 0, expected_version=1)
     assert commits(one_by_one) == WRITERS
     for task_id in ids:
-        task = await queries.get_task(USER, task_id)
+        task = await lookups.get_task(USER, task_id)
         assert (task.version, task.event_seq) == (2, 2)
 
 
@@ -82,10 +83,10 @@ async def test_a_refused_write_rolls_back_only_itself(house: House) -> None:
     assert isinstance(results[0], VersionConflictError)
     assert isinstance(results[1], InvalidInputError)
     for task_id in (stale, impossible):
-        task = await queries.get_task(USER, task_id)
+        task = await lookups.get_task(USER, task_id)
         assert (task.version, task.event_seq) == (1, 1)
     for task_id in fine:
-        task = await queries.get_task(USER, task_id)
+        task = await lookups.get_task(USER, task_id)
         assert (task.version, task.event_seq) == (2, 2)
         assert task.status is TaskStatus.RUNNING
 
@@ -119,5 +120,5 @@ async def test_keyed_writes_share_a_commit_and_a_key_writes_once(house: House) -
     first, repeat = (replace(a, steps=None, tool_states=None) for a in (answers[0], answers[-1]))
     assert first == repeat
     for task_id in ids:
-        task = await queries.get_task(USER, task_id)
+        task = await lookups.get_task(USER, task_id)
         assert (task.version, task.event_seq) == (2, 2)

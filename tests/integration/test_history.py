@@ -20,17 +20,18 @@ from hypothesis import strategies as st
 from tortoise.exceptions import IntegrityError
 
 from runstate import pubsub
-from runstate.enums import StepDecision, StepStatus, TaskEventKind, TaskStatus, ToolOutcome
+from runstate.basics.enums import StepDecision, StepStatus, TaskEventKind, TaskStatus, ToolOutcome
 from runstate.models import Step, StepVersion, Task, TaskEvent
-from runstate.services import history, leases, recovery, sessions, tasks, tools
-from runstate.services.clock import utcnow
-from runstate.services.errors import DomainError
-from runstate.services.house import House
+from runstate.services.actions import leases, recovery, sessions, tasks, tools
+from runstate.services.domain.errors import DomainError
+from runstate.services.domain.validation import StepPlan
+from runstate.services.domain.views import EventView, TaskView, Written, current_step
 from runstate.services.live.messages import session_channel
+from runstate.services.read import history
 from runstate.services.read.convert import task_views
-from runstate.services.validation import StepPlan
-from runstate.services.views import EventView, TaskView, Written, current_step
 from runstate.services.write.engine import StepPatch
+from runstate.services.write.house import House
+from runstate.storage.clock import utcnow
 from tests.support import database, opened
 
 USER = "historian"

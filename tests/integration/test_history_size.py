@@ -15,10 +15,10 @@ from typing import Any
 
 from tortoise import connections
 
-from runstate.enums import TaskStatus
-from runstate.services import leases, sessions, tasks
-from runstate.services.read import queries
-from runstate.services.validation import StepPlan
+from runstate.basics.enums import TaskStatus
+from runstate.services.actions import leases, sessions, tasks
+from runstate.services.domain.validation import StepPlan
+from runstate.services.read import lookups
 from tests.integration.test_write_cost import _sqlite
 from tests.support import opened
 
@@ -74,7 +74,7 @@ async def costs(path: Path, finished: int) -> dict[str, int]:
         planned = (await tasks.create_task(house, USER, session.id, goal="planned", steps=[])).value
         stalled = (await tasks.create_task(house, USER, session.id, goal="stalled", steps=[])).value
         lease = (await leases.acquire_task_lock(house, USER, stalled.id, "gone", 60)).value
-        head = await queries.get_task(USER, stalled.id)
+        head = await lookups.get_task(USER, stalled.id)
         await tasks.set_task_status(
             house,
             USER,
@@ -85,7 +85,7 @@ async def costs(path: Path, finished: int) -> dict[str, int]:
         )
         await leases.release_task_lock(house, USER, stalled.id, "gone")
         add_finished(path, finished, done.pk, "newer")
-        page = await queries.list_tasks(USER, status=None, stalled_only=True, first=10, after=None)
+        page = await lookups.list_tasks(USER, status=None, stalled_only=True, first=10, after=None)
         assert [t.id for t in page.items] == [stalled.id]
         found: dict[str, int] = {}
 
@@ -96,14 +96,14 @@ async def costs(path: Path, finished: int) -> dict[str, int]:
 
         found["claimTask"] = await steps_of(claim)
         found["stalled page"] = await steps_of(
-            lambda: queries.list_tasks(USER, status=None, stalled_only=True, first=10, after=None)
+            lambda: lookups.list_tasks(USER, status=None, stalled_only=True, first=10, after=None)
         )
         return found
 
 
 async def test_picking_a_task_costs_the_same_behind_a_long_history(tmp_path: Path) -> None:
     """Guards the per-status lookups of ``leases._oldest_claimable`` and
-    ``queries._page_by_status``: with one ``status IN (...)`` lookup ordered by id,
+    ``lookups._page_by_status``: with one ``status IN (...)`` lookup ordered by id,
     SQLite walks every task of the user, and 2,000 finished tasks cost about 40
     times what 50 do."""
     few = await costs(tmp_path / "few.db", FEW)

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runstate.media import negotiate
+from runstate.transport.media import negotiate
 from tests.support import Api
 
 NEW = "application/graphql-response+json"

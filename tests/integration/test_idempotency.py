@@ -17,7 +17,7 @@ from graphql import (
     build_schema,
 )
 
-import runstate.api
+import runstate.resolvers.build
 from tests.integration.test_api import (
     create_task,
     events,
@@ -29,7 +29,7 @@ from tests.integration.test_api import (
 from tests.integration.test_lifecycle import tool
 from tests.support import Api, Server, query_value
 
-schema = runstate.api.build_schema()
+schema = runstate.resolvers.build.build_schema()
 
 
 def key() -> str:

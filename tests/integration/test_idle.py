@@ -15,11 +15,11 @@ from tortoise import connections
 
 from runstate.pubsub import RESYNC
 from runstate.pubsub.broker import Subscription
-from runstate.services import sessions, tasks
-from runstate.services.house import House
+from runstate.services.actions import sessions, tasks
+from runstate.services.domain.validation import StepPlan
 from runstate.services.live import streams
 from runstate.services.live.catch_up import Heads, Watch
-from runstate.services.validation import StepPlan
+from runstate.services.write.house import House
 from tests.integration.test_write_cost import Statements
 from tests.support import opened
 

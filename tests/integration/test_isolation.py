@@ -27,7 +27,7 @@ from graphql import (
     get_named_type,
 )
 
-from runstate.api import build_schema
+from runstate.resolvers.build import build_schema
 from tests.integration.test_api import create_task, start_session, step
 from tests.support import Api, Server, Subscriber, SubscriptionError, create_token, sqlite_server
 

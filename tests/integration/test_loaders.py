@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from runstate.api import build_schema
-from runstate.auth import Principal
-from runstate.enums import ToolOutcome
+from runstate.basics.enums import ToolOutcome
+from runstate.resolvers.build import build_schema
 from runstate.schema.context import Context
-from runstate.services import sessions, tasks, tools
-from runstate.services.house import House
-from runstate.services.validation import StepPlan
+from runstate.services.actions import sessions, tasks, tools
+from runstate.services.actions.tokens import Principal
+from runstate.services.domain.validation import StepPlan
+from runstate.services.write.house import House
 from runstate.settings import Settings
 from tests.integration.test_write_cost import Statements
 from tests.support import opened

@@ -1,5 +1,5 @@
 """The server's log as JSON: one line per request, with its request id, and never a
-token or a payload (``runstate.logs``)."""
+token or a payload (``runstate.observe.logs``)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def value(
 
 
 async def test_metrics_count_operations_subscriptions_and_the_sweep(server: Server) -> None:
-    """Guards runstate.metrics and its sources: operations by field and outcome
+    """Guards runstate.observe.metrics and its sources: operations by field and outcome
     (an unknown field counts as "-"), mutation timings, open WebSockets and live
     subscriptions (back to 0 when they close), deliveries through the broker, the
     relay's subscriptions let go by reason, and the sweep's rounds; and that

@@ -24,12 +24,12 @@ from tortoise import Tortoise
 from tortoise.backends.base.executor import EXECUTOR_CACHE
 from tortoise.migrations.api.migrate import migrate
 
-from runstate.db import close_database, open_database, tortoise_config
 from runstate.models import Task, TaskEvent
-from runstate.services import history
-from runstate.services.clock import utcnow
+from runstate.services.domain.views import TaskView, current_step, from_json
+from runstate.services.read import history
 from runstate.services.read.convert import task_views
-from runstate.services.views import TaskView, current_step, from_json
+from runstate.storage.clock import utcnow
+from runstate.storage.database import close_database, open_database, tortoise_config
 from tests.integration.test_history import check_history
 from tests.support import postgres_database
 

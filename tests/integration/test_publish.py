@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from runstate.services import idempotency, sessions, tasks
-from runstate.services.house import House
+from runstate.services.actions import sessions, tasks
+from runstate.services.domain.validation import StepPlan
+from runstate.services.domain.views import TaskView, Written
 from runstate.services.live.messages import task_channel
-from runstate.services.validation import StepPlan
-from runstate.services.views import TaskView, Written
+from runstate.services.write import idempotency
+from runstate.services.write.house import House
 from tests.support import opened
 
 USER = "publisher"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runstate.services.quota import ROW_BYTES
+from runstate.services.domain.quota import ROW_BYTES
 from tests.integration.test_api import create_task, start_session, step, update_session
 from tests.support import (
     Api,

@@ -12,14 +12,14 @@ from typing import cast
 import pytest
 from strawberry.scalars import JSON
 
-from runstate.enums import StepStatus, TaskStatus, ToolStatus
+from runstate.basics.enums import StepStatus, TaskStatus, ToolStatus
 from runstate.models import Step, Task, ToolState, box
 from runstate.schema import types
 from runstate.schema.inputs import StepPlanInput
-from runstate.services.history import AS_ADDED, VERSIONED
+from runstate.services.domain.validation import StepPlan
+from runstate.services.domain.views import LockView, StepView, TaskView, ToolStateView
 from runstate.services.read.convert import from_row, lock_view, task_view, to_row
-from runstate.services.validation import StepPlan
-from runstate.services.views import LockView, StepView, TaskView, ToolStateView
+from runstate.services.read.history import AS_ADDED, VERSIONED
 from runstate.services.write.engine import STEP_FIELDS, TASK_FIELDS
 from tests.support import opened
 

@@ -13,13 +13,13 @@ from typing import Any, cast
 
 import pytest
 
-from runstate.services import sessions, tasks
-from runstate.services.errors import SessionExpiredError
-from runstate.services.house import House
+from runstate.services.actions import sessions, tasks
+from runstate.services.domain.errors import SessionExpiredError
+from runstate.services.domain.validation import StepPlan
+from runstate.services.domain.views import EventView, TaskView
 from runstate.services.live import streams
 from runstate.services.live.relay import Parked, Place, Position
-from runstate.services.validation import StepPlan
-from runstate.services.views import EventView, TaskView
+from runstate.services.write.house import House
 from tests.support import opened, settled
 
 USER = "relayed"

@@ -85,7 +85,7 @@ def test_a_client_that_leaves_stops_its_work(server: Server) -> None:
     wait_until(lambda: busy(server.process.pid) < 0.2, 10, "the server to stop the abandoned work")
     assert api("{ __typename }") == {"__typename": "Query"}
     api.close()
-    # logs.RequestLog: the request its client left is a 499, not a server failure.
+    # request_log.RequestLog: the request its client left is a 499, not a server failure.
     log = server.log()
     assert re.search(r"POST /graphql 499 \d+\.\d ms \(heavy\)", log), log
     assert "POST /graphql 500" not in log

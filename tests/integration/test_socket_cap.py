@@ -17,8 +17,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from runstate.connections import Connection, Connections
-from runstate.sockets import SharedSockets
+from runstate.transport.connections import Connection, Connections
+from runstate.transport.sockets import SharedSockets
 from tests.integration.test_limits import socket, ws_url
 from tests.support import GRAPHQL_WS, Server, create_token, require_service
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from tortoise import connections
 
-from runstate.services import leases, sessions, sweep, tasks
-from runstate.services.clock import utcnow
-from runstate.services.house import House
-from runstate.services.validation import StepPlan
+from runstate.services.actions import leases, sessions, tasks
+from runstate.services.domain.validation import StepPlan
+from runstate.services.lifecycle import sweep
+from runstate.services.write.house import House
+from runstate.storage.clock import utcnow
 from tests.integration.test_api import create_task, start_session, step
 from tests.integration.test_write_cost import Statements
 from tests.support import Api, Server, create_token, opened, query_value, wait_until

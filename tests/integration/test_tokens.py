@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runstate.auth import Tokens
-from runstate.services import tokens
+from runstate.services.actions import tokens
+from runstate.transport.callers import Tokens
 from tests.integration.test_api import start_session
 from tests.integration.test_progress import ACTIVITY
 from tests.integration.test_write_cost import Statements

@@ -9,17 +9,17 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from runstate.api import build_schema
-from runstate.auth import Principal
 from runstate.models import Task
-from runstate.ratelimit import MemoryRateLimiter
+from runstate.resolvers.build import build_schema
 from runstate.schema.context import Context
 from runstate.schema.turns import Turns
-from runstate.services import sessions, tasks
-from runstate.services.history import TaskRef
-from runstate.services.house import House
+from runstate.services.actions import sessions, tasks
+from runstate.services.actions.tokens import Principal
+from runstate.services.domain.ratelimit import MemoryRateLimiter
+from runstate.services.domain.validation import StepPlan
 from runstate.services.live import streams
-from runstate.services.validation import StepPlan
+from runstate.services.read.history import TaskRef
+from runstate.services.write.house import House
 from runstate.settings import Settings
 from tests.support import opened, settled
 

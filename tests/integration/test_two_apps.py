@@ -16,12 +16,12 @@ from starlette.applications import Starlette
 from tortoise.backends.base.executor import EXECUTOR_CACHE
 
 from runstate.app import create_app
-from runstate.services import tokens
-from runstate.services.house import House
+from runstate.services.actions import tokens
+from runstate.services.domain.validation import ContentLimits
 from runstate.services.live import streams
 from runstate.services.live.messages import session_channel
-from runstate.services.read import queries
-from runstate.services.validation import ContentLimits
+from runstate.services.read import lookups
+from runstate.services.write.house import House
 from runstate.settings import Settings
 
 USER = "twin"
@@ -97,7 +97,7 @@ async def test_two_apps_in_one_process_share_nothing(apps: tuple[Starlette, Star
     twin = (await strict(CREATE, input={**plan, "goal": "short", "id": "twin"}))["createTask"]
     assert twin["__typename"] == "Task"
 
-    session_pk = (await queries.get_task(USER, "kept")).session_pk
+    session_pk = (await lookups.get_task(USER, "kept")).session_pk
     async with (
         loose.house.broker.subscription([session_channel(session_pk)]) as loose_inbox,
         strict.house.broker.subscription([session_channel(session_pk)]) as strict_inbox,

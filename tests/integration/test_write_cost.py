@@ -14,14 +14,15 @@ import aiosqlite
 import pytest
 from tortoise import connections
 
-from runstate.enums import StepStatus
-from runstate.services import idempotency, sessions, sql, tasks
-from runstate.services.clock import utcnow
-from runstate.services.house import House
-from runstate.services.validation import ContentLimits, StepPlan
-from runstate.services.views import TaskView, Written
-from runstate.services.write import engine
+from runstate.basics.enums import StepStatus
+from runstate.services.actions import sessions, tasks
+from runstate.services.domain.validation import ContentLimits, StepPlan
+from runstate.services.domain.views import TaskView, Written
+from runstate.services.write import engine, idempotency
 from runstate.services.write.engine import StepPatch
+from runstate.services.write.house import House
+from runstate.storage import sql
+from runstate.storage.clock import utcnow
 from tests.support import opened, postgres_database
 
 USER = "counter"
@@ -284,7 +285,7 @@ async def test_a_step_write_on_postgresql_is_as_many_statements_as_on_sqlite(
     SQLite, in four round trips. BEGIN, the compare-and-swap, then the write's
     tail as one statement (``sql.joined``: the other five as WITH queries of the
     last), and COMMIT; no reset query when the connection goes back to its pool
-    (``runstate.postgres``). Sent one by one with asyncpg's pool as it comes, the
+    (``runstate.storage.postgres``). Sent one by one with asyncpg's pool as it comes, the
     same write was nine round trips."""
     task_id = await long_task(pg_house, 50)
     version = 1

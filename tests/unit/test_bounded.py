@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runstate.bounded import BoundedCache
+from runstate.basics.bounded import BoundedCache
 
 
 def test_the_least_recently_used_go_first_when_bytes_run_out() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runstate.schema.graphs import decoded
-from runstate.services.errors import InvalidInputError
+from runstate.services.domain.errors import InvalidInputError
 
 
 def test_base64_is_decoded_and_anything_else_is_invalid_input() -> None:

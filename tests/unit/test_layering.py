@@ -1,35 +1,44 @@
 """Data flows one way: the import contracts of ``make lint`` (pyproject.toml's
-``[tool.importlinter]``) hold, checked in ``make test`` too."""
+``[tool.importlinter]``) hold, checked in ``make test`` too, and they name every
+room, so an import planted against the layering in a copy of the tree fails them."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = str(Path(sys.executable).with_name("lint-imports"))
 
 
-def lint_imports(*arguments: str) -> subprocess.CompletedProcess[str]:
+def lint_imports(
+    *arguments: str, cwd: Path = ROOT, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [LINT_IMPORTS, "--no-cache", *arguments],
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env=env,
     )
 
 
 def test_the_import_contracts_hold() -> None:
-    """Guards the layers (transport -> api -> resolvers -> schema -> services ->
-    models and pubsub), GraphQL and HTTP kept out of everything below the
-    resolvers, and the SDK apart from the server. Each contract was seen broken
-    once with one import added against it."""
+    """Guards the rooms' layers (cli -> app -> transport -> ... -> models -> basics),
+    no import circle inside any room, GraphQL and HTTP kept out of everything below
+    the resolvers, and the SDK, its integrations and the demo apart from the server.
+    Each contract was seen broken once with one import added against it (the
+    planted violations below)."""
     result = lint_imports()
     assert result.returncode == 0, result.stdout
-    assert "4 kept, 0 broken" in result.stdout
+    assert "6 kept, 0 broken" in result.stdout
 
 
 def test_a_broken_contract_is_reported(tmp_path: Path) -> None:
@@ -44,3 +53,41 @@ def test_a_broken_contract_is_reported(tmp_path: Path) -> None:
     result = lint_imports("--config", str(config))
     assert result.returncode == 1
     assert "runstate.resolvers.mutations -> strawberry" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "planted", "broken"),
+    [
+        # A services module reaching a transport room (a loose module before).
+        (
+            "services/domain/quota.py",
+            "runstate.transport.connections",
+            "Data flows one way through the server's rooms BROKEN",
+        ),
+        # A circle inside one room: the group commit importing the house that holds it.
+        (
+            "services/write/group_commit.py",
+            "runstate.services.write.house",
+            "Nothing imports in a circle, not even inside one room BROKEN",
+        ),
+        # The demo reaching the app instead of being handed a URL.
+        (
+            "demo/trips.py",
+            "runstate.app",
+            "The SDK, its integrations and the demo stand apart from the server BROKEN",
+        ),
+    ],
+)
+def test_a_planted_import_breaks_the_contracts(
+    tmp_path: Path, module: str, planted: str, broken: str
+) -> None:
+    """The real contracts, on a copy of the tree with one import planted against
+    them: ``make lint`` fails, naming the contract the import breaks."""
+    shutil.copytree(ROOT / "src", tmp_path / "src")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / "src" / "runstate" / module
+    target.write_text(target.read_text() + f"\nimport {planted}  # noqa: E402\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "src")}
+    result = lint_imports(cwd=tmp_path, env=env)
+    assert result.returncode == 1, result.stdout
+    assert broken in result.stdout

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from tortoise.backends.base.executor import EXECUTOR_CACHE
 
-from runstate.api import build_schema
-from runstate.auth import Principal
-from runstate.db import close_database, open_database
+from runstate.resolvers.build import build_schema
 from runstate.schema.context import Context
-from runstate.services.house import House
+from runstate.services.actions.tokens import Principal
+from runstate.services.write.house import House
 from runstate.settings import Settings
+from runstate.storage.database import close_database, open_database
 
 schema = build_schema()
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runstate.ratelimit import PEEK, SPEND, MemoryRateLimiter
-from runstate.services.errors import RateLimitedError
+from runstate.services.domain.errors import RateLimitedError
+from runstate.services.domain.ratelimit import PEEK, SPEND, MemoryRateLimiter
 
 
 def test_a_bucket_pays_up_to_its_burst_then_says_how_long_to_wait() -> None:

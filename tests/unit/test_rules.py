@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from runstate.enums import SessionStatus, StepStatus, TaskStatus
-from runstate.services.errors import InvalidTransitionError
-from runstate.services.rules import (
+from runstate.basics.enums import SessionStatus, StepStatus, TaskStatus
+from runstate.services.domain.errors import InvalidTransitionError
+from runstate.services.domain.moves import (
     DECISION_MOVES,
     RESUME_MOVES,
     check_session_move,

@@ -8,9 +8,9 @@ from datetime import datetime
 import pytest
 from graphql import parse, validate
 
-from runstate.api import build_schema
-from runstate.client import documents, models
-from runstate.enums import StepStatus
+from runstate.basics.enums import StepStatus
+from runstate.client import documents, records
+from runstate.resolvers.build import build_schema
 
 schema = build_schema()
 
@@ -23,7 +23,7 @@ DOCUMENTS = {
 
 @pytest.mark.parametrize("name", sorted(DOCUMENTS))
 def test_every_sdk_document_is_valid(name: str) -> None:
-    """Guards ``models.selection``: each field of an SDK dataclass is asked for by its
+    """Guards ``records.selection``: each field of an SDK dataclass is asked for by its
     GraphQL name, so a field the schema lacks (or misspelled) fails validation here."""
     assert validate(schema._schema, parse(DOCUMENTS[name])) == []
 
@@ -33,13 +33,13 @@ def test_a_field_added_to_a_dataclass_is_asked_for_and_read() -> None:
     both come from the dataclass, times parsed and statuses as enums."""
 
     @dataclasses.dataclass(frozen=True)
-    class Probe(models.Answer):
+    class Probe(records.Answer):
         retry_count: int
         status: StepStatus
         at: datetime | None = None
-        lock: models.Lock | None = None
+        lock: records.Lock | None = None
 
-    assert models.selection(Probe) == (
+    assert records.selection(Probe) == (
         "retryCount status at lock { taskId holderId fencingToken expiresAt }"
     )
     lock = {
@@ -50,7 +50,7 @@ def test_a_field_added_to_a_dataclass_is_asked_for_and_read() -> None:
     }
     probe = Probe.of({"retryCount": 2, "status": "SUCCESS", "at": None, "lock": lock})
     assert probe.status is StepStatus.SUCCESS
-    assert probe.lock == models.Lock(
+    assert probe.lock == records.Lock(
         "t", "w", 3, datetime.fromisoformat("2026-01-01T00:00:00+00:00")
     )
     assert Probe.of({"retryCount": 1, "status": "PENDING"}).lock is None

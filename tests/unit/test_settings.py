@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from runstate.db import tortoise_config
 from runstate.settings import CEILINGS, MAX_INT, Settings, SettingsError
+from runstate.storage.database import tortoise_config
 
 
 def test_defaults() -> None:
     s = Settings.from_env({})
     assert (s.database_url, s.redis_url, s.session_ttl, s.retention) == (
-        "sqlite://runstate.db",
+        "sqlite://runstate.storage.database",
         None,
         3600,
         86400,
@@ -64,13 +64,13 @@ def test_numbers_past_the_api_int_are_refused() -> None:
 
 def test_sqlite_waits_for_other_writers_and_caches_64_mib() -> None:
     """Guards ``db.SQLITE_PRAGMAS``: added unless the URL sets them itself; and a
-    PostgreSQL URL goes to runstate's engine (``runstate.postgres``)."""
+    PostgreSQL URL goes to runstate's engine (``runstate.storage.postgres``)."""
     url = tortoise_config("sqlite://x.db")["connections"]["default"]
     assert url == "sqlite://x.db?busy_timeout=30000&cache_size=-65536"
     url = tortoise_config("sqlite://x.db?cache_size=-2000")["connections"]["default"]
     assert url == "sqlite://x.db?cache_size=-2000&busy_timeout=30000"
     postgres = tortoise_config("postgres://h/db")["connections"]["default"]
-    assert postgres["engine"] == "runstate.postgres"
+    assert postgres["engine"] == "runstate.storage.postgres"
     assert (postgres["credentials"]["host"], postgres["credentials"]["database"]) == ("h", "db")
 
 

@@ -1,8 +1,8 @@
-"""Placeholders as each database writes them (``services/sql.py``)."""
+"""Placeholders as each database writes them (``storage/sql.py``)."""
 
 from __future__ import annotations
 
-from runstate.services.sql import in_dialect
+from runstate.storage.sql import in_dialect
 
 
 def test_placeholders_are_numbered_outside_literals_only() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from strawberry.extensions.parser_cache import _get_parse_cache
 from strawberry.extensions.validation_cache import DEFAULT_MAXSIZE, _get_validate_cache
 
-from runstate.api import build_schema
+from runstate.resolvers.build import build_schema
 
 schema = build_schema()
 

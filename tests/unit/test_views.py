@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runstate.enums import StepStatus, TaskEventKind, TaskStatus, ToolStatus
-from runstate.services.views import (
+from runstate.basics.enums import StepStatus, TaskEventKind, TaskStatus, ToolStatus
+from runstate.services.domain.views import (
     EventView,
     LockView,
     OriginView,

@@ -5,7 +5,7 @@ See docs/sdk.md for a complete agent loop.
 """
 
 from runstate.client.api import Runstate
-from runstate.client.errors import (
+from runstate.client.exceptions import (
     InvalidInput,
     InvalidTransition,
     LeaseLost,
@@ -22,8 +22,8 @@ from runstate.client.errors import (
     Unauthorized,
     VersionConflict,
 )
-from runstate.client.models import Event, Lock, ResumePlan, Session, Step, Task, ToolState
 from runstate.client.policies import AtEnd, CheckpointPolicy, EveryNSteps, EveryStep, KeyPoints
+from runstate.client.records import Event, Lock, ResumePlan, Session, Step, Task, ToolState
 from runstate.client.runner import WAIT, TaskRunner
 
 __all__ = [

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from runstate.client.calls import Calls
-from runstate.client.errors import NeedsDecision
+from runstate.client.exceptions import NeedsDecision
 from runstate.client.policies import CheckpointPolicy
 from runstate.client.runner import Durability, TaskRunner
 

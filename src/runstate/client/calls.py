@@ -2,7 +2,7 @@
 
 Queries and mutations go over HTTP (httpx); ``watch`` follows a task over
 graphql-transport-ws and reconnects by itself, resuming after the last seq it saw.
-A ``Problem`` answer becomes the matching exception of ``runstate.client.errors``.
+A ``Problem`` answer becomes the matching exception of ``runstate.client.exceptions``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from graphql import DocumentNode, parse
 from websockets.exceptions import WebSocketException
 
 from runstate.client import documents as doc
-from runstate.client.errors import (
+from runstate.client.exceptions import (
     PROBLEMS,
     NotFound,
     ProblemError,
@@ -41,7 +41,7 @@ from runstate.client.errors import (
     ServerUnavailable,
     Unauthorized,
 )
-from runstate.client.models import Event, Lock, ResumePlan, Session, Task, ToolState
+from runstate.client.records import Event, Lock, ResumePlan, Session, Task, ToolState
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ dataclasses (``models.selection``)."""
 
 from __future__ import annotations
 
-from runstate.client.models import (
+from runstate.client.records import (
     Event,
     Lock,
     ResumePlan,

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gql.transport.exceptions import TransportError
 
-from runstate.client.errors import (
+from runstate.basics.enums import StepStatus, ToolStatus
+from runstate.client.exceptions import (
     LeaseLost,
     LockHeld,
     LockNotHeld,
@@ -40,10 +41,9 @@ from runstate.client.errors import (
     ServerUnavailable,
     StaleFencingToken,
 )
-from runstate.client.models import FINISHED, Step, Task, ToolState
 from runstate.client.policies import CheckpointPolicy, EveryStep
 from runstate.client.queued import Queued, Write
-from runstate.enums import StepStatus, ToolStatus
+from runstate.client.records import FINISHED, Step, Task, ToolState
 
 if TYPE_CHECKING:
     from runstate.client.calls import Calls

@@ -47,7 +47,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.pregel import Pregel
 
 from runstate.client import Runstate
-from runstate.client.errors import NotFound, ProblemError, RunstateError
+from runstate.client.exceptions import NotFound, ProblemError, RunstateError
 from runstate.integrations.langgraph_steps import Node, Reports, Send, Watcher, node_report
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.errors import GraphBubbleUp
 
-from runstate.client.errors import RunstateError
+from runstate.client.exceptions import RunstateError
 
 log = logging.getLogger(__name__)
 

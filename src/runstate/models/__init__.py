@@ -15,7 +15,7 @@ from tortoise import fields
 from tortoise.indexes import Index
 from tortoise.models import Model
 
-from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+from runstate.basics.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
 
 ID_LENGTH = 64
 USER_LENGTH = 128
@@ -54,7 +54,7 @@ class ApiToken(Model):
 
 class Usage(Model):
     """How many bytes one user's sessions and tasks hold, kept by every write that
-    adds or deletes some (``services/quota.py``) and checked against the user's quota."""
+    adds or deletes some (``services/domain/quota.py``) and checked against the user's quota."""
 
     user_id = fields.CharField(max_length=USER_LENGTH, primary_key=True)
     stored_bytes = fields.BigIntField(default=0)

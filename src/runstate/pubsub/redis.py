@@ -117,7 +117,7 @@ class RedisBroker(Broker):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
         with contextlib.suppress(*_FAILURES):
-            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+            await self._pubsub.aclose()
         for client in (self._client, self._publishing):
             with contextlib.suppress(*_FAILURES):
                 await client.aclose()

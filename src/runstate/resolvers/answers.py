@@ -11,11 +11,11 @@ from typing import Any, TypeVar
 
 import strawberry
 
-from runstate.ratelimit import WRITE_COST
 from runstate.schema.context import Info
 from runstate.schema.problems import AnswerProblems
-from runstate.services import idempotency
-from runstate.services.views import Written
+from runstate.services.domain.ratelimit import WRITE_COST
+from runstate.services.domain.views import Written
+from runstate.services.write import idempotency
 
 V = TypeVar("V")
 

@@ -47,9 +47,16 @@ from runstate.schema.results import (
     ToolStateResult,
 )
 from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
-from runstate.services import graph_nodes, graphs, leases, recovery, sessions, tasks, tools
-from runstate.services.recovery import ResumePlanView
-from runstate.services.views import LockView, SessionView, TaskView, ToolStateView, unpublished
+from runstate.services.actions import leases, recovery, sessions, tasks, tools
+from runstate.services.domain.views import (
+    LockView,
+    ResumePlanView,
+    SessionView,
+    TaskView,
+    ToolStateView,
+    unpublished,
+)
+from runstate.services.threads import checkpoints, nodes
 
 
 def _deleted(session_id: str) -> Deleted:
@@ -417,7 +424,7 @@ class Mutation:
                 info,
                 input,
                 TaskView,
-                lambda: graphs.put_checkpoint(
+                lambda: checkpoints.put_checkpoint(
                     info.context.house,
                     info.context.user_id,
                     input.task_id,
@@ -442,7 +449,7 @@ class Mutation:
                 info,
                 input,
                 TaskView,
-                lambda: graphs.put_writes(
+                lambda: checkpoints.put_writes(
                     info.context.house,
                     info.context.user_id,
                     input.task_id,
@@ -467,7 +474,7 @@ class Mutation:
                 info,
                 input,
                 TaskView,
-                lambda: graph_nodes.record_run(
+                lambda: nodes.record_run(
                     info.context.house,
                     info.context.user_id,
                     input.task_id,
@@ -487,7 +494,7 @@ class Mutation:
                 info,
                 input,
                 TaskView,
-                lambda: graphs.clear(
+                lambda: checkpoints.clear(
                     info.context.house,
                     info.context.user_id,
                     input.task_id,
@@ -508,7 +515,7 @@ class Mutation:
                 info,
                 input,
                 TaskView,
-                lambda: graphs.prune(
+                lambda: checkpoints.prune(
                     info.context.house,
                     info.context.user_id,
                     input.task_id,
@@ -526,7 +533,9 @@ class Mutation:
             info,
             input,
             int,
-            lambda: graphs.delete_runs(info.context.house, info.context.user_id, input.run_ids),
+            lambda: checkpoints.delete_runs(
+                info.context.house, info.context.user_id, input.run_ids
+            ),
         )
         return GraphRunsDeleted(checkpoints=deleted)
 
@@ -542,7 +551,7 @@ class Mutation:
                 info,
                 input,
                 TaskView,
-                lambda: graphs.copy(
+                lambda: checkpoints.copy(
                     info.context.house, info.context.user_id, input.task_id, input.new_task_id
                 ),
             )

@@ -5,16 +5,17 @@ from __future__ import annotations
 import strawberry
 from strawberry.scalars import JSON
 
-from runstate.enums import SessionStatus, TaskStatus
-from runstate.ratelimit import READ_COST
+from runstate.basics.enums import SessionStatus, TaskStatus
 from runstate.resolvers.answers import answered
 from runstate.schema.context import Info
 from runstate.schema.graphs import GraphCheckpoint, GraphCheckpointPage, GraphCheckpointResult
 from runstate.schema.results import SessionResult, TaskResult
 from runstate.schema.types import AgentSession, SessionConnection, Task, TaskConnection, Usage
-from runstate.services import graphs, quota, sessions
-from runstate.services.errors import InvalidInputError
-from runstate.services.read import queries
+from runstate.services.domain import quota
+from runstate.services.domain.errors import InvalidInputError
+from runstate.services.domain.ratelimit import READ_COST
+from runstate.services.read import lookups
+from runstate.services.threads import checkpoints
 
 
 @strawberry.type
@@ -25,7 +26,7 @@ class Query:
     async def session(self, info: Info, id: strawberry.ID) -> SessionResult:
         user = info.context.user_id
         await info.context.charge(READ_COST)
-        return AgentSession.of(await sessions.get_session(user, id))
+        return AgentSession.of(await lookups.get_session(user, id))
 
     @strawberry.field(description="The caller's sessions, newest first.")
     async def sessions(
@@ -36,7 +37,7 @@ class Query:
         after: str | None = None,
     ) -> SessionConnection:
         await info.context.charge(READ_COST)
-        page = await queries.list_sessions(
+        page = await lookups.list_sessions(
             info.context.user_id, status=status, first=50 if first is None else first, after=after
         )
         return SessionConnection.of(page)
@@ -45,7 +46,7 @@ class Query:
     async def task(self, info: Info, id: strawberry.ID) -> TaskResult:
         user = info.context.user_id
         await info.context.charge(READ_COST)
-        return Task.of(await queries.get_task(user, id))
+        return Task.of(await lookups.get_task(user, id))
 
     @answered(
         description="The task exactly as it stood just after event `seq` (history, time travel)."
@@ -53,7 +54,7 @@ class Query:
     async def task_at(self, info: Info, id: strawberry.ID, seq: int) -> TaskResult:
         user = info.context.user_id
         await info.context.charge(READ_COST)
-        return Task.of(await queries.get_task_at(user, id, seq))
+        return Task.of(await lookups.get_task_at(user, id, seq))
 
     @strawberry.field(
         description=(
@@ -71,7 +72,7 @@ class Query:
         after: str | None = None,
     ) -> TaskConnection:
         await info.context.charge(READ_COST)
-        page = await queries.list_tasks(
+        page = await lookups.list_tasks(
             info.context.user_id,
             session_id=session_id,
             status=status,
@@ -95,7 +96,7 @@ class Query:
         checkpoint_id: strawberry.ID | None = None,
     ) -> GraphCheckpointResult:
         await info.context.charge(READ_COST)
-        view = await graphs.get_checkpoint(
+        view = await checkpoints.get_checkpoint(
             info.context.user_id, thread_id, namespace, checkpoint_id
         )
         return GraphCheckpoint.of(view)
@@ -120,7 +121,7 @@ class Query:
         await info.context.charge(READ_COST)
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidInputError("metadata", "must be a JSON object")
-        page = await graphs.list_checkpoints(
+        page = await checkpoints.list_checkpoints(
             info.context.user_id,
             task_id=thread_id,
             namespace=namespace,

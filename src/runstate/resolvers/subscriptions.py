@@ -6,11 +6,11 @@ from collections.abc import AsyncGenerator
 
 import strawberry
 
-from runstate.metrics import SUBSCRIPTIONS
-from runstate.ratelimit import SUBSCRIBE_COST
+from runstate.observe.metrics import SUBSCRIPTIONS
 from runstate.schema.context import Info
 from runstate.schema.live import OPERATION
 from runstate.schema.types import TaskEvent
+from runstate.services.domain.ratelimit import SUBSCRIBE_COST
 from runstate.services.live import streams
 from runstate.services.live.relay import Place
 

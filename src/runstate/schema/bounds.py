@@ -9,7 +9,7 @@ reads sent together run out of points instead of taking the server's memory.
 Each document is first estimated at the most the limits allow, which reads
 nothing and is kept per document: a write answering its task's version and
 status (what the SDK asks) stays under every limit and costs no points that way,
-and needs nothing more. Otherwise the sizes are read (``queries.task_sizes``,
+and needs nothing more. Otherwise the sizes are read (``lookups.task_sizes``,
 ``quota.held`` for a list: one or two indexed SELECTs) and the operation estimated
 again.
 """
@@ -23,16 +23,16 @@ from graphql import DocumentNode, OperationDefinitionNode
 from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType as StrawberryOperationType
 
-from runstate.bounded import BoundedCache
-from runstate.ratelimit import ANSWER_BYTES_PER_POINT, ANSWER_OBJECTS_PER_POINT
+from runstate.basics.bounded import BoundedCache
 from runstate.schema.context import Context
 from runstate.schema.cost import Estimate, Sizes, Walk, unknown_sizes
 from runstate.schema.live import resumed
 from runstate.schema.turns import Turns
-from runstate.services import quota, validation
-from runstate.services.errors import AnswerTooLargeError
-from runstate.services.read import queries
-from runstate.services.validation import ContentLimits
+from runstate.services.domain import quota, validation
+from runstate.services.domain.errors import AnswerTooLargeError
+from runstate.services.domain.ratelimit import ANSWER_BYTES_PER_POINT, ANSWER_OBJECTS_PER_POINT
+from runstate.services.domain.validation import ContentLimits
+from runstate.services.read import lookups
 
 DocumentKey = tuple[str, str | None]
 """A document's text and the operation it runs."""
@@ -158,7 +158,7 @@ class BoundedAnswers(SchemaExtension):
 async def estimate_of(walk: Walk, user_id: str, input_bytes: int) -> Estimate:
     """The walk's estimate from the sizes stored for ``user_id``: the tasks it names,
     and, when it lists tasks or sessions, what the user holds."""
-    tasks = await queries.task_sizes(user_id, walk.task_ids())
+    tasks = await lookups.task_sizes(user_id, walk.task_ids())
     estimate = walk.estimate(Sizes(tasks=tasks, user_bytes=0, input_bytes=input_bytes))
     if not walk.listed:
         return estimate

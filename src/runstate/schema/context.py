@@ -14,17 +14,18 @@ from typing import TypeVar
 import strawberry
 from strawberry.dataloader import DataLoader
 
-from runstate.auth import Principal
-from runstate.enums import TaskStatus
-from runstate.ratelimit import REPLAYED_EVENTS_PER_POINT, RateLimiter, Spending, refusal_cost
+from runstate.basics.enums import TaskStatus
 from runstate.schema.fanout import SharedEvents
 from runstate.schema.turns import Turns
-from runstate.services import history
-from runstate.services.errors import RateLimitedError
-from runstate.services.history import TaskRef
-from runstate.services.house import House
-from runstate.services.read import queries
-from runstate.services.views import (
+from runstate.services.actions.tokens import Principal
+from runstate.services.domain.errors import RateLimitedError
+from runstate.services.domain.ratelimit import (
+    REPLAYED_EVENTS_PER_POINT,
+    RateLimiter,
+    Spending,
+    refusal_cost,
+)
+from runstate.services.domain.views import (
     EventView,
     Page,
     SessionView,
@@ -32,6 +33,9 @@ from runstate.services.views import (
     TaskView,
     ToolStateView,
 )
+from runstate.services.read import history, lookups
+from runstate.services.read.history import TaskRef
+from runstate.services.write.house import House
 from runstate.settings import Settings
 
 A = TypeVar("A", bound=Hashable)
@@ -67,7 +71,7 @@ async def _tasks(keys: Sequence[TasksKey]) -> list[Page[TaskView]]:
         arguments: tuple[str, TaskStatus | None, int, str | None], pks: list[int]
     ) -> list[Page[TaskView]]:
         user_id, status, first, after = arguments
-        return await queries.session_task_pages(
+        return await lookups.session_task_pages(
             user_id, pks, status=status, first=first, after=after
         )
 
@@ -98,7 +102,7 @@ class Loaders:
 
     @cached_property
     def sessions(self) -> DataLoader[int, SessionView]:
-        return DataLoader(queries.sessions_by_pk, cache=False)
+        return DataLoader(lookups.sessions_by_pk, cache=False)
 
     @cached_property
     def events(self) -> DataLoader[EventsKey, list[EventView]]:

@@ -52,10 +52,10 @@ from graphql import (
 
 from runstate.models import GRAPH_NAMESPACE_LENGTH
 from runstate.schema.limits import field_definition, selected_fields
-from runstate.services import validation
-from runstate.services.quota import ROW_BYTES
-from runstate.services.read.queries import TaskSize
-from runstate.services.validation import ContentLimits
+from runstate.services.domain import validation
+from runstate.services.domain.quota import ROW_BYTES
+from runstate.services.domain.validation import ContentLimits
+from runstate.services.read.lookups import TaskSize
 
 SHORT_TEXT = 2 + 6 * 255
 """A name (tool, holder, user) or a message encoded at its longest: 255 characters,

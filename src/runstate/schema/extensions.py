@@ -1,5 +1,5 @@
 """The Schema class and its extensions: parser and validation caches, error masking,
-metrics. The schema itself is assembled above the resolvers, in ``runstate.api``."""
+metrics. The schema itself is assembled above the resolvers, in ``runstate.resolvers.build``."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from strawberry.extensions import (
 from strawberry.extensions.parser_cache import DEFAULT_MAXSIZE, _get_parse_cache
 from strawberry.types import ExecutionContext
 
-from runstate.metrics import OPERATIONS, WRITE_SECONDS
-from runstate.services.errors import DomainError
+from runstate.observe.metrics import OPERATIONS, WRITE_SECONDS
+from runstate.services.domain.errors import DomainError
 
 
 def should_mask(error: GraphQLError) -> bool:
@@ -97,7 +97,7 @@ class MaskUnexpectedErrors(MaskErrors):
 
 class Measured(SchemaExtension):
     """Counts every operation by its top-level fields and outcome, and times
-    mutations (``runstate.metrics``). A field the schema does not have counts as
+    mutations (``runstate.observe.metrics``). A field the schema does not have counts as
     "-": label values stay few whatever clients send."""
 
     def __init__(self, known: Set[str]) -> None:

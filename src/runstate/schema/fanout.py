@@ -23,11 +23,11 @@ from graphql import ExecutionResult, OperationDefinitionNode, VariableNode, visi
 from graphql.language import Visitor
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
-from runstate import inflight
-from runstate.bounded import BoundedCache
-from runstate.enums import TaskEventKind
-from runstate.services import validation
-from runstate.services.views import EventView
+from runstate.basics import inflight
+from runstate.basics.bounded import BoundedCache
+from runstate.basics.enums import TaskEventKind
+from runstate.services.domain import validation
+from runstate.services.domain.views import EventView
 
 MAX_ITEMS = 1024
 MAX_BYTES = 16 * 1024 * 1024

@@ -11,11 +11,18 @@ from typing import Annotated, cast
 import strawberry
 from strawberry.scalars import JSON
 
-from runstate.enums import GraphNodeStatus, GraphPruneStrategy, GraphRunEnd
+from runstate.basics.enums import GraphNodeStatus, GraphPruneStrategy, GraphRunEnd
 from runstate.schema.inputs import IDEMPOTENCY_KEY
 from runstate.schema.problems import IdempotencyKeyReused, InvalidInput, NotFound, RateLimited
-from runstate.services import graph_nodes, graphs
-from runstate.services.errors import InvalidInputError
+from runstate.services.domain.errors import InvalidInputError
+from runstate.services.threads import nodes
+from runstate.services.threads.checkpoints import (
+    Blob,
+    ChannelValue,
+    CheckpointPage,
+    CheckpointView,
+    PendingWrite,
+)
 
 
 def _encoded(payload: bytes) -> str:
@@ -65,7 +72,7 @@ class GraphCheckpoint:
     )
 
     @classmethod
-    def of(cls, view: graphs.CheckpointView) -> GraphCheckpoint:
+    def of(cls, view: CheckpointView) -> GraphCheckpoint:
         return cls(
             thread_id=strawberry.ID(view.thread_id),
             namespace=view.namespace,
@@ -111,7 +118,7 @@ class GraphCheckpointPage:
     after: str | None
 
     @classmethod
-    def of(cls, page: graphs.CheckpointPage) -> GraphCheckpointPage:
+    def of(cls, page: CheckpointPage) -> GraphCheckpointPage:
         return cls(checkpoints=[GraphCheckpoint.of(v) for v in page.items], after=page.after)
 
 
@@ -148,15 +155,15 @@ class PutGraphCheckpointInput:
     fencing_token: int | None = None
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
-    def checkpoint(self) -> graphs.Blob:
-        return graphs.Blob(self.type, decoded(self.payload, "payload"))
+    def checkpoint(self) -> Blob:
+        return Blob(self.type, decoded(self.payload, "payload"))
 
-    def values(self) -> list[graphs.ChannelValue]:
+    def values(self) -> list[ChannelValue]:
         return [
-            graphs.ChannelValue(
+            ChannelValue(
                 c.channel,
                 c.version,
-                graphs.Blob(c.type, decoded(c.payload, f"channels[{i}].payload")),
+                Blob(c.type, decoded(c.payload, f"channels[{i}].payload")),
             )
             for i, c in enumerate(self.channels)
         ]
@@ -195,8 +202,8 @@ class GraphNodeInput:
     output: JSON | None = None
     error: str | None = None
 
-    def run(self) -> graph_nodes.NodeRun:
-        return graph_nodes.NodeRun(
+    def run(self) -> nodes.NodeRun:
+        return nodes.NodeRun(
             namespace=self.namespace,
             task_key=self.graph_task_id,
             name=self.name,
@@ -241,14 +248,14 @@ class PutGraphWritesInput:
     fencing_token: int | None = None
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
-    def pending(self) -> list[graphs.PendingWrite]:
+    def pending(self) -> list[PendingWrite]:
         return [
-            graphs.PendingWrite(
+            PendingWrite(
                 self.graph_task_id,
                 self.graph_task_path,
                 w.idx,
                 w.channel,
-                graphs.Blob(w.type, decoded(w.payload, f"writes[{i}].payload")),
+                Blob(w.type, decoded(w.payload, f"writes[{i}].payload")),
             )
             for i, w in enumerate(self.writes)
         ]

@@ -8,8 +8,8 @@ from typing import Any, TypeVar, cast
 import strawberry
 from strawberry.scalars import JSON
 
-from runstate.enums import SessionStatus, StepDecision, StepStatus, TaskStatus, ToolOutcome
-from runstate.services.validation import StepPlan
+from runstate.basics.enums import SessionStatus, StepDecision, StepStatus, TaskStatus, ToolOutcome
+from runstate.services.domain.validation import StepPlan
 from runstate.services.write.engine import StepPatch
 
 IDEMPOTENCY_KEY = (

@@ -42,7 +42,7 @@ from graphql import (
 from strawberry.extensions.max_aliases import create_validator as aliases_rule
 from strawberry.extensions.query_depth_limiter import create_validator as depth_rule
 
-from runstate.services.validation import MAX_PAGE, storable_text
+from runstate.services.domain.validation import MAX_PAGE, storable_text
 
 UNPAGED_LIST = 100
 """What a list without ``first`` (a task's steps or tool states) counts for in the

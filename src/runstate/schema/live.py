@@ -26,9 +26,9 @@ from runstate.schema.context import Context
 from runstate.schema.extensions import parse_document
 from runstate.schema.fanout import selection_variables
 from runstate.schema.types import TaskEvent
-from runstate.services import validation
+from runstate.services.domain import validation
+from runstate.services.domain.views import EventView
 from runstate.services.live.relay import Position, Sent
-from runstate.services.views import EventView
 
 Resume = Callable[["LiveOperation", Awaitable[object] | None], None]
 """Runs the operation again from the stored events after its ``after``, once a

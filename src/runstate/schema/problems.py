@@ -10,7 +10,7 @@ from typing import Any
 import strawberry
 from strawberry.extensions import FieldExtension
 
-from runstate.services import errors
+from runstate.services.domain import errors
 
 
 @strawberry.enum

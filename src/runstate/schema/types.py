@@ -9,22 +9,22 @@ from typing import Any, TypeVar, get_origin
 import strawberry
 from strawberry.scalars import JSON
 
-from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
-from runstate.makers import Maker, given_names, written
+from runstate.basics.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+from runstate.basics.makers import Maker, given_names, written
+from runstate.basics.typed import hints, without_none
 from runstate.schema.context import Info
-from runstate.services import validation
-from runstate.services.recovery import ResumePlanView
-from runstate.services.views import (
+from runstate.services.domain import validation
+from runstate.services.domain.views import (
     EventView,
     LockView,
     OriginView,
     Page,
+    ResumePlanView,
     SessionView,
     StepView,
     TaskView,
     ToolStateView,
 )
-from runstate.typed import hints, without_none
 
 G = TypeVar("G", bound="FromView")
 
@@ -459,7 +459,7 @@ class Deleted:
 
 @strawberry.type(description="How much the caller's sessions and tasks hold, and may hold.")
 class Usage:
-    """The caller's byte quota (``services/quota.py``)."""
+    """The caller's byte quota (``services/domain/quota.py``)."""
 
     stored_bytes: int = strawberry.field(
         description="Bytes the caller's sessions and tasks hold, their history included."

@@ -10,9 +10,9 @@ from starlette.datastructures import Headers, QueryParams
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from runstate import logs
-from runstate.auth import Tokens
-from runstate.ratelimit import (
+from runstate.observe import logs
+from runstate.services.domain.errors import RateLimitedError
+from runstate.services.domain.ratelimit import (
     PEEK,
     SPEND,
     SPENT,
@@ -22,7 +22,7 @@ from runstate.ratelimit import (
     RateLimiter,
     Spending,
 )
-from runstate.services.errors import RateLimitedError
+from runstate.transport.callers import Tokens
 from runstate.transport.http_only import HttpOnly
 from runstate.transport.refusals import refusal
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from runstate.services.validation import stored_checkpoint
+from runstate.services.domain.validation import stored_checkpoint
 from runstate.transport.http_only import HttpOnly
 from runstate.transport.refusals import refusal
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from starlette.responses import Response
 
-from runstate import media
+from runstate.transport import media
 
 ALLOWED_METHODS = "GET, POST"
 

@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from runstate.services.validation import storable_text
+from runstate.services.domain.validation import storable_text
 
 _SUSPECT = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
 """An escape that may decode to NUL or to half of a surrogate pair."""

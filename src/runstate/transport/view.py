@@ -22,17 +22,18 @@ from strawberry.http import GraphQLRequestData
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
 
-from runstate import media
-from runstate.auth import Principal, Tokens
-from runstate.connections import Connections
-from runstate.ratelimit import SPENT, RateLimiter, Spending
 from runstate.schema.context import Context
 from runstate.schema.fanout import SharedEvents
 from runstate.schema.turns import Turns
-from runstate.services.house import House
-from runstate.services.validation import encoded
+from runstate.services.actions.tokens import Principal
+from runstate.services.domain.ratelimit import SPENT, RateLimiter, Spending
+from runstate.services.domain.validation import encoded
+from runstate.services.write.house import House
 from runstate.settings import Settings
+from runstate.transport import media
 from runstate.transport.body_limit import LARGE
+from runstate.transport.callers import Tokens
+from runstate.transport.connections import Connections
 from runstate.transport.deadline import WRITING, Writing
 from runstate.transport.operations import operation_type, uploads_only
 from runstate.transport.refusals import refusal
@@ -45,7 +46,7 @@ SUBSCRIPTIONS_OVER_HTTP = (
 )
 
 
-_MEDIA = "runstate.media"
+_MEDIA = "runstate.transport.media"
 """Where the request's scope keeps the media type its answer takes."""
 
 

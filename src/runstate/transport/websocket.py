@@ -9,7 +9,7 @@ import contextlib
 import contextvars
 from collections.abc import Awaitable
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 from graphql import GraphQLError, OperationType
 from strawberry.asgi import ASGIWebSocketAdapter
@@ -19,21 +19,21 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 )
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import ConnectionInitMessage
 
-from runstate import logs
-from runstate.connections import Connection, TooManyConnectionsError
+from runstate.observe import logs
 from runstate.schema.context import Context
 from runstate.schema.extensions import Schema
 from runstate.schema.fanout import NEXT_TAIL, next_head
 from runstate.schema.live import OPERATION, LiveOperation
 from runstate.services.live.relay import Parked, Sent
+from runstate.services.write.house import House
+from runstate.settings import Settings
 from runstate.transport.admission import VOUCH
+from runstate.transport.callers import Tokens
+from runstate.transport.connections import Connection, Connections, TooManyConnectionsError
 from runstate.transport.eager import started
 from runstate.transport.operations import operation_type
 from runstate.transport.refusals import stopped_after
 from runstate.transport.wsprotocol import WRITE_TEXT
-
-if TYPE_CHECKING:
-    from runstate.transport.view import GraphQLView
 
 TOO_MANY_CONNECTIONS = 4029
 """runstate's own close code for a user past ``RUNSTATE_MAX_CONNECTIONS``. Not one
@@ -45,6 +45,29 @@ and more between attempts, five times, by which time a connection may be free.""
 _TAIL = NEXT_TAIL.encode()
 
 
+@runtime_checkable
+class Host(Protocol):
+    """What the handler needs of the view that accepted its socket
+    (``view.GraphQLView``): token lookups, the per-user connection count, the
+    settings, and the house whose relay delivers live events."""
+
+    @property
+    def tokens(self) -> Tokens:
+        """Live tokens, looked up by digest."""
+
+    @property
+    def connections(self) -> Connections:
+        """Open WebSocket connections per user."""
+
+    @property
+    def settings(self) -> Settings:
+        """The app's settings."""
+
+    @property
+    def house(self) -> House:
+        """The app's services."""
+
+
 class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
     """graphql-transport-ws, authenticated in ``connection_init`` and counted per user.
 
@@ -53,7 +76,6 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
     a user past ``max_connections`` on this process gets ``TOO_MANY_CONNECTIONS``.
     """
 
-    view: GraphQLView
     connection: Connection | None = None
     live: dict[str, tuple[LiveOperation, contextvars.Context]]
     """The connection's subscriptions by id, each with the context it began in (a
@@ -61,6 +83,9 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if not isinstance(self.view, Host):
+            raise TypeError("a TransportWS runs under a view that is its Host")
+        self.host: Host = self.view
         self.live = {}
 
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
@@ -82,16 +107,16 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             return
         self.connection_init_received = True
         header = payload.get("authorization", payload.get("Authorization"))
-        principal = await self.view.tokens.principal(header if isinstance(header, str) else None)
+        principal = await self.host.tokens.principal(header if isinstance(header, str) else None)
         if principal is None:
             await self.websocket.close(4403, "Forbidden: missing or invalid bearer token")
             return
         logs.name_user(principal.user_id)
         connection = Connection(principal.user_id, principal.token_digest, self.websocket.close)
         try:
-            await self.view.connections.add(connection)
+            await self.host.connections.add(connection)
         except TooManyConnectionsError:
-            limit = self.view.connections.per_user
+            limit = self.host.connections.per_user
             await self.websocket.close(
                 TOO_MANY_CONNECTIONS, f"Too many connections: at most {limit} per user"
             )
@@ -110,7 +135,7 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         with an error, as over HTTP; a mutation finishes or rolls back, and says
         which; a subscription runs as long as its client wants it, and parks with
         the house's relay when caught up."""
-        seconds = self.view.settings.operation_seconds
+        seconds = self.host.settings.operation_seconds
         kind = self._kind(operation)
         if kind is OperationType.SUBSCRIPTION:
             live = LiveOperation(
@@ -119,7 +144,7 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
                 operation.query,
                 operation.operation_name,
                 operation.variables,
-                self.view.settings.max_tokens,
+                self.host.settings.max_tokens,
                 partial(self._send_next, operation, next_head(operation.id).encode()),
                 partial(self._resume, operation),
             )
@@ -175,7 +200,7 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         """Let an ended subscription's relay record go (if it is parked) and its entry."""
         entry = self.live.pop(operation.id, None)
         if entry is not None:
-            self.view.house.relay.leave(entry[0])
+            self.host.house.relay.leave(entry[0])
 
     async def cleanup_operation(self, operation_id: str) -> None:
         """Strawberry's (the client completed it, or the socket closed), and the
@@ -203,7 +228,7 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         """The operation's kind, parsed within the token limit and through the
         schema's parser cache, so Strawberry does not parse it again."""
         return operation_type(
-            operation.query, operation.operation_name, self.view.settings.max_tokens
+            operation.query, operation.operation_name, self.host.settings.max_tokens
         )
 
     async def shutdown(self) -> None:
@@ -212,4 +237,4 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             await super().shutdown()
         finally:
             if self.connection is not None:
-                await self.view.connections.remove(self.connection)
+                await self.host.connections.remove(self.connection)

@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from tortoise import Tortoise
 
-from runstate.metrics import REGISTRY
-from runstate.services.house import House
+from runstate.observe.metrics import REGISTRY
+from runstate.services.write.house import House
 
 _INDEX = files("runstate.web").joinpath("index.html").read_text(encoding="utf-8")
 _WITHOUT_GRAPHIQL = _INDEX.replace('<body data-graphiql="on">', '<body data-graphiql="off">')
@@ -38,7 +38,7 @@ async def health(_: Request) -> Response:
 
 
 def metrics(token: str | None) -> Callable[[Request], Awaitable[Response]]:
-    """This process's metrics in Prometheus's text format (``runstate.metrics``),
+    """This process's metrics in Prometheus's text format (``runstate.observe.metrics``),
     for ``RUNSTATE_METRICS_TOKEN`` alone: they are the whole server's figures, and
     any user's token once answered them. Without that setting /metrics is off (404,
     saying how to turn it on)."""

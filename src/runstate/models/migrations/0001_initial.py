@@ -2,7 +2,7 @@ from tortoise import migrations
 from tortoise.migrations import operations as ops
 import functools
 from json import dumps, loads
-from runstate.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+from runstate.basics.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
 from tortoise.fields.base import OnDelete
 from tortoise import fields
 from tortoise.indexes import Index

@@ -1,6 +1,6 @@
 from tortoise import migrations
 from tortoise.migrations import operations as ops
-from runstate.enums import StepStatus
+from runstate.basics.enums import StepStatus
 from tortoise import fields
 
 class Migration(migrations.Migration):

@@ -13,7 +13,7 @@ from tortoise import migrations
 from tortoise.migrations import operations as ops
 import functools
 from json import dumps, loads
-from runstate.enums import TaskEventKind
+from runstate.basics.enums import TaskEventKind
 from tortoise.fields.base import OnDelete
 from tortoise import fields
 from tortoise.indexes import Index

@@ -23,9 +23,9 @@ from datetime import datetime, timedelta
 
 from runstate.models import Session, Task
 from runstate.pubsub.broker import Subscription
-from runstate.services.clock import utcnow
-from runstate.services.conditions import session_expired
-from runstate.services.sql import chunks
+from runstate.services.domain.conditions import session_expired
+from runstate.storage.clock import utcnow
+from runstate.storage.sql import chunks
 
 log = logging.getLogger(__name__)
 

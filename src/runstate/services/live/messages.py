@@ -8,9 +8,9 @@ import json
 import logging
 from collections.abc import Iterable
 
-from runstate.bounded import BoundedCache
+from runstate.basics.bounded import BoundedCache
 from runstate.pubsub import Publisher
-from runstate.services.views import EventView, from_json, to_json
+from runstate.services.domain.views import EventView, from_json, to_json
 
 log = logging.getLogger(__name__)
 

@@ -43,18 +43,15 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from runstate import inflight
-from runstate.metrics import DELIVERY_SECONDS, HANDED_BACK, SUBSCRIPTIONS
-from runstate.pubsub.broker import Resync
-from runstate.services.clock import utcnow
-from runstate.services.live.catch_up import Watch
-from runstate.services.live.messages import session_channel, task_channel
-from runstate.services.views import EventView
-
-if TYPE_CHECKING:
-    from runstate.services.house import House
+from runstate.basics import inflight
+from runstate.observe.metrics import DELIVERY_SECONDS, HANDED_BACK, SUBSCRIPTIONS
+from runstate.pubsub.broker import Broker, Resync
+from runstate.services.domain.views import EventView
+from runstate.services.live.catch_up import Heads, Watch
+from runstate.services.live.messages import Decoded, session_channel, task_channel
+from runstate.storage.clock import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +65,24 @@ Sent = bool | Awaitable[object]
 """What a follower's ``send`` did: True when the frame is written, False when the
 operation or its socket has ended, an awaitable when the frame is on its way to a
 socket that could not take it at once (done once it is out)."""
+
+
+class Hearing(Protocol):
+    """What live delivery needs of the app that runs it (``write.house.House``):
+    the broker to subscribe with, the head checks of quiet inboxes, and the
+    decoded messages shared by every subscriber of a channel."""
+
+    @property
+    def broker(self) -> Broker:
+        """The broker live streams subscribe to."""
+
+    @property
+    def heads(self) -> Heads:
+        """The head checks of quiet inboxes."""
+
+    @property
+    def decoded(self) -> Decoded:
+        """Broker messages decoded once."""
 
 
 class Parked(BaseException):
@@ -183,7 +198,7 @@ def _name(task_pk: int | None, session_pk: int | None) -> str:
 class Relay:
     """The task relays of one house (see the module's docstring)."""
 
-    def __init__(self, house: House) -> None:
+    def __init__(self, house: Hearing) -> None:
         self.house = house
         self.renders = 0
         """Events rendered for a key (each shared by that key's followers)."""

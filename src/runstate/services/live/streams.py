@@ -16,23 +16,32 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
+from typing import Protocol
 
-from runstate.enums import TaskEventKind
-from runstate.metrics import DELIVERY_SECONDS, GAP_FILLED
+from runstate.basics.enums import TaskEventKind
 from runstate.models import Session, Task
+from runstate.observe.metrics import DELIVERY_SECONDS, GAP_FILLED
 from runstate.pubsub import RESYNC, Resync
-from runstate.services import history
-from runstate.services.clock import utcnow
-from runstate.services.conditions import session_expired
-from runstate.services.errors import InvalidInputError, SessionExpiredError
-from runstate.services.history import TaskRef
-from runstate.services.house import House
+from runstate.services.domain.conditions import session_expired
+from runstate.services.domain.errors import InvalidInputError, SessionExpiredError
+from runstate.services.domain.views import EventView, TaskView
 from runstate.services.live.catch_up import MARGIN, Watch
 from runstate.services.live.messages import session_channel, task_channel
-from runstate.services.live.relay import Follower, Parked, Place, lag
-from runstate.services.read.queries import get_task
-from runstate.services.sessions import get_session
-from runstate.services.views import EventView, TaskView
+from runstate.services.live.relay import Follower, Hearing, Parked, Place, Relay, lag
+from runstate.services.read import history
+from runstate.services.read.history import TaskRef
+from runstate.services.read.lookups import get_session, get_task
+from runstate.storage.clock import utcnow
+
+
+class Watching(Hearing, Protocol):
+    """What a live stream needs of the app that runs it (``write.house.House``):
+    what its relay needs, and the relay that takes caught-up followers."""
+
+    @property
+    def relay(self) -> Relay:
+        """Live events relayed to the caught-up followers of each task."""
+
 
 CATCH_UP_PAGE = 200
 
@@ -84,7 +93,7 @@ async def stored_events(
 
 
 async def task_progress(
-    house: House,
+    house: Watching,
     user_id: str,
     task_id: str,
     after_seq: int | None,
@@ -160,7 +169,7 @@ async def task_progress(
 
 
 async def _heard(
-    house: House,
+    house: Watching,
     watch: Watch,
     interval: float,
     gap_fill: bool,
@@ -234,7 +243,7 @@ async def _session_state(session_pk: int, session_id: str, watch: Watch) -> bool
 
 
 async def session_activity(
-    house: House,
+    house: Watching,
     user_id: str,
     session_id: str,
     *,

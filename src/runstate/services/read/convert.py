@@ -16,12 +16,12 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.fields import JSONField
 from tortoise.models import Model
 
-from runstate.enums import SessionStatus
-from runstate.makers import Maker, given_names, written
+from runstate.basics.enums import SessionStatus
+from runstate.basics.makers import Maker, given_names, written
 from runstate.models import Session, Step, Task, ToolState, box, unbox
-from runstate.services import sql
-from runstate.services.conditions import is_stalled, lease_live, session_expired
-from runstate.services.views import LockView, SessionView, StepView, TaskView, ToolStateView
+from runstate.services.domain.conditions import is_stalled, lease_live, session_expired
+from runstate.services.domain.views import LockView, SessionView, StepView, TaskView, ToolStateView
+from runstate.storage import sql
 
 
 def is_expired(row: Session, now: datetime) -> bool:

@@ -25,12 +25,11 @@ from typing import Any
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 
-from runstate.enums import StepStatus, TaskEventKind, TaskStatus
+from runstate.basics.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, StepVersion, Task, TaskEvent
-from runstate.services import quota, sql, validation
-from runstate.services.clock import utcnow
-from runstate.services.conditions import no_live_lease_sql, session_expired
-from runstate.services.errors import (
+from runstate.services.domain import quota, validation
+from runstate.services.domain.conditions import no_live_lease_sql, session_expired
+from runstate.services.domain.errors import (
     DomainError,
     InvalidTransitionError,
     LockHeldError,
@@ -40,26 +39,27 @@ from runstate.services.errors import (
     UnmatchedWriteError,
     VersionConflictError,
 )
-from runstate.services.history import VERSIONED
-from runstate.services.house import House
-from runstate.services.read.convert import is_expired, lock_view, step_view, task_view
-from runstate.services.read.queries import get_task
-from runstate.services.rules import (
+from runstate.services.domain.moves import (
     FINAL_TASKS,
     FINISHED_STEPS,
     STEP_MOVES,
     check_step_move,
     check_task_move,
 )
-from runstate.services.sessions import mark_expired
-from runstate.services.validation import ContentLimits
-from runstate.services.views import (
+from runstate.services.domain.validation import ContentLimits
+from runstate.services.domain.views import (
     EventView,
     TaskView,
     ToolStateView,
     Written,
     to_json,
 )
+from runstate.services.read.convert import is_expired, lock_view, step_view, task_view
+from runstate.services.read.history import VERSIONED
+from runstate.services.read.lookups import get_task, mark_expired
+from runstate.services.write.house import House
+from runstate.storage import sql
+from runstate.storage.clock import utcnow
 
 MAX_ATTEMPTS = 5
 TOUCH_EVERY = timedelta(seconds=1)

@@ -1,0 +1,2 @@
+"""What a process tells its operators: the request log and Prometheus metrics.
+Imports nothing else of runstate."""

@@ -1,0 +1,488 @@
+"""Task operations of the API: create, plan, step moves, checkpoints and status."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from tortoise.exceptions import IntegrityError
+from tortoise.transactions import in_transaction
+
+from runstate.basics.enums import StepStatus, TaskEventKind, TaskStatus
+from runstate.models import Session, Step, Task, TaskEvent, box, unbox
+from runstate.services.actions import leases
+from runstate.services.domain import quota, validation
+from runstate.services.domain.conditions import open_session
+from runstate.services.domain.errors import (
+    InvalidInputError,
+    InvalidTransitionError,
+    UnmatchedWriteError,
+)
+from runstate.services.domain.moves import FINISHED_STEPS
+from runstate.services.domain.validation import StepPlan
+from runstate.services.domain.views import (
+    EventView,
+    LockView,
+    OriginView,
+    StepView,
+    TaskView,
+    Written,
+    current_step,
+    to_json,
+)
+from runstate.services.read import lookups
+from runstate.services.read.convert import step_view, task_view, to_row
+from runstate.services.read.history import AS_ADDED
+from runstate.services.read.lookups import get_session, get_task
+from runstate.services.write.engine import (
+    Change,
+    Draft,
+    StepPatch,
+    insert_steps,
+    log_event,
+    record_versions,
+    versioned,
+    write_task,
+)
+from runstate.services.write.house import House
+from runstate.storage.clock import utcnow
+
+
+async def create_task(
+    house: House,
+    user_id: str,
+    session_id: str,
+    *,
+    goal: str,
+    steps: Sequence[StepPlan],
+    task_id: str | None = None,
+    lease: tuple[str, int] | None = None,
+) -> Written[TaskView]:
+    """Create a PLANNED task with its plan; an existing client-chosen id returns that
+    task. With ``lease`` (holder, ttl seconds) the task is created leased to that
+    holder (fencing token 1, a LOCK_ACQUIRED event at seq 2) in the same transaction:
+    no ``claimTask`` can hand it to a worker before its creator runs it, as one could
+    between a create and an ``acquireTaskLock``."""
+    public_id = validation.object_id(task_id)
+    house.limits.goal(goal)
+    house.limits.step_plans(steps)
+    if lease is not None:
+        leases.checked(*lease)
+
+    plan = [_new_step(0, i, p) for i, p in enumerate(steps)]
+    return await _insert_task(
+        house,
+        user_id,
+        session_id,
+        public_id,
+        task_id,
+        goal=goal,
+        status=TaskStatus.PLANNED,
+        steps=plan,
+        lease=lease,
+    )
+
+
+async def fork_task(
+    house: House,
+    user_id: str,
+    task_id: str,
+    at_seq: int,
+    *,
+    new_id: str | None = None,
+    goal: str | None = None,
+) -> Written[TaskView]:
+    """A new task in the same session whose steps are the source's as they stood just
+    after ``at_seq``, RUNNING and IN_DOUBT ones turned PENDING (nobody is running them
+    in the fork).
+
+    Outputs, errors and attempts carry over; tool states and the lease do not. The
+    fork is PLANNED, so that ``claimTask`` hands it to a worker and a runner resumes
+    it at its first unfinished step (a FAILED step is reset by that resume), or
+    COMPLETED when every step is finished. Its TASK_CREATED event names the source
+    and seq as its ``origin``.
+    """
+    public_id = validation.object_id(new_id)
+    if goal is not None:
+        house.limits.goal(goal)
+    source = await lookups.get_task_at(user_id, task_id, at_seq)
+    assert source.steps is not None
+    picked = [
+        replace(s, status=StepStatus.PENDING, completed_at=None)
+        if s.status in (StepStatus.RUNNING, StepStatus.IN_DOUBT)
+        else s
+        for s in source.steps
+    ]
+    return await _insert_task(
+        house,
+        user_id,
+        source.session_id,
+        public_id,
+        new_id,
+        goal=source.goal if goal is None else goal,
+        status=_forked_status(picked),
+        steps=[_copied_step(s) for s in picked],
+        origin=OriginView(source.id, at_seq),
+    )
+
+
+def _forked_status(steps: Sequence[StepView]) -> TaskStatus:
+    """COMPLETED when every step is finished, else PLANNED: a fork waits for a worker
+    (a begun fork given RUNNING with no lease was never claimed, so never ran)."""
+    if steps and all(s.status in FINISHED_STEPS for s in steps):
+        return TaskStatus.COMPLETED
+    return TaskStatus.PLANNED
+
+
+def _copied_step(view: StepView) -> Step:
+    step = Step(task_id=0, **to_row(Step, view))
+    step.changed_seq = 0 if step_view(step) == _initial(view) else 1
+    return step
+
+
+def _initial(view: StepView) -> StepView:
+    """The step as it stands when added to a plan."""
+    return replace(view, **AS_ADDED)
+
+
+async def _insert_task(
+    house: House,
+    user_id: str,
+    session_id: str,
+    public_id: str,
+    client_id: str | None,
+    *,
+    goal: str,
+    status: TaskStatus,
+    steps: list[Step],
+    origin: OriginView | None = None,
+    lease: tuple[str, int] | None = None,
+) -> Written[TaskView]:
+    """Insert a task, its ``steps`` (their task filled in here) and its TASK_CREATED
+    event (seq 1), with ``lease`` its lease and LOCK_ACQUIRED event (seq 2), in one
+    transaction; a client-chosen id that exists already returns that task unchanged
+    when it was made with the same content (``_existing``).
+
+    The first statement marks the session active (a write, so SQLite takes the lock
+    at once). Steps that do not stand as newly planned (a fork's) get their history
+    row at seq 1.
+    """
+    validation.known_id(session_id, "session")
+    histories = [r for r in steps if r.changed_seq]
+    # the task row and its events
+    stored = (3 if lease else 2) * quota.ROW_BYTES + quota.text_bytes(goal)
+    stored += sum(quota.new_step_bytes(r) for r in steps) + quota.versions_bytes(histories)
+    field = "steps" if steps else "goal"
+    quota.check_task(house.limits, public_id, 0, stored, field)
+    now = utcnow()
+    try:
+        async with in_transaction() as conn:
+            touched = (
+                await Session.filter(open_session(now), user_id=user_id, public_id=session_id)
+                .using_db(conn)
+                .update(last_active_at=now)
+            )
+            if not touched:
+                raise UnmatchedWriteError
+            session = (
+                await Session.filter(user_id=user_id, public_id=session_id).using_db(conn).get()
+            )
+            session.expires_at = now + timedelta(seconds=session.ttl_seconds)
+            await session.save(using_db=conn, update_fields=["expires_at"])
+            task = await Task.create(
+                public_id=public_id,
+                user_id=user_id,
+                session_id=session.id,
+                goal=goal,
+                status=status,
+                version=1,
+                current_step=current_step(r.status for r in steps),
+                total_steps=len(steps),
+                event_seq=1 if lease is None else 2,
+                lock_token=0 if lease is None else 1,
+                lock_holder=None if lease is None else lease[0],
+                lock_expires_at=None if lease is None else now + timedelta(seconds=lease[1]),
+                created_at=now,
+                updated_at=now,
+                stored_bytes=stored,
+                using_db=conn,
+            )
+            for step in steps:
+                step.task_id = task.id
+            await insert_steps(conn, steps)
+            await record_versions(conn, task.id, 1, histories)
+            view = task_view(task, session.public_id, now, steps=steps, tool_states=())
+            events = [created_event(view, now, origin)]
+            if lease is not None:
+                events.append(_leased_event(events[0], view.lock))
+            for event in events:
+                await log_event(conn, event)
+            await quota.charge(conn, house.limits, user_id, stored, field)
+    except IntegrityError:
+        return Written(await _existing(user_id, public_id, session_id, goal, steps, origin))
+    except UnmatchedWriteError:
+        if client_id is not None and await Task.exists(user_id=user_id, public_id=client_id):
+            return Written(await _existing(user_id, client_id, session_id, goal, steps, origin))
+        session_view = await get_session(user_id, session_id)  # NotFound, SessionExpired
+        raise InvalidInputError(
+            "sessionId", f"session is {session_view.status}; it takes no new tasks"
+        ) from None
+    return Written(view, tuple(events))
+
+
+def _leased_event(created: EventView, lock: LockView | None) -> EventView:
+    """The LOCK_ACQUIRED event (seq 2) of a task created leased: its TASK_CREATED
+    event (``created``) with the lease in place of the plan."""
+    return replace(
+        created,
+        seq=2,
+        kind=TaskEventKind.LOCK_ACQUIRED,
+        steps=(),
+        origin=None,
+        lock=lock,
+    )
+
+
+def created_event(view: TaskView, now: datetime, origin: OriginView | None = None) -> EventView:
+    """The TASK_CREATED event (seq 1) of a new task: its whole plan is the change."""
+    return EventView(
+        task_pk=view.pk,
+        session_pk=view.session_pk,
+        task_id=view.id,
+        seq=1,
+        task_version=1,
+        kind=TaskEventKind.TASK_CREATED,
+        step_index=None,
+        tool_name=None,
+        at=now,
+        status=view.status,
+        steps=view.steps or (),
+        origin=origin,
+        actor=view.user_id,
+    )
+
+
+async def _existing(
+    user_id: str,
+    task_id: str,
+    session_id: str,
+    goal: str,
+    steps: Sequence[Step],
+    origin: OriginView | None,
+) -> TaskView:
+    """The task a create (or fork) with a client-chosen id that exists answers: that
+    task, if it was made with the same content (session, goal, the plan's steps as
+    first planned, the fork's origin), so a retry is idempotent; else InvalidInput
+    on ``id``, since another content under the same id is another task."""
+    task = await get_task(user_id, task_id)
+    planned = await Step.filter(task_id=task.pk, created_seq=1).order_by("position")
+    created = await TaskEvent.get(task_id=task.pk, seq=1)
+    made = (
+        task.session_id,
+        task.goal,
+        [_fixed(s) for s in planned],
+        (created.delta or {}).get("origin"),
+    )
+    asked = (
+        session_id,
+        goal,
+        [_fixed(s) for s in steps],
+        None if origin is None else to_json(origin),
+    )
+    if made != asked:
+        raise InvalidInputError(
+            "id", f"task {task_id!r} exists with another session, goal or plan; choose another id"
+        )
+    return task
+
+
+def _fixed(step: Step) -> tuple[str, Any, bool]:
+    """What a planned step is made of: its action, input and idempotence."""
+    return step.action, unbox(step.input), step.idempotent
+
+
+def _new_step(task_pk: int, position: int, plan: StepPlan) -> Step:
+    return Step(task_id=task_pk, position=position, **to_row(Step, plan), **AS_ADDED)
+
+
+async def add_steps(
+    house: House,
+    user_id: str,
+    task_id: str,
+    steps: Sequence[StepPlan],
+    *,
+    expected_version: int,
+    fencing_token: int | None = None,
+) -> Written[TaskView]:
+    """Append steps to the plan (STEPS_ADDED, stepIndex = the first new index)."""
+    if not steps:
+        raise InvalidInputError("steps", "must hold at least one step")
+
+    async def apply(draft: Draft) -> Change:
+        draft.refuse_if_final()
+        first = draft.total
+        house.limits.step_plans(steps, existing=first)
+        draft.added.extend(_new_step(draft.task.id, first + i, p) for i, p in enumerate(steps))
+        return Change(TaskEventKind.STEPS_ADDED, first)
+
+    return await write_task(
+        house, user_id, task_id, apply, versioned(expected_version, fencing_token)
+    )
+
+
+async def start_step(
+    house: House,
+    user_id: str,
+    task_id: str,
+    step_index: int,
+    *,
+    expected_version: int,
+    fencing_token: int | None = None,
+) -> Written[TaskView]:
+    """PENDING -> RUNNING; the task becomes RUNNING too (STEP_STARTED)."""
+    validation.non_negative(step_index, "stepIndex")
+
+    async def apply(draft: Draft) -> Change:
+        draft.refuse_if_final()
+        if draft.status is TaskStatus.AWAITING_DECISION:
+            raise InvalidTransitionError("task", draft.status, TaskStatus.RUNNING)
+        draft.move_step(await draft.step(step_index), StepStatus.RUNNING)
+        draft.move_task(TaskStatus.RUNNING)
+        return Change(TaskEventKind.STEP_STARTED, step_index)
+
+    guard = versioned(expected_version, fencing_token, step=step_index)
+    return await write_task(house, user_id, task_id, apply, guard)
+
+
+async def complete_step(
+    house: House,
+    user_id: str,
+    task_id: str,
+    step_index: int,
+    *,
+    expected_version: int,
+    output: Any = None,
+    fencing_token: int | None = None,
+) -> Written[TaskView]:
+    """RUNNING -> SUCCESS with its output; the last one completes the task (STEP_SUCCEEDED)."""
+    validation.non_negative(step_index, "stepIndex")
+    house.limits.json_payload(output, "output")
+
+    async def apply(draft: Draft) -> Change:
+        draft.refuse_if_final()
+        step = await draft.step(step_index)
+        draft.move_step(step, StepStatus.SUCCESS)
+        step.output = box(output)
+        return Change(TaskEventKind.STEP_SUCCEEDED, step_index)
+
+    guard = versioned(expected_version, fencing_token, step=step_index)
+    return await write_task(house, user_id, task_id, apply, guard)
+
+
+async def fail_step(
+    house: House,
+    user_id: str,
+    task_id: str,
+    step_index: int,
+    *,
+    expected_version: int,
+    error: str,
+    fencing_token: int | None = None,
+) -> Written[TaskView]:
+    """RUNNING -> FAILED with its error; the task becomes FAILED (STEP_FAILED)."""
+    validation.non_negative(step_index, "stepIndex")
+    house.limits.error_text(error)
+
+    async def apply(draft: Draft) -> Change:
+        draft.refuse_if_final()
+        step = await draft.step(step_index)
+        draft.move_step(step, StepStatus.FAILED)
+        step.error = error
+        draft.move_task(TaskStatus.FAILED)
+        return Change(TaskEventKind.STEP_FAILED, step_index)
+
+    guard = versioned(expected_version, fencing_token, step=step_index)
+    return await write_task(house, user_id, task_id, apply, guard)
+
+
+async def checkpoint_task(
+    house: House,
+    user_id: str,
+    task_id: str,
+    patches: Sequence[StepPatch],
+    *,
+    expected_version: int,
+    status: TaskStatus | None = None,
+    fencing_token: int | None = None,
+) -> Written[TaskView]:
+    """Several step changes and an optional task status as one write (CHECKPOINT).
+
+    A patch may jump along an allowed path (PENDING -> SUCCESS); one refused patch
+    refuses the whole batch. Without an explicit status the task follows its steps:
+    FAILED when a patch fails a step, RUNNING once work starts, COMPLETED when done.
+    """
+    seen: set[int] = set()
+    for i, patch in enumerate(patches):
+        validation.non_negative(patch.index, f"steps[{i}].index")
+        if patch.index in seen:
+            raise InvalidInputError(f"steps[{i}].index", f"step {patch.index} is patched twice")
+        seen.add(patch.index)
+        if patch.error is not None:
+            house.limits.error_text(patch.error, f"steps[{i}].error")
+        house.limits.json_payload(patch.output, f"steps[{i}].output")
+    if not patches and status is None:
+        raise InvalidInputError("steps", "a checkpoint changes at least one step or the status")
+
+    async def apply(draft: Draft) -> Change:
+        draft.refuse_if_final()
+        for i, patch in enumerate(patches):
+            validation.step_index(patch.index, draft.total, f"steps[{i}].index")
+        await draft.load(p.index for p in patches)
+        for i, patch in enumerate(patches):
+            step = await draft.step(patch.index, f"steps[{i}].index")
+            draft.move_step(step, patch.status, jump=True)
+            if patch.set_output:
+                step.output = box(patch.output)
+            if patch.error is not None:
+                step.error = patch.error
+        target = status
+        if target is None:
+            if any(p.status is StepStatus.FAILED for p in patches):
+                target = TaskStatus.FAILED
+            elif draft.status is TaskStatus.PLANNED and any(
+                p.status is not StepStatus.PENDING for p in patches
+            ):
+                target = TaskStatus.RUNNING
+        if target is not None:
+            draft.move_task(target, jump=True)
+        draft.complete_when_done = target not in (TaskStatus.FAILED, TaskStatus.CANCELLED)
+        return Change(TaskEventKind.CHECKPOINT)
+
+    return await write_task(
+        house, user_id, task_id, apply, versioned(expected_version, fencing_token)
+    )
+
+
+async def set_task_status(
+    house: House,
+    user_id: str,
+    task_id: str,
+    status: TaskStatus,
+    *,
+    expected_version: int,
+    fencing_token: int | None = None,
+) -> Written[TaskView]:
+    """Move the task along one allowed edge of its state machine (TASK_STATUS_CHANGED)."""
+
+    async def apply(draft: Draft) -> Change:
+        if status is draft.status:
+            raise InvalidTransitionError("task", draft.status, status)
+        draft.move_task(status)
+        draft.complete_when_done = False
+        return Change(TaskEventKind.TASK_STATUS_CHANGED)
+
+    return await write_task(
+        house, user_id, task_id, apply, versioned(expected_version, fencing_token)
+    )

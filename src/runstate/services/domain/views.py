@@ -1,0 +1,232 @@
+"""Plain, immutable pictures of stored state that the services hand to transports.
+
+``to_json`` and ``from_json`` turn any of them into JSON-ready data and back,
+led by the dataclass fields: the broker carries events in that form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass, fields, is_dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any, Generic, TypeVar
+
+from runstate.basics.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+from runstate.basics.typed import decoded, hints
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """One session as the caller sees it (status already reflects expiry)."""
+
+    pk: int
+    id: str
+    user_id: str
+    status: SessionStatus
+    version: int
+    message_count: int
+    ttl_seconds: int
+    created_at: datetime
+    last_active_at: datetime
+    expires_at: datetime
+    metadata: Any
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One step of a task."""
+
+    index: int
+    action: str
+    input: Any
+    output: Any
+    status: StepStatus
+    idempotent: bool
+    attempts: int
+    error: str | None
+    started_at: datetime | None
+    completed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ToolStateView:
+    """One tool's state within a task."""
+
+    task_id: str
+    tool_name: str
+    status: ToolStatus
+    version: int
+    retry_count: int
+    max_retries: int
+    last_result: Any
+    last_error: str | None
+    rate_limit_reset_at: datetime | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class LockView:
+    """A live lease on a task."""
+
+    task_id: str
+    holder_id: str
+    fencing_token: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class OriginView:
+    """Where a forked task came from: the source task and the seq it was forked at."""
+
+    task_id: str
+    seq: int
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """One task, its live lease and, when loaded, its steps and tool states.
+
+    A write answers with ``steps`` and ``tool_states`` left as None (not loaded):
+    the transport loads them only when a client selects them.
+    """
+
+    pk: int
+    id: str
+    user_id: str
+    session_pk: int
+    session_id: str
+    goal: str
+    status: TaskStatus
+    version: int
+    event_seq: int
+    current_step: int
+    total_steps: int
+    created_at: datetime
+    updated_at: datetime
+    lock: LockView | None
+    stalled: bool
+    """RUNNING or WAITING_TOOL, leased once, and no lease live: its agent is gone."""
+    steps: tuple[StepView, ...] | None = None
+    tool_states: tuple[ToolStateView, ...] | None = None
+    stored_bytes: int = 0
+    """What the task holds, its history included (``quota``)."""
+
+
+@dataclass(frozen=True)
+class EventView:
+    """One entry of a task's change log: what changed (a delta), never the whole task.
+
+    ``steps`` are the steps it added or changed as they stood after it; ``tool_state``
+    is set on TOOL_STATE_CHANGED, ``lock`` on LOCK_ACQUIRED (None once released),
+    ``origin`` on the first event of a fork, and ``task`` on SNAPSHOT only.
+    ``actor`` is the user whose token wrote it (None on SNAPSHOT), ``holder`` the
+    lease holder whose fencing token the write carried, and ``note`` a person's
+    reason for a decision.
+    """
+
+    task_pk: int
+    session_pk: int
+    task_id: str
+    seq: int
+    task_version: int
+    kind: TaskEventKind
+    step_index: int | None
+    tool_name: str | None
+    at: datetime
+    status: TaskStatus
+    stalled: bool = False
+    steps: tuple[StepView, ...] = ()
+    tool_state: ToolStateView | None = None
+    lock: LockView | None = None
+    origin: OriginView | None = None
+    task: TaskView | None = None
+    actor: str | None = None
+    holder: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class ResumePlanView:
+    """Where to go on after a crash."""
+
+    task: TaskView
+    resume_from: int | None
+    steps_in_doubt: tuple[int, ...]
+
+    @property
+    def needs_decision(self) -> bool:
+        """True while any step is IN_DOUBT."""
+        return bool(self.steps_in_doubt)
+
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+@dataclass(frozen=True)
+class Written(Generic[T]):
+    """What a write answers, with the events it committed. Nothing inside a
+    transaction publishes: the owner of the outermost one does once it has
+    committed (``idempotency.once`` for every mutation: a keyed write runs inside
+    the key's transaction), through the publisher it was given (``House.publish``)."""
+
+    value: T
+    events: tuple[EventView, ...] = ()
+
+    def giving(self, value: U) -> Written[U]:
+        """The same events, answering ``value`` (a lease, a tool state, a plan)."""
+        return Written(value, self.events)
+
+
+async def unpublished(write: Awaitable[T]) -> Written[T]:
+    """A write that makes no events (a session's own fields), answered as writes are."""
+    return Written(await write)
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a newest-first listing; ``cursors[i]`` resumes after ``items[i]``."""
+
+    items: tuple[T, ...]
+    cursors: tuple[str, ...]
+    has_next_page: bool
+
+
+def current_step(statuses: Iterable[StepStatus]) -> int:
+    """Index of the first status that is neither SUCCESS nor SKIPPED (or the count)."""
+    index = 0
+    for status in statuses:
+        if status not in (StepStatus.SUCCESS, StepStatus.SKIPPED):
+            return index
+        index += 1
+    return index
+
+
+def to_json(value: Any) -> Any:
+    """A view as JSON-ready data: dataclasses as dicts, times as ISO text, enums as
+    their values. Client values (dicts, lists, scalars) pass through as they are."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [to_json(v) for v in value]
+    return value
+
+
+def from_json(cls: type[V], data: dict[str, Any]) -> V:
+    """The view of type ``cls`` that ``to_json`` wrote, led by the dataclass's hints."""
+    types = hints(cls)
+    return cls(**{name: decoded(types[name], value, from_json) for name, value in data.items()})
+
+
+V = TypeVar("V")
+
+
+def decode_as(hint: Any, value: Any) -> Any:
+    """``value`` as ``to_json`` wrote it, decoded by the type ``hint`` (a view, a
+    plain value, or an optional of one)."""
+    return decoded(hint, value, from_json)

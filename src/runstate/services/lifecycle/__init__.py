@@ -1,0 +1,1 @@
+"""What a server does by itself while it runs: the sweeper."""

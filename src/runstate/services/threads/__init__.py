@@ -1,0 +1,2 @@
+"""LangGraph threads kept as tasks: checkpoints, blobs and pending writes
+(``checkpoints``), and node runs as steps (``nodes``)."""

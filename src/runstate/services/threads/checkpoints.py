@@ -1,0 +1,707 @@
+"""LangGraph checkpoints stored in a task: a thread is a task, its checkpoints,
+channel blobs and pending writes rows of their own (``models.GraphCheckpoint``,
+``GraphBlob``, ``GraphWrite``).
+
+The server keeps what LangGraph's serializer wrote as it is (a type and bytes,
+never re-encoded) and reads only what it needs to find things: the namespace,
+the ids, the channel versions and the metadata. Every write is a task write
+(``write.engine``): one transaction opened by the task row's conditional UPDATE
+(a lease's fencing token checked there), one event, the bytes counted in the
+task's and the user's quotas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tortoise.backends.base.client import BaseDBAsyncClient
+from tortoise.expressions import Q
+
+from runstate.basics.enums import GraphPruneStrategy, TaskEventKind
+from runstate.models import (
+    GRAPH_NAMESPACE_LENGTH,
+    ID_LENGTH,
+    KEY_LENGTH,
+    GraphBlob,
+    GraphCheckpoint,
+    GraphNode,
+    GraphWrite,
+    Task,
+)
+from runstate.services.actions import tasks
+from runstate.services.domain import quota, validation
+from runstate.services.domain.errors import InvalidInputError, NotFoundError
+from runstate.services.domain.views import TaskView, Written
+from runstate.services.read import lookups
+from runstate.services.threads import nodes
+from runstate.services.threads.nodes import NodeRun
+from runstate.services.write.engine import Change, Draft, Unchanged
+from runstate.services.write.house import House
+from runstate.storage import sql
+
+TYPE_LENGTH = 32
+VERSION_LENGTH = 128
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A value as LangGraph's serializer wrote it (``dumps_typed``)."""
+
+    type: str
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class ChannelValue:
+    """One channel's value at one version."""
+
+    channel: str
+    version: str
+    value: Blob
+
+
+@dataclass(frozen=True)
+class PendingWrite:
+    """One write of a LangGraph task against a checkpoint."""
+
+    task_key: str
+    task_path: str
+    idx: int
+    channel: str
+    value: Blob
+
+
+@dataclass(frozen=True)
+class CheckpointView:
+    """A stored checkpoint with the channel values its versions name and its
+    pending writes (ordered as LangGraph applies them: task path, task, index)."""
+
+    thread_id: str
+    namespace: str
+    checkpoint_id: str
+    parent_id: str | None
+    checkpoint: Blob
+    metadata: dict[str, Any]
+    channel_versions: dict[str, str]
+    seq: int
+    channels: tuple[ChannelValue, ...]
+    pending_writes: tuple[PendingWrite, ...]
+
+
+@dataclass(frozen=True)
+class CheckpointPage:
+    """Checkpoints newest first; ``after`` resumes after the last of them."""
+
+    items: tuple[CheckpointView, ...]
+    after: str | None
+
+
+def encoded_bytes(payload: bytes, *texts: str | None) -> int:
+    """What a row counts in the quotas: a row, its bytes as the API answers them
+    (base64) and its texts as encoded (``quota.text_bytes``). So a task's stored
+    bytes bound what reading its checkpoints answers (``schema.cost``)."""
+    return quota.ROW_BYTES + 4 * ((len(payload) + 2) // 3) + sum(map(quota.text_bytes, texts))
+
+
+def _text(value: str, field: str, most: int, *, empty: bool = False) -> str:
+    if (not value and not empty) or len(value) > most:
+        raise InvalidInputError(field, f"must be {0 if empty else 1} to {most} characters")
+    return value
+
+
+def _blob(blob: Blob, field: str) -> int:
+    _text(blob.type, f"{field}.type", TYPE_LENGTH)
+    return len(blob.payload) + len(blob.type)
+
+
+def _metadata(limits: validation.ContentLimits, metadata: Any) -> dict[str, Any]:
+    if not isinstance(metadata, dict):
+        raise InvalidInputError("metadata", "must be a JSON object")
+    limits.json_payload(metadata, "metadata")
+    return metadata
+
+
+async def put_checkpoint(
+    house: House,
+    user_id: str,
+    task_id: str,
+    *,
+    namespace: str,
+    checkpoint_id: str,
+    parent_id: str | None,
+    checkpoint: Blob,
+    metadata: Any,
+    channel_versions: Mapping[str, str],
+    channels: Sequence[ChannelValue],
+    fencing_token: int | None = None,
+) -> Written[TaskView]:
+    """Store a checkpoint and the channel values it changed (GRAPH_CHECKPOINT).
+
+    A channel value already stored at its version is kept (a value at a version
+    never changes). The same checkpoint sent again writes nothing (no event), so a
+    retry is harmless without an idempotency key; another checkpoint under a
+    stored id replaces its row. At most ``checkpoint_bytes`` a call."""
+    _text(namespace, "namespace", GRAPH_NAMESPACE_LENGTH, empty=True)
+    _text(checkpoint_id, "checkpointId", ID_LENGTH)
+    if parent_id is not None:
+        _text(parent_id, "parentId", ID_LENGTH)
+    metadata = _metadata(house.limits, metadata)
+    size = _blob(checkpoint, "checkpoint") + validation.json_size(metadata)
+    for channel, version in channel_versions.items():
+        _text(channel, "channelVersions", KEY_LENGTH)
+        _text(version, "channelVersions", VERSION_LENGTH)
+    size += validation.json_size(dict(channel_versions))
+    for i, value in enumerate(channels):
+        _text(value.channel, f"channels[{i}].channel", KEY_LENGTH)
+        _text(value.version, f"channels[{i}].version", VERSION_LENGTH)
+        size += _blob(value.value, f"channels[{i}]") + len(value.channel) + len(value.version)
+    _within(house.limits, size, "checkpoint")
+    run_id = metadata.get("run_id")
+    versions = dict(channel_versions)
+
+    def _as_given(row: GraphCheckpoint) -> bool:
+        """Whether a stored row is this very checkpoint."""
+        return (
+            row.parent_id,
+            row.type,
+            bytes(row.payload),
+            row.metadata,
+            row.channel_versions,
+        ) == (
+            parent_id,
+            checkpoint.type,
+            checkpoint.payload,
+            metadata,
+            versions,
+        )
+
+    async def apply(draft: Draft) -> Change:
+        conn, pk = draft.conn, draft.task.id
+        freed = 0
+        same = '"task_id" = ? AND "namespace" = ? AND "checkpoint_id" = ?'
+        held = await _rows(conn, GraphCheckpoint, same, [pk, namespace, checkpoint_id])
+        stored = set()
+        if channels:
+            names = sorted({c.channel for c in channels})
+            versions = sorted({c.version for c in channels})
+            found = await sql.fetch(
+                conn,
+                'SELECT "channel", "version" FROM "graph_blobs" WHERE "task_id" = ?'
+                f' AND "namespace" = ? AND "channel" IN ({sql.marks(names)})'
+                f' AND "version" IN ({sql.marks(versions)})',
+                [pk, namespace, *names, *versions],
+            )
+            stored = {(r["channel"], r["version"]) for r in found}
+        new = [c for c in channels if (c.channel, c.version) not in stored]
+        if not new and any(_as_given(row) for row in held):
+            raise Unchanged  # sent again (a retry): stored already, nothing to write
+        for row in held:
+            freed += row.stored_bytes
+        if held:
+            await sql.execute(
+                conn,
+                f'DELETE FROM "graph_checkpoints" WHERE {same}',
+                [pk, namespace, checkpoint_id],
+            )
+        blobs: list[dict[str, Any]] = [
+            {
+                "task_id": pk,
+                "namespace": namespace,
+                "channel": c.channel,
+                "version": c.version,
+                "type": c.value.type,
+                "payload": c.value.payload,
+                "stored_bytes": encoded_bytes(
+                    c.value.payload, namespace, c.channel, c.version, c.value.type
+                ),
+            }
+            for c in {(c.channel, c.version): c for c in new}.values()
+        ]
+        for chunk in sql.chunks(blobs):
+            await sql.execute(conn, *sql.insert_rows(GraphBlob, chunk))
+        row_bytes = encoded_bytes(
+            checkpoint.payload, namespace, checkpoint_id, parent_id, checkpoint.type
+        )
+        row_bytes += validation.json_size(metadata) + validation.json_size(dict(channel_versions))
+        made: dict[str, Any] = {
+            "task_id": pk,
+            "namespace": namespace,
+            "checkpoint_id": checkpoint_id,
+            "parent_id": parent_id,
+            "type": checkpoint.type,
+            "payload": checkpoint.payload,
+            "metadata": metadata,
+            "channel_versions": dict(channel_versions),
+            "run_id": str(run_id)[:KEY_LENGTH] if run_id is not None else None,
+            "seq": draft.task.event_seq,
+            "stored_bytes": row_bytes,
+        }
+        await sql.execute(conn, *sql.insert_rows(GraphCheckpoint, [made]))
+        draft.stored = row_bytes + sum(int(b["stored_bytes"]) for b in blobs) - freed
+        return Change(TaskEventKind.GRAPH_CHECKPOINT)
+
+    return await nodes.write_thread(house, user_id, task_id, apply, fencing_token, progress=True)
+
+
+async def put_writes(
+    house: House,
+    user_id: str,
+    task_id: str,
+    *,
+    namespace: str,
+    checkpoint_id: str,
+    writes: Sequence[PendingWrite],
+    node: NodeRun | None = None,
+    fencing_token: int | None = None,
+) -> Written[TaskView]:
+    """Store a LangGraph task's pending writes against a checkpoint (GRAPH_WRITES),
+    and with ``node`` what they say of the node's run, in the same write
+    (``graph_nodes``: its step finished, failed or interrupted).
+
+    Idempotent on (task, index): a write at an index already stored is kept,
+    except at LangGraph's negative indexes (errors, interrupts, ...), where
+    another write replaces what it finds. Nothing new to store writes nothing
+    (no event), so a retry is harmless without an idempotency key."""
+    _text(namespace, "namespace", GRAPH_NAMESPACE_LENGTH, empty=True)
+    _text(checkpoint_id, "checkpointId", ID_LENGTH)
+    size = 0
+    for i, write in enumerate(writes):
+        _text(write.task_key, f"writes[{i}].taskId", KEY_LENGTH)
+        _text(write.task_path, f"writes[{i}].taskPath", GRAPH_NAMESPACE_LENGTH, empty=True)
+        _text(write.channel, f"writes[{i}].channel", KEY_LENGTH)
+        size += _blob(write.value, f"writes[{i}]") + len(write.channel)
+    _within(house.limits, size, "writes")
+    if node is not None:
+        node = node.checked(house.limits, "node")
+
+    async def apply(draft: Draft) -> Change:
+        conn, pk = draft.conn, draft.task.id
+        keys = sorted({w.task_key for w in writes})
+        mine = (
+            f'"task_id" = ? AND "namespace" = ? AND "checkpoint_id" = ?'
+            f' AND "task_key" IN ({sql.marks(keys)})'
+        )
+        found = await _rows(conn, GraphWrite, mine, [pk, namespace, checkpoint_id, *keys])
+        held = {(r.task_key, r.idx): r for r in found}
+        freed = 0
+        replaced: list[int] = []
+        rows: dict[tuple[str, int], dict[str, Any]] = {}
+        for write in writes:
+            key = (write.task_key, write.idx)
+            old = held.get(key)
+            if old is not None and (write.idx >= 0 or _same_write(old, write)):
+                continue
+            if old is not None:
+                freed += old.stored_bytes
+                replaced.append(old.id)
+                del held[key]
+            rows[key] = {
+                "task_id": pk,
+                "namespace": namespace,
+                "checkpoint_id": checkpoint_id,
+                "task_key": write.task_key,
+                "task_path": write.task_path,
+                "idx": write.idx,
+                "channel": write.channel,
+                "type": write.value.type,
+                "payload": write.value.payload,
+                "stored_bytes": encoded_bytes(
+                    write.value.payload,
+                    namespace,
+                    write.task_key,
+                    write.task_path,
+                    write.channel,
+                    write.value.type,
+                ),
+            }
+        if not rows:
+            raise Unchanged
+        for chunk in sql.chunks(replaced):
+            await sql.execute(
+                conn, f'DELETE FROM "graph_writes" WHERE "id" IN ({sql.marks(chunk)})', chunk
+            )
+        for part in sql.chunks(list(rows.values())):
+            await sql.execute(conn, *sql.insert_rows(GraphWrite, part))
+        draft.stored = sum(int(r["stored_bytes"]) for r in rows.values()) - freed
+        shown = None if node is None else await nodes.record(draft, [node])
+        return Change(TaskEventKind.GRAPH_WRITES, step_index=shown)
+
+    return await nodes.write_thread(house, user_id, task_id, apply, fencing_token, progress=True)
+
+
+async def clear(
+    house: House, user_id: str, task_id: str, *, fencing_token: int | None = None
+) -> Written[TaskView]:
+    """Delete every checkpoint, channel value and pending write of the task, giving
+    their bytes back (GRAPH_CLEARED); a task with none writes nothing."""
+
+    async def apply(draft: Draft) -> Change:
+        freed = 0
+        for model in (GraphCheckpoint, GraphBlob, GraphWrite):
+            rows = model.filter(task_id=draft.task.id).using_db(draft.conn)
+            freed += sum(int(r[0]) for r in await rows.values_list("stored_bytes"))
+            await rows.delete()
+        if not freed:
+            raise Unchanged
+        draft.stored = -freed
+        return Change(TaskEventKind.GRAPH_CLEARED)
+
+    return await nodes.write_thread(house, user_id, task_id, apply, fencing_token)
+
+
+async def prune(
+    house: House,
+    user_id: str,
+    task_id: str,
+    strategy: GraphPruneStrategy,
+    *,
+    fencing_token: int | None = None,
+) -> Written[TaskView]:
+    """Delete the thread's checkpoints but the latest of each namespace (KEEP_LATEST)
+    or all of them (DELETE), with their pending writes and the channel values no
+    remaining checkpoint names (GRAPH_PRUNED); nothing to delete writes nothing.
+
+    KEEP_LATEST knows DeltaChannel: a delta channel's value is rebuilt from the
+    writes of the ancestors since its last snapshot, which the kept checkpoint's
+    ``counters_since_delta_snapshot`` counts in super-steps, so those ancestors
+    are kept too (the parent chain, that many steps back)."""
+
+    async def apply(draft: Draft) -> Change:
+        rows = await GraphCheckpoint.filter(task_id=draft.task.id).using_db(draft.conn)
+        kept = _kept(rows) if strategy is GraphPruneStrategy.KEEP_LATEST else set()
+        gone = [r for r in rows if r.id not in kept]
+        if not gone:
+            raise Unchanged
+        draft.stored = -await _delete(draft, gone, [r for r in rows if r.id in kept])
+        return Change(TaskEventKind.GRAPH_PRUNED)
+
+    return await nodes.write_thread(house, user_id, task_id, apply, fencing_token)
+
+
+def _kept(rows: Sequence[GraphCheckpoint]) -> set[int]:
+    """The row ids KEEP_LATEST keeps: each namespace's last written checkpoint (by
+    the event that stored it, ``seq``, which a copy keeps) and the ancestors its
+    delta channels need. By the largest id as text, it kept ``c9`` and deleted
+    ``c10`` and ``c11``; LangGraph's ids grow with time, so for its checkpoints the
+    two orders agree."""
+    by_id = {(r.namespace, r.checkpoint_id): r for r in rows}
+    latest: dict[str, GraphCheckpoint] = {}
+    for row in rows:
+        held = latest.get(row.namespace)
+        if held is None or (row.seq, row.id) > (held.seq, held.id):
+            latest[row.namespace] = row
+    kept: set[int] = set()
+    for row in latest.values():
+        kept.add(row.id)
+        depth = _delta_depth(row.metadata)
+        current: GraphCheckpoint | None = row
+        for _ in range(depth):
+            assert current is not None
+            current = by_id.get((row.namespace, current.parent_id or ""))
+            if current is None:
+                break
+            kept.add(current.id)
+    return kept
+
+
+def _delta_depth(metadata: Mapping[str, Any]) -> int:
+    """How many super-steps back the oldest delta channel's last snapshot is."""
+    counters = metadata.get("counters_since_delta_snapshot")
+    if not isinstance(counters, dict):
+        return 0
+    depths = [
+        int(c[1])
+        for c in counters.values()
+        if isinstance(c, list | tuple) and len(c) == 2 and isinstance(c[1], int)
+    ]
+    return max(depths, default=0)
+
+
+async def _delete(draft: Draft, gone: Sequence[GraphCheckpoint], left: Sequence[Any]) -> int:
+    """Delete checkpoints of the draft's task with their pending writes, and the
+    channel values none of ``left`` names; the bytes they held."""
+    conn, pk = draft.conn, draft.task.id
+    freed: int = sum(r.stored_bytes for r in gone)
+    for ids in sql.chunks([r.id for r in gone]):
+        await GraphCheckpoint.filter(id__in=ids).using_db(conn).delete()
+    by_namespace: dict[str, list[str]] = {}
+    for row in gone:
+        by_namespace.setdefault(row.namespace, []).append(row.checkpoint_id)
+    for namespace, checkpoint_ids in by_namespace.items():
+        for chunk in sql.chunks(checkpoint_ids):
+            writes = GraphWrite.filter(task_id=pk, namespace=namespace, checkpoint_id__in=chunk)
+            writes = writes.using_db(conn)
+            freed += sum(int(r[0]) for r in await writes.values_list("stored_bytes"))
+            await writes.delete()
+    named = {(r.namespace, c, str(v)) for r in left for c, v in r.channel_versions.items()}
+    blobs = (
+        await GraphBlob.filter(task_id=pk)
+        .using_db(conn)
+        .values_list("id", "namespace", "channel", "version", "stored_bytes")
+    )
+    orphans = [b for b in blobs if (b[1], b[2], b[3]) not in named]
+    freed += sum(int(b[4]) for b in orphans)
+    for chunk in sql.chunks([b[0] for b in orphans]):
+        await GraphBlob.filter(id__in=chunk).using_db(conn).delete()
+    return freed
+
+
+async def delete_runs(house: House, user_id: str, run_ids: Sequence[str]) -> Written[int]:
+    """Delete the caller's checkpoints made by these runs (their ``run_id``), with
+    their pending writes and the channel values no other checkpoint names: one
+    write (GRAPH_PRUNED) per thread touched. The answer: how many went."""
+    for i, run_id in enumerate(run_ids):
+        _text(run_id, f"runIds[{i}]", KEY_LENGTH)
+    runs = sorted(set(run_ids))
+    threads: set[str] = set()
+    for chunk in sql.chunks(runs):
+        threads.update(
+            str(t)
+            for t in await GraphCheckpoint.filter(task__user_id=user_id, run_id__in=chunk)
+            .distinct()
+            .values_list("task__public_id", flat=True)
+        )
+    events: list[Any] = []
+    count = 0
+    for thread in sorted(threads):
+        deleted: list[int] = []
+
+        async def apply(draft: Draft, deleted: list[int] = deleted) -> Change:
+            rows = await GraphCheckpoint.filter(task_id=draft.task.id).using_db(draft.conn)
+            gone = [r for r in rows if r.run_id in runs]
+            if not gone:
+                raise Unchanged
+            deleted.append(len(gone))
+            left = [r for r in rows if r.run_id not in runs]
+            draft.stored = -await _delete(draft, gone, left)
+            return Change(TaskEventKind.GRAPH_PRUNED)
+
+        try:
+            written = await nodes.write_thread(house, user_id, thread, apply, None)
+        except NotFoundError:  # deleted meanwhile: nothing of it left to delete
+            continue
+        events.extend(written.events)
+        count += sum(deleted)
+    return Written(count, tuple(events))
+
+
+async def copy(house: House, user_id: str, task_id: str, new_id: str) -> Written[TaskView]:
+    """Copy a thread whole, every checkpoint, channel value and pending write, into
+    the task ``new_id`` (GRAPH_COPIED): a fork of the source task at its head
+    (``forkTask``, its origin recorded), or the task itself when it exists. Rows
+    the target holds already under the same keys are replaced."""
+    source = await lookups.get_task(user_id, task_id)
+    forked = not await Task.exists(user_id=user_id, public_id=validation.object_id(new_id))
+    if forked:
+        await tasks.fork_task(house, user_id, task_id, source.event_seq, new_id=new_id)
+    limits = house.limits
+
+    async def apply(draft: Draft) -> Change:
+        conn, pk = draft.conn, draft.task.id
+        if forked:  # the fork has the source's steps: its node runs map to them alike
+            await _copied_nodes(conn, source.pk, pk, source.total_steps)
+        size = await _copied(conn, GraphCheckpoint, source.pk, pk)
+        size += await _copied(conn, GraphBlob, source.pk, pk)
+        size += await _copied(conn, GraphWrite, source.pk, pk)
+        if not size:
+            raise Unchanged
+        quota.check_task(limits, new_id, draft.task.stored_bytes, size, "taskId")
+        draft.stored = size
+        return Change(TaskEventKind.GRAPH_COPIED)
+
+    return await nodes.write_thread(house, user_id, new_id, apply, None)
+
+
+G = TypeVar("G", GraphCheckpoint, GraphBlob, GraphWrite)
+
+
+async def _copied(conn: BaseDBAsyncClient, model: type[G], source: int, target: int) -> int:
+    """Copy the source task's rows of ``model`` into the target task, in place of
+    the target's own; the bytes this adds to the target."""
+    rows = await model.filter(task_id=source).using_db(conn)
+    held = model.filter(task_id=target).using_db(conn)
+    size = sum(int(r.stored_bytes) for r in rows)
+    size -= sum(int(r[0]) for r in await held.values_list("stored_bytes"))
+    await held.delete()
+    fields = sql.columns(model, "id", "task_id")
+    copies = [model(task_id=target, **{f: getattr(r, f) for f in fields}) for r in rows]
+    if copies:
+        await model.bulk_create(copies, using_db=conn)
+    return size
+
+
+async def _copied_nodes(conn: BaseDBAsyncClient, source: int, target: int, steps: int) -> None:
+    """Copy which steps show which node runs, for the ``steps`` the fork copied."""
+    fields = sql.columns(GraphNode, "id", "task_id")
+    rows = await GraphNode.filter(task_id=source, position__lt=steps).using_db(conn)
+    copies = [GraphNode(task_id=target, **{f: getattr(r, f) for f in fields}) for r in rows]
+    if copies:
+        await GraphNode.bulk_create(copies, using_db=conn)
+
+
+M = TypeVar("M", GraphCheckpoint, GraphWrite)
+
+
+async def _rows(conn: BaseDBAsyncClient, model: type[M], where: str, params: list[Any]) -> list[M]:
+    """The rows of ``model`` matching ``where`` (SQL, ``?`` placeholders), every
+    column but the task's: on the write path, the statement through the ORM cost
+    more than running it."""
+    fields = sql.columns(model, "task_id")
+    found = await sql.fetch(
+        conn, f'SELECT {sql.names(fields)} FROM "{model._meta.db_table}" WHERE {where}', params
+    )
+    return [model(**sql.decode(model, row, fields)) for row in found]
+
+
+def _same_write(row: GraphWrite, write: PendingWrite) -> bool:
+    """Whether a stored write is this very one (a retry of it)."""
+    return (row.task_path, row.channel, row.type, bytes(row.payload)) == (
+        write.task_path,
+        write.channel,
+        write.value.type,
+        write.value.payload,
+    )
+
+
+def _within(limits: validation.ContentLimits, size: int, field: str) -> None:
+    if size > limits.checkpoint_bytes:
+        raise InvalidInputError(
+            field,
+            f"is {size} bytes, more than the {limits.checkpoint_bytes} one write may store"
+            " (RUNSTATE_MAX_CHECKPOINT_BYTES)",
+        )
+
+
+async def _thread(user_id: str, task_id: str) -> int:
+    """The row id of the caller's task ``task_id``; NotFound without one."""
+    validation.known_id(task_id, "task")
+    row = await Task.filter(user_id=user_id, public_id=task_id).only("id").first()
+    if row is None:
+        raise NotFoundError("task", task_id)
+    return row.id
+
+
+async def get_checkpoint(
+    user_id: str, task_id: str, namespace: str, checkpoint_id: str | None
+) -> CheckpointView:
+    """The checkpoint ``checkpoint_id`` of the task's namespace, or its latest;
+    NotFound ("checkpoint") when there is none."""
+    pk = await _thread(user_id, task_id)
+    rows = GraphCheckpoint.filter(task_id=pk, namespace=namespace)
+    if checkpoint_id is not None:
+        rows = rows.filter(checkpoint_id=checkpoint_id)
+    row = await rows.order_by("-checkpoint_id").first()
+    if row is None:
+        raise NotFoundError("checkpoint", checkpoint_id or "(none yet)")
+    return (await _views([row], {pk: task_id}))[0]
+
+
+async def list_checkpoints(
+    user_id: str,
+    *,
+    task_id: str | None,
+    namespace: str | None,
+    before: str | None,
+    metadata: Mapping[str, Any] | None,
+    first: int,
+    after: str | None = None,
+) -> CheckpointPage:
+    """The caller's checkpoints newest first (of one task, one namespace, before a
+    checkpoint id, with metadata holding every pair of ``metadata``), ``first`` at
+    most; ``after`` is a page's cursor. Read in batches by the index, so a page costs
+    the same behind ten thousand checkpoints as behind ten."""
+    first = validation.page_size(first)
+    rows = GraphCheckpoint.filter(task__user_id=user_id)
+    if task_id is not None:
+        try:
+            rows = rows.filter(task_id=await _thread(user_id, task_id))
+        except NotFoundError:  # no such thread: none of its checkpoints to list
+            return CheckpointPage((), None)
+    if namespace is not None:
+        rows = rows.filter(namespace=namespace)
+    if before is not None:
+        rows = rows.filter(checkpoint_id__lt=before)
+    if after is not None:
+        last_id, _, last_pk = after.rpartition("/")
+        if not last_pk.isdigit():
+            raise InvalidInputError("after", "is not a cursor this list gave")
+        rows = rows.filter(
+            Q(checkpoint_id__lt=last_id) | Q(checkpoint_id=last_id, id__lt=int(last_pk))
+        )
+    ordered = rows.order_by("-checkpoint_id", "-id").select_related("task")
+    found: list[GraphCheckpoint] = []
+    batch = max(first, 20)
+    offset = 0
+    while len(found) <= first:
+        page = await ordered.offset(offset).limit(batch)
+        offset += len(page)
+        for row in page:
+            if not metadata or all(row.metadata.get(k) == v for k, v in metadata.items()):
+                found.append(row)
+        if len(page) < batch:
+            break
+    more = len(found) > first
+    found = found[:first]
+    views = await _views(found, {r.task_id: r.task.public_id for r in found})
+    cursor = f"{found[-1].checkpoint_id}/{found[-1].id}" if more and found else None
+    return CheckpointPage(tuple(views), cursor)
+
+
+async def _views(
+    rows: Sequence[GraphCheckpoint], threads: Mapping[int, str]
+) -> list[CheckpointView]:
+    """Checkpoint rows as views (``threads``: each task's public id), with the
+    channel values their versions name and their pending writes: two statements for
+    all of them, each reading by the tables' unique keys only what the rows name
+    (every version of a channel, read and dropped, made a checkpoint's read grow
+    with its thread's history)."""
+    named = [{str(k): str(v) for k, v in r.channel_versions.items()} for r in rows]
+    tasks = {r.task_id for r in rows}
+    namespaces = {r.namespace for r in rows}
+    blobs: dict[tuple[int, str, str, str], GraphBlob] = {}
+    channels = {c for versions in named for c in versions}
+    if channels:
+        for b in await GraphBlob.filter(
+            task_id__in=tasks,
+            namespace__in=namespaces,
+            channel__in=channels,
+            version__in={v for versions in named for v in versions.values()},
+        ):
+            blobs[(b.task_id, b.namespace, b.channel, b.version)] = b
+    writes: dict[tuple[int, str, str], list[GraphWrite]] = {}
+    if rows:
+        for w in await GraphWrite.filter(
+            task_id__in=tasks,
+            namespace__in=namespaces,
+            checkpoint_id__in={r.checkpoint_id for r in rows},
+        ).order_by("task_path", "task_key", "idx"):
+            writes.setdefault((w.task_id, w.namespace, w.checkpoint_id), []).append(w)
+    views = []
+    for row, versions in zip(rows, named, strict=True):
+        found = (blobs.get((row.task_id, row.namespace, c, v)) for c, v in versions.items())
+        views.append(
+            CheckpointView(
+                thread_id=threads[row.task_id],
+                namespace=row.namespace,
+                checkpoint_id=row.checkpoint_id,
+                parent_id=row.parent_id,
+                checkpoint=Blob(row.type, bytes(row.payload)),
+                metadata=row.metadata,
+                channel_versions=versions,
+                seq=row.seq,
+                channels=tuple(
+                    ChannelValue(b.channel, b.version, Blob(b.type, bytes(b.payload)))
+                    for b in found
+                    if b is not None
+                ),
+                pending_writes=tuple(
+                    PendingWrite(
+                        w.task_key, w.task_path, w.idx, w.channel, Blob(w.type, bytes(w.payload))
+                    )
+                    for w in writes.get((row.task_id, row.namespace, row.checkpoint_id), [])
+                ),
+            )
+        )
+    return views

@@ -1,0 +1,91 @@
+"""One log line per HTTP request and per WebSocket connection, with its request id.
+
+``RequestLog`` gives each request an id (the client's ``X-Request-ID`` when it is
+a plain token of at most 64 characters, else a new one), answers it in the
+``X-Request-ID`` header, and logs one line when the request ends: method, path,
+status, milliseconds, user and the id. Never the query string, a header or a
+body, so no token and no payload reaches the log. Every other line logged while
+the request runs carries the same id (``observe.logs``). uvicorn's access log,
+which prints query strings, is off (``cli.py``). A request whose client left
+before its answer is logged with status 499, nginx's "client closed request",
+not as a failure.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runstate.observe.logs import CURRENT, Request, log
+
+_CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+CLIENT_CLOSED_REQUEST = 499
+"""The status logged for a request whose client left before it was answered."""
+
+
+class RequestLog:
+    """The request id and the one log line of every HTTP request, and of every
+    WebSocket connection when it ends (method ``WS``; status 101 while accepted, or
+    the close code the server sent)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request = Request(given if _CLIENT_ID.fullmatch(given) else uuid.uuid4().hex)
+        token = CURRENT.set(request)
+        status = 500
+        began = time.perf_counter()
+        method = scope.get("method", "WS")
+
+        answered = False
+
+        async def receiving() -> Message:
+            nonlocal status
+            message = await receive()
+            if message["type"] == "http.disconnect" and not answered:
+                status = CLIENT_CLOSED_REQUEST
+            return message
+
+        async def sending(message: Message) -> None:
+            nonlocal status, answered
+            if message["type"] in ("http.response.start", "websocket.accept"):
+                answered = True
+                status = message.get("status", 101)
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"x-request-id", request.id.encode()),
+                ]
+            elif message["type"] == "websocket.close":
+                status = message.get("code", 1000)
+            await send(message)
+
+        try:
+            await self.app(scope, receiving if scope["type"] == "http" else receive, sending)
+        finally:
+            fields = {
+                "method": method,
+                "path": scope["path"],
+                "status": status,
+                "ms": round((time.perf_counter() - began) * 1000, 2),
+                "user": request.user,
+            }
+            log.info(
+                "%s %s %d %.1f ms (%s)",
+                method,
+                scope["path"],
+                status,
+                fields["ms"],
+                request.user or "anonymous",
+                extra={"fields": fields},
+            )
+            CURRENT.reset(token)
