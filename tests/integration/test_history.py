@@ -24,12 +24,11 @@ from runstate.basics.enums import StepDecision, StepStatus, TaskEventKind, TaskS
 from runstate.models import Step, StepVersion, Task, TaskEvent
 from runstate.services.actions import leases, recovery, sessions, tasks, tools
 from runstate.services.domain.errors import DomainError
-from runstate.services.domain.validation import StepPlan
+from runstate.services.domain.validation import StepPatch, StepPlan
 from runstate.services.domain.views import EventView, TaskView, Written, current_step
 from runstate.services.live.messages import session_channel
 from runstate.services.read import history
 from runstate.services.read.convert import task_views
-from runstate.services.write.engine import StepPatch
 from runstate.services.write.house import House
 from runstate.storage.clock import utcnow
 from tests.support import database, opened

@@ -16,10 +16,11 @@ from runstate.basics.enums import StepStatus, TaskStatus, ToolStatus
 from runstate.models import Step, Task, ToolState, box
 from runstate.schema import types
 from runstate.schema.inputs import StepPlanInput
+from runstate.services.domain.columns import VERSIONED
 from runstate.services.domain.validation import StepPlan
 from runstate.services.domain.views import LockView, StepView, TaskView, ToolStateView
 from runstate.services.read.convert import from_row, lock_view, task_view, to_row
-from runstate.services.read.history import AS_ADDED, VERSIONED
+from runstate.services.read.history import AS_ADDED
 from runstate.services.write.engine import STEP_FIELDS, TASK_FIELDS
 from tests.support import opened
 

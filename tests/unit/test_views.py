@@ -43,8 +43,30 @@ def test_events_round_trip_through_json() -> None:
     string) come back equal."""
     at = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
     steps = (
-        StepView(0, "a", {"x": [1]}, "42", S.SUCCESS, True, 1, None, at, at),
-        StepView(1, "b", None, None, S.RUNNING, False, 2, "boom", at, None),
+        StepView(
+            index=0,
+            action="a",
+            input={"x": [1]},
+            output="42",
+            status=S.SUCCESS,
+            idempotent=True,
+            attempts=1,
+            error=None,
+            started_at=at,
+            completed_at=at,
+        ),
+        StepView(
+            index=1,
+            action="b",
+            input=None,
+            output=None,
+            status=S.RUNNING,
+            idempotent=False,
+            attempts=2,
+            error="boom",
+            started_at=at,
+            completed_at=None,
+        ),
     )
     task = TaskView(
         pk=7,

@@ -131,8 +131,28 @@ class Task(Model):
         )
 
 
-class Step(Model):
-    """One step of a task, addressed by its ``position`` (the API's step index)."""
+class StepState(Model):
+    """A step's changing fields: what a write may change after the plan made the
+    step. ``Step`` holds them as the step stands now, ``StepVersion`` as they stood
+    after each event that changed them, so a field declared here is saved by every
+    write, kept in the history and read back by ``taskAt`` with no other edit."""
+
+    output = fields.JSONField[object](null=True)
+    status = fields.CharEnumField(StepStatus, max_length=16)
+    attempts = fields.IntField(default=0)
+    error: str | None = fields.TextField(null=True)
+    started_at: datetime | None = fields.DatetimeField(null=True)
+    completed_at: datetime | None = fields.DatetimeField(null=True)
+
+    class Meta:
+        abstract = True
+
+
+class Step(StepState):
+    """One step of a task, addressed by its ``position`` (the API's step index).
+
+    Its plan (``action``, ``input``, ``idempotent``: ``validation.StepPlan``) is fixed
+    once made; its changing fields are ``StepState``'s."""
 
     id = fields.IntField(primary_key=True)
     task: fields.ForeignKeyRelation[Task] = fields.ForeignKeyField(
@@ -142,13 +162,7 @@ class Step(Model):
     position = fields.IntField()
     action = fields.CharField(max_length=200)
     input = fields.JSONField[object](null=True)
-    output = fields.JSONField[object](null=True)
-    status = fields.CharEnumField(StepStatus, max_length=16)
     idempotent = fields.BooleanField(default=True)
-    attempts = fields.IntField(default=0)
-    error: str | None = fields.TextField(null=True)
-    started_at: datetime | None = fields.DatetimeField(null=True)
-    completed_at: datetime | None = fields.DatetimeField(null=True)
     created_seq = fields.IntField(default=1, db_default=1)
     """The event that added the step: ``taskAt`` before it does not show it."""
     changed_seq = fields.IntField(default=0, db_default=0)
@@ -160,13 +174,13 @@ class Step(Model):
         unique_together = (("task_id", "position"),)
 
 
-class StepVersion(Model):
+class StepVersion(StepState):
     """A step's changing fields as they stood just after event ``seq``: the history.
 
+    Its columns are ``StepState``'s with the keys that place them.
     One row per step an event changed, so an event's stored size follows its change.
     A step with no version at or before a seq stood as it was added then (PENDING,
-    no attempts). ``action``, ``input`` and ``idempotent`` never change and live on
-    the step row alone.
+    no attempts). The plan's fields never change and live on the step row alone.
     """
 
     id = fields.IntField(primary_key=True)
@@ -176,12 +190,6 @@ class StepVersion(Model):
     task_id: int
     position = fields.IntField()
     seq = fields.IntField()
-    output = fields.JSONField[object](null=True)
-    status = fields.CharEnumField(StepStatus, max_length=16)
-    attempts = fields.IntField(default=0)
-    error: str | None = fields.TextField(null=True)
-    started_at: datetime | None = fields.DatetimeField(null=True)
-    completed_at: datetime | None = fields.DatetimeField(null=True)
 
     class Meta:
         table = "step_versions"

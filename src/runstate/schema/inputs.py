@@ -9,8 +9,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from runstate.basics.enums import SessionStatus, StepDecision, StepStatus, TaskStatus, ToolOutcome
-from runstate.services.domain.validation import StepPlan
-from runstate.services.write.engine import StepPatch
+from runstate.services.domain.validation import StepPatch, StepPlan
 
 IDEMPOTENCY_KEY = (
     "Client-chosen, unique per caller: a retry with the same key and input, within "

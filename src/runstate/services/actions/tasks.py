@@ -11,7 +11,7 @@ from tortoise.exceptions import IntegrityError
 from tortoise.transactions import in_transaction
 
 from runstate.basics.enums import StepStatus, TaskEventKind, TaskStatus
-from runstate.models import Session, Step, Task, TaskEvent, box, unbox
+from runstate.models import Session, Step, Task, TaskEvent, box
 from runstate.services.actions import leases
 from runstate.services.domain import quota, validation
 from runstate.services.domain.conditions import open_session
@@ -21,7 +21,7 @@ from runstate.services.domain.errors import (
     UnmatchedWriteError,
 )
 from runstate.services.domain.moves import FINISHED_STEPS
-from runstate.services.domain.validation import StepPlan
+from runstate.services.domain.validation import StepPatch, StepPlan
 from runstate.services.domain.views import (
     EventView,
     LockView,
@@ -33,13 +33,12 @@ from runstate.services.domain.views import (
     to_json,
 )
 from runstate.services.read import lookups
-from runstate.services.read.convert import step_view, task_view, to_row
+from runstate.services.read.convert import from_row, step_view, task_view, to_row
 from runstate.services.read.history import AS_ADDED
 from runstate.services.read.lookups import get_session, get_task
 from runstate.services.write.engine import (
     Change,
     Draft,
-    StepPatch,
     insert_steps,
     log_event,
     record_versions,
@@ -298,9 +297,10 @@ async def _existing(
     return task
 
 
-def _fixed(step: Step) -> tuple[str, Any, bool]:
-    """What a planned step is made of: its action, input and idempotence."""
-    return step.action, unbox(step.input), step.idempotent
+def _fixed(step: Step) -> StepPlan:
+    """What a planned step is made of: every field of its plan (``StepPlan``), read
+    from its row, so that a plan field added later is compared too."""
+    return from_row(StepPlan, step)
 
 
 def _new_step(task_pk: int, position: int, plan: StepPlan) -> Step:

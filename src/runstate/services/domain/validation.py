@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runstate.basics.enums import StepStatus
 from runstate.models import ID_LENGTH
 from runstate.services.domain.errors import InvalidInputError, NotFoundError
 
@@ -127,6 +128,18 @@ class StepPlan:
     action: str
     input: Any = None
     idempotent: bool = True
+
+
+@dataclass(frozen=True)
+class StepPatch:
+    """One step change inside a checkpoint: the step's new status, with its output
+    (when ``set_output``) and error."""
+
+    index: int
+    status: StepStatus
+    output: Any = None
+    set_output: bool = False
+    error: str | None = None
 
 
 def storable_text(text: str) -> bool:

@@ -22,6 +22,7 @@ from tortoise.fields import JSONField
 
 from runstate.basics.enums import StepStatus, TaskEventKind
 from runstate.models import Step, StepVersion, TaskEvent, ToolState, unbox
+from runstate.services.domain.columns import VERSIONED
 from runstate.services.domain.errors import InvalidInputError
 from runstate.services.domain.views import (
     EventView,
@@ -36,9 +37,6 @@ from runstate.services.domain.views import (
 from runstate.services.read.convert import from_row, step_view, tool_state_view
 from runstate.storage import sql
 
-VERSIONED = sql.columns(StepVersion, "id", "task_id", "position", "seq")
-"""What a step's history row keeps of the step after a change: every column of
-``StepVersion`` but its keys (``write.engine`` writes them, this module reads them)."""
 _VERSION_FIELDS = ("position", *VERSIONED)
 _SPAN_FIELDS = ("task_id", "seq", *_VERSION_FIELDS)
 _AT_FIELDS = ("status", "task_version", "at", "delta")

@@ -28,6 +28,7 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 from runstate.basics.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, StepVersion, Task, TaskEvent
 from runstate.services.domain import quota, validation
+from runstate.services.domain.columns import CHANGING, VERSIONED
 from runstate.services.domain.conditions import no_live_lease_sql, session_expired
 from runstate.services.domain.errors import (
     DomainError,
@@ -55,7 +56,6 @@ from runstate.services.domain.views import (
     to_json,
 )
 from runstate.services.read.convert import is_expired, lock_view, step_view, task_view
-from runstate.services.read.history import VERSIONED
 from runstate.services.read.lookups import get_task, mark_expired
 from runstate.services.write.house import House
 from runstate.storage import sql
@@ -88,19 +88,8 @@ def _next_unfinished(task: str) -> str:
     )
 
 
-_CHANGING = (*VERSIONED, "changed_seq")
-"""The columns of a step that a write changes."""
-
-
-@dataclass(frozen=True)
-class StepPatch:
-    """One step change inside a checkpoint."""
-
-    index: int
-    status: StepStatus
-    output: Any = None
-    set_output: bool = False
-    error: str | None = None
+_SAVED = (*CHANGING, "changed_seq")
+"""The columns of a step row that a write saves when it changes the step."""
 
 
 @dataclass
@@ -507,7 +496,7 @@ async def _settle(draft: Draft, stored_bytes: int) -> list[sql.Statement]:
     statements: list[sql.Statement] = []
     for step in changed:
         step.changed_seq = seq
-        columns = {name: getattr(step, name) for name in _CHANGING}
+        columns = {name: getattr(step, name) for name in _SAVED}
         statements.append(sql.update_row(Step, step.id, columns))
     for step in draft.added:
         step.created_seq = seq
