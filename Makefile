@@ -67,7 +67,7 @@ fmt: $(STAMP)
 	$(BIN)/ruff format src tests bench
 
 clean:
-	rm -rf $(VENV) runstate.storage.database runstate.storage.database-shm runstate.storage.database-wal
+	rm -rf $(VENV) runstate.db runstate.db-shm runstate.db-wal
 
 # After changing src/runstate/models: write the next migration with Tortoise's own tool.
 migrations: $(STAMP)

@@ -99,7 +99,7 @@ def postgres_database() -> Iterator[str]:
 def database(kind: str, tmp_path: Path) -> Iterator[str]:
     """A fresh database URL of ``kind`` ("sqlite" or "postgres")."""
     if kind == "sqlite":
-        yield f"sqlite://{tmp_path / 'runstate.storage.database'}"
+        yield f"sqlite://{tmp_path / 'runstate.db'}"
     else:
         with postgres_database() as url:
             yield url

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from runstate.observe.logs import FORMATS
 from runstate.services.domain.validation import ContentLimits, stored_checkpoint
 
-DEFAULT_DATABASE_URL = "sqlite://runstate.storage.database"
+DEFAULT_DATABASE_URL = "sqlite://runstate.db"
 ENVIRONMENTS = ("development", "production")
 
 

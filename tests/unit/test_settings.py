@@ -11,7 +11,7 @@ from runstate.storage.database import tortoise_config
 def test_defaults() -> None:
     s = Settings.from_env({})
     assert (s.database_url, s.redis_url, s.session_ttl, s.retention) == (
-        "sqlite://runstate.storage.database",
+        "sqlite://runstate.db",
         None,
         3600,
         86400,

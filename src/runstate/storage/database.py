@@ -182,7 +182,7 @@ async def new_epoch() -> str:
 
 
 TORTOISE_ORM = tortoise_config(
-    os.environ.get("RUNSTATE_DATABASE_URL", "sqlite://runstate.storage.database")
+    os.environ.get("RUNSTATE_DATABASE_URL", "sqlite://runstate.db")
 )
 """For Tortoise's own CLI: ``tortoise -c runstate.storage.database.TORTOISE_ORM makemigrations``."""
 

@@ -46,7 +46,7 @@ SUBSCRIPTIONS_OVER_HTTP = (
 )
 
 
-_MEDIA = "runstate.transport.media"
+_MEDIA = "runstate.media"
 """Where the request's scope keeps the media type its answer takes."""
 
 
