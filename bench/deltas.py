@@ -24,7 +24,7 @@ from runstate.services.actions import sessions, tasks
 from runstate.services.domain.validation import StepPlan
 from runstate.services.read import history, lookups
 from runstate.services.write.house import House
-from runstate.storage.database import close_database, open_database
+from runstate.storage.database import open_database
 
 USER = "bench"
 OUTPUT = "x" * 1024
@@ -71,7 +71,7 @@ async def main() -> None:
         )
         p50: dict[int, float] = {}
         for steps in (10, 300, 1000):
-            await open_database(f"sqlite://{Path(tmp) / f'bench-{steps}.db'}")
+            database = await open_database(f"sqlite://{Path(tmp) / f'bench-{steps}.db'}")
             task_id, took = await run_task(house, steps)
             events = 2 * steps + 1
             stored = await history_bytes()
@@ -102,7 +102,7 @@ async def main() -> None:
                 await lookups.get_task_at(USER, task_id, 1001)
                 took_ms = (time.perf_counter() - began) * 1000
                 print(f"taskAt(seq 1001) of 2001: {took_ms:.1f} ms")
-            await close_database()
+            await database.close()
 
 
 if __name__ == "__main__":

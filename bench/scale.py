@@ -30,7 +30,7 @@ from runstate.services.actions import leases, sessions, tasks
 from runstate.services.domain.validation import StepPlan
 from runstate.services.read import history, lookups
 from runstate.services.write.house import House
-from runstate.storage.database import close_database, open_database
+from runstate.storage.database import open_database
 
 SMALL = 10_000
 LARGE = int(os.environ.get("BENCH_LARGE", "1000000"))
@@ -105,19 +105,19 @@ def clone(db: sqlite3.Connection, count: int, session_pk: int, task_pk: int) -> 
 async def build(house: House, path: Path, count: int) -> dict[str, Any]:
     """A database of ``count`` old tasks and LIVE planned ones; what the calls need."""
     url = f"sqlite://{path}"
-    await open_database(url)
+    database = await open_database(url)
     session_pk, task_pk = await template(house)
-    await close_database()
+    await database.close()
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA synchronous=OFF")
         clone(db, count, session_pk, task_pk)
-    await open_database(url)
+    database = await open_database(url)
     live = await sessions.start_session(house, USER, default_ttl=10**7)
     ids = [
         (await tasks.create_task(house, USER, live.id, goal="live", steps=PLAN)).value.id
         for _ in range(LIVE)
     ]
-    await close_database()
+    await database.close()
     return {"url": url, "count": count, "session": live.id, "live": ids, "next": 0}
 
 
@@ -131,7 +131,7 @@ Call = Callable[[], Awaitable[Any]]
 
 async def measure(house: House, db: dict[str, Any]) -> dict[str, list[float]]:
     """One round of every call against one database: seconds per sample."""
-    await open_database(db["url"])
+    database = await open_database(db["url"])
     old = [f"old-t-{random.randrange(db['count'] - 1)}" for _ in range(SAMPLES)]
     heads = [await lookups.get_task(USER, task_id) for task_id in old]
 
@@ -173,7 +173,7 @@ async def measure(house: House, db: dict[str, Any]) -> dict[str, list[float]]:
             took.setdefault(name, []).append(time.perf_counter() - began)
             if name == "claimTask":  # the oldest claimable: the first live task
                 await leases.release_task_lock(house, USER, db["live"][0], "bench-worker")
-    await close_database()
+    await database.close()
     return took
 
 

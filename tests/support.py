@@ -511,12 +511,12 @@ async def opened(
     from tortoise.backends.base.executor import EXECUTOR_CACHE
 
     from runstate import pubsub
-    from runstate.storage.database import close_database, open_database
+    from runstate.storage.database import open_database
 
     # Tortoise caches each model's INSERT per connection name, not per dialect: a
     # process that moves from SQLite to PostgreSQL must forget the SQLite ones.
     EXECUTOR_CACHE.clear()
-    await open_database(database_url)
+    database = await open_database(database_url)
     house = House(limits=limits or ContentLimits())
     if live:
         broker = pubsub.MemoryBroker()
@@ -527,4 +527,4 @@ async def opened(
     finally:
         if house.hub is not None:
             await house.hub.publisher.close()
-        await close_database()
+        await database.close()

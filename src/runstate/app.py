@@ -15,7 +15,6 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from runstate.observe import logs
-from runstate.observe.metrics import WEBSOCKETS
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
 from runstate.pubsub.redis import RedisBroker, key_prefix
 from runstate.resolvers.build import build_schema
@@ -29,7 +28,7 @@ from runstate.services.lifecycle.sweep import sweep_forever
 from runstate.services.write.house import House
 from runstate.settings import Settings
 from runstate.storage.clock import keep_time
-from runstate.storage.database import close_database, current_epoch, open_database
+from runstate.storage.database import Database, current_epoch
 from runstate.transport.admission import ADMISSION, Admission, Trusted
 from runstate.transport.auth import BearerAuth
 from runstate.transport.body_limit import BodyLimit, upload_limit
@@ -37,6 +36,7 @@ from runstate.transport.callers import Tokens, forget_revoked
 from runstate.transport.connections import Connections
 from runstate.transport.deadline import CancelOnDisconnect
 from runstate.transport.httpprotocol import HttpProtocol
+from runstate.transport.in_database import InDatabase
 from runstate.transport.request_log import RequestLog
 from runstate.transport.sockets import SharedSockets
 from runstate.transport.view import GraphQLView
@@ -101,12 +101,15 @@ def create_app(settings: Settings) -> Starlette:
     it, handed to the house, and starts the expiry sweep and the token check of
     open connections.
     """
+    database = Database(settings.database_url)
     house = House(limits=settings.content)
     house.relay.flush = uncork_all  # the frames of a relay's pass go out together
     connections = Connections(settings.max_connections)
-    WEBSOCKETS.set_function(lambda: len(connections))
+    house.metrics.websockets.set_function(lambda: len(connections))
     tokens = Tokens(settings.auth_check_seconds)
-    graphql = GraphQLView(build_schema(settings), settings, house, connections, tokens)
+    graphql = GraphQLView(
+        build_schema(settings, metrics=house.metrics), settings, house, connections, tokens
+    )
     budgets = Budgets()
     admission = Admission(
         per_address=settings.max_connections_per_address,
@@ -117,10 +120,16 @@ def create_app(settings: Settings) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[dict[str, Any]]:
+        with database.current():  # the app's connections; the tasks started here inherit it
+            async with _serving() as state:
+                yield state
+
+    @asynccontextmanager
+    async def _serving() -> AsyncIterator[dict[str, Any]]:
         loop = asyncio.get_running_loop()
         handler = loop.get_exception_handler()
         loop.set_exception_handler(admission.handle_exception)
-        installation = await open_database(settings.database_url)
+        installation = await database.open()
         graphql.epoch = await current_epoch()
         broker: Broker
         if settings.redis_url:
@@ -146,7 +155,8 @@ def create_app(settings: Settings) -> Starlette:
         house.hub = Hub(broker, publisher)
         background = [
             asyncio.create_task(
-                sweep_forever(settings.retention, settings.sweep_seconds), name="runstate-sweeper"
+                sweep_forever(settings.retention, settings.sweep_seconds, house.metrics),
+                name="runstate-sweeper",
             ),
             asyncio.create_task(
                 connections.watch(settings.auth_check_seconds), name="runstate-token-check"
@@ -175,7 +185,7 @@ def create_app(settings: Settings) -> Starlette:
             await budgets.close()
             if connections.shared is not None:
                 await connections.shared.close()
-            await close_database()
+            await database.close()
 
     middleware = [
         Middleware(CancelOnDisconnect, seconds=settings.operation_seconds),
@@ -197,13 +207,15 @@ def create_app(settings: Settings) -> Starlette:
                 max_age=600,
             ),
         )
-    middleware.insert(0, Middleware(RequestLog))  # outermost: it sees every answer
+    middleware.insert(0, Middleware(RequestLog))  # it sees every answer
+    # Outermost: everything below runs in the app's own database context.
+    middleware.insert(0, Middleware(InDatabase, database=database))
     app = Starlette(
         routes=[
             Route("/", web_routes.index(settings.graphiql)),
             Route("/healthz", web_routes.health),
             Route("/readyz", web_routes.ready(house)),
-            Route("/metrics", web_routes.metrics(settings.metrics_token)),
+            Route("/metrics", web_routes.metrics(settings.metrics_token, house.metrics)),
             Mount("/static", StaticFiles(packages=[("runstate.web", "static")]), name="static"),
             Route("/graphql", graphql),
             WebSocketRoute("/graphql", graphql),
@@ -212,5 +224,6 @@ def create_app(settings: Settings) -> Starlette:
         lifespan=lifespan,
     )
     app.state.house = house  # the app's services, for a test that calls them directly
+    app.state.database = database  # and the context they run in
     app.state.shared = graphql.shared
     return app

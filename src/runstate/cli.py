@@ -21,7 +21,7 @@ from runstate.services.actions import tokens
 from runstate.services.domain.errors import DomainError
 from runstate.services.lifecycle.sweep import sweep
 from runstate.settings import Settings, SettingsError
-from runstate.storage.database import close_database, new_epoch, open_database
+from runstate.storage.database import new_epoch, open_database
 from runstate.transport.callers import announce_revoked
 
 
@@ -315,11 +315,11 @@ def _with_database(settings: Settings, work: Callable[[str], Awaitable[None]]) -
     """Run ``work`` with the database open, given the database's installation id."""
 
     async def run() -> None:
-        installation = await open_database(settings.database_url)
+        database = await open_database(settings.database_url)
         try:
-            await work(installation)
+            await work(database.installation)
         finally:
-            await close_database()
+            await database.close()
 
     try:
         asyncio.run(run())

@@ -68,7 +68,8 @@ async def serve(
         assert asyncio.get_running_loop().time() < deadline, "uvicorn did not start"
         await asyncio.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}", app
+        with app.state.database.current():  # the test writes through the app's house
+            yield f"http://127.0.0.1:{port}", app
     finally:
         uv.should_exit = True
         await serving

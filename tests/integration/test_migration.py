@@ -29,7 +29,7 @@ from runstate.services.domain.views import TaskView, current_step, from_json
 from runstate.services.read import history
 from runstate.services.read.convert import task_views
 from runstate.storage.clock import utcnow
-from runstate.storage.database import close_database, open_database, tortoise_config
+from runstate.storage.database import open_database, tortoise_config
 from tests.integration.test_history import check_history
 from tests.support import postgres_database
 
@@ -125,11 +125,11 @@ async def migrated(empty: str) -> AsyncIterator[str]:
     if empty.startswith("postgres"):
         await _copy_to_postgres(empty)
     EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
-    await open_database(empty)
+    database = await open_database(empty)
     try:
         yield empty
     finally:
-        await close_database()
+        await database.close()
 
 
 async def test_release_1_events_become_deltas_with_their_whole_history(migrated: str) -> None:

@@ -1,7 +1,7 @@
 """Two apps in one process share nothing of runstate's: ``create_app(settings)``
 wires each its own limits, group commit, broker and publisher, head checks of
-live streams and rendered events. They share the database, as two server
-processes do: Tortoise's connections are the process's."""
+live streams and rendered events, database connections (a Tortoise context of
+its own) and metrics. Two apps on one database are as two server processes."""
 
 from __future__ import annotations
 
@@ -82,6 +82,11 @@ async def test_two_apps_in_one_process_share_nothing(apps: tuple[Starlette, Star
     both, and both published on one broker), as the services' globals did
     before."""
     loose_app, strict_app = apps
+    with loose_app.state.database.current():  # the test's own calls: the same database
+        await both_apps(loose_app, strict_app)
+
+
+async def both_apps(loose_app: Starlette, strict_app: Starlette) -> None:
     token = await tokens.create_token(USER)
     loose, strict = Caller(loose_app, token), Caller(strict_app, token)
     session = await loose(
@@ -132,3 +137,71 @@ async def test_two_apps_in_one_process_share_nothing(apps: tuple[Starlette, Star
     await watching.aclose()
     await loose.http.aclose()
     await strict.http.aclose()
+
+
+@pytest.fixture
+def two_databases(tmp_path: Path) -> tuple[Starlette, Starlette]:
+    """Two apps on two databases, both created (neither started)."""
+    EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
+    first = create_app(Settings(database_url=f"sqlite://{tmp_path / 'a.db'}", rate_limit=False))
+    second = create_app(Settings(database_url=f"sqlite://{tmp_path / 'b.db'}", rate_limit=False))
+    return first, second
+
+
+async def own_token(app: Starlette) -> str:
+    """A token of USER's, in ``app``'s database."""
+    with app.state.database.current():
+        return await tokens.create_token(USER)
+
+
+SESSION = """mutation($id: ID!) {
+  startSession(input: { id: $id }) { ... on AgentSession { id } } }"""
+
+
+async def test_stopping_one_app_leaves_the_other_serving(
+    two_databases: tuple[Starlette, Starlette],
+) -> None:
+    """Guards each app's own database context (``storage.database.Database``, made
+    current for its requests by ``transport.in_database``) and its own metrics: two
+    apps on two databases each keep their writes in their own database, count
+    their operations in their own registry, and once the first is stopped the
+    second goes on serving. Seen failing with the requests run outside the app's
+    context (``InDatabase`` passing them through): every request found no
+    database; with Tortoise's connections shared by the process, stopping one app
+    broke the other's next request with a ConfigurationError."""
+    first_app, second_app = two_databases
+    async with second_app.router.lifespan_context(second_app):
+        async with first_app.router.lifespan_context(first_app):
+            first = Caller(first_app, await own_token(first_app))
+            second = Caller(second_app, await own_token(second_app))
+            assert await first(SESSION, id="in-a") == {"startSession": {"id": "in-a"}}
+            assert await second(SESSION, id="in-b") == {"startSession": {"id": "in-b"}}
+            with first_app.state.database.current():
+                assert [
+                    s.id
+                    for s in (
+                        await lookups.list_sessions(USER, status=None, first=10, after=None)
+                    ).items
+                ] == ["in-a"]
+            with second_app.state.database.current():
+                assert [
+                    s.id
+                    for s in (
+                        await lookups.list_sessions(USER, status=None, first=10, after=None)
+                    ).items
+                ] == ["in-b"]
+            assert first.house.metrics is not second.house.metrics
+            first_counted = first.house.metrics.registry.get_sample_value(
+                "runstate_operations_total",
+                {"type": "mutation", "field": "startSession", "outcome": "ok"},
+            )
+            assert first_counted == 1
+            await first.http.aclose()
+        # The first app has stopped: its connections are closed, the second's are not.
+        assert await second(SESSION, id="after") == {"startSession": {"id": "after"}}
+        second_counted = second.house.metrics.registry.get_sample_value(
+            "runstate_operations_total",
+            {"type": "mutation", "field": "startSession", "outcome": "ok"},
+        )
+        assert second_counted == 2
+        await second.http.aclose()

@@ -14,7 +14,7 @@ from runstate.schema.context import Context
 from runstate.services.actions.tokens import Principal
 from runstate.services.write.house import House
 from runstate.settings import Settings
-from runstate.storage.database import close_database, open_database
+from runstate.storage.database import open_database
 
 schema = build_schema()
 
@@ -44,7 +44,7 @@ async def test_only_unexpected_errors_are_logged(
     page too large) leaves nothing in the log, while an unexpected failure is logged
     with its traceback."""
     EXECUTOR_CACHE.clear()
-    await open_database(f"sqlite://{tmp_path / 'log.db'}")
+    database = await open_database(f"sqlite://{tmp_path / 'log.db'}")
     try:
         context = Context(principal=Principal("u", "d"), settings=Settings(), house=House())
         with caplog.at_level(logging.ERROR):
@@ -57,4 +57,4 @@ async def test_only_unexpected_errors_are_logged(
             await schema.execute("{ sessions { edges { cursor } } }", context_value=None)
         assert [r.exc_info is not None for r in caplog.records] == [True]
     finally:
-        await close_database()
+        await database.close()

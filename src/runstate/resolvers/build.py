@@ -14,6 +14,7 @@ from strawberry.extensions import (
     SchemaExtension,
 )
 
+from runstate.observe.metrics import Metrics
 from runstate.resolvers.mutations import Mutation
 from runstate.resolvers.queries import Query
 from runstate.resolvers.subscriptions import Subscription
@@ -32,10 +33,16 @@ from runstate.schema.turns import Turns
 from runstate.settings import Settings
 
 
-def build_schema(settings: Settings | None = None, turns: Turns | None = None) -> Schema:
+def build_schema(
+    settings: Settings | None = None,
+    turns: Turns | None = None,
+    metrics: Metrics | None = None,
+) -> Schema:
     """The runstate GraphQL schema with the limits of ``settings`` (the defaults when
     None); ``settings.introspection`` off refuses schema queries. ``turns``: whose
-    heavy reads run when (``schema.turns.Turns``; a new one when None)."""
+    heavy reads run when (``schema.turns.Turns``; a new one when None). ``metrics``:
+    the app's instruments that count its operations (a registry of its own when
+    None)."""
     settings = settings or Settings()
     # Built once here, so that every request hands graphql-core's validation cache
     # the same rule classes (see ``schema.limits``).
@@ -59,7 +66,7 @@ def build_schema(settings: Settings | None = None, turns: Turns | None = None) -
         partial(MaxTokensLimiter, max_token_count=settings.max_tokens),
         partial(BoundedAnswers, bounds),
         partial(MaskUnexpectedErrors, should_mask_error=should_mask),
-        partial(Measured, known),
+        partial(Measured, known, metrics or Metrics()),
     ]
     if not settings.introspection:
         extensions.append(DisableIntrospection)

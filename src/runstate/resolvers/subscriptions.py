@@ -6,9 +6,7 @@ from collections.abc import AsyncGenerator
 
 import strawberry
 
-from runstate.observe.metrics import SUBSCRIPTIONS
 from runstate.schema.context import Info
-from runstate.schema.live import OPERATION
 from runstate.schema.types import TaskEvent
 from runstate.services.domain.ratelimit import SUBSCRIBE_COST
 from runstate.services.live import streams
@@ -43,7 +41,7 @@ class Subscription:
         after_seq: int | None = None,
         epoch: str | None = None,
     ) -> AsyncGenerator[TaskEvent, None]:
-        operation = OPERATION.get()
+        operation = info.context.live
         resumed_after = None if operation is None else operation.after
         if isinstance(resumed_after, int):
             after_seq = resumed_after  # handed back by the relay: its charge was paid
@@ -52,7 +50,7 @@ class Subscription:
             after_seq = None if _another_timeline(info, epoch) else after_seq
         settings = info.context.settings
         follower = operation if settings.live_relay else None
-        with SUBSCRIPTIONS.track_inprogress():
+        with info.context.house.metrics.subscriptions.track_inprogress():
             async for event in streams.task_progress(
                 info.context.house,
                 info.context.user_id,
@@ -77,13 +75,13 @@ class Subscription:
     async def session_activity(
         self, info: Info, session_id: strawberry.ID, epoch: str | None = None
     ) -> AsyncGenerator[TaskEvent, None]:
-        operation = OPERATION.get()
+        operation = info.context.live
         resumed = None if operation is None else operation.after
         if not isinstance(resumed, Place):
             resumed = None
             await info.context.charge(SUBSCRIBE_COST)
         settings = info.context.settings
-        with SUBSCRIPTIONS.track_inprogress():
+        with info.context.house.metrics.subscriptions.track_inprogress():
             async for event in streams.session_activity(
                 info.context.house,
                 info.context.user_id,

@@ -26,7 +26,6 @@ from strawberry.types.graphql import OperationType as StrawberryOperationType
 from runstate.basics.bounded import BoundedCache
 from runstate.schema.context import Context
 from runstate.schema.cost import Estimate, Sizes, Walk, unknown_sizes
-from runstate.schema.live import resumed
 from runstate.schema.turns import Turns
 from runstate.services.domain import quota, validation
 from runstate.services.domain.errors import AnswerTooLargeError
@@ -106,7 +105,7 @@ class BoundedAnswers(SchemaExtension):
         context = self.execution_context
         caller = context.context
         document = context.graphql_document
-        if resumed():  # a subscription the relay handed back was bounded as it began
+        if isinstance(caller, Context) and caller.resumed:  # bounded as it began
             yield
             return
         if isinstance(caller, Context) and caller.principal is not None and document is not None:

@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import strawberry
 from strawberry.dataloader import DataLoader
@@ -33,6 +33,7 @@ from runstate.services.domain.views import (
     TaskView,
     ToolStateView,
 )
+from runstate.services.live.relay import Follower, Position
 from runstate.services.read import history, lookups
 from runstate.services.read.history import TaskRef
 from runstate.services.write.house import House
@@ -123,6 +124,17 @@ class Loaders:
         return DataLoader(_tool_states, cache=False)
 
 
+class Subscribed(Follower, Protocol):
+    """The subscription an operation runs as, lent by its transport
+    (``schema.live.LiveOperation``): the relay's follower, and where the relay
+    handed it back."""
+
+    @property
+    def after(self) -> Position | None:
+        """Where the relay handed the subscription back (None: its first run, whose
+        charges and bounds are paid as it begins)."""
+
+
 @dataclass
 class Context:
     """Per-request context, built by the GraphQL view after authentication."""
@@ -144,6 +156,16 @@ class Context:
     loaders: Loaders = field(default_factory=Loaders)
     replays: Turns = field(default_factory=Turns)
     """The app's turns at replaying stored events (``replaying``)."""
+    live: Subscribed | None = None
+    """The subscription this operation runs as, on a WebSocket (each operation has
+    its own copy of the connection's context, ``transport.websocket``); None for
+    any other operation."""
+
+    @property
+    def resumed(self) -> bool:
+        """Whether this operation runs a subscription again after the relay handed
+        it back (its charges and bounds were paid when it began)."""
+        return self.live is not None and self.live.after is not None
 
     async def charge(self, points: float) -> None:
         """Pay ``points`` from the caller's budget; RateLimitedError when it cannot

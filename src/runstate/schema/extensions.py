@@ -18,7 +18,7 @@ from strawberry.extensions import (
 from strawberry.extensions.parser_cache import DEFAULT_MAXSIZE, _get_parse_cache
 from strawberry.types import ExecutionContext
 
-from runstate.observe.metrics import OPERATIONS, WRITE_SECONDS
+from runstate.observe.metrics import Metrics
 from runstate.services.domain.errors import DomainError
 
 
@@ -97,11 +97,12 @@ class MaskUnexpectedErrors(MaskErrors):
 
 class Measured(SchemaExtension):
     """Counts every operation by its top-level fields and outcome, and times
-    mutations (``runstate.observe.metrics``). A field the schema does not have counts as
+    mutations, in the app's ``Metrics``. A field the schema does not have counts as
     "-": label values stay few whatever clients send."""
 
-    def __init__(self, known: Set[str]) -> None:
+    def __init__(self, known: Set[str], metrics: Metrics) -> None:
         self.known = known
+        self.metrics = metrics
 
     def on_operation(self) -> Iterator[None]:
         began = time.perf_counter()
@@ -115,9 +116,9 @@ class Measured(SchemaExtension):
         outcome = "error" if errors or context.pre_execution_errors else "ok"
         for field in _top_fields(context.graphql_document):
             field = field if field in self.known else "-"
-            OPERATIONS.labels(kind, field, outcome).inc()
+            self.metrics.operations.labels(kind, field, outcome).inc()
             if kind == "mutation":
-                WRITE_SECONDS.labels(field).observe(time.perf_counter() - began)
+                self.metrics.write_seconds.labels(field).observe(time.perf_counter() - began)
 
 
 def _top_fields(document: DocumentNode | None) -> list[str]:

@@ -1,8 +1,8 @@
 """A subscription as the house's relay sees it (``services.live.relay``): how its
 live events render, where they go, and how it starts again.
 
-The transport that runs a subscription names it in ``OPERATION``: a
-``LiveOperation`` with its text, its variables as sent, how to send a ``next``
+The transport that runs a subscription lends it to the operation's context
+(``Context.live``): a ``LiveOperation`` with its text, its variables as sent, how to send a ``next``
 frame around rendered data, and how to run the operation again. The taskProgress
 and sessionActivity resolvers lend it to their streams as the relay's follower.
 The relay renders each event once per key (caller, document, operation, and the
@@ -16,7 +16,6 @@ stream sends it, through Strawberry, masked as ever.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable, Mapping
-from contextvars import ContextVar
 from typing import Any
 
 from graphql import ExecutionResult, GraphQLSchema, execute, get_operation_ast
@@ -105,14 +104,3 @@ class LiveOperation:
     def resume(self, after: Position, sending: Awaitable[object] | None) -> None:
         self.after = after
         self._resume(self, sending)
-
-
-OPERATION: ContextVar[LiveOperation | None] = ContextVar("runstate_live_operation", default=None)
-"""The subscription the current task runs, set by its transport; None elsewhere."""
-
-
-def resumed() -> bool:
-    """Whether the current task runs a subscription again after the relay handed it
-    back (its charges and bounds were paid when it began)."""
-    operation = OPERATION.get()
-    return operation is not None and operation.after is not None

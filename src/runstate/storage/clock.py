@@ -7,7 +7,7 @@ a live 10-minute lease to a second worker. Now no process's wall clock decides
 anything: ``sync`` reads the database's clock (one statement) and anchors it to
 this process's monotonic clock, and ``utcnow`` is that reading carried forward by
 the monotonic clock, which a wrong or stepped wall clock does not move. Each
-process reads the database's clock when it opens the database, again every
+process reads each database's clock when it opens it, again every
 ``SYNC_SECONDS`` (``keep_time``), and before each sweep decides what to expire and
 delete, so a monotonic clock that runs a little fast or slow drifts by a few
 milliseconds at most between readings.
@@ -25,8 +25,10 @@ import asyncio
 import logging
 import time
 from datetime import UTC, datetime, timedelta
+from weakref import WeakKeyDictionary
 
 from tortoise import connections
+from tortoise.context import TortoiseContext, get_current_context
 
 log = logging.getLogger(__name__)
 
@@ -36,21 +38,28 @@ SYNC_SECONDS = 10.0
 _POSTGRES = "SELECT clock_timestamp() AS now"
 _SQLITE = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now') AS now"
 
-_anchor: tuple[datetime, float] | None = None
-"""The database's time at the last reading, and the monotonic clock's then."""
+_anchors: WeakKeyDictionary[TortoiseContext, tuple[datetime, float]] = WeakKeyDictionary()
+"""Per database (the Tortoise context of its connections): its time at the last
+reading, and the monotonic clock's then. Two apps on two databases in one process
+each judge by their own."""
 
 
 def utcnow() -> datetime:
-    """Now, in UTC, to the microsecond, by the database's clock."""
-    if _anchor is None:
+    """Now, in UTC, to the microsecond, by the clock of the database in use."""
+    context = get_current_context()
+    anchor = None if context is None else _anchors.get(context)
+    if anchor is None:
         return datetime.now(UTC)
-    at, then = _anchor
+    at, then = anchor
     return at + timedelta(seconds=time.monotonic() - then)
 
 
 async def sync() -> datetime:
-    """Read the database's clock and anchor ``utcnow`` to it; the time read."""
-    global _anchor
+    """Read the database's clock and anchor ``utcnow`` to it (for the database in
+    use); the time read."""
+    context = get_current_context()
+    if context is None:
+        raise RuntimeError("no database is open here")
     conn = connections.get("default")
     postgres = conn.capabilities.dialect == "postgres"
     before = time.monotonic()
@@ -59,14 +68,15 @@ async def sync() -> datetime:
     value = rows[0]["now"]
     at = value if isinstance(value, datetime) else datetime.fromisoformat(value)
     at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-    _anchor = at, (before + after) / 2  # the reading was taken between the two
+    _anchors[context] = at, (before + after) / 2  # the reading was taken between the two
     return at
 
 
 def forget() -> None:
-    """Go back to the wall clock (the database was closed)."""
-    global _anchor
-    _anchor = None
+    """Go back to the wall clock (the database in use is closing)."""
+    context = get_current_context()
+    if context is not None:
+        _anchors.pop(context, None)
 
 
 async def keep_time(every_seconds: float = SYNC_SECONDS) -> None:

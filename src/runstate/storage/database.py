@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import fcntl
 import os
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from tortoise import Tortoise
 from tortoise.backends.asyncpg.client import AsyncpgDBClient
 from tortoise.backends.base.config_generator import expand_db_url
+from tortoise.context import TortoiseContext, _current_context, get_current_context
 from tortoise.migrations.api.migrate import migrate
 
 from runstate.models import Installation
@@ -140,28 +141,76 @@ async def lock_connection(database_url: str) -> AsyncIterator[Any]:
         await client.close()
 
 
-async def open_database(database_url: str) -> str:
-    """Apply pending migrations (one process at a time), open the connections, and
-    return the database's installation id."""
-    if urlsplit(database_url).scheme == "sqlite":
-        check_sqlite()
-    config = tortoise_config(database_url)
-    async with _migration_lock(database_url):
+class Database:
+    """One database's connections and clock, owned by whoever opened it: a Tortoise
+    context of its own (``TortoiseContext``), so that two apps in one process share
+    no connection, and stopping one leaves the other's open. An app runs its
+    requests and tasks in its context (``transport.in_database``); the CLI and the
+    tests open theirs as the process's default (``open_database``)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.context = TortoiseContext()
+        self.installation = ""
+        """The database's installation id, once open."""
+
+    @contextmanager
+    def current(self) -> Iterator[None]:
+        """This database for the code inside and the tasks it starts. Re-entrant, as
+        ``TortoiseContext``'s own ``with`` is not: that keeps one token on the
+        context object, so two requests in it at once would reset each other's."""
+        token = _current_context.set(self.context)
         try:
-            await migrate(config=config)
+            yield
         finally:
-            await Tortoise.close_connections()
-        # The ASGI lifespan runs in its own task, so request tasks cannot see a context
-        # set there through contextvars; the global fallback makes it visible to them.
-        await Tortoise.init(config=config, _enable_global_fallback=True)
-        await clock.sync()  # from now on, every judgement is by the database's clock
-        row = await Installation.first()
-        if row is None:
-            row = await Installation.create(id=str(uuid.uuid4()), created_at=clock.utcnow())
-        if row.epoch is None:  # a database from before epochs: its timeline starts now
-            row.epoch = str(uuid.uuid4())
-            await row.save(update_fields=["epoch"])
+            _current_context.reset(token)
+
+    async def open(self, *, default: bool = False) -> str:
+        """Apply pending migrations (one process at a time), open the connections,
+        anchor the clock to the database's, and return the installation id.
+        ``default``: also the process's default context, which code running in no
+        context of its own uses (Tortoise allows one)."""
+        if urlsplit(self.url).scheme == "sqlite":
+            check_sqlite()
+        config = tortoise_config(self.url)
+        with self.current():
+            async with _migration_lock(self.url):
+                try:
+                    await migrate(config=config)
+                finally:
+                    await self.context.close_connections()
+                await self.context.init(config=config, _enable_global_fallback=default)
+            await clock.sync()  # from now on, every judgement is by the database's clock
+            row = await Installation.first()
+            if row is None:
+                row = await Installation.create(id=str(uuid.uuid4()), created_at=clock.utcnow())
+            if row.epoch is None:  # a database from before epochs: its timeline starts now
+                row.epoch = str(uuid.uuid4())
+                await row.save(update_fields=["epoch"])
+        self.installation = row.id
         return row.id
+
+    async def close(self) -> None:
+        """Close the connections ``open`` opened, and forget the clock's anchor."""
+        with self.current():
+            clock.forget()
+            await self.context.close_connections()
+
+
+def fresh_context() -> contextvars.Context:
+    """A context for a task that serves several callers (the group commit's): none
+    of the caller's context variables, but the database in use."""
+    context = contextvars.Context()
+    context.run(_current_context.set, get_current_context())
+    return context
+
+
+async def open_database(database_url: str) -> Database:
+    """The database opened as the process's default (``Database.open``): what the
+    CLI's commands and the tests that call the services directly use."""
+    database = Database(database_url)
+    await database.open(default=True)
+    return database
 
 
 async def current_epoch() -> str:
@@ -181,13 +230,5 @@ async def new_epoch() -> str:
     return epoch
 
 
-TORTOISE_ORM = tortoise_config(
-    os.environ.get("RUNSTATE_DATABASE_URL", "sqlite://runstate.db")
-)
+TORTOISE_ORM = tortoise_config(os.environ.get("RUNSTATE_DATABASE_URL", "sqlite://runstate.db"))
 """For Tortoise's own CLI: ``tortoise -c runstate.storage.database.TORTOISE_ORM makemigrations``."""
-
-
-async def close_database() -> None:
-    """Close every connection opened by ``open_database``."""
-    await Tortoise.close_connections()
-    clock.forget()

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import contextvars
 from collections.abc import Awaitable
+from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -16,14 +17,19 @@ from strawberry.asgi import ASGIWebSocketAdapter
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
+    _OperationStreamClosed,
 )
-from strawberry.subscriptions.protocols.graphql_transport_ws.types import ConnectionInitMessage
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
+    CompleteMessage,
+    ConnectionInitMessage,
+)
+from strawberry.utils.aio import aclosing
 
 from runstate.observe import logs
 from runstate.schema.context import Context
 from runstate.schema.extensions import Schema
 from runstate.schema.fanout import NEXT_TAIL, next_head
-from runstate.schema.live import OPERATION, LiveOperation
+from runstate.schema.live import LiveOperation
 from runstate.services.live.relay import Parked, Sent
 from runstate.services.write.house import House
 from runstate.settings import Settings
@@ -77,9 +83,10 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
     """
 
     connection: Connection | None = None
-    live: dict[str, tuple[LiveOperation, contextvars.Context]]
-    """The connection's subscriptions by id, each with the context it began in (a
-    parked one is run again in it when the relay hands it back)."""
+    live: dict[str, tuple[LiveOperation, Context, contextvars.Context]]
+    """The connection's subscriptions by id, each with its own GraphQL context and
+    the context variables it began with (a parked one is run again in them when
+    the relay hands it back)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -148,9 +155,11 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
                 partial(self._send_next, operation, next_head(operation.id).encode()),
                 partial(self._resume, operation),
             )
-            OPERATION.set(live)  # the operation's own task: nothing else sees it
-            self.live[operation.id] = live, contextvars.copy_context()
-            await self._subscribed(operation)
+            # The operation's own copy of the connection's context, lending it the
+            # subscription; the connection's other operations never see it.
+            context = replace(self.context, live=live)
+            self.live[operation.id] = live, context, contextvars.copy_context()
+            await self._subscribed(operation, context)
             return
         if kind is OperationType.MUTATION:  # as over HTTP (``deadline.CancelOnDisconnect``)
             await super().run_operation(operation)
@@ -161,14 +170,35 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         except TimeoutError:
             await operation.send_initial_errors([GraphQLError(stopped_after(seconds))])
 
-    async def _subscribed(self, operation: Operation[Context, None]) -> None:
-        """Run a subscription until it completes, or until its stream parks: then
-        the relay delivers its events, and the task running it ends here."""
+    async def _subscribed(self, operation: Operation[Context, None], context: Context) -> None:
+        """Run a subscription in ``context`` until it completes, or until its stream
+        parks: then the relay delivers its events, and the task running it ends
+        here. Strawberry's ``run_operation``, which runs every operation in the
+        connection's one context, with the operation's own."""
         parked = False
         try:
-            await super().run_operation(operation)
+            source = await self.schema.stream(
+                operation.query,
+                variable_values=operation.variables,
+                context_value=context,
+                root_value=self.root_value,
+                operation_name=operation.operation_name,
+            )
+            async with aclosing(source):
+                await self._send_result_stream(operation, source)
+            await operation.send_operation_message(
+                CompleteMessage(id=operation.id, type="complete")
+            )
         except Parked:
             parked = True
+        except _OperationStreamClosed:
+            return
+        except Exception as error:
+            await self.handle_task_exception(error)
+            with contextlib.suppress(Exception):
+                await operation.send_operation_message({"id": operation.id, "type": "complete"})
+            self.operations.pop(operation.id, None)
+            raise
         finally:
             if not parked:
                 self._forget(operation)
@@ -184,17 +214,23 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         entry = self.live.get(operation.id)
         if entry is None or entry[0] is not live:
             return  # it ended meanwhile
-        began = entry[1].copy()  # each run its own, as each task of Strawberry's has
-        operation.task = asyncio.create_task(self._resumed(operation, sending), context=began)
+        _, context, began = entry
+        operation.task = asyncio.create_task(
+            self._resumed(operation, context, sending),
+            context=began.copy(),  # each run its own, as each task of Strawberry's has
+        )
         operation.task.add_done_callback(self._task_done)
 
     async def _resumed(
-        self, operation: Operation[Context, None], sending: Awaitable[object] | None
+        self,
+        operation: Operation[Context, None],
+        context: Context,
+        sending: Awaitable[object] | None,
     ) -> None:
         if sending is not None:
             with contextlib.suppress(Exception):
                 await sending  # the frame the relay began goes out first
-        await self._subscribed(operation)
+        await self._subscribed(operation, context)
 
     def _forget(self, operation: Operation[Context, None]) -> None:
         """Let an ended subscription's relay record go (if it is parked) and its entry."""

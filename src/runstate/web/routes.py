@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from tortoise import Tortoise
 
-from runstate.observe.metrics import REGISTRY
+from runstate.observe.metrics import Metrics
 from runstate.services.write.house import House
 
 _INDEX = files("runstate.web").joinpath("index.html").read_text(encoding="utf-8")
@@ -37,8 +37,8 @@ async def health(_: Request) -> Response:
     return PlainTextResponse("ok")
 
 
-def metrics(token: str | None) -> Callable[[Request], Awaitable[Response]]:
-    """This process's metrics in Prometheus's text format (``runstate.observe.metrics``),
+def metrics(token: str | None, app: Metrics) -> Callable[[Request], Awaitable[Response]]:
+    """The app's metrics (``app``) in Prometheus's text format (``observe.metrics``),
     for ``RUNSTATE_METRICS_TOKEN`` alone: they are the whole server's figures, and
     any user's token once answered them. Without that setting /metrics is off (404,
     saying how to turn it on)."""
@@ -54,7 +54,7 @@ def metrics(token: str | None) -> Callable[[Request], Awaitable[Response]]:
                 401,
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(app.registry), media_type=CONTENT_TYPE_LATEST)
 
     return answer
 

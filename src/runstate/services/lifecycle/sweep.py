@@ -22,7 +22,7 @@ from tortoise.queryset import ValuesListQuery
 
 from runstate.basics.enums import SessionStatus
 from runstate.models import Session, Task
-from runstate.observe.metrics import SWEPT
+from runstate.observe.metrics import Metrics
 from runstate.services.actions.sessions import remove_sessions
 from runstate.services.write.idempotency import sweep_keys
 from runstate.services.write.retry import retried
@@ -103,8 +103,9 @@ async def delete_batch(ids: list[int], cutoff: datetime, now: datetime) -> int:
     return await retried(lambda: remove_sessions(free, still=still))
 
 
-async def sweep_forever(retention_seconds: int, every_seconds: float) -> None:
-    """Sweep every ``every_seconds`` until cancelled; a failed sweep is logged and retried."""
+async def sweep_forever(retention_seconds: int, every_seconds: float, metrics: Metrics) -> None:
+    """Sweep every ``every_seconds`` until cancelled, counted in ``metrics``; a failed
+    sweep is logged and retried."""
     while True:
         await asyncio.sleep(every_seconds)
         try:
@@ -112,9 +113,9 @@ async def sweep_forever(retention_seconds: int, every_seconds: float) -> None:
         except Exception:  # the next round tries again; the server keeps serving
             log.exception("expiry sweep failed")
             continue
-        SWEPT.labels("sessions_expired").inc(result.expired)
-        SWEPT.labels("sessions_deleted").inc(result.deleted)
-        SWEPT.labels("idempotency_keys_deleted").inc(result.keys)
+        metrics.swept.labels("sessions_expired").inc(result.expired)
+        metrics.swept.labels("sessions_deleted").inc(result.deleted)
+        metrics.swept.labels("idempotency_keys_deleted").inc(result.keys)
         if result.expired or result.deleted or result.keys:
             log.info(
                 "sweep: %d sessions expired, %d deleted, %d idempotency keys deleted",

@@ -46,7 +46,7 @@ from functools import partial
 from typing import Protocol
 
 from runstate.basics import inflight
-from runstate.observe.metrics import DELIVERY_SECONDS, HANDED_BACK, SUBSCRIPTIONS
+from runstate.observe.metrics import Metrics
 from runstate.pubsub.broker import Broker, Resync
 from runstate.services.domain.views import EventView
 from runstate.services.live.catch_up import Heads, Watch
@@ -83,6 +83,10 @@ class Hearing(Protocol):
     @property
     def decoded(self) -> Decoded:
         """Broker messages decoded once."""
+
+    @property
+    def metrics(self) -> Metrics:
+        """The app's instruments."""
 
 
 class Parked(BaseException):
@@ -243,7 +247,7 @@ class Relay:
             member.expires = watch.expires_at.timestamp()
         channel.members.add(member)
         self._members[follower] = member
-        SUBSCRIPTIONS.inc()  # the stream's own count ends as it parks
+        self.house.metrics.subscriptions.inc()  # the stream's own count ends as it parks
         if member.expires < channel.expiry_at:
             self._expire_at(channel, member.expires)
         return True
@@ -260,9 +264,9 @@ class Relay:
         channel = member.channel
         channel.members.discard(member)
         del self._members[member.follower]
-        SUBSCRIPTIONS.dec()
+        self.house.metrics.subscriptions.dec()
         self.returned[reason] += 1
-        HANDED_BACK.labels(reason).inc()
+        self.house.metrics.handed_back.labels(reason).inc()
         self._close_if_idle(channel)
 
     def _hand_back(
@@ -394,7 +398,7 @@ class Relay:
             self.renders += 1
             rendered[unrendered.follower.key] = await unrendered.follower.render(event)
         if due:
-            DELIVERY_SECONDS.observe(lag(event))
+            self.house.metrics.delivery_seconds.observe(lag(event))
         at = event.at.timestamp()
         for member in due:
             data = rendered[member.follower.key]

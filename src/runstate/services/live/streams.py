@@ -20,7 +20,7 @@ from typing import Protocol
 
 from runstate.basics.enums import TaskEventKind
 from runstate.models import Session, Task
-from runstate.observe.metrics import DELIVERY_SECONDS, GAP_FILLED
+from runstate.observe.metrics import Metrics
 from runstate.pubsub import RESYNC, Resync
 from runstate.services.domain.conditions import session_expired
 from runstate.services.domain.errors import InvalidInputError, SessionExpiredError
@@ -139,7 +139,7 @@ async def task_progress(
             payer = None if resumed else pay  # a hand-back's events were never sent
             async for event in stored_events(ref, watch.last, view.event_seq, payer):
                 if resumed:
-                    GAP_FILLED.inc()
+                    house.metrics.gap_filled.inc()
                 yield event
                 watch.last = event.seq
         heard = _heard(house, watch, interval, gap_fill, follower)
@@ -152,7 +152,7 @@ async def task_progress(
                     if _past_expiry(watch, live.at) and await _task_head(view, watch) is None:
                         return
                     if live.seq == watch.last + 1 or not gap_fill:
-                        DELIVERY_SECONDS.observe(lag(live))
+                        house.metrics.delivery_seconds.observe(lag(live))
                         yield live
                         watch.last = live.seq
                         continue
@@ -163,7 +163,7 @@ async def task_progress(
                     return  # the task was deleted with its session
                 if gap_fill and head > watch.last:
                     async for event in stored_events(ref, watch.last):
-                        GAP_FILLED.inc()
+                        house.metrics.gap_filled.inc()
                         yield event
                         watch.last = event.seq
 
@@ -266,7 +266,7 @@ async def session_activity(
         await _session_state(session.pk, session.id, watch)  # its expiry: the deadline
         if resumed is not None:
             watch.lasts, watch.since = resumed.lasts, resumed.since
-            async for event in _session_catch_up(session.pk, watch):
+            async for event in _session_catch_up(session.pk, watch, house.metrics):
                 yield event
         else:
             watch.lasts = dict(
@@ -297,7 +297,7 @@ async def session_activity(
                     ):
                         return  # the session was deleted
                     if live.seq == seen + 1 or not gap_fill:
-                        DELIVERY_SECONDS.observe(lag(live))
+                        house.metrics.delivery_seconds.observe(lag(live))
                         yield live
                         last[live.task_pk] = live.seq
                         continue
@@ -306,11 +306,13 @@ async def session_activity(
                 if not await _session_state(session.pk, session.id, watch):
                     return  # the session was deleted
                 if gap_fill:
-                    async for event in _session_catch_up(session.pk, watch):
+                    async for event in _session_catch_up(session.pk, watch, house.metrics):
                         yield event
 
 
-async def _session_catch_up(session_pk: int, watch: Watch) -> AsyncIterator[EventView]:
+async def _session_catch_up(
+    session_pk: int, watch: Watch, metrics: Metrics
+) -> AsyncIterator[EventView]:
     """The stored events of the session's tasks that ``watch`` has not sent, task by
     task, each in order. Only the tasks changed since its last catch-up (and a
     margin for other processes' clocks) are read, never the whole session again."""
@@ -322,6 +324,6 @@ async def _session_catch_up(session_pk: int, watch: Watch) -> AsyncIterator[Even
         if latest > watch.lasts.get(task_pk, 0):
             ref = TaskRef(task_pk, public_id, session_pk)
             async for event in stored_events(ref, watch.lasts.get(task_pk, 0)):
-                GAP_FILLED.inc()
+                metrics.gap_filled.inc()
                 yield event
                 watch.lasts[task_pk] = event.seq

@@ -17,7 +17,6 @@ of its idempotency key, which goes through the group itself) runs in it.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -25,6 +24,8 @@ from typing import Any, TypeVar
 from tortoise import connections
 from tortoise.backends.base.client import BaseDBAsyncClient, TransactionalDBClient
 from tortoise.transactions import in_transaction
+
+from runstate.storage.database import fresh_context
 
 T = TypeVar("T")
 Work = Callable[[BaseDBAsyncClient], Awaitable[T]]
@@ -57,7 +58,7 @@ class Group:
         if self._leader is None:
             # A context of its own: the writes it runs belong to other requests.
             self._leader = asyncio.create_task(
-                self._lead(), name="runstate-group-commit", context=contextvars.Context()
+                self._lead(), name="runstate-group-commit", context=fresh_context()
             )
         return await done
 

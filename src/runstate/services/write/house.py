@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from runstate.observe.metrics import Metrics
 from runstate.pubsub import Broker, Hub
 from runstate.services.domain.validation import ContentLimits
 from runstate.services.domain.views import EventView
@@ -31,6 +32,8 @@ class House:
     group: Group = field(default_factory=Group)
     heads: Heads = field(default_factory=Heads)
     decoded: Decoded = field(default_factory=Decoded)
+    metrics: Metrics = field(default_factory=Metrics)
+    """The app's instruments, in a registry of its own."""
     hub: Hub | None = None
     """The broker and its publisher, from the app's start to its stop; None (the
     CLI, tests of the write path alone): nothing is published and no stream runs."""
