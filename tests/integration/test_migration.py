@@ -20,8 +20,8 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
-from tortoise import Tortoise
 from tortoise.backends.base.executor import EXECUTOR_CACHE
+from tortoise.context import TortoiseContext
 from tortoise.migrations.api.migrate import migrate
 
 from runstate.models import Task, TaskEvent
@@ -69,8 +69,8 @@ async def _copy_to_postgres(url: str) -> None:
     """The fixture's rows in a PostgreSQL database migrated to release 1's schema
     (0002): the same data, as release 1 would have written it there."""
     EXECUTOR_CACHE.clear()
-    await migrate(config=tortoise_config(url), target="runstate.0002_installation")
-    await Tortoise.close_connections()
+    async with TortoiseContext():  # closed on leaving, as the test's own
+        await migrate(config=tortoise_config(url), target="runstate.0002_installation")
     conn = await asyncpg.connect(url.replace("postgres://", "postgresql://", 1))
     try:
         with sqlite3.connect(FIXTURE) as db:

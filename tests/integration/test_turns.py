@@ -15,10 +15,10 @@ from runstate.schema.context import Context
 from runstate.schema.turns import Turns
 from runstate.services.actions import sessions, tasks
 from runstate.services.actions.tokens import Principal
+from runstate.services.domain.events import TaskRef
 from runstate.services.domain.ratelimit import MemoryRateLimiter
 from runstate.services.domain.validation import StepPlan
 from runstate.services.live import streams
-from runstate.services.read.history import TaskRef
 from runstate.services.write.house import House
 from runstate.settings import Settings
 from tests.support import opened, settled

@@ -19,6 +19,7 @@ from runstate.schema.fanout import SharedEvents
 from runstate.schema.turns import Turns
 from runstate.services.actions.tokens import Principal
 from runstate.services.domain.errors import RateLimitedError
+from runstate.services.domain.events import TaskRef
 from runstate.services.domain.ratelimit import (
     REPLAYED_EVENTS_PER_POINT,
     RateLimiter,
@@ -35,7 +36,6 @@ from runstate.services.domain.views import (
 )
 from runstate.services.live.relay import Follower, Position
 from runstate.services.read import history, lookups
-from runstate.services.read.history import TaskRef
 from runstate.services.write.house import House
 from runstate.settings import Settings
 

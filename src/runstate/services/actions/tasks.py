@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from tortoise.exceptions import IntegrityError
@@ -13,7 +13,7 @@ from tortoise.transactions import in_transaction
 from runstate.basics.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, Task, TaskEvent, box
 from runstate.services.actions import leases
-from runstate.services.domain import quota, validation
+from runstate.services.domain import events, quota, validation
 from runstate.services.domain.conditions import open_session
 from runstate.services.domain.errors import (
     InvalidInputError,
@@ -23,14 +23,11 @@ from runstate.services.domain.errors import (
 from runstate.services.domain.moves import FINISHED_STEPS
 from runstate.services.domain.validation import StepPatch, StepPlan
 from runstate.services.domain.views import (
-    EventView,
-    LockView,
     OriginView,
     StepView,
     TaskView,
     Written,
     current_step,
-    to_json,
 )
 from runstate.services.read import lookups
 from runstate.services.read.convert import from_row, step_view, task_view, to_row
@@ -213,10 +210,10 @@ async def _insert_task(
             await insert_steps(conn, steps)
             await record_versions(conn, task.id, 1, histories)
             view = task_view(task, session.public_id, now, steps=steps, tool_states=())
-            events = [created_event(view, now, origin)]
+            logged = [events.created(view, now, origin)]
             if lease is not None:
-                events.append(_leased_event(events[0], view.lock))
-            for event in events:
+                logged.append(events.leased(logged[0], view.lock))
+            for event in logged:
                 await log_event(conn, event)
             await quota.charge(conn, house.limits, user_id, stored, field)
     except IntegrityError:
@@ -228,39 +225,7 @@ async def _insert_task(
         raise InvalidInputError(
             "sessionId", f"session is {session_view.status}; it takes no new tasks"
         ) from None
-    return Written(view, tuple(events))
-
-
-def _leased_event(created: EventView, lock: LockView | None) -> EventView:
-    """The LOCK_ACQUIRED event (seq 2) of a task created leased: its TASK_CREATED
-    event (``created``) with the lease in place of the plan."""
-    return replace(
-        created,
-        seq=2,
-        kind=TaskEventKind.LOCK_ACQUIRED,
-        steps=(),
-        origin=None,
-        lock=lock,
-    )
-
-
-def created_event(view: TaskView, now: datetime, origin: OriginView | None = None) -> EventView:
-    """The TASK_CREATED event (seq 1) of a new task: its whole plan is the change."""
-    return EventView(
-        task_pk=view.pk,
-        session_pk=view.session_pk,
-        task_id=view.id,
-        seq=1,
-        task_version=1,
-        kind=TaskEventKind.TASK_CREATED,
-        step_index=None,
-        tool_name=None,
-        at=now,
-        status=view.status,
-        steps=view.steps or (),
-        origin=origin,
-        actor=view.user_id,
-    )
+    return Written(view, tuple(logged))
 
 
 async def _existing(
@@ -282,13 +247,13 @@ async def _existing(
         task.session_id,
         task.goal,
         [_fixed(s) for s in planned],
-        (created.delta or {}).get("origin"),
+        events.origin_in(created.delta),
     )
     asked = (
         session_id,
         goal,
         [_fixed(s) for s in steps],
-        None if origin is None else to_json(origin),
+        origin,
     )
     if made != asked:
         raise InvalidInputError(

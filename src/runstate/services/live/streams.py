@@ -18,10 +18,10 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Protocol
 
-from runstate.basics.enums import TaskEventKind
 from runstate.models import Session, Task
 from runstate.observe.metrics import Metrics
 from runstate.pubsub import RESYNC, Resync
+from runstate.services.domain import events
 from runstate.services.domain.conditions import session_expired
 from runstate.services.domain.errors import InvalidInputError, SessionExpiredError
 from runstate.services.domain.views import EventView, TaskView
@@ -29,7 +29,6 @@ from runstate.services.live.catch_up import MARGIN, Watch
 from runstate.services.live.messages import session_channel, task_channel
 from runstate.services.live.relay import Follower, Hearing, Parked, Place, Relay, lag
 from runstate.services.read import history
-from runstate.services.read.history import TaskRef
 from runstate.services.read.lookups import get_session, get_task
 from runstate.storage.clock import utcnow
 
@@ -50,23 +49,6 @@ QUIET_SECONDS = 60.0
 the house's head checks (``catch_up.Heads``), never by themselves."""
 
 
-def snapshot(view: TaskView) -> EventView:
-    """A SNAPSHOT event: the whole task as it stands, at its latest seq."""
-    return EventView(
-        task_pk=view.pk,
-        session_pk=view.session_pk,
-        task_id=view.id,
-        seq=view.event_seq,
-        task_version=view.version,
-        kind=TaskEventKind.SNAPSHOT,
-        step_index=None,
-        tool_name=None,
-        at=utcnow(),
-        status=view.status,
-        task=view,
-    )
-
-
 Pay = Callable[[int], AbstractAsyncContextManager[None]]
 """Pays for reading and sending this many stored events, waiting while the
 caller's budget is short, and holds the caller's turn while they are read
@@ -74,7 +56,7 @@ caller's budget is short, and holds the caller's turn while they are read
 
 
 async def stored_events(
-    task: TaskRef, after_seq: int, head: int | None = None, pay: Pay | None = None
+    task: events.TaskRef, after_seq: int, head: int | None = None, pay: Pay | None = None
 ) -> AsyncIterator[EventView]:
     """Every stored event of a task after ``after_seq``, oldest first, page by page;
     with ``pay``, each page paid for before it is read, and read in ``pay``'s
@@ -122,7 +104,7 @@ async def task_progress(
     shows what the broker alone loses).
     """
     view = await get_task(user_id, task_id)
-    ref = TaskRef(view.pk, view.id, view.session_pk)
+    ref = events.TaskRef(view.pk, view.id, view.session_pk)
     if after_seq is not None and after_seq < 0:
         raise InvalidInputError("afterSeq", "must be 0 or more")
     async with house.broker.subscription([task_channel(view.pk)]) as inbox:
@@ -132,7 +114,7 @@ async def task_progress(
         await _task_head(view, watch)  # the session's expiry, for the stream's deadline
         if after_seq is None:
             view = await get_task(user_id, task_id)
-            yield snapshot(view)
+            yield events.snapshot(view, utcnow())
             watch.last = view.event_seq
         else:
             watch.last = after_seq
@@ -280,7 +262,7 @@ async def session_activity(
                 .values_list("public_id", flat=True)
             ):
                 view = await get_task(user_id, str(public_id))
-                yield snapshot(view)
+                yield events.snapshot(view, utcnow())
                 last[view.pk] = max(last.get(view.pk, 0), view.event_seq)
         heard = _heard(house, watch, interval, gap_fill, follower)
         async with contextlib.aclosing(heard):
@@ -322,7 +304,7 @@ async def _session_catch_up(
     )
     for task_pk, public_id, latest in stored:
         if latest > watch.lasts.get(task_pk, 0):
-            ref = TaskRef(task_pk, public_id, session_pk)
+            ref = events.TaskRef(task_pk, public_id, session_pk)
             async for event in stored_events(ref, watch.lasts.get(task_pk, 0)):
                 metrics.gap_filled.inc()
                 yield event

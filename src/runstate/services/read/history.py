@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from tortoise import connections
@@ -24,15 +24,14 @@ from runstate.basics.enums import StepStatus, TaskEventKind
 from runstate.models import Step, StepVersion, TaskEvent, ToolState, unbox
 from runstate.services.domain.columns import VERSIONED
 from runstate.services.domain.errors import InvalidInputError
+from runstate.services.domain.events import TaskRef, lock_in, stalled_in, stored, tool_in
 from runstate.services.domain.views import (
     EventView,
     LockView,
-    OriginView,
     StepView,
     TaskView,
     ToolStateView,
     current_step,
-    from_json,
 )
 from runstate.services.read.convert import from_row, step_view, tool_state_view
 from runstate.storage import sql
@@ -158,9 +157,9 @@ async def _tools_at(task_pk: int, names: Sequence[str], seq: int) -> dict[str, T
             [task_pk, kind, *chunk, seq],
         )
         for row in found:
-            delta = sql.decode(TaskEvent, row, ("delta",))["delta"]
-            tool = from_json(ToolStateView, delta["tool"])
-            earlier[tool.tool_name] = tool
+            tool = tool_in(sql.decode(TaskEvent, row, ("delta",))["delta"])
+            if tool is not None:
+                earlier[tool.tool_name] = tool
     return earlier
 
 
@@ -180,9 +179,7 @@ async def lock_at(task_pk: int, seq: int) -> LockView | None:
     if not rows:
         return None
     row = max(rows, key=lambda r: int(r["seq"]))
-    delta = sql.decode(TaskEvent, row, ("delta",))["delta"]
-    lock = delta.get("lock") if delta else None
-    return None if lock is None else from_json(LockView, lock)
+    return lock_in(sql.decode(TaskEvent, row, ("delta",))["delta"])
 
 
 async def task_at(head: TaskView, seq: int) -> TaskView:
@@ -208,19 +205,10 @@ async def task_at(head: TaskView, seq: int) -> TaskView:
         total_steps=len(steps),
         updated_at=event.at,
         lock=lock,
-        stalled=bool((event.delta or {}).get("stalled")),
+        stalled=stalled_in(event.delta),
         steps=steps,
         tool_states=await tool_states_at(head.pk, head.id, seq),
     )
-
-
-@dataclass(frozen=True)
-class TaskRef:
-    """What an event names of its task: row ids and the public id."""
-
-    pk: int
-    id: str
-    session_pk: int
 
 
 async def events(task: TaskRef | TaskView, after_seq: int, first: int) -> list[EventView]:
@@ -307,34 +295,8 @@ async def events_of(
         changed[version["task_id"], version["seq"]][step.position] = _versioned(step, version)
     return [
         [
-            event_view(row, task, tuple(v for _, v in sorted(changed[task.pk, row.seq].items())))
+            stored(row, task, tuple(v for _, v in sorted(changed[task.pk, row.seq].items())))
             for row in rows.get(task.pk, [])
         ]
         for task in tasks
     ]
-
-
-def event_view(row: TaskEvent, task: TaskRef | TaskView, steps: tuple[StepView, ...]) -> EventView:
-    """One stored event with its steps, as the API shows it."""
-    delta: dict[str, Any] = row.delta or {}
-    lock = delta.get("lock")
-    return EventView(
-        task_pk=task.pk,
-        session_pk=task.session_pk,
-        task_id=task.id,
-        seq=row.seq,
-        task_version=row.task_version,
-        kind=row.kind,
-        step_index=row.step_index,
-        tool_name=row.tool_name,
-        at=row.at,
-        status=row.status,
-        stalled=bool(delta.get("stalled")),
-        steps=steps,
-        tool_state=from_json(ToolStateView, delta["tool"]) if "tool" in delta else None,
-        lock=None if lock is None else from_json(LockView, lock),
-        origin=from_json(OriginView, delta["origin"]) if "origin" in delta else None,
-        actor=row.actor,
-        holder=delta.get("holder"),
-        note=row.note,
-    )

@@ -27,7 +27,7 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 
 from runstate.basics.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, StepVersion, Task, TaskEvent
-from runstate.services.domain import quota, validation
+from runstate.services.domain import events, quota, validation
 from runstate.services.domain.columns import CHANGING, VERSIONED
 from runstate.services.domain.conditions import no_live_lease_sql, session_expired
 from runstate.services.domain.errors import (
@@ -53,7 +53,6 @@ from runstate.services.domain.views import (
     TaskView,
     ToolStateView,
     Written,
-    to_json,
 )
 from runstate.services.read.convert import is_expired, lock_view, step_view, task_view
 from runstate.services.read.lookups import get_task, mark_expired
@@ -65,7 +64,6 @@ MAX_ATTEMPTS = 5
 TOUCH_EVERY = timedelta(seconds=1)
 """A write moves its session's ``lastActiveAt`` only when it is at least this old."""
 
-_LOCK_KINDS = frozenset({TaskEventKind.LOCK_ACQUIRED, TaskEventKind.LOCK_RELEASED})
 _ENTERS_RUNNING = frozenset({StepStatus.RUNNING, StepStatus.SUCCESS, StepStatus.FAILED})
 _STARTED = frozenset({StepStatus.RUNNING, StepStatus.IN_DOUBT})
 _UNDONE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.IN_DOUBT})
@@ -447,21 +445,14 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
     statements = await _settle(draft, task.stored_bytes + adding)
     view = _task_view(draft)
     steps = [draft.steps[p] for p in sorted(draft.changed)] + draft.added
-    event = EventView(
-        task_pk=task.id,
-        session_pk=task.session_id,
-        task_id=task.public_id,
-        seq=task.event_seq,
-        task_version=task.version,
-        kind=change.kind,
+    event = events.written(
+        view,
+        change.kind,
+        draft.now,
         step_index=change.step_index,
         tool_name=change.tool_name,
-        at=draft.now,
-        status=draft.status,
-        stalled=view.stalled,
         steps=tuple(step_view(s) for s in steps),
         tool_state=draft.tool_state,
-        lock=view.lock if change.kind in _LOCK_KINDS else None,
         actor=task.user_id,
         holder=draft.holder,
         note=change.note,
@@ -598,44 +589,14 @@ def _task_view(draft: Draft) -> TaskView:
     return task_view(draft.task, draft.session_id, draft.now)
 
 
-def event_delta(event: EventView) -> dict[str, Any] | None:
-    """What an event row keeps beside its step versions: tool state, lease, origin,
-    the lease holder that wrote it, and ``stalled`` when the task was stalled after it."""
-    delta: dict[str, Any] = {}
-    if event.tool_state is not None:
-        delta["tool"] = to_json(event.tool_state)
-    if event.kind in _LOCK_KINDS:
-        delta["lock"] = to_json(event.lock)
-    if event.origin is not None:
-        delta["origin"] = to_json(event.origin)
-    if event.holder is not None:
-        delta["holder"] = event.holder
-    if event.stalled:
-        delta["stalled"] = True
-    return delta or None
-
-
 async def log_event(conn: BaseDBAsyncClient, event: EventView) -> None:
     """Append the event row of a write (``event_row``)."""
     await sql.run_all(conn, [event_row(event)])
 
 
 def event_row(event: EventView) -> sql.Statement:
-    """The insert of a write's event row (its steps are saved as versions beside it)."""
-    row = {
-        "task_id": event.task_pk,
-        "seq": event.seq,
-        "task_version": event.task_version,
-        "kind": event.kind,
-        "step_index": event.step_index,
-        "tool_name": event.tool_name,
-        "at": event.at,
-        "status": event.status,
-        "delta": event_delta(event),
-        "actor": event.actor,
-        "note": event.note,
-    }
-    return sql.insert_rows(TaskEvent, [row])
+    """The insert of a write's event row (``events.row``)."""
+    return sql.insert_rows(TaskEvent, [events.row(event)])
 
 
 async def _why_missed(user_id: str, task_id: str, guard: Guard) -> DomainError | None:
