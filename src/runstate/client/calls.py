@@ -41,7 +41,7 @@ from runstate.client.exceptions import (
     ServerUnavailable,
     Unauthorized,
 )
-from runstate.client.records import Event, Lock, ResumePlan, Session, Task, ToolState
+from runstate.client.records import Event, Lock, ResumePlan, Session, Task, ToolState, camel
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,12 @@ def _plan(step: StepPlan) -> dict[str, Any]:
 
 def _some(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
+
+
+def wire(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Fields named as Python names them (``tokens_used``) as GraphQL does
+    (``tokensUsed``): what an agent reports of a step, under any field name."""
+    return {camel(name): value for name, value in values.items()}
 
 
 def _unauthenticated(error: TransportQueryError) -> bool:
@@ -310,8 +316,10 @@ class Calls:
         output: Any = None,
         *,
         fencing_token: int | None = None,
+        **reported: Any,
     ) -> Task:
-        """RUNNING -> SUCCESS with its output."""
+        """RUNNING -> SUCCESS with its output, and whatever else the step reports
+        (``reported``: fields of ``CompleteStepInput`` by their Python names)."""
         data = await self._mutate(
             doc.COMPLETE_STEP,
             "completeStep",
@@ -320,6 +328,7 @@ class Calls:
             expectedVersion=version,
             output=output,
             fencingToken=fencing_token,
+            **wire(reported),
         )
         return Task.of(data)
 
@@ -331,8 +340,10 @@ class Calls:
         error: str,
         *,
         fencing_token: int | None = None,
+        **reported: Any,
     ) -> Task:
-        """RUNNING -> FAILED with its error; the task fails too."""
+        """RUNNING -> FAILED with its error (the task fails too), and whatever else
+        the step reports (``reported``: fields of ``FailStepInput``)."""
         data = await self._mutate(
             doc.FAIL_STEP,
             "failStep",
@@ -341,6 +352,7 @@ class Calls:
             expectedVersion=version,
             error=error,
             fencingToken=fencing_token,
+            **wire(reported),
         )
         return Task.of(data)
 
@@ -353,13 +365,14 @@ class Calls:
         status: str | None = None,
         fencing_token: int | None = None,
     ) -> Task:
-        """Several step changes (``{"index", "status", "output"?, "error"?}``) as one write."""
+        """Several step changes (``{"index", "status", "output"?, "error"?}``, and any
+        other field of ``StepPatchInput`` by its Python name) as one write."""
         data = await self._mutate(
             doc.CHECKPOINT,
             "checkpointTask",
             taskId=task_id,
             expectedVersion=version,
-            steps=[dict(s) for s in steps],
+            steps=[wire(s) for s in steps],
             status=status,
             fencingToken=fencing_token,
         )

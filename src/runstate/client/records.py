@@ -96,6 +96,11 @@ class Step(Answer):
     error: str | None
 
 
+_STEP_FIELDS = frozenset(f.name for f in fields(Step))
+"""What the SDK keeps of a step: a change to a field it does not model is the
+server's alone."""
+
+
 @dataclass(frozen=True)
 class Lock(Answer):
     """A live lease on a task."""
@@ -170,7 +175,8 @@ class Task(Answer):
         (a write's answer): what a writer knows after its own write."""
         steps = list(self.steps or ())
         for index, changes in changed.items():
-            steps[index] = replace(steps[index], **changes)
+            known = {k: v for k, v in changes.items() if k in _STEP_FIELDS}  # what it models
+            steps[index] = replace(steps[index], **known)
         return replace(head, steps=tuple(steps), tool_states=self.tool_states)
 
 

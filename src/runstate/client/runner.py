@@ -302,36 +302,50 @@ class TaskRunner:
             self._pending.append({"index": index, "status": StepStatus.RUNNING})
             await self._checkpoint(wait=True)
 
-    async def succeed(self, index: int, output: Any = None) -> None:
-        """Record a step's success; written now or later, as the policy says."""
+    async def succeed(self, index: int, output: Any = None, **reported: Any) -> None:
+        """Record a step's success, with whatever else it reports (``reported``: step
+        fields by their Python names); written now or later, as the policy says."""
         self._check()
+        patch = {"index": index, "status": StepStatus.SUCCESS, "output": output, **reported}
         if self.policy.every_step:
             await self._write(
-                [{"index": index, "status": StepStatus.SUCCESS, "output": output}],
+                [patch],
                 lambda: self.api.complete_step(
-                    self.task_id, index, self.version, output, fencing_token=self.fencing_token
+                    self.task_id,
+                    index,
+                    self.version,
+                    output,
+                    fencing_token=self.fencing_token,
+                    **reported,
                 ),
                 wait=not self._idempotent(index),
             )
             return
-        self._pending.append({"index": index, "status": StepStatus.SUCCESS, "output": output})
+        self._pending.append(patch)
         self._completed_since_flush += 1
         if self.policy.due(self._completed_since_flush):
             await self._checkpoint(wait=False)
 
-    async def fail(self, index: int, error: str) -> None:
-        """Record a step's failure and write it, with anything pending, at once."""
+    async def fail(self, index: int, error: str, **reported: Any) -> None:
+        """Record a step's failure, with whatever else it reports, and write it, with
+        anything pending, at once."""
         self._check()
+        patch = {"index": index, "status": StepStatus.FAILED, "error": error, **reported}
         if self.policy.every_step:
             await self._write(
-                [{"index": index, "status": StepStatus.FAILED, "error": error}],
+                [patch],
                 lambda: self.api.fail_step(
-                    self.task_id, index, self.version, error, fencing_token=self.fencing_token
+                    self.task_id,
+                    index,
+                    self.version,
+                    error,
+                    fencing_token=self.fencing_token,
+                    **reported,
                 ),
                 wait=True,
             )
             return
-        self._pending.append({"index": index, "status": StepStatus.FAILED, "error": error})
+        self._pending.append(patch)
         await self._checkpoint(wait=True)
 
     async def tool(self, tool_name: str, outcome: str, **report: Any) -> ToolState:

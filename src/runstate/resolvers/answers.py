@@ -1,20 +1,22 @@
 """What every resolver of a union does the same way: refusals answered as Problem
 members (``AnswerProblems``, applied by ``answered`` and ``answered_mutation``),
 and a write charged and run under its idempotency key, its events published
-after commit (``once``)."""
+after commit (``once``). ``write`` makes a whole write mutation from its service
+function: the resolvers of ``mutations`` are one table of them."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 import strawberry
 
 from runstate.schema.context import Info
 from runstate.schema.problems import AnswerProblems
 from runstate.services.domain.ratelimit import WRITE_COST
-from runstate.services.domain.views import Written
+from runstate.services.domain.views import Written, unpublished
 from runstate.services.write import idempotency
 
 V = TypeVar("V")
@@ -45,3 +47,70 @@ async def once(
     call = idempotency.keyed(info.context.user_id, input.idempotency_key, info.field_name, payload)
     ttl = info.context.settings.idempotency_ttl
     return await idempotency.once(info.context.house, call, ttl, kind, write)
+
+
+CALLER = frozenset({"house", "user_id"})
+"""Service parameters a write takes from its caller's context."""
+
+UNBOUND = frozenset({"idempotency_key"})
+"""Input fields no service takes: ``once`` reads them."""
+
+Given = Mapping[str, Callable[[Info, Any], Any]]
+"""Service parameters computed from the context and the input, by name."""
+
+
+def write(
+    service: Callable[..., Awaitable[Any]],
+    input_type: type[Any],
+    result: Any,
+    answer: Callable[[Any], Any],
+    *,
+    given: Given | None = None,
+    reads: tuple[str, ...] = (),
+    **options: Any,
+) -> Any:
+    """A write mutation taking ``input_type`` and answering ``result`` (a union of
+    ``answer``'s type and Problem members): ``service`` called with the caller's
+    house and user id, each other parameter from the input field of its name or
+    from ``given`` (computed, reading the input fields named in ``reads``), under
+    ``once``; its value answered through ``answer``. A service that makes no events
+    (it answers a view, not a ``Written``) is answered as writes are.
+
+    Checked as the schema is built, so that nothing is lost without a sound: a
+    service parameter without a default that nothing gives, and an input field no
+    parameter takes, each fail naming the field.
+    """
+    name = service.__name__
+    parameters = inspect.signature(service).parameters
+    returned = get_type_hints(service)["return"]
+    kind = get_args(returned)[0] if get_origin(returned) is Written else returned
+    computed = dict(given or {})
+    fields = {f.name for f in dataclasses.fields(input_type)}
+    by_name = [n for n in parameters if n in fields and n not in computed]
+    ungiven = [
+        n
+        for n, p in parameters.items()
+        if n not in CALLER and n not in by_name and n not in computed and p.default is p.empty
+    ]
+    if ungiven:
+        raise TypeError(f"{name}: nothing gives {ungiven} from {input_type.__name__}")
+    untaken = fields - UNBOUND - set(by_name) - set(computed) - set(reads)
+    if untaken:
+        raise TypeError(f"{input_type.__name__}: no parameter of {name} takes {sorted(untaken)}")
+    from_caller = [n for n in parameters if n in CALLER]
+
+    async def resolver(root: Any, info: Info, input: Any) -> Any:
+        async def call() -> Written[Any]:
+            # Inside ``once``: the key is checked before any input is decoded.
+            arguments = {n: getattr(input, n) for n in by_name}
+            arguments |= {n: make(info, input) for n, make in computed.items()}
+            caller = {"house": info.context.house, "user_id": info.context.user_id}
+            arguments |= {n: caller[n] for n in from_caller}
+            made = service(**arguments)
+            return await (made if kind is not returned else unpublished(made))
+
+        return answer(await once(info, input, kind, call))
+
+    resolver.__annotations__ = {"info": Info, "input": input_type, "return": result}
+    resolver.__name__ = resolver.__qualname__ = name
+    return answered_mutation(**options)(resolver)

@@ -1,11 +1,16 @@
-"""Mutation resolvers."""
+"""Mutation resolvers: one table, a row per mutation (``answers.write``).
+
+Each row names the service that does the write, the input and result types, and
+how the service's value is answered; the service's parameters are taken from the
+input's fields of the same names, or given where they are computed. A new input
+field reaches its service with no edit here, and one that no parameter takes
+fails as the schema is built."""
 
 from __future__ import annotations
 
 import strawberry
 
-from runstate.resolvers.answers import answered_mutation, once
-from runstate.schema.context import Info
+from runstate.resolvers.answers import write
 from runstate.schema.graphs import (
     ClearGraphInput,
     CopyGraphInput,
@@ -48,14 +53,6 @@ from runstate.schema.results import (
 )
 from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
 from runstate.services.actions import leases, recovery, sessions, tasks, tools
-from runstate.services.domain.views import (
-    LockView,
-    ResumePlanView,
-    SessionView,
-    TaskView,
-    ToolStateView,
-    unpublished,
-)
 from runstate.services.threads import checkpoints, nodes
 
 
@@ -63,496 +60,188 @@ def _deleted(session_id: str) -> Deleted:
     return Deleted(id=strawberry.ID(session_id))
 
 
+def _lease(input: CreateTaskInput) -> tuple[str, int] | None:
+    return None if input.lease is None else (input.lease.holder_id, input.lease.ttl_seconds)
+
+
+_PLANS = {"steps": lambda _, input: [s.plan() for s in input.steps]}
+
+
 @strawberry.type
 class Mutation:
     """Every change an agent or a person makes."""
 
-    @answered_mutation()
-    async def start_session(self, info: Info, input: StartSessionInput) -> SessionResult:
-        return AgentSession.of(
-            await once(
-                info,
-                input,
-                SessionView,
-                lambda: unpublished(
-                    sessions.start_session(
-                        info.context.house,
-                        info.context.user_id,
-                        default_ttl=info.context.settings.session_ttl,
-                        session_id=input.id,
-                        ttl_seconds=input.ttl_seconds,
-                        metadata=input.metadata,
-                    )
-                ),
-            )
-        )
-
-    @answered_mutation()
-    async def update_session(self, info: Info, input: UpdateSessionInput) -> SessionResult:
-        set_metadata = input.metadata is not strawberry.UNSET
-        return AgentSession.of(
-            await once(
-                info,
-                input,
-                SessionView,
-                lambda: unpublished(
-                    sessions.update_session(
-                        info.context.house,
-                        info.context.user_id,
-                        input.id,
-                        expected_version=input.expected_version,
-                        status=input.status,
-                        message_count_delta=input.message_count_delta,
-                        metadata=input.metadata if set_metadata else None,
-                        set_metadata=set_metadata,
-                    )
-                ),
-            )
-        )
-
-    @answered_mutation(
+    start_session = write(
+        sessions.start_session,
+        StartSessionInput,
+        SessionResult,
+        AgentSession.of,
+        given={
+            "default_ttl": lambda info, _: info.context.settings.session_ttl,
+            "session_id": lambda _, input: input.id,
+        },
+        reads=("id",),
+    )
+    update_session = write(
+        sessions.update_session,
+        UpdateSessionInput,
+        SessionResult,
+        AgentSession.of,
+        given={
+            "session_id": lambda _, input: input.id,
+            "metadata": lambda _, input: (
+                None if input.metadata is strawberry.UNSET else input.metadata
+            ),
+            "set_metadata": lambda _, input: input.metadata is not strawberry.UNSET,
+        },
+        reads=("id", "metadata"),
+    )
+    delete_session = write(
+        sessions.delete_session,
+        DeleteSessionInput,
+        DeleteResult,
+        _deleted,
+        given={"session_id": lambda _, input: input.id},
+        reads=("id",),
         description=(
             "Ends the session now and deletes it with all its tasks, steps, tool states and events."
-        )
+        ),
     )
-    async def delete_session(self, info: Info, input: DeleteSessionInput) -> DeleteResult:
-        return _deleted(
-            await once(
-                info,
-                input,
-                str,
-                lambda: unpublished(sessions.delete_session(info.context.user_id, input.id)),
-            )
-        )
-
-    @answered_mutation()
-    async def create_task(self, info: Info, input: CreateTaskInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: tasks.create_task(
-                    info.context.house,
-                    info.context.user_id,
-                    input.session_id,
-                    goal=input.goal,
-                    steps=[s.plan() for s in input.steps],
-                    task_id=input.id,
-                    lease=None
-                    if input.lease is None
-                    else (input.lease.holder_id, input.lease.ttl_seconds),
-                ),
-            )
-        )
-
-    @answered_mutation(
-        description="Appends steps to the plan (agents often discover steps as they go)."
+    create_task = write(
+        tasks.create_task,
+        CreateTaskInput,
+        TaskResult,
+        Task.of,
+        given={**_PLANS, "task_id": lambda _, input: input.id, "lease": lambda _, i: _lease(i)},
+        reads=("id", "lease"),
     )
-    async def add_steps(self, info: Info, input: AddStepsInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: tasks.add_steps(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    [s.plan() for s in input.steps],
-                    expected_version=input.expected_version,
-                    fencing_token=input.fencing_token,
-                ),
-            )
-        )
-
-    @answered_mutation()
-    async def start_step(self, info: Info, input: StepRefInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: tasks.start_step(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    input.step_index,
-                    expected_version=input.expected_version,
-                    fencing_token=input.fencing_token,
-                ),
-            )
-        )
-
-    @answered_mutation()
-    async def complete_step(self, info: Info, input: CompleteStepInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: tasks.complete_step(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    input.step_index,
-                    expected_version=input.expected_version,
-                    output=input.output,
-                    fencing_token=input.fencing_token,
-                ),
-            )
-        )
-
-    @answered_mutation()
-    async def fail_step(self, info: Info, input: FailStepInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: tasks.fail_step(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    input.step_index,
-                    expected_version=input.expected_version,
-                    error=input.error,
-                    fencing_token=input.fencing_token,
-                ),
-            )
-        )
-
-    @answered_mutation()
-    async def checkpoint_task(self, info: Info, input: CheckpointTaskInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: tasks.checkpoint_task(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    [s.patch() for s in input.steps],
-                    expected_version=input.expected_version,
-                    status=input.status,
-                    fencing_token=input.fencing_token,
-                ),
-            )
-        )
-
-    @answered_mutation()
-    async def set_task_status(self, info: Info, input: SetTaskStatusInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: tasks.set_task_status(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    input.status,
-                    expected_version=input.expected_version,
-                    fencing_token=input.fencing_token,
-                ),
-            )
-        )
-
-    @answered_mutation()
-    async def resume_task(self, info: Info, input: ResumeTaskInput) -> ResumeResult:
-        return ResumePlan.of(
-            await once(
-                info,
-                input,
-                ResumePlanView,
-                lambda: recovery.resume_task(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    expected_version=input.expected_version,
-                    fencing_token=input.fencing_token,
-                ),
-            )
-        )
-
-    @answered_mutation()
-    async def decide_step(self, info: Info, input: DecideStepInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: recovery.decide_step(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    input.step_index,
-                    input.decision,
-                    expected_version=input.expected_version,
-                    output=input.output,
-                    note=input.note,
-                    fencing_token=input.fencing_token,
-                ),
-            )
-        )
-
-    @answered_mutation()
-    async def acquire_task_lock(self, info: Info, input: AcquireTaskLockInput) -> LockResult:
-        return TaskLock.of(
-            await once(
-                info,
-                input,
-                LockView,
-                lambda: leases.acquire_task_lock(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    input.holder_id,
-                    input.ttl_seconds,
-                ),
-            )
-        )
-
-    @answered_mutation()
-    async def renew_task_lock(self, info: Info, input: RenewTaskLockInput) -> LockResult:
-        return TaskLock.of(
-            await once(
-                info,
-                input,
-                LockView,
-                lambda: leases.renew_task_lock(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    input.holder_id,
-                    input.ttl_seconds,
-                ),
-            )
-        )
-
-    @answered_mutation()
-    async def release_task_lock(self, info: Info, input: ReleaseTaskLockInput) -> ReleaseResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: leases.release_task_lock(
-                    info.context.house, info.context.user_id, input.task_id, input.holder_id
-                ),
-            )
-        )
-
-    @answered_mutation()
-    async def record_tool_call(self, info: Info, input: RecordToolCallInput) -> ToolStateResult:
-        return ToolState.of(
-            await once(
-                info,
-                input,
-                ToolStateView,
-                lambda: tools.record_tool_call(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    input.tool_name,
-                    input.outcome,
-                    expected_version=input.expected_version,
-                    fencing_token=input.fencing_token,
-                    result=input.result,
-                    error=input.error,
-                    retry_after_seconds=input.retry_after_seconds,
-                    max_retries=input.max_retries,
-                ),
-            )
-        )
-
-    @answered_mutation(
+    add_steps = write(
+        tasks.add_steps,
+        AddStepsInput,
+        TaskResult,
+        Task.of,
+        given=_PLANS,
+        description="Appends steps to the plan (agents often discover steps as they go).",
+    )
+    start_step = write(tasks.start_step, StepRefInput, TaskResult, Task.of)
+    complete_step = write(tasks.complete_step, CompleteStepInput, TaskResult, Task.of)
+    fail_step = write(tasks.fail_step, FailStepInput, TaskResult, Task.of)
+    checkpoint_task = write(
+        tasks.checkpoint_task,
+        CheckpointTaskInput,
+        TaskResult,
+        Task.of,
+        given={"patches": lambda _, input: [s.patch() for s in input.steps]},
+        reads=("steps",),
+    )
+    set_task_status = write(tasks.set_task_status, SetTaskStatusInput, TaskResult, Task.of)
+    resume_task = write(recovery.resume_task, ResumeTaskInput, ResumeResult, ResumePlan.of)
+    decide_step = write(recovery.decide_step, DecideStepInput, TaskResult, Task.of)
+    acquire_task_lock = write(
+        leases.acquire_task_lock, AcquireTaskLockInput, LockResult, TaskLock.of
+    )
+    renew_task_lock = write(leases.renew_task_lock, RenewTaskLockInput, LockResult, TaskLock.of)
+    release_task_lock = write(
+        leases.release_task_lock, ReleaseTaskLockInput, ReleaseResult, Task.of
+    )
+    record_tool_call = write(
+        tools.record_tool_call, RecordToolCallInput, ToolStateResult, ToolState.of
+    )
+    fork_task = write(
+        tasks.fork_task,
+        ForkTaskInput,
+        TaskResult,
+        Task.of,
+        given={"new_id": lambda _, input: input.id},
+        reads=("id",),
         description=(
             "A new task in the same session from a past state of another: its steps as "
             "they stood at atSeq (RUNNING ones PENDING); its first event names the source."
-        )
+        ),
     )
-    async def fork_task(self, info: Info, input: ForkTaskInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: tasks.fork_task(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    input.at_seq,
-                    new_id=input.id,
-                    goal=input.goal,
-                ),
-            )
-        )
-
-    @answered_mutation(
+    claim_task = write(
+        leases.claim_task,
+        ClaimTaskInput,
+        LockResult,
+        TaskLock.of,
         description=(
             "Atomically picks the oldest task that needs a worker and leases it; NotFound "
             "when none does."
-        )
+        ),
     )
-    async def claim_task(self, info: Info, input: ClaimTaskInput) -> LockResult:
-        return TaskLock.of(
-            await once(
-                info,
-                input,
-                LockView,
-                lambda: leases.claim_task(
-                    info.context.house,
-                    info.context.user_id,
-                    input.holder_id,
-                    input.ttl_seconds,
-                    session_id=input.session_id,
-                ),
-            )
-        )
-
-    @answered_mutation(
+    put_graph_checkpoint = write(
+        checkpoints.put_checkpoint,
+        PutGraphCheckpointInput,
+        TaskResult,
+        Task.of,
+        given={
+            "checkpoint": lambda _, input: input.checkpoint(),
+            "channel_versions": lambda _, input: input.versions(),
+            "channels": lambda _, input: input.values(),
+        },
+        reads=("type", "payload"),
         description=(
             "Store a LangGraph checkpoint in the thread's task (GRAPH_CHECKPOINT): a "
             "task write like any other, refused by a live lease without its token."
-        )
+        ),
     )
-    async def put_graph_checkpoint(self, info: Info, input: PutGraphCheckpointInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: checkpoints.put_checkpoint(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    namespace=input.namespace,
-                    checkpoint_id=input.checkpoint_id,
-                    parent_id=input.parent_id,
-                    checkpoint=input.checkpoint(),
-                    metadata=input.metadata,
-                    channel_versions=input.versions(),
-                    channels=input.values(),
-                    fencing_token=input.fencing_token,
-                ),
-            )
-        )
-
-    @answered_mutation(
-        description="Store a LangGraph task's pending writes in the thread's task (GRAPH_WRITES)."
+    put_graph_writes = write(
+        checkpoints.put_writes,
+        PutGraphWritesInput,
+        TaskResult,
+        Task.of,
+        given={
+            "writes": lambda _, input: input.pending(),
+            "node": lambda _, input: None if input.node is None else input.node.run(),
+        },
+        reads=("graph_task_id", "graph_task_path"),
+        description="Store a LangGraph task's pending writes in the thread's task (GRAPH_WRITES).",
     )
-    async def put_graph_writes(self, info: Info, input: PutGraphWritesInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: checkpoints.put_writes(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    namespace=input.namespace,
-                    checkpoint_id=input.checkpoint_id,
-                    writes=input.pending(),
-                    node=None if input.node is None else input.node.run(),
-                    fencing_token=input.fencing_token,
-                ),
-            )
-        )
-
-    @answered_mutation(
+    record_graph_run = write(
+        nodes.record_run,
+        RecordGraphRunInput,
+        TaskResult,
+        Task.of,
+        given={"runs": lambda _, input: [n.run() for n in input.nodes]},
+        reads=("nodes",),
         description=(
             "Report node runs of a LangGraph thread, shown as its task's steps "
             "(STEP_STARTED), and the end of a run (TASK_STATUS_CHANGED)."
-        )
+        ),
     )
-    async def record_graph_run(self, info: Info, input: RecordGraphRunInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: nodes.record_run(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    [n.run() for n in input.nodes],
-                    ended=input.ended,
-                    fencing_token=input.fencing_token,
-                ),
-            )
-        )
-
-    @answered_mutation(
-        description="Delete the thread's checkpoints, values and writes (GRAPH_CLEARED)."
+    clear_graph = write(
+        checkpoints.clear,
+        ClearGraphInput,
+        TaskResult,
+        Task.of,
+        description="Delete the thread's checkpoints, values and writes (GRAPH_CLEARED).",
     )
-    async def clear_graph(self, info: Info, input: ClearGraphInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: checkpoints.clear(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    fencing_token=input.fencing_token,
-                ),
-            )
-        )
-
-    @answered_mutation(
+    prune_graph = write(
+        checkpoints.prune,
+        PruneGraphInput,
+        TaskResult,
+        Task.of,
         description=(
             "Prune a LangGraph thread (GRAPH_PRUNED): KEEP_LATEST keeps each "
             "namespace's latest checkpoint and the ancestors its delta channels need."
-        )
+        ),
     )
-    async def prune_graph(self, info: Info, input: PruneGraphInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: checkpoints.prune(
-                    info.context.house,
-                    info.context.user_id,
-                    input.task_id,
-                    input.strategy,
-                    fencing_token=input.fencing_token,
-                ),
-            )
-        )
-
-    @answered_mutation(
-        description="Delete the checkpoints of LangGraph runs, in every thread of the caller."
+    delete_graph_runs = write(
+        checkpoints.delete_runs,
+        DeleteGraphRunsInput,
+        GraphRunsResult,
+        lambda deleted: GraphRunsDeleted(checkpoints=deleted),
+        description="Delete the checkpoints of LangGraph runs, in every thread of the caller.",
     )
-    async def delete_graph_runs(self, info: Info, input: DeleteGraphRunsInput) -> GraphRunsResult:
-        deleted = await once(
-            info,
-            input,
-            int,
-            lambda: checkpoints.delete_runs(
-                info.context.house, info.context.user_id, input.run_ids
-            ),
-        )
-        return GraphRunsDeleted(checkpoints=deleted)
-
-    @answered_mutation(
+    copy_graph = write(
+        checkpoints.copy,
+        CopyGraphInput,
+        TaskResult,
+        Task.of,
+        given={"new_id": lambda _, input: input.new_task_id},
+        reads=("new_task_id",),
         description=(
             "Copy a LangGraph thread whole into another task (GRAPH_COPIED), forking "
             "the thread's task when the target does not exist."
-        )
+        ),
     )
-    async def copy_graph(self, info: Info, input: CopyGraphInput) -> TaskResult:
-        return Task.of(
-            await once(
-                info,
-                input,
-                TaskView,
-                lambda: checkpoints.copy(
-                    info.context.house, info.context.user_id, input.task_id, input.new_task_id
-                ),
-            )
-        )
