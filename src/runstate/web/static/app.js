@@ -8,7 +8,11 @@
 // sees an agent die (its lease stops moving, runs out, and the task stalls).
 
 const TOKEN_KEY = "runstate-token";
-const STEP_FIELDS = "index action status idempotent attempts error output startedAt completedAt";
+const STEP_DRAWN = "index action status idempotent attempts error output startedAt completedAt";
+// Fields a step reports beyond those drawn: each is shown under its step as "name: value"
+// (adding a step field to the API and here shows it).
+const STEP_REPORTED = "";
+const STEP_FIELDS = `${STEP_DRAWN} ${STEP_REPORTED}`;
 const TOOL_FIELDS = "toolName status retryCount maxRetries lastError lastResult rateLimitResetAt";
 const LOCK_FIELDS = "holderId fencingToken expiresAt";
 const TASK_FIELDS = `id goal status version currentStep totalSteps eventSeq stalled origin { taskId seq }
@@ -734,8 +738,16 @@ function renderSteps(task, now, live) {
       el("div", { class: "step-foot" },
         el("span", { class: "time", "data-testid": "time-" + step.index }, timing.text),
         step.attempts > 1 ? el("span", {}, `${step.attempts} attempts`) : null,
+        ...reported(step),
         detail ? el("code", { class: step.error ? "out err" : "out", "data-testid": "output-" + step.index }, detail) : null));
   }));
+}
+
+/** The fields a step reports beyond those drawn (STEP_REPORTED), as "name: value". */
+function reported(step) {
+  return STEP_REPORTED.split(" ").filter((name) => name && step[name] != null).map((name) =>
+    el("span", { class: "reported", "data-testid": `${name}-${step.index}` },
+      `${name.replace(/[A-Z]/g, (c) => " " + c.toLowerCase())}: ${json(step[name])}`));
 }
 
 function stepTiming(step, now, live) {
