@@ -15,6 +15,7 @@ import strawberry
 
 from runstate.schema.context import Info
 from runstate.schema.problems import AnswerProblems
+from runstate.services.domain.columns import REPORTED
 from runstate.services.domain.ratelimit import WRITE_COST
 from runstate.services.domain.views import Written, unpublished
 from runstate.services.write import idempotency
@@ -73,8 +74,10 @@ def write(
     ``answer``'s type and Problem members): ``service`` called with the caller's
     house and user id, each other parameter from the input field of its name or
     from ``given`` (computed, reading the input fields named in ``reads``), under
-    ``once``; its value answered through ``answer``. A service that makes no events
-    (it answers a view, not a ``Written``) is answered as writes are.
+    ``once``; its value answered through ``answer``. A service that takes keywords
+    (``**reported``) is given the input's fields that are columns a step reports
+    (``columns.REPORTED``). A service that makes no events (it answers a view, not
+    a ``Written``) is answered as writes are.
 
     Checked as the schema is built, so that nothing is lost without a sound: a
     service parameter without a default that nothing gives, and an input field no
@@ -90,13 +93,21 @@ def write(
     ungiven = [
         n
         for n, p in parameters.items()
-        if n not in CALLER and n not in by_name and n not in computed and p.default is p.empty
+        if n not in CALLER
+        and n not in by_name
+        and n not in computed
+        and p.default is p.empty
+        and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
     ]
     if ungiven:
         raise TypeError(f"{name}: nothing gives {ungiven} from {input_type.__name__}")
-    untaken = fields - UNBOUND - set(by_name) - set(computed) - set(reads)
+    left = fields - UNBOUND - set(by_name) - set(computed) - set(reads)
+    keywords = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    reported = sorted(left & set(REPORTED)) if keywords else []
+    untaken = left - set(reported)
     if untaken:
         raise TypeError(f"{input_type.__name__}: no parameter of {name} takes {sorted(untaken)}")
+    by_name += reported
     from_caller = [n for n in parameters if n in CALLER]
 
     async def resolver(root: Any, info: Info, input: Any) -> Any:

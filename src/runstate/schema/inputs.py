@@ -9,6 +9,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from runstate.basics.enums import SessionStatus, StepDecision, StepStatus, TaskStatus, ToolOutcome
+from runstate.services.domain.columns import REPORTED
 from runstate.services.domain.validation import StepPatch, StepPlan
 
 IDEMPOTENCY_KEY = (
@@ -145,6 +146,11 @@ class FailStepInput:
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
+def reported(input: object) -> dict[str, Any]:
+    """The input's fields that are columns a step reports (``columns.REPORTED``)."""
+    return {name: getattr(input, name) for name in REPORTED if hasattr(input, name)}
+
+
 @strawberry.input
 class StepPatchInput:
     """One step change inside a checkpoint."""
@@ -163,6 +169,7 @@ class StepPatchInput:
             output=self.output if set_output else None,
             set_output=set_output,
             error=self.error,
+            reported=reported(self),
         )
 
 

@@ -330,8 +330,10 @@ async def complete_step(
     expected_version: int,
     output: Any = None,
     fencing_token: int | None = None,
+    **reported: Any,
 ) -> Written[TaskView]:
-    """RUNNING -> SUCCESS with its output; the last one completes the task (STEP_SUCCEEDED)."""
+    """RUNNING -> SUCCESS with its output and whatever else it reports (``reported``,
+    by column: ``columns.REPORTED``); the last one completes the task (STEP_SUCCEEDED)."""
     validation.non_negative(step_index, "stepIndex")
     house.limits.json_payload(output, "output")
 
@@ -340,6 +342,7 @@ async def complete_step(
         step = await draft.step(step_index)
         draft.move_step(step, StepStatus.SUCCESS)
         step.output = box(output)
+        draft.report(step, reported)
         return Change(TaskEventKind.STEP_SUCCEEDED, step_index)
 
     guard = versioned(expected_version, fencing_token, step=step_index)
@@ -412,6 +415,7 @@ async def checkpoint_task(
                 step.output = box(patch.output)
             if patch.error is not None:
                 step.error = patch.error
+            draft.report(step, patch.reported)
         target = status
         if target is None:
             if any(p.status is StepStatus.FAILED for p in patches):

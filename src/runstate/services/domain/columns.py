@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from tortoise.fields import CharField, JSONField, TextField
 from tortoise.models import Model
 
 from runstate.models import Step, StepVersion
@@ -37,6 +38,24 @@ VERSIONED = sql.columns(StepVersion, *VERSION_KEYS)
 CHANGING = tuple(name for name in sql.columns(Step, *STEP_KEYS) if name not in PLANNED)
 """The columns of a step row that a write saves when it changes the step (with
 ``changed_seq``): every one but its keys and its plan."""
+
+MANAGED = ("status", "attempts", "started_at", "completed_at", "output", "error")
+"""Versioned columns each write sets by its own rules: the state machine's, and a
+step's output and error."""
+
+REPORTED = tuple(name for name in VERSIONED if name not in MANAGED)
+"""Versioned columns an agent reports as they are, at ``completeStep`` or in a
+checkpoint's patch: an input field of the same name carries each (a write's
+``Draft.report``), with no service edited for a new one."""
+
+SIZED = tuple(
+    name
+    for name in VERSIONED
+    if isinstance(field := StepVersion._meta.fields_map[name], JSONField | TextField | CharField)
+    and not hasattr(field, "enum_type")  # a status: one of the server's words
+)
+"""Versioned columns that hold what a client sent (JSON or text): each history row
+counts their bytes toward the quotas (``quota.version_bytes``)."""
 
 
 def unclassified(step: type[Model] = Step, plan: type[Any] = StepPlan) -> list[str]:

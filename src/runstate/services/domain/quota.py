@@ -31,6 +31,7 @@ from tortoise.queryset import QuerySet
 from runstate.basics.enums import TaskEventKind
 from runstate.models import Step, Usage, unbox
 from runstate.services.domain import validation
+from runstate.services.domain.columns import SIZED
 from runstate.services.domain.errors import InvalidInputError
 from runstate.services.domain.validation import ContentLimits
 from runstate.storage import sql
@@ -63,8 +64,19 @@ def new_step_bytes(step: Step) -> int:
 
 
 def version_bytes(step: Step) -> int:
-    """A step's history row for one change: its output and error as they now stand."""
-    return ROW_BYTES + validation.json_size(unbox(step.output)) + text_bytes(step.error)
+    """A step's history row for one change: what it holds of a client's (its output,
+    error and any other JSON or text column, ``columns.SIZED``) as it now stands."""
+    return ROW_BYTES + sum(_held(getattr(step, name)) for name in SIZED)
+
+
+def _held(value: Any) -> int:
+    """The bytes a stored column value counts: text as UTF-8, JSON as compact JSON
+    (unboxed, as the client sent it)."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return text_bytes(value)
+    return validation.json_size(unbox(value))
 
 
 def versions_bytes(steps: Iterable[Step]) -> int:

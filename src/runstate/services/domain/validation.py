@@ -6,8 +6,8 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from runstate.basics.enums import StepStatus
@@ -140,6 +140,8 @@ class StepPatch:
     output: Any = None
     set_output: bool = False
     error: str | None = None
+    reported: Mapping[str, Any] = field(default_factory=dict)
+    """What else the step reports, by column (``columns.REPORTED``)."""
 
 
 def storable_text(text: str) -> bool:

@@ -28,7 +28,7 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 from runstate.basics.enums import StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, StepVersion, Task, TaskEvent
 from runstate.services.domain import events, quota, validation
-from runstate.services.domain.columns import CHANGING, VERSIONED
+from runstate.services.domain.columns import CHANGING, REPORTED, VERSIONED
 from runstate.services.domain.conditions import no_live_lease_sql, session_expired
 from runstate.services.domain.errors import (
     DomainError,
@@ -201,6 +201,15 @@ class Draft:
             check_task_move(self.status, new, all_steps_finished=True, jump=jump)
             self.wants_completed = new is TaskStatus.COMPLETED
             self.status = new
+
+    def report(self, step: Step, reported: Mapping[str, Any]) -> None:
+        """Set what the step reports (``columns.REPORTED``) as given; a value left
+        None is not reported, so a later patch never clears an earlier report."""
+        for name, value in reported.items():
+            if name not in REPORTED:
+                raise TypeError(f"{name} is not a column a step reports")
+            if value is not None:
+                setattr(step, name, value)
 
     def refuse_if_final(self) -> None:
         """A COMPLETED or CANCELLED task takes no more step changes."""
