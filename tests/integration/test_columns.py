@@ -136,6 +136,8 @@ def other_plan_value(field: dataclasses.Field[Any], current: Any) -> Any:
         return not current
     if field.type in ("str", str):
         return f"{current}, changed"
+    if field.type in ("int", int):
+        return current + 1
     return {"changed": field.name}
 
 

