@@ -1,6 +1,6 @@
 """One clock (issue 38, item 2): expiry, leases and retention are judged by the
 database's clock, so a server process whose own clock is wrong can neither
-expire, delete nor grant anything early (``services.clock``).
+expire, delete nor grant anything early (``storage.clock``).
 
 The wrong clocks come from libfaketime (Debian's ``libfaketime``), preloaded into
 a second server, or a ``runstate sweep``, beside a correct one, on one PostgreSQL

@@ -29,7 +29,7 @@ async def lock_holders() -> list[str]:
 
 @pytest.mark.postgres
 async def test_the_migration_lock_keeps_every_url_parameter() -> None:
-    """Guards ``db.lock_connection``: the lock's connection is made from the whole
+    """Guards ``database.lock_connection``: the lock's connection is made from the whole
     URL. With the parameters dropped (the lock connected to scheme, host and path
     alone, as before), the holder shows no application name and ``sslmode=require``
     connects without SSL: both assertions fail."""
@@ -45,7 +45,7 @@ async def test_the_migration_lock_keeps_every_url_parameter() -> None:
 
 @pytest.mark.postgres
 def test_a_server_starts_on_a_url_with_sslmode() -> None:
-    """Guards ``db._postgres_connection``: libpq's ``sslmode`` becomes asyncpg's
+    """Guards ``database._postgres_connection``: libpq's ``sslmode`` becomes asyncpg's
     ``ssl``. Handed to Tortoise as it is, asyncpg refuses the keyword
     (TypeError: unexpected keyword argument 'sslmode') and nothing starts."""
 
@@ -58,7 +58,7 @@ def test_a_server_starts_on_a_url_with_sslmode() -> None:
 
 
 def test_an_old_sqlite_is_refused_at_start() -> None:
-    """Guards ``db.check_sqlite``: SQLite before 3.35 has no RETURNING, and the
+    """Guards ``database.check_sqlite``: SQLite before 3.35 has no RETURNING, and the
     server says so when it starts instead of failing at its first write."""
     with pytest.raises(RuntimeError, match=r"needs SQLite 3\.35\.0 or newer.*has SQLite 3\.34\.1"):
         check_sqlite((3, 34, 1))

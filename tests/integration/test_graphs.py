@@ -1,4 +1,4 @@
-"""The server's LangGraph storage (``services.graphs``) where the conformance suite
+"""The server's LangGraph storage (``threads.checkpoints``) where the conformance suite
 does not look: which pending write wins, bytes and orphan rows after deletes,
 DeltaChannel-aware pruning, bad input, and reads that cost the same behind ten
 thousand checkpoints as behind ten."""

@@ -101,7 +101,7 @@ def shown(task: dict[str, Any]) -> list[tuple[str, str, int]]:
 
 
 def test_node_runs_are_steps_named_after_their_nodes(served: tuple[Server, str]) -> None:
-    """Guards the node steps (``services.graph_nodes``, ``langgraph_steps``): one
+    """Guards the node steps (``threads.nodes``, ``langgraph_steps``): one
     step per node run in super-step order, Send tasks named after their node, the
     writes summarised (values, ``sends``, ``next``), an interrupt as a PENDING
     step with its value and the thread AWAITING_DECISION, and the resume running
@@ -290,7 +290,7 @@ def test_a_cancelled_thread_stops_its_graph(served: tuple[Server, str]) -> None:
 
 
 def test_a_copied_thread_goes_on_in_its_own_steps(served: tuple[Server, str]) -> None:
-    """Guards the copy of the node map (``graphs.copy``): a thread copied at its
+    """Guards the copy of the node map (``checkpoints.copy``): a thread copied at its
     interrupt (``copy_thread``, a fork of its task) has the source's steps, and
     resuming the copy runs the copy's own waiting step again rather than adding
     another; the source is left waiting."""

@@ -82,7 +82,7 @@ DASHBOARD = """{ sessions(first: 20) { edges { node { id
 
 
 async def test_the_dashboard_poll_reads_every_sessions_tasks_in_one_query(house: House) -> None:
-    """Guards the tasks loader (``queries.session_task_pages``): the dashboard's poll
+    """Guards the tasks loader (``lookups.session_task_pages``): the dashboard's poll
     of 20 sessions with their tasks runs 2 SELECTs (it ran 21: one per session), and
     each session shows its own newest tasks, 2 at most, with hasNextPage true exactly
     where it has more."""

@@ -31,7 +31,7 @@ QUERY = {"query": "{ sessions { edges { cursor } } }"}
 
 
 async def test_a_token_is_looked_up_once_while_trusted(tmp_path: Path) -> None:
-    """Guards the token cache (``auth.Tokens``): ten requests with one token run one
+    """Guards the token cache (``callers.Tokens``): ten requests with one token run one
     SELECT of api_tokens (each ran its own); an unknown token is looked up every time
     (never trusted); a forgotten token is looked up again, and refused once revoked."""
     async with opened(f"sqlite://{tmp_path / 'tokens.db'}"):
@@ -59,7 +59,7 @@ def answers(server: Server, token: str) -> int:
 
 async def test_a_revocation_through_redis_reaches_every_server_at_once(tmp_path: Path) -> None:
     """Guards the announcement (``runstate token revoke`` publishing on Redis,
-    ``auth.forget_revoked`` on every server): with servers trusting a looked-up token
+    ``callers.forget_revoked`` on every server): with servers trusting a looked-up token
     for 300 s, a token revoked from the command line is refused by both servers and
     its open WebSocket on the second is closed (4403) within seconds. Control: a
     token revoked without Redis configured in the command line still works, for the

@@ -1,7 +1,7 @@
 """Typed values read back from JSON, led by type hints: times from ISO text, enums
 from their values, tuples from lists, optionals, and dataclasses by a reader of
 the caller's (the services' views are keyed by field name, the SDK's snapshots by
-GraphQL's camelCase). Shared by ``services.views`` and ``client.models``."""
+GraphQL's camelCase). Shared by ``services.domain.views`` and ``client.models``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Pub/sub: the broker interface, its in-process and Redis backends, and the
 publisher. An app starts its own in its lifespan and hands them to its services
-(``services.house.House.hub``); nothing here is the process's."""
+(``services.write.house.House.hub``); nothing here is the process's."""
 
 from __future__ import annotations
 

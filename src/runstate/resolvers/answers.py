@@ -38,7 +38,7 @@ async def once(
 ) -> V:
     """The service's answer to a mutation, charged to the caller's budget: with
     ``input.idempotencyKey``, a repeat answers as the first call did and writes
-    nothing (``services.idempotency``). The operation is the mutation's name; its
+    nothing (``write.idempotency``). The operation is the mutation's name; its
     fingerprint covers the input without the key. ``kind`` is the type of the
     service's answer, to read a stored one back. Once the write has committed, its
     events are published through the app's house (``idempotency.once``): the one

@@ -150,7 +150,7 @@ class Context:
     limiter: RateLimiter | None = None
     """The per-user rate limit; None when it is switched off."""
     epoch: str = ""
-    """The database's timeline, which every event names (``db.current_epoch``)."""
+    """The database's timeline, which every event names (``database.current_epoch``)."""
     spent: Spending = field(default_factory=Spending)
     """What the request's operations took, for ``BearerAuth`` (``ratelimit.Budgets``)."""
     loaders: Loaders = field(default_factory=Loaders)

@@ -12,7 +12,7 @@ what the user holds (``Query.usage``). It is a bound, not a guess:
 - **Bytes**: the encoded answer. A payload (a step's input or output, a goal, an
   error, a tool result, metadata) is part of its task's stored bytes, which count
   it as the answer encodes it (compact JSON, UTF-8, escapes included; see
-  ``services.quota``). Payloads read together from one task (``steps { input
+  ``domain.quota``). Payloads read together from one task (``steps { input
   output } toolStates { lastResult }``) share those bytes; a payload selected twice
   (``o0: output o1: output``, two aliases of ``steps``) counts twice. Every other
   leaf counts its longest encoding, and every key its name.
@@ -118,7 +118,7 @@ def payload_caps(limits: ContentLimits) -> dict[tuple[str, str], int]:
         ("ToolState", "lastError"): limits.error_chars * text,
         ("TaskEvent", "note"): validation.NOTE_CHARS * text,
         ("AgentSession", "metadata"): limits.json_bytes,
-        # LangGraph checkpoints: values in base64, counted so by ``services.graphs``.
+        # LangGraph checkpoints: values in base64, counted so by ``threads.checkpoints``.
         ("GraphCheckpoint", "payload"): limits.checkpoint_bytes * 4 // 3 + 4,
         ("GraphCheckpoint", "metadata"): limits.json_bytes,
         ("GraphCheckpoint", "channelVersions"): limits.checkpoint_bytes,

@@ -1,4 +1,4 @@
-"""GraphQL types and inputs of LangGraph checkpoints (``services.graphs``): a
+"""GraphQL types and inputs of LangGraph checkpoints (``threads.checkpoints``): a
 thread is a task; values are LangGraph's serializer's type and bytes, the bytes
 in base64."""
 

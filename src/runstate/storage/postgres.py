@@ -5,7 +5,7 @@ asyncpg resets a connection given back to its pool with one query (advisory lock
 released, cursors closed, LISTENs dropped, settings reset): a ninth round trip
 for every write, and a send that wakes a server process. runstate's pooled
 connections take no advisory lock (the migration lock has a connection of its
-own, ``db.lock_connection``), open no cursor, LISTEN to nothing and change no
+own, ``database.lock_connection``), open no cursor, LISTEN to nothing and change no
 setting, so there is nothing to reset. An open transaction is still rolled back:
 asyncpg does that itself before calling the pool's ``reset``.
 """

@@ -93,7 +93,7 @@ class GraphQLView(GraphQL[Context, None]):
         self.tokens = tokens
         self.limiter = limiter
         self.epoch = ""
-        """The database's timeline, read when the app starts (``db.current_epoch``)."""
+        """The database's timeline, read when the app starts (``database.current_epoch``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """An HTTP request answered in the media type it accepts, its refusals as JSON

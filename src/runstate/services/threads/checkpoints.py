@@ -258,7 +258,7 @@ async def put_writes(
 ) -> Written[TaskView]:
     """Store a LangGraph task's pending writes against a checkpoint (GRAPH_WRITES),
     and with ``node`` what they say of the node's run, in the same write
-    (``graph_nodes``: its step finished, failed or interrupted).
+    (``threads.nodes``: its step finished, failed or interrupted).
 
     Idempotent on (task, index): a write at an index already stored is kept,
     except at LangGraph's negative indexes (errors, interrupts, ...), where
