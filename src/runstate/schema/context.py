@@ -126,7 +126,7 @@ class Loaders:
 
 class Subscribed(Follower, Protocol):
     """The subscription an operation runs as, lent by its transport
-    (``schema.live.LiveOperation``): the relay's follower, and where the relay
+    (``schema.relayed.LiveOperation``): the relay's follower, and where the relay
     handed it back."""
 
     @property

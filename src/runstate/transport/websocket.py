@@ -29,7 +29,7 @@ from runstate.observe import logs
 from runstate.schema.context import Context
 from runstate.schema.extensions import Schema
 from runstate.schema.fanout import NEXT_TAIL, next_head
-from runstate.schema.live import LiveOperation
+from runstate.schema.relayed import LiveOperation
 from runstate.services.live.relay import Parked, Sent
 from runstate.services.write.house import House
 from runstate.settings import Settings
