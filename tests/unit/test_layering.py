@@ -91,3 +91,40 @@ def test_a_planted_import_breaks_the_contracts(
     result = lint_imports(cwd=tmp_path, env=env)
     assert result.returncode == 1, result.stdout
     assert broken in result.stdout
+
+
+PACKAGE = ROOT / "src" / "runstate"
+
+
+def names(root: Path) -> list[str]:
+    """Every module and package name under ``root`` (migrations and data aside)."""
+    found = []
+    for path in root.rglob("*"):
+        if "migrations" in path.parts or "__pycache__" in path.parts or "static" in path.parts:
+            continue
+        if path.suffix == ".py" and path.stem not in ("__init__", "__main__"):
+            found.append(path.stem)
+        elif path.is_dir() and (path / "__init__.py").exists():
+            found.append(path.name)
+    return found
+
+
+def test_every_module_is_in_a_room_with_a_name_of_its_own() -> None:
+    """Guards the placement: five files at the top of the package, rooms only in
+    ``services``, and no module or room name used twice (``api.py`` beside
+    ``client/api.py`` once made a reader open both)."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "app.py", "cli.py", "settings.py"]
+    assert sorted(p.name for p in (PACKAGE / "services").glob("*.py")) == ["__init__.py"]
+    every = names(PACKAGE)
+    assert sorted({n for n in every if every.count(n) > 1}) == []
+
+
+def test_a_repeated_name_is_found(tmp_path: Path) -> None:
+    """Control: a module named as a room elsewhere is found."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "a" / "b.py").write_text("")
+    every = names(tmp_path)
+    assert sorted({n for n in every if every.count(n) > 1}) == ["b"]
