@@ -106,8 +106,9 @@ async def serve_with_demo(
     from runstate.demo.trips import trips
 
     settings = Settings.from_env().with_overrides(database_url=database_url)
+    app = create_app(settings)
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host,
         port,
         log_level="warning",
@@ -119,7 +120,8 @@ async def serve_with_demo(
         if serving.done():
             return await serving
         await asyncio.sleep(0.05)  # uvicorn has no started event to await
-    token = await tokens.create_token("demo")
+    with app.state.database.current():  # the app's own database, opened as it started
+        token = await tokens.create_token("demo")
     base = f"http://{host}:{port}"
     if langgraph:
         from runstate.demo.graph import graph_trips
