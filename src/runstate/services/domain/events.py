@@ -104,19 +104,7 @@ def leased(created: EventView, lock: LockView | None) -> EventView:
 
 def snapshot(task: TaskView, at: datetime) -> EventView:
     """A SNAPSHOT event: the whole task as it stands, at its latest seq."""
-    return EventView(
-        task_pk=task.pk,
-        session_pk=task.session_pk,
-        task_id=task.id,
-        seq=task.event_seq,
-        task_version=task.version,
-        kind=TaskEventKind.SNAPSHOT,
-        step_index=None,
-        tool_name=None,
-        at=at,
-        status=task.status,
-        task=task,
-    )
+    return replace(written(task, TaskEventKind.SNAPSHOT, at), stalled=False, task=task)
 
 
 def stored(row: TaskEvent, task: TaskRef | TaskView, steps: tuple[StepView, ...]) -> EventView:
