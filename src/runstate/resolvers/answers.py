@@ -86,7 +86,8 @@ def write(
     name = service.__name__
     parameters = inspect.signature(service).parameters
     returned = get_type_hints(service)["return"]
-    kind = get_args(returned)[0] if get_origin(returned) is Written else returned
+    publishes = get_origin(returned) is Written  # else a view, answered as writes are
+    kind = get_args(returned)[0] if publishes else returned
     computed = dict(given or {})
     fields = {f.name for f in dataclasses.fields(input_type)}
     by_name = [n for n in parameters if n in fields and n not in computed]
@@ -118,7 +119,7 @@ def write(
             caller = {"house": info.context.house, "user_id": info.context.user_id}
             arguments |= {n: caller[n] for n in from_caller}
             made = service(**arguments)
-            return await (made if kind is not returned else unpublished(made))
+            return await (made if publishes else unpublished(made))
 
         return answer(await once(info, input, kind, call))
 

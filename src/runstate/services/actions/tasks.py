@@ -29,10 +29,9 @@ from runstate.services.domain.views import (
     Written,
     current_step,
 )
-from runstate.services.read import lookups
 from runstate.services.read.convert import from_row, step_view, task_view, to_row
 from runstate.services.read.history import AS_ADDED
-from runstate.services.read.lookups import get_session, get_task
+from runstate.services.read.lookups import get_session, get_task, get_task_at
 from runstate.services.write.engine import (
     Change,
     Draft,
@@ -103,7 +102,7 @@ async def fork_task(
     public_id = validation.object_id(new_id)
     if goal is not None:
         house.limits.goal(goal)
-    source = await lookups.get_task_at(user_id, task_id, at_seq)
+    source = await get_task_at(user_id, task_id, at_seq)
     assert source.steps is not None
     picked = [
         replace(s, status=StepStatus.PENDING, completed_at=None)

@@ -4,8 +4,9 @@
 request context; a test that calls the services builds its own
 (``tests.support.opened``). Two houses in one process share nothing of runstate's:
 neither limits, nor the group commit's queue, nor the head checks of live
-streams, nor the broker (Tortoise's connections are the process's, by
-Tortoise's design: two houses on one database are as two server processes).
+streams, nor the broker, nor the metrics. The database connections are the
+app's own too (``storage.database.Database``, beside the house); two apps on one
+database are as two server processes.
 """
 
 from __future__ import annotations
