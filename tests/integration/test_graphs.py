@@ -60,10 +60,18 @@ async def put(
     )
 
 
+def pending(task: str, idx: int, value: str) -> checkpoints.PendingWrite:
+    return checkpoints.PendingWrite(task, "", idx, "ch", blob(value))
+
+
 async def write(house: House, checkpoint_id: str, idx: int, value: str) -> None:
-    pending = checkpoints.PendingWrite("node", "", idx, "ch", blob(value))
     await checkpoints.put_writes(
-        house, USER, "t", namespace="", checkpoint_id=checkpoint_id, writes=[pending]
+        house,
+        USER,
+        "t",
+        namespace="",
+        checkpoint_id=checkpoint_id,
+        writes=[pending("node", idx, value)],
     )
 
 
@@ -113,6 +121,45 @@ async def test_a_checkpoint_or_a_write_sent_again_writes_nothing(house: House) -
     replaced = await checkpoints.get_checkpoint(USER, "t", "", "c1")
     assert replaced.channel_versions == {"a": "2"}
     assert (await Task.get(public_id="t")).event_seq == before.event_seq + 1
+
+
+async def test_a_checkpoint_carries_the_writes_against_its_parent_in_one_write(
+    house: House,
+) -> None:
+    """Guards ``put_checkpoint``'s ``held``: the writes of two LangGraph tasks against
+    the parent and the child checkpoint are one event, and the parent reads back
+    with them pending; the same call
+    again writes nothing, and a call whose writes are stored but whose checkpoint
+    is new stores the checkpoint alone."""
+    await put(house, "c0", None, {"a": "0"})
+    before = await Task.get(public_id="t")
+    held = [
+        checkpoints.TaskWrites([pending("n1", 0, "x"), pending("n1", 1, "y")]),
+        checkpoints.TaskWrites([pending("n2", 0, "z")]),
+    ]
+    given: dict[str, Any] = {
+        "namespace": "",
+        "parent_id": "c0",
+        "checkpoint": blob("c1"),
+        "metadata": {},
+        "channel_versions": {"a": "1"},
+        "channels": [checkpoints.ChannelValue("a", "1", blob("1"))],
+        "held": held,
+    }
+    await checkpoints.put_checkpoint(house, USER, "t", checkpoint_id="c1", **given)
+    after = await Task.get(public_id="t")
+    assert after.event_seq == before.event_seq + 1
+    parent = await checkpoints.get_checkpoint(USER, "t", "", "c0")
+    assert [(w.task_key, w.idx, w.value.payload) for w in parent.pending_writes] == [
+        ("n1", 0, b"x"),
+        ("n1", 1, b"y"),
+        ("n2", 0, b"z"),
+    ]
+    await checkpoints.put_checkpoint(house, USER, "t", checkpoint_id="c1", **given)
+    assert (await Task.get(public_id="t")).event_seq == after.event_seq
+    await checkpoints.put_checkpoint(house, USER, "t", checkpoint_id="c2", **given)
+    assert (await Task.get(public_id="t")).event_seq == after.event_seq + 1
+    assert await counts() == (3, 2, 3)
 
 
 async def test_deletes_give_every_byte_back_and_leave_no_orphan_rows(house: House) -> None:
@@ -184,13 +231,24 @@ async def test_keep_latest_keeps_the_last_written_checkpoint(house: House) -> No
 
 async def test_bad_input_is_refused_and_writes_nothing(house: House) -> None:
     """Guards the checks before a write: a checkpoint past RUNSTATE_MAX_CHECKPOINT_BYTES
-    (4 KiB here), metadata that is not an object, and an empty checkpoint id are
-    InvalidInput naming the field, and the task is left as it was."""
+    (4 KiB here, the writes it carries counted in), metadata that is not an object,
+    an empty checkpoint id, writes carried without the parent they are written
+    against and a carried write without its task id are InvalidInput naming the
+    field, and the task is left as it was."""
     before = await Task.get(public_id="t")
     cases: list[tuple[dict[str, Any], str]] = [
         ({"channels": [checkpoints.ChannelValue("a", "1", blob("x" * 5000))]}, "checkpoint"),
         ({"metadata": ["not", "an", "object"]}, "metadata"),
         ({"checkpoint_id": ""}, "checkpointId"),
+        ({"held": [checkpoints.TaskWrites([pending("node", 0, "x")])]}, "writes"),
+        (
+            {"parent_id": "c0", "held": [checkpoints.TaskWrites([pending("node", 0, "x" * 5000)])]},
+            "checkpoint",
+        ),
+        (
+            {"parent_id": "c0", "held": [checkpoints.TaskWrites([pending("", 0, "x")])]},
+            "writes[0].writes[0].taskId",
+        ),
     ]
     for change, field in cases:
         given: dict[str, Any] = {

@@ -281,3 +281,40 @@ def test_list_reads_a_named_checkpoint_by_id_and_pages_lazily(
         assert newest.checkpoint["id"] == ids[-1]
         assert calls == ["graph_checkpoints"]
         assert [t.checkpoint["id"] for t in saver.list(config)] == ids[::-1]
+
+
+EVENTS = """query($id: ID!) { task(id: $id) { ... on Task {
+  events(first: 100) { kind steps { action status } } } } }"""
+
+
+def trip_events(server: Server, token: str, **options: Any) -> list[dict[str, Any]]:
+    """The events a trip (search -> book -> pay) writes to its thread."""
+    config = thread()
+    with RunstateSaver.from_url_sync(server.url, token, **options) as saver:
+        trip_graph(saver).invoke({"done": []}, config, durability="sync")
+    with Api(server.url, token) as api:
+        events: list[dict[str, Any]] = api(EVENTS, id=config["configurable"]["thread_id"])["task"][
+            "events"
+        ]
+    return events
+
+
+def test_a_nodes_writes_go_with_the_checkpoint_that_follows_them(
+    served: tuple[Server, str],
+) -> None:
+    """Guards the held writes (``RunstateSaver``'s ``hold_writes``): each node's
+    pending writes reach the server in the request of the checkpoint that follows
+    them, one write (a GRAPH_CHECKPOINT event) per super-step, the node's step
+    finished in it; sent alone (``hold_writes=0``, the control) each of the four
+    LangGraph tasks (``__start__`` and the three nodes) costs a GRAPH_WRITES write
+    more."""
+    server, token = served
+    held = trip_events(server, token)
+    assert [e["kind"] for e in held] == ["TASK_CREATED"] + ["GRAPH_CHECKPOINT"] * 5
+    assert [[(s["action"], s["status"]) for s in e["steps"]] for e in held[-3:]] == [
+        [("search", "SUCCESS")],
+        [("book", "SUCCESS")],
+        [("pay", "SUCCESS")],
+    ]
+    alone = [e["kind"] for e in trip_events(server, token, hold_writes=0)]
+    assert (alone.count("GRAPH_CHECKPOINT"), alone.count("GRAPH_WRITES")) == (5, 4)

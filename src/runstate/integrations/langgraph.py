@@ -30,6 +30,7 @@ import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -54,6 +55,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 G = TypeVar("G", bound=Pregel[Any, Any, Any, Any])
+
+HOLD_WRITES = 0.05
+"""How long, in seconds, a node's pending writes may wait for the checkpoint that
+follows them, to go in its request (``RunstateSaver``'s ``hold_writes``)."""
 
 SESSION_TTL = 366 * 24 * 3600
 """The inactivity a session of threads outlives, the most runstate allows: a thread
@@ -106,6 +111,19 @@ class _Listing:
         return all(metadata.get(k) == v for k, v in self.filter.items())
 
 
+@dataclass
+class _Held:
+    """Pending writes against one checkpoint, held for the checkpoint that follows
+    it: each LangGraph task's as ``putGraphCheckpoint`` takes them, the sending of
+    their nodes' starts (a step shows its start before its end), and the future
+    their ``aput_writes`` calls wait on (done once stored)."""
+
+    groups: builtins.list[dict[str, Any]]
+    starts: builtins.list[asyncio.Future[None]]
+    stored: asyncio.Future[None]
+    timer: asyncio.TimerHandle
+
+
 class RunstateSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer whose threads are tasks of a runstate server.
 
@@ -125,6 +143,15 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     gets ``runstate.client.StaleFencingToken`` from every later write, and nothing
     of it is stored: one lineage survives, never a fork.
 
+    A node's pending writes go with the checkpoint that follows them, in one
+    request and one transaction: ``aput_writes`` waits up to ``hold_writes``
+    seconds for that checkpoint's ``aput``, and returns once its writes are
+    stored, so what it acknowledged is durable, as with LangGraph's own savers.
+    Writes no checkpoint follows in that time (a sibling node still running, a
+    graph with a DeltaChannel, whose checkpoint waits for its writes) go alone
+    then; errors and interrupts go at once, with the writes held beside them.
+    ``hold_writes=0`` sends every write alone.
+
     Each node run is a step of the thread's task, named after the node, shown
     when it finished (SUCCESS with its writes summarised, FAILED with its error,
     PENDING with the values of its ``interrupt()``). A graph given to ``watch``
@@ -141,9 +168,11 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         holder: str | None = None,
         lease_ttl: float = 30.0,
         session_ttl: int = SESSION_TTL,
+        hold_writes: float = HOLD_WRITES,
         serde: SerializerProtocol | None = None,
     ) -> None:
         super().__init__(serde=serde)
+        self.hold_writes = hold_writes
         self.url = url
         self.token = token
         self.session_id = session_id
@@ -163,6 +192,10 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         """Node runs the watcher saw start, by LangGraph task id, until they end."""
         self._reports: dict[str, Reports] = {}
         self._forgetting: set[asyncio.Task[None]] = set()
+        self._held: dict[tuple[str, str, str], _Held] = {}
+        """Pending writes held for the next checkpoint, by thread, namespace and the
+        checkpoint they are written against (the next one's parent)."""
+        self._flushing: set[asyncio.Task[None]] = set()
         self.watcher = Watcher(self._report, self._seen)
         """The callback handler ``watch`` adds to a graph; give it yourself in a
         run's ``callbacks`` to watch that run alone."""
@@ -349,6 +382,8 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     # -- the calls, on the saver's loop
 
     async def _shut(self) -> None:
+        for key in builtins.list(self._held):
+            await self._flush(key)
         for reports in builtins.list(self._reports.values()):
             await reports.drained()
         if self._renewer is not None:
@@ -566,20 +601,24 @@ class RunstateSaver(BaseCheckpointSaver[str]):
             for channel, version in new_versions.items()
         ]
 
+        parent = configurable.get("checkpoint_id")
+        held = self._take(thread_id, namespace, parent)
+
         async def write() -> None:
             await self._client.put_graph_checkpoint(
                 fencingToken=await self._token(thread_id),
                 taskId=thread_id,
                 namespace=namespace,
                 checkpointId=checkpoint["id"],
-                parentId=configurable.get("checkpoint_id"),
+                parentId=parent,
                 **_value(self.serde.dumps_typed(stored)),
                 metadata=get_serializable_checkpoint_metadata(config, metadata),
                 channelVersions={k: str(v) for k, v in checkpoint["channel_versions"].items()},
                 channels=channels,
+                writes=held.groups if held else None,
             )
 
-        await self._written(thread_id, write)
+        await self._settled(held, self._written(thread_id, write))
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -610,30 +649,104 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         if node is not None and node["status"] != "INTERRUPTED":
             self._seen.pop(task_id, None)  # ended: a resume starts it again
         reports = self._reports.get(thread_id)
-        if reports is not None:
-            await reports.started(task_id)
+        # Held from the first instant: the checkpoint may follow before the start.
+        loop = asyncio.get_running_loop()
+        start: asyncio.Future[None] = loop.create_future()
+        if reports is None:
+            start.set_result(None)
+        else:
+            start = asyncio.ensure_future(reports.started(task_id))
+        group = {"graphTaskId": task_id, "graphTaskPath": task_path, "writes": stored, "node": node}
+        key = (thread_id, namespace, str(configurable["checkpoint_id"]))
+        try:
+            if self.hold_writes > 0 and not any(c in WRITES_IDX_MAP for c, _ in writes):
+                await asyncio.shield(self._hold(key, group, start))
+            else:  # an error or an interrupt: no checkpoint follows, none waits
+                await start
+                await self._flush(key)
+                await self._send_writes(key, group)
+        finally:  # reported, or refused: the starts held behind it may go
+            if reports is not None:
+                reports.ended(task_id)
+
+    def _hold(
+        self, key: tuple[str, str, str], group: dict[str, Any], start: asyncio.Future[None]
+    ) -> asyncio.Future[None]:
+        """Hold a task's writes for the checkpoint that follows ``key``; the future
+        is done once they are stored, with it or alone after ``hold_writes``."""
+        held = self._held.get(key)
+        if held is None:
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(self.hold_writes, self._flush_later, key)
+            held = self._held[key] = _Held([], [], loop.create_future(), timer)
+        held.groups.append(group)
+        held.starts.append(start)
+        return held.stored
+
+    def _take(self, thread_id: str, namespace: str, parent: str | None) -> _Held | None:
+        """The writes held against ``parent``, taken to go with its child."""
+        held = self._held.pop((thread_id, namespace, str(parent)), None) if parent else None
+        if held is not None:
+            held.timer.cancel()
+        return held
+
+    def _flush_later(self, key: tuple[str, str, str]) -> None:
+        flushing = asyncio.create_task(self._flush(key))
+        self._flushing.add(flushing)
+        flushing.add_done_callback(self._flushing.discard)
+
+    async def _flush(self, key: tuple[str, str, str]) -> None:
+        """Send the writes held against ``key`` alone, each task's in its request."""
+        held = self._take(*key)
+        if held is None:
+            return
+
+        async def each() -> None:
+            for group in held.groups:
+                await self._send_writes(key, group)
+
+        with contextlib.suppress(Exception):  # the callers waiting on it raise it
+            await self._settled(held, each())
+
+    async def _settled(self, held: _Held | None, sending: Coroutine[Any, Any, None]) -> None:
+        """Await ``sending`` once the held nodes' starts are sent, then end the wait
+        of the writes it carried (with its error, if it failed)."""
+        try:
+            if held is not None:
+                await asyncio.gather(*held.starts)
+            await sending
+        except BaseException as failed:
+            if held is not None and not held.stored.done():
+                held.stored.set_exception(failed)
+            raise
+        if held is not None and not held.stored.done():
+            held.stored.set_result(None)
+
+    async def _send_writes(self, key: tuple[str, str, str], group: dict[str, Any]) -> None:
+        """One task's pending writes alone (``putGraphWrites``)."""
+        thread_id, namespace, checkpoint_id = key
 
         async def write() -> None:
             await self._client.put_graph_writes(
                 fencingToken=await self._token(thread_id),
                 taskId=thread_id,
                 namespace=namespace,
-                checkpointId=configurable["checkpoint_id"],
-                graphTaskId=task_id,
-                graphTaskPath=task_path,
-                writes=stored,
-                node=node,
+                checkpointId=checkpoint_id,
+                **group,
             )
 
-        try:
-            await self._written(thread_id, write)
-        finally:  # reported, or refused: the starts held behind it may go
-            if reports is not None:
-                reports.ended(task_id)
+        await self._written(thread_id, write)
+
+    async def _flush_thread(self, thread_id: str) -> None:
+        """Send the thread's held writes alone: a change to the whole thread (delete,
+        copy, prune) comes after what was written before it."""
+        for key in [k for k in self._held if k[0] == thread_id]:
+            await self._flush(key)
 
     async def _delete_thread(self, thread_id: str) -> None:
+        thread_id = str(thread_id)
+        await self._flush_thread(thread_id)
         with contextlib.suppress(NotFound):  # no such thread: nothing to delete
-            thread_id = str(thread_id)
             token = await self._token(thread_id)
             await self._client.clear_graph(thread_id, fencing_token=token)
 
@@ -644,6 +757,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     async def _copy_thread(self, source: str, target: str) -> None:
         """The server forks the source's task into the target's (or fills the
         target's, when it exists) and copies every row; no source, no copy."""
+        await self._flush_thread(str(source))
         with contextlib.suppress(NotFound):
             await self._client.copy_graph(str(source), str(target))
             self._threads.add(str(target))
@@ -655,6 +769,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         if chosen is None:
             raise ValueError(f"unknown prune strategy {strategy!r}: keep_latest or delete")
         for thread_id in map(str, thread_ids):
+            await self._flush_thread(thread_id)
             with contextlib.suppress(NotFound):
                 token = await self._token(thread_id)
                 await self._client.prune_graph(thread_id, chosen, fencing_token=token)

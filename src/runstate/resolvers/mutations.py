@@ -178,8 +178,9 @@ class Mutation:
             "checkpoint": lambda _, input: input.checkpoint(),
             "channel_versions": lambda _, input: input.versions(),
             "channels": lambda _, input: input.values(),
+            "held": lambda _, input: input.held(),
         },
-        reads=("type", "payload"),
+        reads=("type", "payload", "writes"),
         description=(
             "Store a LangGraph checkpoint in the thread's task (GRAPH_CHECKPOINT): a "
             "task write like any other, refused by a live lease without its token."

@@ -22,6 +22,7 @@ from runstate.services.threads.checkpoints import (
     CheckpointPage,
     CheckpointView,
     PendingWrite,
+    TaskWrites,
 )
 
 
@@ -136,47 +137,6 @@ class GraphChannelInput:
     payload: str = strawberry.field(description=PAYLOAD)
 
 
-@strawberry.input(
-    description=(
-        "Store a checkpoint in the thread's task, with the channel values it changed "
-        "(a value already stored at its version is kept)."
-    )
-)
-class PutGraphCheckpointInput:
-    task_id: strawberry.ID
-    namespace: str = ""
-    checkpoint_id: strawberry.ID
-    parent_id: strawberry.ID | None = None
-    type: str = strawberry.field(description=TYPE)
-    payload: str = strawberry.field(description=PAYLOAD)
-    metadata: JSON
-    channel_versions: JSON
-    channels: list[GraphChannelInput]
-    fencing_token: int | None = None
-    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
-
-    def checkpoint(self) -> Blob:
-        return Blob(self.type, decoded(self.payload, "payload"))
-
-    def values(self) -> list[ChannelValue]:
-        return [
-            ChannelValue(
-                c.channel,
-                c.version,
-                Blob(c.type, decoded(c.payload, f"channels[{i}].payload")),
-            )
-            for i, c in enumerate(self.channels)
-        ]
-
-    def versions(self) -> dict[str, str]:
-        given = self.channel_versions
-        if not isinstance(given, dict) or not all(
-            isinstance(v, str | int | float) and not isinstance(v, bool) for v in given.values()
-        ):
-            raise InvalidInputError("channelVersions", "must map channels to versions")
-        return {str(k): str(v) for k, v in given.items()}
-
-
 @strawberry.input
 class GraphWriteInput:
     idx: int
@@ -214,6 +174,99 @@ class GraphNodeInput:
         )
 
 
+def _pending(
+    task_id: str, task_path: str, writes: list[GraphWriteInput], field: str
+) -> list[PendingWrite]:
+    """One LangGraph task's writes as stored; a payload not in base64 is
+    InvalidInput named from ``field``."""
+    return [
+        PendingWrite(
+            task_id,
+            task_path,
+            w.idx,
+            w.channel,
+            Blob(w.type, decoded(w.payload, f"{field}[{i}].payload")),
+        )
+        for i, w in enumerate(writes)
+    ]
+
+
+@strawberry.input(
+    description=(
+        "One LangGraph task's writes against the parent checkpoint, sent with the "
+        "checkpoint that follows them (`PutGraphCheckpointInput.writes`)."
+    )
+)
+class GraphTaskWritesInput:
+    graph_task_id: str = strawberry.field(description="LangGraph's task id.")
+    graph_task_path: str = ""
+    writes: list[GraphWriteInput]
+    node: GraphNodeInput | None = strawberry.field(
+        default=None, description="What the writes say of the node's run, shown on its step."
+    )
+
+    def pending(self, field: str) -> list[PendingWrite]:
+        return _pending(self.graph_task_id, self.graph_task_path, self.writes, field)
+
+
+@strawberry.input(
+    description=(
+        "Store a checkpoint in the thread's task, with the channel values it changed "
+        "(a value already stored at its version is kept)."
+    )
+)
+class PutGraphCheckpointInput:
+    task_id: strawberry.ID
+    namespace: str = ""
+    checkpoint_id: strawberry.ID
+    parent_id: strawberry.ID | None = None
+    type: str = strawberry.field(description=TYPE)
+    payload: str = strawberry.field(description=PAYLOAD)
+    metadata: JSON
+    channel_versions: JSON
+    channels: list[GraphChannelInput]
+    writes: list[GraphTaskWritesInput] = strawberry.field(
+        default_factory=list,
+        description=(
+            "Writes pending against the parent checkpoint (`parentId`), one entry per "
+            "LangGraph task, stored first in the same write: a node's writes and the "
+            "checkpoint that follows them cost one request and one transaction."
+        ),
+    )
+    fencing_token: int | None = None
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+
+    def checkpoint(self) -> Blob:
+        return Blob(self.type, decoded(self.payload, "payload"))
+
+    def values(self) -> list[ChannelValue]:
+        return [
+            ChannelValue(
+                c.channel,
+                c.version,
+                Blob(c.type, decoded(c.payload, f"channels[{i}].payload")),
+            )
+            for i, c in enumerate(self.channels)
+        ]
+
+    def held(self) -> list[TaskWrites]:
+        return [
+            TaskWrites(
+                group.pending(f"writes[{i}].writes"),
+                None if group.node is None else group.node.run(),
+            )
+            for i, group in enumerate(self.writes)
+        ]
+
+    def versions(self) -> dict[str, str]:
+        given = self.channel_versions
+        if not isinstance(given, dict) or not all(
+            isinstance(v, str | int | float) and not isinstance(v, bool) for v in given.values()
+        ):
+            raise InvalidInputError("channelVersions", "must map channels to versions")
+        return {str(k): str(v) for k, v in given.items()}
+
+
 @strawberry.input(
     description=(
         "Report node runs of a LangGraph thread (typically their starts) and, with "
@@ -249,16 +302,7 @@ class PutGraphWritesInput:
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
     def pending(self) -> list[PendingWrite]:
-        return [
-            PendingWrite(
-                self.graph_task_id,
-                self.graph_task_path,
-                w.idx,
-                w.channel,
-                Blob(w.type, decoded(w.payload, f"writes[{i}].payload")),
-            )
-            for i, w in enumerate(self.writes)
-        ]
+        return _pending(self.graph_task_id, self.graph_task_path, self.writes, "writes")
 
 
 @strawberry.input(description="Delete every checkpoint of a thread's task.")

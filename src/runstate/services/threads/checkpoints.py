@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.expressions import Q
+from tortoise.models import Model
 
 from runstate.basics.enums import GraphPruneStrategy, TaskEventKind
 from runstate.models import (
@@ -71,6 +72,15 @@ class PendingWrite:
     idx: int
     channel: str
     value: Blob
+
+
+@dataclass(frozen=True)
+class TaskWrites:
+    """One LangGraph task's writes against a checkpoint, and what they say of its
+    node's run (None: nothing to show)."""
+
+    writes: Sequence[PendingWrite]
+    node: NodeRun | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +145,7 @@ async def put_checkpoint(
     metadata: Any,
     channel_versions: Mapping[str, str],
     channels: Sequence[ChannelValue],
+    held: Sequence[TaskWrites] = (),
     fencing_token: int | None = None,
 ) -> Written[TaskView]:
     """Store a checkpoint and the channel values it changed (GRAPH_CHECKPOINT).
@@ -142,7 +153,12 @@ async def put_checkpoint(
     A channel value already stored at its version is kept (a value at a version
     never changes). The same checkpoint sent again writes nothing (no event), so a
     retry is harmless without an idempotency key; another checkpoint under a
-    stored id replaces its row. At most ``checkpoint_bytes`` a call."""
+    stored id replaces its row. At most ``checkpoint_bytes`` a call.
+
+    ``held``: LangGraph tasks' writes against the parent checkpoint, stored first
+    in the same write, as ``put_writes`` stores them (their nodes' reports too):
+    a node's writes and the checkpoint that follows them are one transaction and
+    one event. Nothing new in either part writes nothing."""
     _text(namespace, "namespace", GRAPH_NAMESPACE_LENGTH, empty=True)
     _text(checkpoint_id, "checkpointId", ID_LENGTH)
     if parent_id is not None:
@@ -157,7 +173,16 @@ async def put_checkpoint(
         _text(value.channel, f"channels[{i}].channel", KEY_LENGTH)
         _text(value.version, f"channels[{i}].version", VERSION_LENGTH)
         size += _blob(value.value, f"channels[{i}]") + len(value.channel) + len(value.version)
+    if held and parent_id is None:
+        raise InvalidInputError("writes", "are stored against the parent: give parentId")
+    for i, group in enumerate(held):
+        size += _writes_size(group.writes, f"writes[{i}].writes")
     _within(house.limits, size, "checkpoint")
+    runs = [
+        group.node.checked(house.limits, f"writes[{i}].node")
+        for i, group in enumerate(held)
+        if group.node is not None
+    ]
     run_id = metadata.get("run_id")
     versions = dict(channel_versions)
 
@@ -179,32 +204,13 @@ async def put_checkpoint(
 
     async def apply(draft: Draft) -> Change:
         conn, pk = draft.conn, draft.task.id
-        freed = 0
-        same = '"task_id" = ? AND "namespace" = ? AND "checkpoint_id" = ?'
-        held = await _rows(conn, GraphCheckpoint, same, [pk, namespace, checkpoint_id])
-        stored = set()
-        if channels:
-            names = sorted({c.channel for c in channels})
-            versions = sorted({c.version for c in channels})
-            found = await sql.fetch(
-                conn,
-                'SELECT "channel", "version" FROM "graph_blobs" WHERE "task_id" = ?'
-                f' AND "namespace" = ? AND "channel" IN ({sql.marks(names)})'
-                f' AND "version" IN ({sql.marks(versions)})',
-                [pk, namespace, *names, *versions],
-            )
-            stored = {(r["channel"], r["version"]) for r in found}
-        new = [c for c in channels if (c.channel, c.version) not in stored]
-        if not new and any(_as_given(row) for row in held):
-            raise Unchanged  # sent again (a retry): stored already, nothing to write
-        for row in held:
-            freed += row.stored_bytes
-        if held:
-            await sql.execute(
-                conn,
-                f'DELETE FROM "graph_checkpoints" WHERE {same}',
-                [pk, namespace, checkpoint_id],
-            )
+        wrote, stored = False, 0
+        for group in held:
+            assert parent_id is not None
+            added = await _store_writes(draft, namespace, parent_id, group.writes)
+            if added is not None:
+                wrote, stored = True, stored + added
+        shown = await nodes.record(draft, runs) if runs and wrote else None
         blobs: list[dict[str, Any]] = [
             {
                 "task_id": pk,
@@ -217,10 +223,9 @@ async def put_checkpoint(
                     c.value.payload, namespace, c.channel, c.version, c.value.type
                 ),
             }
-            for c in {(c.channel, c.version): c for c in new}.values()
+            for c in {(c.channel, c.version): c for c in channels}.values()
         ]
-        for chunk in sql.chunks(blobs):
-            await sql.execute(conn, *sql.insert_rows(GraphBlob, chunk))
+        added = await _insert_new(conn, GraphBlob, blobs)  # a value at a version never changes
         row_bytes = encoded_bytes(
             checkpoint.payload, namespace, checkpoint_id, parent_id, checkpoint.type
         )
@@ -238,9 +243,22 @@ async def put_checkpoint(
             "seq": draft.task.event_seq,
             "stored_bytes": row_bytes,
         }
-        await sql.execute(conn, *sql.insert_rows(GraphCheckpoint, [made]))
-        draft.stored = row_bytes + sum(int(b["stored_bytes"]) for b in blobs) - freed
-        return Change(TaskEventKind.GRAPH_CHECKPOINT)
+        if await _insert_new(conn, GraphCheckpoint, [made]) is None:
+            # An id stored already: the same checkpoint sent again (a retry), or
+            # another one, which replaces it.
+            same = '"task_id" = ? AND "namespace" = ? AND "checkpoint_id" = ?'
+            rows = await _rows(conn, GraphCheckpoint, same, [pk, namespace, checkpoint_id])
+            if added is None and not wrote and any(_as_given(row) for row in rows):
+                raise Unchanged  # stored already, nothing to write
+            stored -= sum(row.stored_bytes for row in rows)
+            await sql.execute(
+                conn,
+                f'DELETE FROM "graph_checkpoints" WHERE {same}',
+                [pk, namespace, checkpoint_id],
+            )
+            await sql.execute(conn, *sql.insert_rows(GraphCheckpoint, [made]))
+        draft.stored = stored + row_bytes + (added or 0)
+        return Change(TaskEventKind.GRAPH_CHECKPOINT, step_index=shown)
 
     return await nodes.write_thread(house, user_id, task_id, apply, fencing_token, progress=True)
 
@@ -266,65 +284,15 @@ async def put_writes(
     (no event), so a retry is harmless without an idempotency key."""
     _text(namespace, "namespace", GRAPH_NAMESPACE_LENGTH, empty=True)
     _text(checkpoint_id, "checkpointId", ID_LENGTH)
-    size = 0
-    for i, write in enumerate(writes):
-        _text(write.task_key, f"writes[{i}].taskId", KEY_LENGTH)
-        _text(write.task_path, f"writes[{i}].taskPath", GRAPH_NAMESPACE_LENGTH, empty=True)
-        _text(write.channel, f"writes[{i}].channel", KEY_LENGTH)
-        size += _blob(write.value, f"writes[{i}]") + len(write.channel)
-    _within(house.limits, size, "writes")
+    _within(house.limits, _writes_size(writes, "writes"), "writes")
     if node is not None:
         node = node.checked(house.limits, "node")
 
     async def apply(draft: Draft) -> Change:
-        conn, pk = draft.conn, draft.task.id
-        keys = sorted({w.task_key for w in writes})
-        mine = (
-            f'"task_id" = ? AND "namespace" = ? AND "checkpoint_id" = ?'
-            f' AND "task_key" IN ({sql.marks(keys)})'
-        )
-        found = await _rows(conn, GraphWrite, mine, [pk, namespace, checkpoint_id, *keys])
-        held = {(r.task_key, r.idx): r for r in found}
-        freed = 0
-        replaced: list[int] = []
-        rows: dict[tuple[str, int], dict[str, Any]] = {}
-        for write in writes:
-            key = (write.task_key, write.idx)
-            old = held.get(key)
-            if old is not None and (write.idx >= 0 or _same_write(old, write)):
-                continue
-            if old is not None:
-                freed += old.stored_bytes
-                replaced.append(old.id)
-                del held[key]
-            rows[key] = {
-                "task_id": pk,
-                "namespace": namespace,
-                "checkpoint_id": checkpoint_id,
-                "task_key": write.task_key,
-                "task_path": write.task_path,
-                "idx": write.idx,
-                "channel": write.channel,
-                "type": write.value.type,
-                "payload": write.value.payload,
-                "stored_bytes": encoded_bytes(
-                    write.value.payload,
-                    namespace,
-                    write.task_key,
-                    write.task_path,
-                    write.channel,
-                    write.value.type,
-                ),
-            }
-        if not rows:
+        added = await _store_writes(draft, namespace, checkpoint_id, writes)
+        if added is None:
             raise Unchanged
-        for chunk in sql.chunks(replaced):
-            await sql.execute(
-                conn, f'DELETE FROM "graph_writes" WHERE "id" IN ({sql.marks(chunk)})', chunk
-            )
-        for part in sql.chunks(list(rows.values())):
-            await sql.execute(conn, *sql.insert_rows(GraphWrite, part))
-        draft.stored = sum(int(r["stored_bytes"]) for r in rows.values()) - freed
+        draft.stored = added
         shown = None if node is None else await nodes.record(draft, [node])
         return Change(TaskEventKind.GRAPH_WRITES, step_index=shown)
 
@@ -553,6 +521,104 @@ async def _rows(conn: BaseDBAsyncClient, model: type[M], where: str, params: lis
         conn, f'SELECT {sql.names(fields)} FROM "{model._meta.db_table}" WHERE {where}', params
     )
     return [model(**sql.decode(model, row, fields)) for row in found]
+
+
+def _writes_size(writes: Sequence[PendingWrite], field: str) -> int:
+    """The bytes of pending writes toward the write's limit, or InvalidInput
+    naming the field at fault."""
+    size = 0
+    for i, write in enumerate(writes):
+        _text(write.task_key, f"{field}[{i}].taskId", KEY_LENGTH)
+        _text(write.task_path, f"{field}[{i}].taskPath", GRAPH_NAMESPACE_LENGTH, empty=True)
+        _text(write.channel, f"{field}[{i}].channel", KEY_LENGTH)
+        size += _blob(write.value, f"{field}[{i}]") + len(write.channel)
+    return size
+
+
+async def _store_writes(
+    draft: Draft, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
+) -> int | None:
+    """Store pending writes against a checkpoint, idempotent on (task, index): a
+    write at an index already stored is kept, except at LangGraph's negative
+    indexes, where another write replaces what it finds. The bytes it adds to
+    the task's store, None when nothing was new."""
+    if not writes:
+        return None
+    conn, pk = draft.conn, draft.task.id
+    if all(w.idx >= 0 for w in writes):  # none replaces: stored unless held
+        last = {(w.task_key, w.idx): w for w in writes}.values()
+        return await _insert_new(
+            conn, GraphWrite, [_write_row(pk, namespace, checkpoint_id, w) for w in last]
+        )
+    keys = sorted({w.task_key for w in writes})
+    mine = (
+        f'"task_id" = ? AND "namespace" = ? AND "checkpoint_id" = ?'
+        f' AND "task_key" IN ({sql.marks(keys)})'
+    )
+    found = await _rows(conn, GraphWrite, mine, [pk, namespace, checkpoint_id, *keys])
+    held = {(r.task_key, r.idx): r for r in found}
+    freed = 0
+    replaced: list[int] = []
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for write in writes:
+        key = (write.task_key, write.idx)
+        old = held.get(key)
+        if old is not None and (write.idx >= 0 or _same_write(old, write)):
+            continue
+        if old is not None:
+            freed += old.stored_bytes
+            replaced.append(old.id)
+            del held[key]
+        rows[key] = _write_row(pk, namespace, checkpoint_id, write)
+    if not rows:
+        return None
+    for chunk in sql.chunks(replaced):
+        await sql.execute(
+            conn, f'DELETE FROM "graph_writes" WHERE "id" IN ({sql.marks(chunk)})', chunk
+        )
+    for part in sql.chunks(list(rows.values())):
+        await sql.execute(conn, *sql.insert_rows(GraphWrite, part))
+    return sum(int(r["stored_bytes"]) for r in rows.values()) - freed
+
+
+def _write_row(pk: int, namespace: str, checkpoint_id: str, write: PendingWrite) -> dict[str, Any]:
+    """A pending write's row, its bytes counted (``encoded_bytes``)."""
+    return {
+        "task_id": pk,
+        "namespace": namespace,
+        "checkpoint_id": checkpoint_id,
+        "task_key": write.task_key,
+        "task_path": write.task_path,
+        "idx": write.idx,
+        "channel": write.channel,
+        "type": write.value.type,
+        "payload": write.value.payload,
+        "stored_bytes": encoded_bytes(
+            write.value.payload,
+            namespace,
+            write.task_key,
+            write.task_path,
+            write.channel,
+            write.value.type,
+        ),
+    }
+
+
+async def _insert_new(
+    conn: BaseDBAsyncClient, model: type[Model], rows: Sequence[Mapping[str, Any]]
+) -> int | None:
+    """Insert the rows whose unique key the table does not hold yet, each
+    statement telling which it inserted (``RETURNING``): what a lookup before
+    the insert told in a statement more. The bytes inserted, None for none."""
+    added: int | None = None
+    for part in sql.chunks(rows):
+        text, params = sql.insert_rows(model, part)
+        found = await sql.fetch(
+            conn, f'{text} ON CONFLICT DO NOTHING RETURNING "stored_bytes"', params
+        )
+        if found:
+            added = (added or 0) + sum(int(r["stored_bytes"]) for r in found)
+    return added
 
 
 def _same_write(row: GraphWrite, write: PendingWrite) -> bool:
