@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import END, START, StateGraph
@@ -318,3 +319,59 @@ def test_a_nodes_writes_go_with_the_checkpoint_that_follows_them(
     ]
     alone = [e["kind"] for e in trip_events(server, token, hold_writes=0)]
     assert (alone.count("GRAPH_CHECKPOINT"), alone.count("GRAPH_WRITES")) == (5, 4)
+
+
+def crash_and_resume(
+    server: Server, token: str, kind: str, tmp_path: Path
+) -> tuple[list[list[Any]], list[str], list[str]]:
+    """``tests.agents.graph_crash`` with the saver ``kind``: killed (SIGKILL) once
+    ``fast``'s writes are acknowledged while ``slow``, its sibling, still runs,
+    then run again to the end. The writes the second process found pending, the
+    nodes run (the effects, in order) and the state it finished with."""
+    thread_id = str(uuid.uuid4())
+    effects = tmp_path / f"{kind}-effects.txt"
+    args = ["--saver", kind, "--effects", str(effects), "--sqlite", str(tmp_path / "lg.db")]
+    module = "tests.agents.graph_crash"
+    first = AgentProcess(server.url, token, thread_id, *args, "--stall", module=module)
+    try:
+        first.until(lambda line: ["done", ["fast"]] in line.get("writes", []))
+    finally:
+        first.kill()
+    second = AgentProcess(server.url, token, thread_id, *args, module=module)
+    try:
+        lines = second.rest(within=60)
+    finally:
+        second.kill()
+    pending = next(line["pending"] for line in lines if "pending" in line)
+    return pending, effects.read_text().split(), lines[-1]["finished"]
+
+
+@pytest.mark.parametrize("kind", ["runstate", "sqlite"])
+def test_an_acknowledged_write_survives_sigkill_and_its_node_runs_once(
+    served: tuple[Server, str], tmp_path: Path, kind: str
+) -> None:
+    """Guards what ``aput_writes`` acknowledges while it holds writes for the next
+    checkpoint: durable. ``fast`` finished and its writes were acknowledged (sent
+    alone once the hold passed, ``slow`` still running); the process is killed;
+    the new one finds them pending, so ``fast`` does not run again, ``search``
+    (a finished super-step) neither, and ``slow`` (never finished) does. The same
+    holds for LangGraph's ``AsyncSqliteSaver`` (``sqlite``), run as the anchor;
+    ``test_a_write_acknowledged_before_it_is_stored_is_lost`` shows the check
+    failing."""
+    server, token = served
+    pending, effects, finished = crash_and_resume(server, token, kind, tmp_path)
+    assert ["done", ["fast"]] in pending
+    assert sorted(effects) == ["fast", "join", "search", "slow", "slow"]
+    assert sorted(finished) == ["fast", "join", "search", "slow"]
+
+
+def test_a_write_acknowledged_before_it_is_stored_is_lost(
+    served: tuple[Server, str], tmp_path: Path
+) -> None:
+    """The control of the SIGKILL test: a saver that acknowledges a write before
+    storing it (``graph_crash``'s ``early``, holding it for the checkpoint that
+    never comes) loses it to the kill, and ``fast`` runs twice."""
+    server, token = served
+    pending, effects, _ = crash_and_resume(server, token, "early", tmp_path)
+    assert ["done", ["fast"]] not in pending
+    assert sorted(effects) == ["fast", "fast", "join", "search", "slow", "slow"]
