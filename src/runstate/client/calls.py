@@ -61,6 +61,30 @@ def _parsed(document: str) -> DocumentNode:
     return parse(document)
 
 
+TRUSTED = {body: doc.document_id(body) for body in doc.operations().values()}
+"""The documents servers register (``web/documents.json``), sent by id."""
+
+
+class _ById(GraphQLRequest):
+    """A request naming a trusted document by its id: nothing printed, its text not
+    sent (gql prints the whole document again for every request)."""
+
+    def __init__(self, document: str, variables: dict[str, Any]) -> None:
+        super().__init__(_parsed(document), variable_values=variables)
+        self.document_id = TRUSTED[document]
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return {"documentId": self.document_id, "variables": self.variable_values or {}}
+
+
+def _request(document: str, variables: dict[str, Any]) -> GraphQLRequest:
+    """The request of ``document``: by id if servers register it, else its text."""
+    if document in TRUSTED:
+        return _ById(document, variables)
+    return GraphQLRequest(_parsed(document), variable_values=variables)
+
+
 def _plan(step: StepPlan) -> dict[str, Any]:
     return {"action": step} if isinstance(step, str) else dict(step)
 
@@ -184,7 +208,7 @@ class Calls:
         """One operation's answer, or the exception of its Problem; a RateLimited
         answer (the Problem, or the 429 a request gets when its budget cannot pay its
         first point) is waited out and the request sent again."""
-        request = GraphQLRequest(_parsed(document), variable_values=variables)
+        request = _request(document, variables)
         waited = 0.0
         while True:
             try:

@@ -3,6 +3,9 @@ dataclasses (``models.selection``)."""
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from runstate.client.records import (
     Event,
     Lock,
@@ -118,3 +121,22 @@ GRAPH_CHECKPOINTS_QUERY = (
     f" before: $before, metadata: $metadata, first: {GRAPH_PAGE}, after: $after)"
     " { __typename after checkpoints { " + GRAPH_CHECKPOINT_FIELDS + " } } }"
 )
+
+
+def document_id(text: str) -> str:
+    """A document's id as a request names it (``documentId``): ``sha256:`` and the
+    hex digest of its UTF-8 text, as the GraphQL-over-HTTP draft's persisted
+    documents write it (the manifest keeps the digest alone, as Apollo's does)."""
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def operations() -> dict[str, str]:
+    """The queries and mutations of this module by their operation's name: the
+    documents a runstate server registers as trusted (``web/documents.json``) and
+    the SDK sends by id. Subscriptions go over the WebSocket, as text."""
+    found: dict[str, str] = {}
+    for value in globals().values():
+        kind = re.match(r"(query|mutation) (\w+)", value) if isinstance(value, str) else None
+        if kind is not None:
+            found[kind.group(2)] = value
+    return dict(sorted(found.items()))

@@ -38,6 +38,7 @@ from runstate.transport.deadline import WRITING, Writing
 from runstate.transport.operations import operation_type, uploads_only
 from runstate.transport.refusals import refusal
 from runstate.transport.strict_json import strict_json
+from runstate.transport.trusted import Trusted
 from runstate.transport.websocket import TransportWS
 from runstate.web.routes import GRAPHIQL
 
@@ -94,6 +95,8 @@ class GraphQLView(GraphQL[Context, None]):
         self.limiter = limiter
         self.epoch = ""
         """The database's timeline, read when the app starts (``database.current_epoch``)."""
+        self.trusted = Trusted.packaged()
+        """The documents a request may name by ``documentId`` (``transport.trusted``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """An HTTP request answered in the media type it accepts, its refusals as JSON
@@ -215,14 +218,15 @@ class GraphQLView(GraphQL[Context, None]):
     def parse_json(self, data: str | bytes) -> Any:
         """A request body: anything ``strict_json`` refuses is a 400, and so is JSON
         that is not an object (``null``, ``42``, ``"x"``): a GraphQL request is an
-        object."""
+        object. A trusted document named by ``documentId`` is read as if sent as
+        ``query`` (``transport.trusted``)."""
         try:
             parsed = strict_json(data)
         except ValueError as e:
             raise HTTPException(400, str(e)) from e
         if not isinstance(parsed, dict | list):  # a list is a batch: Strawberry refuses it
             raise HTTPException(400, "The request body must be a JSON object")
-        return parsed
+        return self.trusted.request(parsed) if isinstance(parsed, dict) else parsed
 
     def decode_json(self, data: str | bytes) -> object:
         """A WebSocket message, held to the same rules as a request body; a refused

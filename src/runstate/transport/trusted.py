@@ -1,0 +1,58 @@
+"""Trusted documents: the GraphQL documents runstate's own SDK and LangGraph saver
+send, registered by the hash of their text, so that a request names one by id
+instead of sending it (``{"documentId": "sha256:<hex>", "variables": ...}``),
+as Apollo's and Relay's persisted queries do.
+
+The registry is ``web/documents.json`` (Apollo's persisted query manifest,
+written by ``scripts/trusted_documents.py`` from ``runstate.client.documents``).
+An id the registry does not hold is refused with 400; any other document is
+still served when sent as ``query``, by the same path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+from cross_web import HTTPException
+
+PREFIX = "sha256:"
+
+
+class Trusted:
+    """The registered documents by id (``sha256:<hex>``)."""
+
+    def __init__(self, bodies: Mapping[str, str]) -> None:
+        for document_id, body in bodies.items():
+            if document_id != PREFIX + hashlib.sha256(body.encode()).hexdigest():
+                raise ValueError(f"{document_id} is not the hash of its document")
+        self.bodies = dict(bodies)
+
+    @classmethod
+    def packaged(cls) -> Trusted:
+        """The documents of this version's SDK and saver (``web/documents.json``)."""
+        text = (resources.files("runstate") / "web" / "documents.json").read_text()
+        manifest = json.loads(text)
+        return cls({PREFIX + entry["id"]: entry["body"] for entry in manifest["operations"]})
+
+    def request(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A request body naming a document by ``documentId`` with its document as
+        ``query``; any other body as it is. 400 for an id it does not hold, one
+        that is not text, or a body that sends both."""
+        if "documentId" not in body:
+            return body
+        document_id = body["documentId"]
+        if "query" in body:
+            raise HTTPException(400, "send either query or documentId, not both")
+        found = self.bodies.get(document_id) if isinstance(document_id, str) else None
+        if found is None:
+            raise HTTPException(
+                400,
+                "unknown documentId: this server registers the documents of its own SDK"
+                " and LangGraph saver; send any other document as query",
+            )
+        named = {k: v for k, v in body.items() if k != "documentId"}
+        return {**named, "query": found}

@@ -1,0 +1,45 @@
+"""The trusted documents' registry and the SDK's side of it: the manifest the
+server loads is the SDK's documents as they are, and the SDK names each of them
+by id, sending no text."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+from runstate.client import calls
+from runstate.client import documents as doc
+from runstate.transport.trusted import Trusted
+
+ROOT = Path(__file__).parent.parent.parent
+
+
+def test_the_manifest_is_the_sdks_documents_as_they_are() -> None:
+    """Guards ``web/documents.json`` against a changed SDK document: a document the
+    server does not register would be refused by id. Run
+    ``scripts/trusted_documents.py`` when this fails."""
+    script = runpy.run_path(str(ROOT / "scripts" / "trusted_documents.py"))
+    written = (ROOT / "src" / "runstate" / "web" / "documents.json").read_text()
+    assert written == script["manifest"](), "run scripts/trusted_documents.py"
+    registered = Trusted.packaged().bodies
+    assert registered == {doc.document_id(b): b for b in doc.operations().values()}
+    assert {"checkpointTask", "putGraphCheckpoint", "graphCheckpoint"} <= set(doc.operations())
+
+
+def test_the_sdk_sends_its_documents_by_id_and_others_as_text() -> None:
+    """Guards ``calls._request``: a registered document goes as ``documentId`` and
+    its variables alone; a document servers do not register, as its text."""
+    for body in doc.operations().values():
+        payload = calls._request(body, {"input": {}}).payload
+        assert payload == {"documentId": doc.document_id(body), "variables": {"input": {}}}
+    other = calls._request("query { __typename }", {}).payload
+    assert set(other) == {"query"}
+
+
+def test_an_id_that_is_not_its_documents_hash_is_refused() -> None:
+    """Guards the registry's check: an entry whose id is not its text's hash stops
+    the server from starting, rather than answering one document for another."""
+    with pytest.raises(ValueError, match="not the hash"):
+        Trusted({doc.document_id("query a { x }"): "query b { y }"})
