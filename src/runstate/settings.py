@@ -36,6 +36,9 @@ class Settings:
     live_relay: bool = True
     """Caught-up taskProgress streams share one reader per task (``services.live.relay``);
     off, each stream relays its own events (for benchmarks that compare the two)."""
+    lean: bool = True
+    """Trusted write documents run on the lean path (``resolvers.lean``); off, on the
+    standard one (for the tests and benchmarks that compare the two)."""
     idempotency_ttl: int = 86400
     sweep_seconds: float = 60.0
     env: str = "development"
@@ -124,6 +127,7 @@ class Settings:
             ),
             gap_fill=_flag(env, "RUNSTATE_GAP_FILL", True),
             live_relay=_flag(env, "RUNSTATE_LIVE_RELAY", True),
+            lean=_flag(env, "RUNSTATE_LEAN", True),
             idempotency_ttl=_positive_int(env, "RUNSTATE_IDEMPOTENCY_TTL", 86400),
             sweep_seconds=_positive_float(env, "RUNSTATE_SWEEP_SECONDS", 60.0),
             env=name,

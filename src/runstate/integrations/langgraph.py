@@ -121,7 +121,9 @@ class _Held:
     groups: builtins.list[dict[str, Any]]
     starts: builtins.list[asyncio.Future[None]]
     stored: asyncio.Future[None]
-    timer: asyncio.TimerHandle
+    timer: asyncio.TimerHandle | None
+    """Counting ``hold_writes`` down; None while a checkpoint of the thread is on
+    its way (LangGraph sends the next one only after it)."""
 
 
 class RunstateSaver(BaseCheckpointSaver[str]):
@@ -193,6 +195,8 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         self._reports: dict[str, Reports] = {}
         self._forgetting: set[asyncio.Task[None]] = set()
         self._held: dict[tuple[str, str, str], _Held] = {}
+        self._putting: dict[str, int] = {}
+        """Checkpoints on their way, by thread."""
         """Pending writes held for the next checkpoint, by thread, namespace and the
         checkpoint they are written against (the next one's parent)."""
         self._flushing: set[asyncio.Task[None]] = set()
@@ -603,6 +607,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
 
         parent = configurable.get("checkpoint_id")
         held = self._take(thread_id, namespace, parent)
+        self._putting[thread_id] = self._putting.get(thread_id, 0) + 1
 
         async def write() -> None:
             await self._client.put_graph_checkpoint(
@@ -618,7 +623,13 @@ class RunstateSaver(BaseCheckpointSaver[str]):
                 writes=held.groups if held else None,
             )
 
-        await self._settled(held, self._written(thread_id, write))
+        try:
+            await self._settled(held, self._written(thread_id, write))
+        finally:
+            self._putting[thread_id] -= 1
+            if not self._putting[thread_id]:
+                del self._putting[thread_id]
+                self._count_down(thread_id)
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -677,8 +688,9 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         held = self._held.get(key)
         if held is None:
             loop = asyncio.get_running_loop()
-            timer = loop.call_later(self.hold_writes, self._flush_later, key)
-            held = self._held[key] = _Held([], [], loop.create_future(), timer)
+            held = self._held[key] = _Held([], [], loop.create_future(), None)
+            if key[0] not in self._putting:
+                held.timer = loop.call_later(self.hold_writes, self._flush_later, key)
         held.groups.append(group)
         held.starts.append(start)
         return held.stored
@@ -686,9 +698,17 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     def _take(self, thread_id: str, namespace: str, parent: str | None) -> _Held | None:
         """The writes held against ``parent``, taken to go with its child."""
         held = self._held.pop((thread_id, namespace, str(parent)), None) if parent else None
-        if held is not None:
+        if held is not None and held.timer is not None:
             held.timer.cancel()
         return held
+
+    def _count_down(self, thread_id: str) -> None:
+        """Start the hold of the thread's writes that waited for a checkpoint on its
+        way: the next checkpoint comes after it, or not at all."""
+        loop = asyncio.get_running_loop()
+        for key, held in self._held.items():
+            if key[0] == thread_id and held.timer is None:
+                held.timer = loop.call_later(self.hold_writes, self._flush_later, key)
 
     def _flush_later(self, key: tuple[str, str, str]) -> None:
         flushing = asyncio.create_task(self._flush(key))

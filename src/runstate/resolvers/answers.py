@@ -50,6 +50,10 @@ async def once(
     return await idempotency.once(info.context.house, call, ttl, kind, write)
 
 
+WRITES: set[Callable[..., Awaitable[Any]]] = set()
+"""The resolvers ``write`` made: they read only ``info.context`` and
+``info.field_name``, so the lean path may call them itself (``resolvers.lean``)."""
+
 CALLER = frozenset({"house", "user_id"})
 """Service parameters a write takes from its caller's context."""
 
@@ -125,4 +129,5 @@ def write(
 
     resolver.__annotations__ = {"info": Info, "input": input_type, "return": result}
     resolver.__name__ = resolver.__qualname__ = name
+    WRITES.add(resolver)
     return answered_mutation(**options)(resolver)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+from graphql.validation import NoSchemaIntrospectionCustomRule
 from strawberry.extensions import (
     AddValidationRules,
     DisableIntrospection,
@@ -24,6 +25,7 @@ from runstate.schema.extensions import (
     Measured,
     ParseOnce,
     Schema,
+    Shared,
     SmallValidationCache,
     should_mask,
 )
@@ -59,6 +61,7 @@ def build_schema(
         turns=turns,
     )
     # Classes or factories, never instances: Strawberry builds a fresh one per request.
+    metrics = metrics or Metrics()
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         ParseOnce,
         SmallValidationCache,
@@ -66,10 +69,11 @@ def build_schema(
         partial(MaxTokensLimiter, max_token_count=settings.max_tokens),
         partial(BoundedAnswers, bounds),
         partial(MaskUnexpectedErrors, should_mask_error=should_mask),
-        partial(Measured, known, metrics or Metrics()),
+        partial(Measured, known, metrics),
     ]
     if not settings.introspection:
         extensions.append(DisableIntrospection)
+        rules = [*rules, NoSchemaIntrospectionCustomRule]
     built = Schema(
         query=Query,
         mutation=Mutation,
@@ -79,4 +83,12 @@ def build_schema(
     )
     roots = (built._schema.query_type, built._schema.mutation_type, built._schema.subscription_type)
     known.update(name for root in roots if root is not None for name in root.fields)
+    built.shared = Shared(
+        bounds=bounds,
+        rules=rules,
+        max_tokens=settings.max_tokens,
+        masking=MaskUnexpectedErrors(should_mask_error=should_mask),
+        metrics=metrics,
+        known=known,
+    )
     return built

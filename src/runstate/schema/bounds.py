@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Iterable
 
-from graphql import DocumentNode, OperationDefinitionNode
+from graphql import DocumentNode, GraphQLSchema, OperationDefinitionNode
 from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType as StrawberryOperationType
 
@@ -93,6 +93,37 @@ class Bounds:
             self.unsized.put(key, estimate, len(key[0]))
         return estimate
 
+    async def bound(
+        self,
+        schema: GraphQLSchema,
+        document: DocumentNode,
+        name: str | None,
+        variables: dict[str, object] | None,
+        caller: Context,
+        query: str,
+    ) -> int:
+        """Refuse the operation past a limit, else charge its estimate: the points
+        it paid for it. The one implementation of both paths (``BoundedAnswers``
+        and ``transport.lean``)."""
+        charging = caller.limiter is not None
+        key = (query, name)
+        most = self.unsized.get(key)
+        if most is not None and self.free(most, charging):
+            return 0  # the SDK's writes: nothing more to read or pay
+        operation = _operation(document.definitions, name)
+        if operation is None:
+            return 0  # none or several to choose from: execution refuses it
+        walk = Walk(schema, document, operation, variables, self.limits)
+        if most is None and self.free(self.at_most(walk, key), charging):
+            return 0
+        input_bytes = len(query) + validation.json_size(variables)
+        estimate = await estimate_of(walk, caller.user_id, input_bytes)
+        self.check(estimate)
+        points = self.points(estimate)
+        if points:
+            await caller.charge(points)
+        return points
+
 
 class BoundedAnswers(SchemaExtension):
     """Refuses an operation that could answer too much; charges one that may run,
@@ -109,49 +140,19 @@ class BoundedAnswers(SchemaExtension):
             yield
             return
         if isinstance(caller, Context) and caller.principal is not None and document is not None:
-            paid = await self._bound(
-                document, context.operation_name, context.variables, caller, context.query or ""
+            paid = await self.bounds.bound(
+                context.schema._schema,
+                document,
+                context.operation_name,
+                context.variables,
+                caller,
+                context.query or "",
             )
             if paid and context.operation_type is StrawberryOperationType.QUERY:
                 async with self.bounds.heavy.turn(caller.user_id):
                     yield
                 return
         yield
-
-    async def _bound(
-        self,
-        document: DocumentNode,
-        name: str | None,
-        variables: dict[str, object] | None,
-        caller: Context,
-        query: str,
-    ) -> int:
-        """Refuse the operation past a limit, else charge its estimate: the points
-        it paid for it."""
-        charging = caller.limiter is not None
-        key = (query, name)
-        most = self.bounds.unsized.get(key)
-        if most is not None and self.bounds.free(most, charging):
-            return 0  # the SDK's writes: nothing more to read or pay
-        operation = _operation(document.definitions, name)
-        if operation is None:
-            return 0  # none or several to choose from: execution refuses it
-        walk = Walk(
-            self.execution_context.schema._schema,
-            document,
-            operation,
-            variables,
-            self.bounds.limits,
-        )
-        if most is None and self.bounds.free(self.bounds.at_most(walk, key), charging):
-            return 0
-        input_bytes = len(query) + validation.json_size(variables)
-        estimate = await estimate_of(walk, caller.user_id, input_bytes)
-        self.bounds.check(estimate)
-        points = self.bounds.points(estimate)
-        if points:
-            await caller.charge(points)
-        return points
 
 
 async def estimate_of(walk: Walk, user_id: str, input_bytes: int) -> Estimate:

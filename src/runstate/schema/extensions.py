@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Set
+from collections.abc import Iterator, Sequence, Set
+from dataclasses import dataclass
 
 import strawberry
-from graphql import DocumentNode, FieldNode, GraphQLError, OperationDefinitionNode, parse
+from graphql import (
+    ASTValidationRule,
+    DocumentNode,
+    FieldNode,
+    GraphQLError,
+    OperationDefinitionNode,
+    parse,
+)
 from strawberry.extensions import (
     MaskErrors,
     ParserCache,
@@ -19,6 +27,7 @@ from strawberry.extensions.parser_cache import DEFAULT_MAXSIZE, _get_parse_cache
 from strawberry.types import ExecutionContext
 
 from runstate.observe.metrics import Metrics
+from runstate.schema.bounds import Bounds
 from runstate.services.domain.errors import DomainError
 
 
@@ -113,12 +122,27 @@ class Measured(SchemaExtension):
         except RuntimeError:  # no document: it did not parse
             kind = "-"
         errors = getattr(context.result, "errors", None)
-        outcome = "error" if errors or context.pre_execution_errors else "ok"
-        for field in _top_fields(context.graphql_document):
-            field = field if field in self.known else "-"
-            self.metrics.operations.labels(kind, field, outcome).inc()
-            if kind == "mutation":
-                self.metrics.write_seconds.labels(field).observe(time.perf_counter() - began)
+        failed = bool(errors or context.pre_execution_errors)
+        counted(self.metrics, self.known, kind, context.graphql_document, failed, began)
+
+
+def counted(
+    metrics: Metrics,
+    known: Set[str],
+    kind: str,
+    document: DocumentNode | None,
+    failed: bool,
+    began: float,
+) -> None:
+    """Count an operation by its top-level fields and outcome, and time a mutation
+    from ``began`` (``time.perf_counter``): ``Measured``'s count, and the lean
+    path's (``transport.lean``)."""
+    outcome = "error" if failed else "ok"
+    for field in _top_fields(document):
+        field = field if field in known else "-"
+        metrics.operations.labels(kind, field, outcome).inc()
+        if kind == "mutation":
+            metrics.write_seconds.labels(field).observe(time.perf_counter() - began)
 
 
 def _top_fields(document: DocumentNode | None) -> list[str]:
@@ -135,13 +159,32 @@ def _top_fields(document: DocumentNode | None) -> list[str]:
     return names or ["-"]
 
 
+@dataclass(frozen=True)
+class Shared:
+    """What the schema's extensions hold that the lean path uses as they do: the
+    bounds (``BoundedAnswers``), the validation rules past graphql-core's own and
+    the token limit, the masking, and the metrics (``Measured``)."""
+
+    bounds: Bounds
+    rules: Sequence[type[ASTValidationRule]]
+    max_tokens: int
+    masking: MaskUnexpectedErrors
+    metrics: Metrics
+    known: Set[str]
+
+
 class Schema(strawberry.Schema):
     """Strawberry's Schema, logging only unexpected errors.
 
     Strawberry logs every error with its traceback, so each NotFound, refused
     transition or syntax error a client caused filled the log; those are answers,
     not faults. Unexpected errors are logged in full (and masked for the client).
+
+    ``shared`` holds what its extensions share with the lean path
+    (``resolvers.lean``), set where the schema is built.
     """
+
+    shared: Shared | None = None
 
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None

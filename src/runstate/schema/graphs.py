@@ -13,7 +13,14 @@ from strawberry.scalars import JSON
 
 from runstate.basics.enums import GraphNodeStatus, GraphPruneStrategy, GraphRunEnd
 from runstate.schema.inputs import IDEMPOTENCY_KEY
-from runstate.schema.problems import IdempotencyKeyReused, InvalidInput, NotFound, RateLimited
+from runstate.schema.problems import (
+    IdempotencyKeyReused,
+    InvalidInput,
+    LockHeld,
+    NotFound,
+    RateLimited,
+    SessionExpired,
+)
 from runstate.services.domain.errors import InvalidInputError
 from runstate.services.threads import nodes
 from runstate.services.threads.checkpoints import (
@@ -349,6 +356,11 @@ class GraphRunsDeleted:
 
 
 GraphRunsResult = Annotated[
-    GraphRunsDeleted | InvalidInput | IdempotencyKeyReused | RateLimited,
+    GraphRunsDeleted
+    | InvalidInput
+    | SessionExpired
+    | LockHeld
+    | IdempotencyKeyReused
+    | RateLimited,
     strawberry.union("GraphRunsResult"),
 ]

@@ -20,6 +20,9 @@ from typing import Any
 from cross_web import HTTPException
 
 PREFIX = "sha256:"
+NAMED = "runstateDocumentId"
+"""The request extension that says a request named its document by id: such a
+request may take the lean path (``resolvers.lean``); one sending text never does."""
 
 
 class Trusted:
@@ -40,8 +43,12 @@ class Trusted:
 
     def request(self, body: dict[str, Any]) -> dict[str, Any]:
         """A request body naming a document by ``documentId`` with its document as
-        ``query``; any other body as it is. 400 for an id it does not hold, one
-        that is not text, or a body that sends both."""
+        ``query`` and the id as the extension ``NAMED``; any other body as it is
+        (an ``extensions`` of its own that says ``NAMED`` included: 400). 400 for
+        an id it does not hold, one that is not text, or a body that sends both."""
+        extensions = body.get("extensions")
+        if isinstance(extensions, dict) and NAMED in extensions:
+            raise HTTPException(400, f"the extension {NAMED} is the server's own")
         if "documentId" not in body:
             return body
         document_id = body["documentId"]
@@ -55,4 +62,5 @@ class Trusted:
                 " and LangGraph saver; send any other document as query",
             )
         named = {k: v for k, v in body.items() if k != "documentId"}
-        return {**named, "query": found}
+        given = extensions if isinstance(extensions, dict) else {}
+        return {**named, "query": found, "extensions": {**given, NAMED: document_id}}

@@ -22,6 +22,7 @@ from strawberry.http import GraphQLRequestData
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
 
+from runstate.resolvers.lean import Lean
 from runstate.schema.context import Context
 from runstate.schema.fanout import SharedEvents
 from runstate.schema.turns import Turns
@@ -38,7 +39,7 @@ from runstate.transport.deadline import WRITING, Writing
 from runstate.transport.operations import operation_type, uploads_only
 from runstate.transport.refusals import refusal
 from runstate.transport.strict_json import strict_json
-from runstate.transport.trusted import Trusted
+from runstate.transport.trusted import NAMED, Trusted
 from runstate.transport.websocket import TransportWS
 from runstate.web.routes import GRAPHIQL
 
@@ -97,6 +98,8 @@ class GraphQLView(GraphQL[Context, None]):
         """The database's timeline, read when the app starts (``database.current_epoch``)."""
         self.trusted = Trusted.packaged()
         """The documents a request may name by ``documentId`` (``transport.trusted``)."""
+        self.lean = Lean(schema, self.trusted.bodies.values() if settings.lean else ())
+        """The trusted writes compiled for the lean path (``resolvers.lean``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """An HTTP request answered in the media type it accepts, its refusals as JSON
@@ -196,6 +199,10 @@ class GraphQLView(GraphQL[Context, None]):
                 f"request body is larger than {self.settings.max_body_bytes} bytes:"
                 " only putGraphCheckpoint and putGraphWrites may send more",
             )
+        named = (request_data.extensions or {}).get(NAMED)
+        lean = self.lean.get(request_data.query, request_data.operation_name) if named else None
+        if lean is not None and request.method == "POST":
+            return await self.lean.execute(lean, context, request_data.variables)
         return await super().execute_single(
             request, request_adapter, sub_response, context, root_value, request_data
         )

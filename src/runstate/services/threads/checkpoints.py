@@ -419,7 +419,10 @@ async def _delete(draft: Draft, gone: Sequence[GraphCheckpoint], left: Sequence[
 async def delete_runs(house: House, user_id: str, run_ids: Sequence[str]) -> Written[int]:
     """Delete the caller's checkpoints made by these runs (their ``run_id``), with
     their pending writes and the channel values no other checkpoint names: one
-    write (GRAPH_PRUNED) per thread touched. The answer: how many went."""
+    write (GRAPH_PRUNED) per thread touched, in the threads' id order. The answer:
+    how many went. A thread another worker leases (LockHeld) or in an expired
+    session (SessionExpired) refuses its write and ends the call there: the
+    threads before it are done, and the call sent again does the rest."""
     for i, run_id in enumerate(run_ids):
         _text(run_id, f"runIds[{i}]", KEY_LENGTH)
     runs = sorted(set(run_ids))

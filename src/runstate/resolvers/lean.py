@@ -1,0 +1,357 @@
+"""The lean path: trusted write documents run without Strawberry's and
+graphql-core's per-request machinery, answered exactly as the standard path
+answers them.
+
+A trusted document (``transport.trusted``) that is one write mutation made by
+``answers.write`` (``mutation name($input: XInput!) { field(input: $input) {
+... } }``) is compiled once, when the app starts: parsed within the token limit,
+validated with every rule the schema runs (depth, aliases, nodes, literals), and
+its answer's selection turned into a plan, per type the answer may be, of which
+attribute each key reads and how its value is serialized. A document that is
+anything else (a query, a selection reading a field through a resolver, a
+fragment spread, a directive) stays on the standard path.
+
+Per request, the lean path does what must be done per request and no more: it
+coerces the variables (graphql-core's ``get_variable_values``, so a bad input is
+the same request error), bounds and charges the operation (``Bounds.bound``),
+converts the input as Strawberry does (``convert_arguments``), calls the
+resolver (which charges the write, applies idempotency, writes, publishes),
+answers a refusal as its Problem member (``to_problem``), serializes the answer
+through the plan with the schema's own scalars and enums, logs and masks an
+unexpected error (``Schema.process_errors``, ``MaskUnexpectedErrors``) and
+counts the operation (``counted``). What it returns is an ``ExecutionResult``
+that the view turns into bytes, status and media type as it does every other:
+errors, masking, media types and status codes are one implementation.
+``tests/integration/test_trusted.py`` sends each write both ways and compares
+the bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from graphql import (
+    DocumentNode,
+    FieldNode,
+    GraphQLAbstractType,
+    GraphQLError,
+    GraphQLList,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLOutputType,
+    InlineFragmentNode,
+    OperationDefinitionNode,
+    OperationType,
+    SelectionSetNode,
+    VariableNode,
+    is_leaf_type,
+    located_error,
+    parse,
+    specified_rules,
+    validate,
+)
+from graphql.execution.values import get_argument_values, get_variable_values
+from graphql.pyutils import Undefined
+from strawberry.types import ExecutionResult
+from strawberry.types.arguments import convert_arguments
+from strawberry.types.base import StrawberryObjectDefinition
+from strawberry.types.field import StrawberryField
+
+from runstate.resolvers.answers import WRITES
+from runstate.schema.context import Context
+from runstate.schema.extensions import Schema, Shared, counted
+from runstate.schema.problems import AnswerProblems, to_problem
+from runstate.services.domain.errors import DomainError
+
+Complete = Callable[[Any], Any]
+"""A value of the resolver's answer as the answer's JSON holds it."""
+
+
+class NotLean(Exception):  # noqa: N818 - a signal, not an error
+    """The document stays on the standard path (why, in its message)."""
+
+
+class Unanswerable(Exception):  # noqa: N818 - an answer the plan cannot give
+    """A value the plan cannot serialize (a null where the schema says never)."""
+
+
+@dataclass(frozen=True)
+class LeanInfo:
+    """What a resolver made by ``answers.write`` reads of its ``info``."""
+
+    context: Context
+    field_name: str
+
+
+@dataclass(frozen=True)
+class LeanWrite:
+    """One compiled write document."""
+
+    name: str
+    """The operation's name."""
+    body: str
+    """The document's text: the key ``Bounds`` keeps its verdicts under."""
+    document: DocumentNode
+    operation: OperationDefinitionNode
+    node: FieldNode
+    key: str
+    """The answer's key (the field's alias or name)."""
+    field: StrawberryField
+    resolver: Callable[..., Any]
+    complete: Complete
+
+
+class Lean:
+    """The compiled write documents of a schema, by their text."""
+
+    def __init__(self, schema: Schema, bodies: Iterable[str]) -> None:
+        assert schema.shared is not None, "a schema of resolvers.build"
+        self.schema = schema
+        self.shared: Shared = schema.shared
+        self.writes: dict[str, LeanWrite] = {}
+        self.skipped: dict[str, str] = {}
+        """Documents left to the standard path, and why."""
+        for body in bodies:
+            try:
+                self.writes[body] = self._compile(body)
+            except NotLean as why:
+                self.skipped[body] = str(why)
+
+    def get(self, query: str | None, operation_name: str | None) -> LeanWrite | None:
+        """The compiled write of a request's document, if it has one and the request
+        runs its operation."""
+        found = self.writes.get(query) if query is not None else None
+        if found is None or operation_name not in (None, found.name):
+            return None
+        return found
+
+    async def execute(
+        self, write: LeanWrite, context: Context, variables: dict[str, Any] | None
+    ) -> ExecutionResult:
+        """The write's answer to this request, as the standard path gives it."""
+        began = time.perf_counter()
+        gschema = self.schema._schema
+        coerced = get_variable_values(
+            gschema, write.operation.variable_definitions or (), variables or {}
+        )
+        if isinstance(coerced, list):
+            result = ExecutionResult(data=None, errors=coerced)
+        else:
+            result = await self._run(write, context, variables, coerced)
+        if result.errors:
+            self.schema.process_errors(result.errors)
+            result.errors = self.shared.masking._process_errors(result.errors)
+        counted(
+            self.shared.metrics,
+            self.shared.known,
+            OperationType.MUTATION.value,
+            write.document,
+            bool(result.errors),
+            began,
+        )
+        return result
+
+    async def _run(
+        self,
+        write: LeanWrite,
+        context: Context,
+        variables: dict[str, Any] | None,
+        coerced: Any,
+    ) -> ExecutionResult:
+        gschema = self.schema._schema
+        try:
+            if context.principal is not None:
+                await self.shared.bounds.bound(
+                    gschema, write.document, write.name, variables, context, write.body
+                )
+        except Exception as error:
+            coerced_error = error if isinstance(error, GraphQLError) else None
+            return ExecutionResult(
+                data=None, errors=[coerced_error or GraphQLError(str(error), original_error=error)]
+            )
+        try:
+            mutation = gschema.mutation_type
+            assert mutation is not None
+            raw = get_argument_values(mutation.fields[write.node.name.value], write.node, coerced)
+            arguments = convert_arguments(
+                raw,
+                write.field.arguments,
+                scalar_registry=self.schema.schema_converter.scalar_registry,
+                config=self.schema.config,
+            )
+            try:
+                value = await write.resolver(
+                    None, LeanInfo(context, write.node.name.value), **arguments
+                )
+            except DomainError as refused:
+                value = to_problem(refused)
+            return ExecutionResult(data={write.key: write.complete(value)}, errors=None)
+        except Exception as error:
+            return ExecutionResult(
+                data=None, errors=[located_error(error, [write.node], [write.key])]
+            )
+
+    def _compile(self, body: str) -> LeanWrite:
+        gschema = self.schema._schema
+        try:
+            document = parse(body, max_tokens=self.shared.max_tokens)
+        except GraphQLError as error:
+            raise NotLean(f"does not parse: {error.message}") from None
+        if validate(gschema, document, [*specified_rules, *self.shared.rules]):
+            raise NotLean("is not valid against the schema and its limits")
+        (operation,) = document.definitions
+        if not isinstance(operation, OperationDefinitionNode) or operation.name is None:
+            raise NotLean("is not one named operation")
+        if operation.operation is not OperationType.MUTATION:
+            raise NotLean(f"is a {operation.operation.value}")
+        (node,) = _fields(operation.selection_set)
+        arguments = node.arguments or ()
+        if (
+            len(operation.variable_definitions or ()) != 1
+            or len(arguments) != 1
+            or arguments[0].name.value != "input"
+            or not isinstance(arguments[0].value, VariableNode)
+        ):
+            raise NotLean("does not take one $input")
+        field = _strawberry_field(self.schema, "Mutation", node.name.value)
+        resolver = field.base_resolver.wrapped_func if field.base_resolver else None
+        if resolver not in WRITES or [type(e) for e in field.extensions] != [AnswerProblems]:
+            raise NotLean("is not a write made by answers.write")
+        mutation = gschema.mutation_type
+        assert mutation is not None
+        complete = self._completer(mutation.fields[node.name.value].type, [node])
+        key = node.alias.value if node.alias else node.name.value
+        return LeanWrite(
+            operation.name.value, body, document, operation, node, key, field, resolver, complete
+        )
+
+    def _completer(self, kind: GraphQLOutputType, nodes: list[FieldNode]) -> Complete:
+        """How a value of ``kind``, selected by ``nodes``, is serialized: as
+        graphql-core's ``complete_value`` does for the selections runstate sends."""
+        if isinstance(kind, GraphQLNonNull):
+            inner = self._completer(kind.of_type, nodes)
+
+            def never_null(value: Any) -> Any:
+                if value is None:
+                    raise Unanswerable("a null where the schema says never")
+                return inner(value)
+
+            return never_null
+        inner = self._nullable(kind, nodes)
+        return lambda value: None if value is None else inner(value)
+
+    def _nullable(self, kind: GraphQLOutputType, nodes: list[FieldNode]) -> Complete:
+        if isinstance(kind, GraphQLList):
+            item = self._completer(kind.of_type, nodes)
+            return lambda value: [item(v) for v in value]
+        if is_leaf_type(kind):
+            serialize = kind.serialize
+
+            def leaf(value: Any) -> Any:
+                serialized = serialize(value)
+                if serialized is Undefined or serialized is None:
+                    raise Unanswerable(f"{kind} cannot serialize {value!r}")
+                return serialized
+
+            return leaf
+        if isinstance(kind, GraphQLObjectType):
+            return self._object(kind, nodes)
+        assert isinstance(kind, GraphQLAbstractType)
+        plans = {
+            t.name: self._object(t, nodes) for t in self.schema._schema.get_possible_types(kind)
+        }
+
+        def abstract(value: Any) -> Any:
+            definition = getattr(value, "__strawberry_definition__", None)
+            if not isinstance(definition, StrawberryObjectDefinition):
+                raise Unanswerable(f"{value!r} is no type of {kind}")
+            return plans[definition.name](value)
+
+        return abstract
+
+    def _object(self, kind: GraphQLObjectType, nodes: list[FieldNode]) -> Complete:
+        """The plan of one object type: its keys in the document's order, each read
+        from the attribute its field names and serialized by its own completer."""
+        plan: list[tuple[str, str | None, Complete]] = []
+        for key, selected in self._collect(kind, nodes).items():
+            name = selected[0].name.value
+            if name == "__typename":
+                plan.append((key, None, _constant(kind.name)))
+                continue
+            if any(n.arguments for n in selected):
+                raise NotLean(f"selects {kind.name}.{name} with arguments")
+            field = _strawberry_field(self.schema, kind.name, name)
+            if field.base_resolver is not None or field.extensions:
+                raise NotLean(f"reads {kind.name}.{name} through a resolver")
+            plan.append((key, field.python_name, self._completer(kind.fields[name].type, selected)))
+
+        def complete(value: Any) -> dict[str, Any]:
+            return {
+                key: (
+                    complete_key(value)
+                    if attribute is None
+                    else complete_key(getattr(value, attribute))
+                )
+                for key, attribute, complete_key in plan
+            }
+
+        return complete
+
+    def _collect(
+        self, kind: GraphQLObjectType, nodes: list[FieldNode]
+    ) -> dict[str, list[FieldNode]]:
+        """The sub-fields of ``nodes`` that apply to ``kind``, by key, in the
+        document's order (graphql-core's ``collect_fields`` for these documents)."""
+        found: dict[str, list[FieldNode]] = {}
+
+        def visit(selections: SelectionSetNode) -> None:
+            for selection in selections.selections:
+                if selection.directives:
+                    raise NotLean("uses a directive")
+                if isinstance(selection, FieldNode):
+                    key = selection.alias.value if selection.alias else selection.name.value
+                    found.setdefault(key, []).append(selection)
+                elif isinstance(selection, InlineFragmentNode):
+                    condition = selection.type_condition
+                    if condition is None or self._applies(condition.name.value, kind):
+                        visit(selection.selection_set)
+                else:
+                    raise NotLean("spreads a fragment")
+
+        for node in nodes:
+            if node.selection_set is not None:
+                visit(node.selection_set)
+        return found
+
+    def _applies(self, condition: str, kind: GraphQLObjectType) -> bool:
+        named = self.schema._schema.get_type(condition)
+        if named is kind:
+            return True
+        return isinstance(named, GraphQLAbstractType) and self.schema._schema.is_sub_type(
+            named, kind
+        )
+
+
+def _constant(value: str) -> Complete:
+    return lambda _: value
+
+
+def _fields(selections: SelectionSetNode) -> list[FieldNode]:
+    fields = [s for s in selections.selections if isinstance(s, FieldNode)]
+    if len(fields) != len(selections.selections) or len(fields) != 1:
+        raise NotLean("does not run one field")
+    return fields
+
+
+def _strawberry_field(schema: Schema, type_name: str, field_name: str) -> StrawberryField:
+    """The Strawberry field behind ``type_name.field_name`` (a GraphQL name)."""
+    definition = schema.get_type_by_name(type_name)
+    if not isinstance(definition, StrawberryObjectDefinition):
+        raise NotLean(f"{type_name} is not an object type of the schema")
+    for field in definition.fields:
+        if schema.config.name_converter.get_graphql_name(field) == field_name:
+            return field
+    raise NotLean(f"{type_name} has no field {field_name}")
