@@ -1,10 +1,21 @@
 -- wrk script for bench/wrk.py: each wrk thread holds one connection and drives
 -- its own task, startStep then completeStep on step 0, 1, 2, ..., each carrying
 -- the version the previous answer gave. The task ids come in BENCH_TASKS (comma
--- separated, one per thread), the token in BENCH_TOKEN. done() prints one line of
--- JSON: latency percentiles in microseconds and the requests wrk counted.
+-- separated, one per thread), the token in BENCH_TOKEN; BENCH_START and
+-- BENCH_COMPLETE, when set, are the request bodies to send (string.format
+-- templates of the task id, the step and the version: bench/wrk.py writes them
+-- for the SDK's documents, by id or as text). done() prints one line of JSON:
+-- latency percentiles in microseconds and the requests wrk counted.
 
 local threads = 0
+
+local START = '{"query":"mutation($input: StepRefInput!) { startStep(input: $input) '
+  .. '{ ... on Task { version } } }","variables":{"input":{"taskId":"%s",'
+  .. '"stepIndex":%d,"expectedVersion":%d}}}'
+local COMPLETE = '{"query":"mutation($input: CompleteStepInput!) { completeStep(input: '
+  .. '$input) { ... on Task { version } } }","variables":{"input":{"taskId":"%s",'
+  .. '"stepIndex":%d,"expectedVersion":%d,"output":{"answer":"42","tokens":512}}}}'
+
 
 function setup(thread)
   threads = threads + 1
@@ -23,17 +34,12 @@ function init(args)
   wrk.method = "POST"
   wrk.headers["Content-Type"] = "application/json"
   wrk.headers["Authorization"] = "Bearer " .. os.getenv("BENCH_TOKEN")
+  start_body = os.getenv("BENCH_START") or START
+  complete_body = os.getenv("BENCH_COMPLETE") or COMPLETE
 end
 
-local START = '{"query":"mutation($input: StepRefInput!) { startStep(input: $input) '
-  .. '{ ... on Task { version } } }","variables":{"input":{"taskId":"%s",'
-  .. '"stepIndex":%d,"expectedVersion":%d}}}'
-local COMPLETE = '{"query":"mutation($input: CompleteStepInput!) { completeStep(input: '
-  .. '$input) { ... on Task { version } } }","variables":{"input":{"taskId":"%s",'
-  .. '"stepIndex":%d,"expectedVersion":%d,"output":{"answer":"42","tokens":512}}}}'
-
 function request()
-  local body = string.format(starting and START or COMPLETE, task, step, version)
+  local body = string.format(starting and start_body or complete_body, task, step, version)
   return wrk.format(nil, "/graphql", nil, body)
 end
 
