@@ -422,10 +422,10 @@ SUPER_STEP = [
     "BEGIN",
     "UPDATE tasks SET",
     "INSERT INTO graph_writes",
-    "SELECT id, namespace,",
-    "INSERT INTO graph_nodes",
     "INSERT INTO graph_blobs",
     "INSERT INTO graph_checkpoints",
+    "SELECT id, namespace,",
+    "INSERT INTO graph_nodes",
     "INSERT INTO steps",
     "INSERT INTO step_versions",
     "UPDATE tasks SET",
@@ -434,19 +434,18 @@ SUPER_STEP = [
     "COMMIT",
 ]
 """A super-step's statements on SQLite, in order: the compare-and-swap that opens
-the write, the node's writes (each stored unless its index is), its node found
-by its LangGraph task id and added, the checkpoint's new channel values and its
-row (each insert telling what it stored, so no lookup comes first), and the
-write's tail (the node's step and its version, the task, the event, the
-quota)."""
+the write; the node's writes, the checkpoint's new channel values and its row,
+each insert telling what it stored (so no lookup comes first: a write at a
+stored index, a value at a stored version are kept), the three in one trip to
+SQLite's thread (``sql.stored_each``); the node found by its LangGraph task id
+and added; and the write's tail (the node's step and its version, the task, the
+event, the quota) in one trip (``sql.run_all``)."""
 PG_SUPER_STEP = [
     "BEGIN",
     "UPDATE tasks SET",
-    "INSERT INTO graph_writes",
+    "WITH _0 AS",
     "SELECT id, namespace,",
     "INSERT INTO graph_nodes",
-    "INSERT INTO graph_blobs",
-    "INSERT INTO graph_checkpoints",
     "WITH _0 AS",
     "COMMIT",
 ]
@@ -465,9 +464,10 @@ async def steps_of(house: House, logged: Callable[[], Any]) -> list[list[str]]:
 @pytest.mark.usefixtures("clock")
 async def test_a_super_step_on_sqlite(house: House) -> None:
     """Guards what a super-step costs on SQLite: one transaction of 13 statements
-    (``SUPER_STEP``; 22 in two transactions when the node's writes went alone and
-    each insert was looked up first), the same at the sixth super-step as at the
-    second (nothing read grows with the thread)."""
+    in 7 trips to SQLite's thread (``SUPER_STEP``; 22 statements in two
+    transactions when the node's writes went alone and each insert was looked up
+    first), the same at the sixth super-step as at the second (nothing read grows
+    with the thread)."""
     found = await steps_of(house, Statements)
     assert found[1:] == [SUPER_STEP] * 5
 
@@ -475,8 +475,9 @@ async def test_a_super_step_on_sqlite(house: House) -> None:
 @pytest.mark.usefixtures("clock")
 async def test_a_super_step_on_postgresql(pg_house: House) -> None:
     """Guards what a super-step costs on PostgreSQL: BEGIN, the compare-and-swap,
-    the graph rows and the node's step lookup, the tail (the step, the task, the
-    event, the quota) as one statement of WITH queries (``sql.joined``), and
-    COMMIT: 9 round trips (16 in two transactions before)."""
+    the graph rows as one statement of WITH queries (``sql.stored_each``), the
+    node's lookup and row, the tail (the step, the task, the event, the quota) as
+    one statement of WITH queries (``sql.joined``), and COMMIT: 7 round trips (16
+    in two transactions before)."""
     found = await steps_of(pg_house, LoggedStatements)
     assert found[1:] == [PG_SUPER_STEP] * 5

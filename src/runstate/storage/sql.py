@@ -107,6 +107,46 @@ async def run_all(conn: BaseDBAsyncClient, statements: Sequence[Statement]) -> l
     return rows
 
 
+async def stored_each(conn: BaseDBAsyncClient, inserts: Sequence[Statement]) -> list[int | None]:
+    """Run ``INSERT ... RETURNING "stored_bytes"`` statements together: the bytes
+    each stored (None: it stored no row, every row's key being held already).
+
+    On SQLite they go to SQLite's thread in one trip; on PostgreSQL as one
+    statement, each a data-modifying WITH query whose rows a ``UNION ALL`` reads
+    back by its position. As ``run_all``'s, they must not read one another's
+    changes: inserts into different tables, or of different keys."""
+    if not inserts:
+        return []
+    if conn.capabilities.dialect == "sqlite":
+        async with conn.acquire_connection() as raw:
+            try:
+                found: list[int | None] = await raw._execute(_stored_each, raw._conn, inserts)
+            except sqlite3.IntegrityError as error:
+                raise IntegrityError(error) from error
+            return found
+    stored: list[int | None] = []
+    for group in _groups(inserts):
+        queries = ", ".join(f"_{i} AS ({text})" for i, (text, _) in enumerate(group))
+        reads = " UNION ALL ".join(
+            f'SELECT {i} AS "part", "stored_bytes" FROM _{i}' for i in range(len(group))
+        )
+        params = [value for _, values in group for value in values]
+        part: list[int | None] = [None] * len(group)
+        for row in await fetch(conn, f"WITH {queries} {reads}", params):
+            part[row["part"]] = (part[row["part"]] or 0) + int(row["stored_bytes"])
+        stored += part
+    return stored
+
+
+def _stored_each(db: sqlite3.Connection, inserts: Sequence[Statement]) -> list[int | None]:
+    """``stored_each`` in SQLite's thread."""
+    stored: list[int | None] = []
+    for text, params in inserts:
+        rows = db.execute(text.replace("\x00", "'||CHAR(0)||'"), list(params)).fetchall()
+        stored.append(sum(int(r[0]) for r in rows) if rows else None)
+    return stored
+
+
 def _groups(statements: Sequence[Statement]) -> Iterator[list[Statement]]:
     """``statements`` in runs of at most ``PG_PARAMS`` parameters (or one statement)."""
     group: list[Statement] = []

@@ -205,12 +205,16 @@ async def put_checkpoint(
     async def apply(draft: Draft) -> Change:
         conn, pk = draft.conn, draft.task.id
         wrote, stored = False, 0
+        inserts: list[tuple[str, sql.Statement]] = []
         for group in held:
             assert parent_id is not None
-            added = await _store_writes(draft, namespace, parent_id, group.writes)
-            if added is not None:
-                wrote, stored = True, stored + added
-        shown = await nodes.record(draft, runs) if runs and wrote else None
+            if any(w.idx < 0 for w in group.writes):  # a special write replaces what it finds
+                added = await _store_writes(draft, namespace, parent_id, group.writes)
+                wrote, stored = wrote or added is not None, stored + (added or 0)
+                continue
+            last = {(w.task_key, w.idx): w for w in group.writes}.values()
+            pending = [_write_row(pk, namespace, parent_id, w) for w in last]
+            inserts += [("writes", i) for i in _new_rows(GraphWrite, pending)]
         blobs: list[dict[str, Any]] = [
             {
                 "task_id": pk,
@@ -225,7 +229,7 @@ async def put_checkpoint(
             }
             for c in {(c.channel, c.version): c for c in channels}.values()
         ]
-        added = await _insert_new(conn, GraphBlob, blobs)  # a value at a version never changes
+        inserts += [("blobs", i) for i in _new_rows(GraphBlob, blobs)]
         row_bytes = encoded_bytes(
             checkpoint.payload, namespace, checkpoint_id, parent_id, checkpoint.type
         )
@@ -243,21 +247,32 @@ async def put_checkpoint(
             "seq": draft.task.event_seq,
             "stored_bytes": row_bytes,
         }
-        if await _insert_new(conn, GraphCheckpoint, [made]) is None:
+        inserts += [("checkpoint", i) for i in _new_rows(GraphCheckpoint, [made])]
+        # Each row stored unless its key is held (a value at a version never
+        # changes; a write at an index is kept): one trip for all of them.
+        new: dict[str, int | None] = {"writes": None, "blobs": None, "checkpoint": None}
+        found_each = await sql.stored_each(conn, [i for _, i in inserts])
+        for (part, _), found in zip(inserts, found_each, strict=True):
+            if found is not None:
+                new[part] = (new[part] or 0) + found
+        wrote = wrote or new["writes"] is not None
+        stored += (new["writes"] or 0) + (new["blobs"] or 0) + (new["checkpoint"] or 0)
+        shown = await nodes.record(draft, runs) if runs and wrote else None
+        if new["checkpoint"] is None:
             # An id stored already: the same checkpoint sent again (a retry), or
             # another one, which replaces it.
             same = '"task_id" = ? AND "namespace" = ? AND "checkpoint_id" = ?'
             rows = await _rows(conn, GraphCheckpoint, same, [pk, namespace, checkpoint_id])
-            if added is None and not wrote and any(_as_given(row) for row in rows):
+            if new["blobs"] is None and not wrote and any(_as_given(row) for row in rows):
                 raise Unchanged  # stored already, nothing to write
-            stored -= sum(row.stored_bytes for row in rows)
+            stored += row_bytes - sum(row.stored_bytes for row in rows)
             await sql.execute(
                 conn,
                 f'DELETE FROM "graph_checkpoints" WHERE {same}',
                 [pk, namespace, checkpoint_id],
             )
             await sql.execute(conn, *sql.insert_rows(GraphCheckpoint, [made]))
-        draft.stored = stored + row_bytes + (added or 0)
+        draft.stored = stored
         return Change(TaskEventKind.GRAPH_CHECKPOINT, step_index=shown)
 
     return await nodes.write_thread(house, user_id, task_id, apply, fencing_token, progress=True)
@@ -607,21 +622,24 @@ def _write_row(pk: int, namespace: str, checkpoint_id: str, write: PendingWrite)
     }
 
 
+def _new_rows(model: type[Model], rows: Sequence[Mapping[str, Any]]) -> list[sql.Statement]:
+    """The inserts of the rows whose unique key the table does not hold yet, each
+    telling what it inserted (``RETURNING``): what a lookup before the insert told
+    in a statement more."""
+    inserts: list[sql.Statement] = []
+    for part in sql.chunks(rows):
+        text, params = sql.insert_rows(model, part)
+        inserts.append((f'{text} ON CONFLICT DO NOTHING RETURNING "stored_bytes"', params))
+    return inserts
+
+
 async def _insert_new(
     conn: BaseDBAsyncClient, model: type[Model], rows: Sequence[Mapping[str, Any]]
 ) -> int | None:
-    """Insert the rows whose unique key the table does not hold yet, each
-    statement telling which it inserted (``RETURNING``): what a lookup before
-    the insert told in a statement more. The bytes inserted, None for none."""
-    added: int | None = None
-    for part in sql.chunks(rows):
-        text, params = sql.insert_rows(model, part)
-        found = await sql.fetch(
-            conn, f'{text} ON CONFLICT DO NOTHING RETURNING "stored_bytes"', params
-        )
-        if found:
-            added = (added or 0) + sum(int(r["stored_bytes"]) for r in found)
-    return added
+    """Insert the rows whose unique key the table does not hold yet (``_new_rows``):
+    the bytes inserted, None for none."""
+    found = [n for n in await sql.stored_each(conn, _new_rows(model, rows)) if n is not None]
+    return sum(found) if found else None
 
 
 def _same_write(row: GraphWrite, write: PendingWrite) -> bool:
