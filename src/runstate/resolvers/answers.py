@@ -44,8 +44,12 @@ async def once(
     events are published through the app's house (``idempotency.once``): the one
     place a mutation's events are published."""
     await info.context.charge(WRITE_COST)
-    payload = {k: v for k, v in dataclasses.asdict(input).items() if k != "idempotency_key"}
-    call = idempotency.keyed(info.context.user_id, input.idempotency_key, info.field_name, payload)
+    call = None
+    if input.idempotency_key is not None:  # the fingerprint, only for a key to keep it under
+        payload = {k: v for k, v in dataclasses.asdict(input).items() if k != "idempotency_key"}
+        call = idempotency.keyed(
+            info.context.user_id, input.idempotency_key, info.field_name, payload
+        )
     ttl = info.context.settings.idempotency_ttl
     return await idempotency.once(info.context.house, call, ttl, kind, write)
 

@@ -14,7 +14,8 @@ fragment spread, a directive) stays on the standard path.
 Per request, the lean path does what must be done per request and no more: it
 coerces the variables (graphql-core's ``get_variable_values``, so a bad input is
 the same request error), bounds and charges the operation (``Bounds.bound``),
-converts the input as Strawberry does (``convert_arguments``), calls the
+converts the input as Strawberry's ``convert_arguments`` does (each input
+type's fields, names and defaults looked up once, not per value), calls the
 resolver (which charges the write, applies idempotency, writes, publishes),
 answers a refusal as its Problem member (``to_problem``), serializes the answer
 through the plan with the schema's own scalars and enums, logs and masks an
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import Any
 
 from graphql import (
@@ -55,10 +56,17 @@ from graphql import (
 )
 from graphql.execution.values import get_argument_values, get_variable_values
 from graphql.pyutils import Undefined
+from strawberry.relay.types import GlobalID
 from strawberry.types import ExecutionResult
-from strawberry.types.arguments import convert_arguments
-from strawberry.types.base import StrawberryObjectDefinition
+from strawberry.types.arguments import _is_leaf_type, _is_optional_leaf_type, convert_argument
+from strawberry.types.base import (
+    StrawberryList,
+    StrawberryMaybe,
+    StrawberryObjectDefinition,
+    StrawberryOptional,
+)
 from strawberry.types.field import StrawberryField
+from strawberry.types.unset import UNSET
 
 from runstate.resolvers.answers import WRITES
 from runstate.schema.context import Context
@@ -101,6 +109,8 @@ class LeanWrite:
     """The answer's key (the field's alias or name)."""
     field: StrawberryField
     resolver: Callable[..., Any]
+    convert: Callable[[dict[str, Any]], dict[str, Any]]
+    """The field's coerced arguments as the resolver takes them."""
     complete: Complete
 
 
@@ -176,12 +186,7 @@ class Lean:
             mutation = gschema.mutation_type
             assert mutation is not None
             raw = get_argument_values(mutation.fields[write.node.name.value], write.node, coerced)
-            arguments = convert_arguments(
-                raw,
-                write.field.arguments,
-                scalar_registry=self.schema.schema_converter.scalar_registry,
-                config=self.schema.config,
-            )
+            arguments = write.convert(raw)
             try:
                 value = await write.resolver(
                     None, LeanInfo(context, write.node.name.value), **arguments
@@ -224,9 +229,88 @@ class Lean:
         assert mutation is not None
         complete = self._completer(mutation.fields[node.name.value].type, [node])
         key = node.alias.value if node.alias else node.name.value
+        convert = self._arguments(field)
         return LeanWrite(
-            operation.name.value, body, document, operation, node, key, field, resolver, complete
+            operation.name.value,
+            body,
+            document,
+            operation,
+            node,
+            key,
+            field,
+            resolver,
+            convert,
+            complete,
         )
+
+    def _arguments(self, field: StrawberryField) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """The field's arguments converted as Strawberry's ``convert_arguments`` does,
+        each argument's converter built once (``_converter``)."""
+        names = self.schema.config.name_converter
+        spec = [
+            (names.from_argument(a), a.python_name, self._converter(a.type))
+            for a in field.arguments
+        ]
+
+        def convert(raw: dict[str, Any]) -> dict[str, Any]:
+            return {python: conv(raw[name]) for name, python, conv in spec if name in raw}
+
+        return convert
+
+    def _converter(self, kind: Any) -> Callable[[Any], Any]:
+        """A converter of a coerced input value of Strawberry type ``kind``, doing
+        what ``convert_argument`` does for it with each type's fields, names and
+        defaults looked up once; any kind it does not know is left to
+        ``convert_argument`` itself."""
+        registry = self.schema.schema_converter.scalar_registry
+        config = self.schema.config
+
+        def generic(value: Any) -> Any:
+            return convert_argument(value, kind, registry, config)
+
+        if isinstance(kind, StrawberryMaybe) or kind is GlobalID:
+            return generic
+        if isinstance(kind, StrawberryOptional):
+            return self._converter(kind.of_type)
+        if isinstance(kind, StrawberryList):
+            if _is_leaf_type(kind.of_type, registry, skip_classes=(GlobalID,)) or (
+                _is_optional_leaf_type(kind.of_type, registry, skip_classes=(GlobalID,))
+            ):
+                return lambda value: value if value is None or value is UNSET else list(value)
+            item = self._converter(kind.of_type)
+            return lambda value: (
+                value if value is None or value is UNSET else [item(v) for v in value]
+            )
+        if _is_leaf_type(kind, registry):
+            return lambda value: value
+        definition = getattr(kind, "__strawberry_definition__", None)
+        if not isinstance(definition, StrawberryObjectDefinition) or definition.from_input:
+            return generic
+        names = config.name_converter
+        fields = [
+            (
+                names.from_field(f),
+                f.python_name,
+                self._converter(f.resolve_type(type_definition=definition)),
+            )
+            for f in definition.fields
+        ]
+        unset = {
+            f.python_name: None
+            for f in definition.fields
+            if definition.is_input and f.default_value is MISSING and f.default_factory is MISSING
+        }
+
+        def build(value: Any) -> Any:
+            if value is None or value is UNSET:
+                return value
+            given = dict(unset)
+            for name, python, conv in fields:
+                if name in value:
+                    given[python] = conv(value[name])
+            return kind(**given)
+
+        return build
 
     def _completer(self, kind: GraphQLOutputType, nodes: list[FieldNode]) -> Complete:
         """How a value of ``kind``, selected by ``nodes``, is serialized: as
