@@ -41,12 +41,19 @@ from tests.support import Server, create_token, free_port, restart
 STEPS = 6
 
 
-@pytest.fixture(scope="module")
-def sdk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+@pytest.fixture(scope="module", params=["lean", "standard"])
+def sdk_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Server, str]]:
+    """The SDK's server, once with the lean path (the SDK names its documents by
+    id, and its writes run on ``resolvers.lean``) and once without
+    (``RUNSTATE_LEAN=false``: the same requests on the standard path): every SDK
+    test runs through both."""
     tmp = tmp_path_factory.mktemp("sdk")
     url = f"sqlite://{tmp / 'sdk.db'}"
     token = create_token(url, "sdk-user")
-    server = Server(url, tmp / "server.log").start()
+    lean = "true" if request.param == "lean" else "false"
+    server = Server(url, tmp / "server.log", RUNSTATE_LEAN=lean).start()
     yield server, token
     server.stop()
 
