@@ -11,6 +11,8 @@ import pytest
 
 from runstate.client import calls
 from runstate.client import documents as doc
+from runstate.resolvers.build import build_schema
+from runstate.resolvers.lean import Lean
 from runstate.transport.trusted import Trusted
 
 ROOT = Path(__file__).parent.parent.parent
@@ -43,3 +45,33 @@ def test_an_id_that_is_not_its_documents_hash_is_refused() -> None:
     the server from starting, rather than answering one document for another."""
     with pytest.raises(ValueError, match="not the hash"):
         Trusted({doc.document_id("query a { x }"): "query b { y }"})
+
+
+def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
+    """Guards which trusted documents the lean path runs (``resolvers.lean``): every
+    write of the SDK and the saver but the three whose answer reads ``Task.steps``
+    through a resolver, and no query. A selection or mutation changed so that a
+    write falls back to the standard path fails here, with the reason."""
+    lean = Lean(build_schema(), Trusted.packaged().bodies.values())
+    names = {body: name for name, body in doc.operations().items()}
+    assert sorted(names[b] for b in lean.writes) == sorted(
+        set(doc.operations())
+        - {
+            "createTask",
+            "forkTask",
+            "resumeTask",
+            "task",
+            "taskAt",
+            "graphCheckpoint",
+            "graphCheckpoints",
+        }
+    )
+    assert {names[b]: why for b, why in lean.skipped.items()} == {
+        "createTask": "reads Task.steps through a resolver",
+        "forkTask": "reads Task.steps through a resolver",
+        "resumeTask": "reads Task.steps through a resolver",
+        "task": "is a query",
+        "taskAt": "is a query",
+        "graphCheckpoint": "is a query",
+        "graphCheckpoints": "is a query",
+    }

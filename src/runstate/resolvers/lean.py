@@ -107,7 +107,6 @@ class LeanWrite:
     node: FieldNode
     key: str
     """The answer's key (the field's alias or name)."""
-    field: StrawberryField
     resolver: Callable[..., Any]
     convert: Callable[[dict[str, Any]], dict[str, Any]]
     """The field's coerced arguments as the resolver takes them."""
@@ -177,11 +176,10 @@ class Lean:
                 await self.shared.bounds.bound(
                     gschema, write.document, write.name, variables, context, write.body
                 )
-        except Exception as error:
-            coerced_error = error if isinstance(error, GraphQLError) else None
-            return ExecutionResult(
-                data=None, errors=[coerced_error or GraphQLError(str(error), original_error=error)]
-            )
+        except Exception as error:  # as Strawberry answers an extension's error
+            refused = error if isinstance(error, GraphQLError) else None
+            refused = refused or GraphQLError(str(error), original_error=error)
+            return ExecutionResult(data=None, errors=[refused])
         try:
             mutation = gschema.mutation_type
             assert mutation is not None
@@ -194,7 +192,7 @@ class Lean:
             except DomainError as refused:
                 value = to_problem(refused)
             return ExecutionResult(data={write.key: write.complete(value)}, errors=None)
-        except Exception as error:
+        except Exception as error:  # a field's error, located as graphql-core locates it
             return ExecutionResult(
                 data=None, errors=[located_error(error, [write.node], [write.key])]
             )
@@ -207,8 +205,12 @@ class Lean:
             raise NotLean(f"does not parse: {error.message}") from None
         if validate(gschema, document, [*specified_rules, *self.shared.rules]):
             raise NotLean("is not valid against the schema and its limits")
-        (operation,) = document.definitions
-        if not isinstance(operation, OperationDefinitionNode) or operation.name is None:
+        operation = document.definitions[0]
+        if (
+            len(document.definitions) != 1
+            or not isinstance(operation, OperationDefinitionNode)
+            or operation.name is None
+        ):
             raise NotLean("is not one named operation")
         if operation.operation is not OperationType.MUTATION:
             raise NotLean(f"is a {operation.operation.value}")
@@ -237,7 +239,6 @@ class Lean:
             operation,
             node,
             key,
-            field,
             resolver,
             convert,
             complete,
