@@ -306,11 +306,12 @@ def test_a_nodes_writes_go_with_the_checkpoint_that_follows_them(
     """Guards the held writes (``RunstateSaver``'s ``hold_writes``): each node's
     pending writes reach the server in the request of the checkpoint that follows
     them, one write (a GRAPH_CHECKPOINT event) per super-step, the node's step
-    finished in it; sent alone (``hold_writes=0``, the control) each of the four
+    finished in it (held up to 5 s, so that a slow machine cannot make a write
+    go alone: merged, none waits); sent alone (``hold_writes=0``, the control) each of the four
     LangGraph tasks (``__start__`` and the three nodes) costs a GRAPH_WRITES write
     more."""
     server, token = served
-    held = trip_events(server, token)
+    held = trip_events(server, token, hold_writes=5.0)  # a slow machine waits no more
     assert [e["kind"] for e in held] == ["TASK_CREATED"] + ["GRAPH_CHECKPOINT"] * 5
     assert [[(s["action"], s["status"]) for s in e["steps"]] for e in held[-3:]] == [
         [("search", "SUCCESS")],

@@ -9,9 +9,10 @@ channel's value once per version (a checkpoint stores only the channels it
 changed), every value as LangGraph's serializer wrote it (``dumps_typed``: a type
 and bytes, never re-encoded).
 
-Every call runs on one event loop of the saver's own, in a thread of its own, so
-the sync methods (``graph.invoke``) and the async ones (``graph.ainvoke``) share
-one connection and may be used from any thread or loop.
+Every call runs on one event loop: the saver's own, in a thread of its own, so
+that the sync methods (``graph.invoke``) and the async ones (``graph.ainvoke``)
+share one connection from any thread or loop; or, opened with ``from_url``, the
+loop that opened it, where its async calls run without a hop between threads.
 
 Each node run is shown as a step of the thread's task (``langgraph_steps``):
 finished, failed or interrupted as its pending writes say, and, in a graph given
@@ -154,6 +155,13 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     then; errors and interrupts go at once, with the writes held beside them.
     ``hold_writes=0`` sends every write alone.
 
+    A saver made with ``RunstateSaver(...)`` or ``from_url_sync`` runs its calls on
+    an event loop of its own, in a thread of its own, so that sync and async
+    methods share one connection from any thread or loop. One opened with
+    ``from_url`` (``loop``) runs on the loop that opened it: its async methods,
+    called there, cost no hop to another thread; its sync methods may be called
+    from other threads, not from that loop.
+
     Each node run is a step of the thread's task, named after the node, shown
     when it finished (SUCCESS with its writes summarised, FAILED with its error,
     PENDING with the values of its ``interrupt()``). A graph given to ``watch``
@@ -172,6 +180,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         session_ttl: int = SESSION_TTL,
         hold_writes: float = HOLD_WRITES,
         serde: SerializerProtocol | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.hold_writes = hold_writes
@@ -195,10 +204,10 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         self._reports: dict[str, Reports] = {}
         self._forgetting: set[asyncio.Task[None]] = set()
         self._held: dict[tuple[str, str, str], _Held] = {}
-        self._putting: dict[str, int] = {}
-        """Checkpoints on their way, by thread."""
         """Pending writes held for the next checkpoint, by thread, namespace and the
         checkpoint they are written against (the next one's parent)."""
+        self._putting: dict[str, int] = {}
+        """Checkpoints on their way, by thread."""
         self._flushing: set[asyncio.Task[None]] = set()
         self.watcher = Watcher(self._report, self._seen)
         """The callback handler ``watch`` adds to a graph; give it yourself in a
@@ -206,33 +215,54 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         self._leasing = asyncio.Lock()
         """One lease taken at a time: LangGraph may write a thread's checkpoint and
         pending writes at once, and two grants racing refuse each other."""
+        self._closed = False
+        # Marked as an upload, a request may carry a checkpoint past the server's
+        # usual body limit (RUNSTATE_MAX_CHECKPOINT_BYTES): the server then runs it
+        # only if it stores checkpoints or pending writes.
+        self._client = Runstate(self.url, self.token, headers={"X-Runstate-Upload": "graph"})
+        self._runner: threading.Thread | None = None
+        """The saver's own thread, running ``_loop``; None when the saver runs on the
+        loop that opened it (``from_url``)."""
+        if loop is not None:  # from_url: its client opened there, by it
+            self._loop = loop
+            return
         self._loop = asyncio.new_event_loop()
         self._runner = threading.Thread(
             target=self._loop.run_forever, name="runstate-saver", daemon=True
         )
         self._runner.start()
-        self._client = self._on_loop(self._connect()).result()
-
-    async def _connect(self) -> Runstate:
-        # Marked as an upload, a request may carry a checkpoint past the server's
-        # usual body limit (RUNSTATE_MAX_CHECKPOINT_BYTES): the server then runs it
-        # only if it stores checkpoints or pending writes.
-        client = Runstate(self.url, self.token, headers={"X-Runstate-Upload": "graph"})
-        await client.__aenter__()
-        return client
+        self._on_loop(self._client.__aenter__()).result()
 
     def _on_loop(self, work: Coroutine[Any, Any, T]) -> Future[T]:
-        if self._loop.is_closed():
+        if self._closed or self._loop.is_closed():
+            work.close()
             raise RuntimeError("the saver is closed")
         return asyncio.run_coroutine_threadsafe(work, self._loop)
 
     async def _run(self, work: Coroutine[Any, Any, T]) -> T:
-        """``work`` on the saver's loop, awaited from the caller's."""
+        """``work`` on the saver's loop: at once when called there (the loop that
+        opened it with ``from_url``), else awaited from the caller's loop."""
+        try:
+            here = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            here = False
+        if here and not self._closed:
+            return await work
         return await asyncio.wrap_future(self._on_loop(work))
 
     def _wait(self, work: Coroutine[Any, Any, T]) -> T:
-        """``work`` on the saver's loop, waited for from a thread without one running
-        there (a sync method called from a coroutine of the saver's loop would hang)."""
+        """``work`` on the saver's loop, waited for from a thread that does not run
+        it (waiting there would stop the very loop that must do the work)."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            work.close()
+            raise RuntimeError(
+                "a sync method of RunstateSaver called on the loop the saver runs on:"
+                " use the async ones there (ainvoke), or open it with from_url_sync"
+            )
         return self._on_loop(work).result()
 
     def watch(self, graph: G) -> G:
@@ -246,9 +276,12 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     @classmethod
     @asynccontextmanager
     async def from_url(cls, url: str, token: str, **options: Any) -> AsyncIterator[RunstateSaver]:
-        """``async with RunstateSaver.from_url(url, token) as saver``."""
-        saver = await asyncio.to_thread(cls, url, token, **options)
+        """``async with RunstateSaver.from_url(url, token) as saver``: the saver runs
+        on this loop (its async methods called from it cost no hop to another
+        thread); its sync methods may still be called from other threads."""
+        saver = cls(url, token, loop=asyncio.get_running_loop(), **options)
         try:
+            await saver._client.__aenter__()
             yield saver
         finally:
             await saver.aclose()
@@ -264,17 +297,24 @@ class RunstateSaver(BaseCheckpointSaver[str]):
             saver.close()
 
     def close(self) -> None:
-        """Release the leases, close the connection and stop the saver's loop;
-        idempotent."""
-        if self._loop.is_closed():
+        """Release the leases, close the connection and stop the saver's own loop
+        (if it has one); idempotent. From the loop the saver runs on, ``aclose``."""
+        if self._closed or self._loop.is_closed():
             return
         self._wait(self._shut())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._runner.join()
-        self._loop.close()
+        self._closed = True
+        if self._runner is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._runner.join()
+            self._loop.close()
 
     async def aclose(self) -> None:
         """``close``, from a coroutine."""
+        if self._runner is None:
+            if not self._closed:
+                await self._run(self._shut())
+                self._closed = True
+            return
         await asyncio.to_thread(self.close)
 
     # -- LangGraph's interface: async
@@ -439,7 +479,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     def _report(self, thread_id: str, node: dict[str, Any] | None, ended: str | None) -> None:
         """Queue a node's start or a run's end (the watcher's, from any thread); the
         thread's reports are sent in order, those queued meanwhile in one call."""
-        if not self._loop.is_closed():
+        if not self._closed and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._queue, thread_id, node or ended)
 
     def _queue(self, thread_id: str, report: dict[str, Any] | str | None) -> None:
