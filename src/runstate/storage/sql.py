@@ -16,7 +16,7 @@ import itertools
 import json
 import re
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -97,14 +97,32 @@ async def run_all(conn: BaseDBAsyncClient, statements: Sequence[Statement]) -> l
         for group in _groups(statements):
             rows = await fetch(conn, *joined(group))
         return rows
+    found: list[dict[str, Any]] = await _in_sqlite_thread(conn, _run_all, statements)
+    return found
+
+
+async def _in_sqlite_thread(
+    conn: BaseDBAsyncClient,
+    run: Callable[[sqlite3.Connection, Sequence[Statement]], T],
+    statements: Sequence[Statement],
+) -> T:
+    """``run(db, statements)`` in SQLite's thread, in one trip, its errors raised
+    as Tortoise raises them for one statement at a time."""
     async with conn.acquire_connection() as raw:
         try:
-            rows = await raw._execute(_run_all, raw._conn, statements)
+            done: T = await raw._execute(run, raw._conn, statements)
         except sqlite3.IntegrityError as error:
             raise IntegrityError(error) from error
         except sqlite3.OperationalError as error:
             raise OperationalError(error) from error
-    return rows
+    return done
+
+
+def _executed(db: sqlite3.Connection, statement: Statement) -> list[Any]:
+    """One statement's rows, in SQLite's thread (a NUL in its text written as
+    ``CHAR(0)``, which SQLite's parser would take for the text's end)."""
+    text, params = statement
+    return db.execute(text.replace("\x00", "'||CHAR(0)||'"), list(params)).fetchall()
 
 
 async def stored_each(conn: BaseDBAsyncClient, inserts: Sequence[Statement]) -> list[int | None]:
@@ -118,21 +136,15 @@ async def stored_each(conn: BaseDBAsyncClient, inserts: Sequence[Statement]) -> 
     if not inserts:
         return []
     if conn.capabilities.dialect == "sqlite":
-        async with conn.acquire_connection() as raw:
-            try:
-                found: list[int | None] = await raw._execute(_stored_each, raw._conn, inserts)
-            except sqlite3.IntegrityError as error:
-                raise IntegrityError(error) from error
-            return found
+        found: list[int | None] = await _in_sqlite_thread(conn, _stored_each, inserts)
+        return found
     stored: list[int | None] = []
     for group in _groups(inserts):
-        queries = ", ".join(f"_{i} AS ({text})" for i, (text, _) in enumerate(group))
         reads = " UNION ALL ".join(
             f'SELECT {i} AS "part", "stored_bytes" FROM _{i}' for i in range(len(group))
         )
-        params = [value for _, values in group for value in values]
         part: list[int | None] = [None] * len(group)
-        for row in await fetch(conn, f"WITH {queries} {reads}", params):
+        for row in await fetch(conn, *joined([*group, (reads, [])])):
             part[row["part"]] = (part[row["part"]] or 0) + int(row["stored_bytes"])
         stored += part
     return stored
@@ -141,8 +153,8 @@ async def stored_each(conn: BaseDBAsyncClient, inserts: Sequence[Statement]) -> 
 def _stored_each(db: sqlite3.Connection, inserts: Sequence[Statement]) -> list[int | None]:
     """``stored_each`` in SQLite's thread."""
     stored: list[int | None] = []
-    for text, params in inserts:
-        rows = db.execute(text.replace("\x00", "'||CHAR(0)||'"), list(params)).fetchall()
+    for insert in inserts:
+        rows = _executed(db, insert)
         stored.append(sum(int(r[0]) for r in rows) if rows else None)
     return stored
 
@@ -175,8 +187,8 @@ def joined(statements: Sequence[Statement]) -> Statement:
 def _run_all(db: sqlite3.Connection, statements: Sequence[Statement]) -> list[dict[str, Any]]:
     """``run_all`` in SQLite's thread."""
     rows: list[Any] = []
-    for text, params in statements:
-        rows = db.execute(text.replace("\x00", "'||CHAR(0)||'"), list(params)).fetchall()
+    for statement in statements:
+        rows = _executed(db, statement)
     return [dict(r) for r in rows]
 
 

@@ -212,9 +212,7 @@ async def put_checkpoint(
                 added = await _store_writes(draft, namespace, parent_id, group.writes)
                 wrote, stored = wrote or added is not None, stored + (added or 0)
                 continue
-            last = {(w.task_key, w.idx): w for w in group.writes}.values()
-            pending = [_write_row(pk, namespace, parent_id, w) for w in last]
-            inserts += [("writes", i) for i in _new_rows(GraphWrite, pending)]
+            inserts += [("writes", i) for i in _new_writes(pk, namespace, parent_id, group.writes)]
         blobs: list[dict[str, Any]] = [
             {
                 "task_id": pk,
@@ -564,10 +562,9 @@ async def _store_writes(
         return None
     conn, pk = draft.conn, draft.task.id
     if all(w.idx >= 0 for w in writes):  # none replaces: stored unless held
-        last = {(w.task_key, w.idx): w for w in writes}.values()
-        return await _insert_new(
-            conn, GraphWrite, [_write_row(pk, namespace, checkpoint_id, w) for w in last]
-        )
+        new = _new_writes(pk, namespace, checkpoint_id, writes)
+        added = [n for n in await sql.stored_each(conn, new) if n is not None]
+        return sum(added) if added else None
     keys = sorted({w.task_key for w in writes})
     mine = (
         f'"task_id" = ? AND "namespace" = ? AND "checkpoint_id" = ?'
@@ -633,13 +630,13 @@ def _new_rows(model: type[Model], rows: Sequence[Mapping[str, Any]]) -> list[sql
     return inserts
 
 
-async def _insert_new(
-    conn: BaseDBAsyncClient, model: type[Model], rows: Sequence[Mapping[str, Any]]
-) -> int | None:
-    """Insert the rows whose unique key the table does not hold yet (``_new_rows``):
-    the bytes inserted, None for none."""
-    found = [n for n in await sql.stored_each(conn, _new_rows(model, rows)) if n is not None]
-    return sum(found) if found else None
+def _new_writes(
+    pk: int, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
+) -> list[sql.Statement]:
+    """The inserts of pending writes at indexes not stored yet (``_new_rows``), the
+    last of the writes at one index in ``writes`` standing for it."""
+    last = {(w.task_key, w.idx): w for w in writes}.values()
+    return _new_rows(GraphWrite, [_write_row(pk, namespace, checkpoint_id, w) for w in last])
 
 
 def _same_write(row: GraphWrite, write: PendingWrite) -> bool:
