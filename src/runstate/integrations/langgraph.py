@@ -127,6 +127,12 @@ class _Held:
     its way (LangGraph sends the next one only after it)."""
 
 
+async def _started(reports: Reports | None, task_id: str) -> None:
+    """Until the node's start, if the thread's reports queued one, is sent."""
+    if reports is not None:
+        await reports.started(task_id)
+
+
 class RunstateSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer whose threads are tasks of a runstate server.
 
@@ -701,12 +707,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
             self._seen.pop(task_id, None)  # ended: a resume starts it again
         reports = self._reports.get(thread_id)
         # Held from the first instant: the checkpoint may follow before the start.
-        loop = asyncio.get_running_loop()
-        start: asyncio.Future[None] = loop.create_future()
-        if reports is None:
-            start.set_result(None)
-        else:
-            start = asyncio.ensure_future(reports.started(task_id))
+        start = asyncio.ensure_future(_started(reports, task_id))
         group = {"graphTaskId": task_id, "graphTaskPath": task_path, "writes": stored, "node": node}
         key = (thread_id, namespace, str(configurable["checkpoint_id"]))
         try:
@@ -727,10 +728,9 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         is done once they are stored, with it or alone after ``hold_writes``."""
         held = self._held.get(key)
         if held is None:
-            loop = asyncio.get_running_loop()
-            held = self._held[key] = _Held([], [], loop.create_future(), None)
+            held = self._held[key] = _Held([], [], asyncio.get_running_loop().create_future(), None)
             if key[0] not in self._putting:
-                held.timer = loop.call_later(self.hold_writes, self._flush_later, key)
+                self._count_down_from_now(key, held)
         held.groups.append(group)
         held.starts.append(start)
         return held.stored
@@ -745,10 +745,13 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     def _count_down(self, thread_id: str) -> None:
         """Start the hold of the thread's writes that waited for a checkpoint on its
         way: the next checkpoint comes after it, or not at all."""
-        loop = asyncio.get_running_loop()
         for key, held in self._held.items():
             if key[0] == thread_id and held.timer is None:
-                held.timer = loop.call_later(self.hold_writes, self._flush_later, key)
+                self._count_down_from_now(key, held)
+
+    def _count_down_from_now(self, key: tuple[str, str, str], held: _Held) -> None:
+        """Send ``held`` alone ``hold_writes`` seconds from now, unless taken first."""
+        held.timer = asyncio.get_running_loop().call_later(self.hold_writes, self._flush_later, key)
 
     def _flush_later(self, key: tuple[str, str, str]) -> None:
         flushing = asyncio.create_task(self._flush(key))
