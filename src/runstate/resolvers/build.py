@@ -62,13 +62,14 @@ def build_schema(
     )
     # Classes or factories, never instances: Strawberry builds a fresh one per request.
     metrics = metrics or Metrics()
+    masking = partial(MaskUnexpectedErrors, should_mask_error=should_mask)
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         ParseOnce,
         SmallValidationCache,
         partial(AddValidationRules, rules),
         partial(MaxTokensLimiter, max_token_count=settings.max_tokens),
         partial(BoundedAnswers, bounds),
-        partial(MaskUnexpectedErrors, should_mask_error=should_mask),
+        masking,
         partial(Measured, known, metrics),
     ]
     if not settings.introspection:
@@ -87,7 +88,7 @@ def build_schema(
         bounds=bounds,
         rules=rules,
         max_tokens=settings.max_tokens,
-        masking=MaskUnexpectedErrors(should_mask_error=should_mask),
+        masking=masking(),
         metrics=metrics,
         known=known,
     )

@@ -39,6 +39,7 @@ from graphql import (
     FieldNode,
     GraphQLAbstractType,
     GraphQLError,
+    GraphQLField,
     GraphQLList,
     GraphQLNonNull,
     GraphQLObjectType,
@@ -105,6 +106,8 @@ class LeanWrite:
     document: DocumentNode
     operation: OperationDefinitionNode
     node: FieldNode
+    definition: GraphQLField
+    """The mutation field's definition in graphql-core's schema."""
     key: str
     """The answer's key (the field's alias or name)."""
     resolver: Callable[..., Any]
@@ -176,14 +179,14 @@ class Lean:
                 await self.shared.bounds.bound(
                     gschema, write.document, write.name, variables, context, write.body
                 )
+        except GraphQLError as error:
+            return ExecutionResult(data=None, errors=[error])
         except Exception as error:  # as Strawberry answers an extension's error
-            refused = error if isinstance(error, GraphQLError) else None
-            refused = refused or GraphQLError(str(error), original_error=error)
-            return ExecutionResult(data=None, errors=[refused])
+            return ExecutionResult(
+                data=None, errors=[GraphQLError(str(error), original_error=error)]
+            )
         try:
-            mutation = gschema.mutation_type
-            assert mutation is not None
-            raw = get_argument_values(mutation.fields[write.node.name.value], write.node, coerced)
+            raw = get_argument_values(write.definition, write.node, coerced)
             arguments = write.convert(raw)
             try:
                 value = await write.resolver(
@@ -229,7 +232,8 @@ class Lean:
             raise NotLean("is not a write made by answers.write")
         mutation = gschema.mutation_type
         assert mutation is not None
-        complete = self._completer(mutation.fields[node.name.value].type, [node])
+        definition = mutation.fields[node.name.value]
+        complete = self._completer(definition.type, [node])
         key = node.alias.value if node.alias else node.name.value
         convert = self._arguments(field)
         return LeanWrite(
@@ -238,6 +242,7 @@ class Lean:
             document,
             operation,
             node,
+            definition,
             key,
             resolver,
             convert,

@@ -104,7 +104,7 @@ class Bounds:
     ) -> int:
         """Refuse the operation past a limit, else charge its estimate: the points
         it paid for it. The one implementation of both paths (``BoundedAnswers``
-        and ``transport.lean``)."""
+        and ``resolvers.lean``)."""
         charging = caller.limiter is not None
         key = (query, name)
         most = self.unsized.get(key)

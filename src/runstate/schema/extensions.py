@@ -136,7 +136,7 @@ def counted(
 ) -> None:
     """Count an operation by its top-level fields and outcome, and time a mutation
     from ``began`` (``time.perf_counter``): ``Measured``'s count, and the lean
-    path's (``transport.lean``)."""
+    path's (``resolvers.lean``)."""
     outcome = "error" if failed else "ok"
     for field in _top_fields(document):
         field = field if field in known else "-"
