@@ -1,11 +1,14 @@
-"""Write ``src/runstate/web/documents.json``: the documents the SDK and the
-LangGraph saver send, which the server registers as trusted (sent by id).
+"""Write ``src/runstate/web/static/documents.json``: the documents the SDK, the
+LangGraph saver and the dashboard send, which the server registers as trusted
+(sent by id).
 
     .venv/bin/python scripts/trusted_documents.py
 
-Run it after changing ``runstate.client.documents``; ``make test`` fails while
-the file and the documents differ (``tests/unit/test_trusted.py``). The format is
-Apollo's persisted query manifest, which Apollo and Relay tooling read.
+Run it after changing ``runstate.client.documents`` or ``runstate.web.operations``;
+``make test`` fails while the file and the documents differ
+(``tests/unit/test_trusted_documents.py``). The format is Apollo's persisted query
+manifest, which Apollo and Relay tooling read; servers publish it at
+``/static/documents.json``.
 """
 
 from __future__ import annotations
@@ -13,13 +16,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runstate.client.documents import document_id, operations
+from runstate.client import documents
+from runstate.client.documents import document_id
+from runstate.web import operations as page
 
-MANIFEST = Path(__file__).parent.parent / "src" / "runstate" / "web" / "documents.json"
+MANIFEST = Path(__file__).parent.parent / "src" / "runstate" / "web" / "static" / "documents.json"
+
+
+def operations() -> dict[str, str]:
+    """The SDK's and the saver's documents and the dashboard's, by name (one name
+    may not stand for two documents)."""
+    sdk, dashboard = documents.operations(), page.operations()
+    assert not set(sdk) & set(dashboard), "an operation name used twice"
+    return {**sdk, **dashboard}
 
 
 def manifest() -> str:
-    """The manifest's text for the SDK's documents as they are now."""
+    """The manifest's text for the documents as they are now."""
     entries = [
         {
             "id": document_id(body).removeprefix("sha256:"),

@@ -8,7 +8,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from playwright.async_api import Browser, BrowserContext, Page, Route, ViewportSize, expect
+from playwright.async_api import Browser, BrowserContext, Page, Request, Route, ViewportSize, expect
+
+from runstate.client.documents import document_id
+from runstate.web.operations import operations
 
 ARTIFACTS = Path(__file__).parent.parent.parent / "test-artifacts" / "browser"
 """Screenshots of the browser tests, for a person to look at after a run."""
@@ -17,6 +20,12 @@ LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 DESK: ViewportSize = {"width": 1400, "height": 900}
 PHONE: ViewportSize = {"width": 390, "height": 844}
+
+
+def sends(request: Request, operation: str) -> bool:
+    """Whether a request of the page runs ``operation`` (``runstate.web.operations``),
+    which the page names by id."""
+    return document_id(operations()[operation]) in (request.post_data or "")
 
 
 async def offline_context(

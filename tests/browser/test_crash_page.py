@@ -15,7 +15,14 @@ from typing import Any
 
 from playwright.async_api import Browser, Page, Route, expect
 
-from tests.browser.pages import ARTIFACTS, DESK, PHONE, assert_fits_the_screen, open_dashboard
+from tests.browser.pages import (
+    ARTIFACTS,
+    DESK,
+    PHONE,
+    assert_fits_the_screen,
+    open_dashboard,
+    sends,
+)
 from tests.integration.test_api import create_task, start_session, step
 from tests.integration.test_lifecycle import acquire, at_second_step, resume
 from tests.support import TASK, AgentProcess, Api, Server, mutate
@@ -238,7 +245,7 @@ async def test_a_lease_past_its_end_is_asked_about_before_it_is_called_lapsed(
     answer.set()
 
     async def lease_reads_wait_for_answer(route: Route) -> None:
-        if "stalled lock" in (route.request.post_data or ""):
+        if sends(route.request, "pageLease"):
             await answer.wait()
         await route.continue_()
 
@@ -296,7 +303,7 @@ async def test_a_decision_made_while_the_log_loads_keeps_its_time(
     held, release = asyncio.Event(), asyncio.Event()
 
     async def hold_the_log(route: Route) -> None:
-        if "events(afterSeq" in (route.request.post_data or ""):
+        if sends(route.request, "pageLog"):
             held.set()
             await release.wait()
         await route.continue_()
@@ -331,7 +338,7 @@ async def test_the_session_list_marks_a_decision_as_its_event_comes(
 
     async def first_list_read_only(route: Route) -> None:
         nonlocal reads
-        if "sessions(first" in (route.request.post_data or ""):
+        if sends(route.request, "pageSessions"):
             reads += 1
             if reads > 1:
                 refused.set()

@@ -5,12 +5,16 @@ out a server restart without a reload. Screenshots land in test-artifacts/browse
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, Page, Request, expect
 
-from tests.browser.pages import ARTIFACTS, DESK, open_dashboard
+from runstate.client.documents import document_id
+from runstate.web.operations import operations
+from tests.browser.pages import ARTIFACTS, DESK, open_dashboard, sends
 from tests.integration.test_api import create_task, start_session, step
+from tests.integration.test_lifecycle import at_second_step, resume
 from tests.support import Api, Server, mutate, restart
 
 STEPS: list[dict[str, Any]] = [
@@ -151,4 +155,35 @@ async def test_a_link_to_a_missing_task_says_so_and_draws_no_task(
     await page.goto(f"{server.url}/#task={known['id']}")
     await expect(page.locator("#goal")).to_have_text("A real trip")
     await expect(page.get_by_test_id("missing")).to_be_hidden()
+    await page.close()
+
+
+async def test_the_page_names_its_documents_by_id(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the page's side of the trusted documents (``runstate.web.operations``,
+    ``app.js``'s ``graphql``): every request it makes over HTTP, the session list,
+    the log, the lease and a decision among them, names a registered document by
+    ``documentId`` and sends no text. Sending the text again fails here."""
+    server, token = dashboard
+    tid = at_second_step(api, "RUNNING", idempotent=False)["id"]
+    resume(api, tid)
+    sent: list[dict[str, Any]] = []
+    page = await browser.new_page(viewport=DESK)
+
+    def record(request: Request) -> None:
+        if request.url.endswith("/graphql"):
+            sent.append(json.loads(request.post_data or "{}"))
+
+    page.on("request", record)
+    async with page.expect_request(lambda r: sends(r, "pageLease"), timeout=10_000):
+        await page.goto(f"{server.url}/#token={token}&task={tid}")
+    await expect(page.get_by_test_id("conn")).to_have_attribute("data-state", "live")
+    await page.get_by_test_id("skip").click()
+    await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "SKIPPED")
+    names = {document_id(body): name for name, body in operations().items()}
+    assert all(set(body) <= {"documentId", "variables"} for body in sent), sent
+    assert {"pageSessions", "pageLog", "pageLease", "pageDecide"} <= {
+        names[body["documentId"]] for body in sent
+    }
     await page.close()

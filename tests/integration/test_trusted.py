@@ -16,6 +16,7 @@ import pytest
 
 from runstate.client import documents as doc
 from runstate.client.documents import document_id
+from runstate.web import operations as page
 from tests.support import Api, Server, create_token
 
 NEW = "application/graphql-response+json"
@@ -284,6 +285,9 @@ def test_every_lean_write_answers_and_logs_as_the_standard_path(server: Server) 
         twins(doc.TOOL, input={**tool, "outcome": "RATE_LIMITED", "retryAfterSeconds": 30})
         twins(doc.TOOL, input={**tool, "outcome": "CALLING"})
         twins(doc.DECIDE, input={**step, "stepIndex": 2, "expectedVersion": v, "decision": "SKIP"})
+        decision = {"taskId": "t", "stepIndex": 2, "expectedVersion": v, "decision": "SKIP"}
+        twins(page.PAGE_DECIDE, input=decision)  # the dashboard's: a problem's message
+        twins(page.PAGE_FORK, input={"taskId": "t", "atSeq": 2, "id": "f"})
         v = twins(
             doc.SET_STATUS, input={**step, "expectedVersion": v, "status": "WAITING_TOOL"}
         ).get("version", v)

@@ -1,6 +1,6 @@
 """The trusted documents' registry and the SDK's side of it: the manifest the
-server loads is the SDK's documents as they are, and the SDK names each of them
-by id, sending no text."""
+server loads is the SDK's and the dashboard's documents as they are, and the SDK
+names each of them by id, sending no text."""
 
 from __future__ import annotations
 
@@ -14,20 +14,33 @@ from runstate.client import documents as doc
 from runstate.resolvers.build import build_schema
 from runstate.resolvers.lean import Lean
 from runstate.transport.trusted import Trusted
+from runstate.web import operations as page
 
 ROOT = Path(__file__).parent.parent.parent
 
 
-def test_the_manifest_is_the_sdks_documents_as_they_are() -> None:
-    """Guards ``web/documents.json`` against a changed SDK document: a document the
-    server does not register would be refused by id. Run
+def test_the_manifest_is_the_sdks_and_the_pages_documents_as_they_are() -> None:
+    """Guards ``web/static/documents.json`` against a changed SDK or dashboard
+    document: a document the server does not register would be refused by id. Run
     ``scripts/trusted_documents.py`` when this fails."""
     script = runpy.run_path(str(ROOT / "scripts" / "trusted_documents.py"))
-    written = (ROOT / "src" / "runstate" / "web" / "documents.json").read_text()
+    written = (ROOT / "src" / "runstate" / "web" / "static" / "documents.json").read_text()
     assert written == script["manifest"](), "run scripts/trusted_documents.py"
     registered = Trusted.packaged().bodies
-    assert registered == {doc.document_id(b): b for b in doc.operations().values()}
+    bodies = [*doc.operations().values(), *page.operations().values()]
+    assert registered == {doc.document_id(b): b for b in bodies}
     assert {"checkpointTask", "putGraphCheckpoint", "graphCheckpoint"} <= set(doc.operations())
+    assert set(page.operations()) == {
+        "pageSignIn",
+        "pageSessions",
+        "pageProgress",
+        "pageLog",
+        "pageTaskAt",
+        "pageGoal",
+        "pageLease",
+        "pageFork",
+        "pageDecide",
+    }
 
 
 def test_the_sdk_sends_its_documents_by_id_and_others_as_text() -> None:
@@ -49,13 +62,15 @@ def test_an_id_that_is_not_its_documents_hash_is_refused() -> None:
 
 def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
     """Guards which trusted documents the lean path runs (``resolvers.lean``): every
-    write of the SDK and the saver but the three whose answer reads ``Task.steps``
-    through a resolver, and no query. A selection or mutation changed so that a
-    write falls back to the standard path fails here, with the reason."""
+    write of the SDK, the saver and the dashboard but the three whose answer reads
+    ``Task.steps`` through a resolver, and no query or subscription. A selection or
+    mutation changed so that a write falls back to the standard path fails here,
+    with the reason."""
     lean = Lean(build_schema(), Trusted.packaged().bodies.values())
-    names = {body: name for name, body in doc.operations().items()}
+    every = {**doc.operations(), **page.operations()}
+    names = {body: name for name, body in every.items()}
     assert sorted(names[b] for b in lean.writes) == sorted(
-        set(doc.operations())
+        {*doc.operations(), "pageFork", "pageDecide"}
         - {
             "createTask",
             "forkTask",
@@ -74,4 +89,7 @@ def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
         "taskAt": "is a query",
         "graphCheckpoint": "is a query",
         "graphCheckpoints": "is a query",
+        **{name: "is a query" for name in ("pageSignIn", "pageSessions", "pageLog")},
+        **{name: "is a query" for name in ("pageTaskAt", "pageGoal", "pageLease")},
+        "pageProgress": "is a subscription",
     }

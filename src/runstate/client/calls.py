@@ -62,7 +62,7 @@ def _parsed(document: str) -> DocumentNode:
 
 
 TRUSTED = {body: doc.document_id(body) for body in doc.operations().values()}
-"""The documents servers register (``web/documents.json``), sent by id."""
+"""The documents servers register (``web/static/documents.json``), sent by id."""
 
 
 class _ById(GraphQLRequest):

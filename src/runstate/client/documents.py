@@ -132,7 +132,7 @@ def document_id(text: str) -> str:
 
 def operations() -> dict[str, str]:
     """The queries and mutations of this module by their operation's name: the
-    documents a runstate server registers as trusted (``web/documents.json``) and
+    documents a runstate server registers as trusted (``web/static/documents.json``) and
     the SDK sends by id. Subscriptions go over the WebSocket, as text."""
     found: dict[str, str] = {}
     for value in globals().values():

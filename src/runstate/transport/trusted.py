@@ -1,10 +1,11 @@
-"""Trusted documents: the GraphQL documents runstate's own SDK and LangGraph saver
-send, registered by the hash of their text, so that a request names one by id
+"""Trusted documents: the GraphQL documents runstate's own SDK, LangGraph saver and
+dashboard send, registered by the hash of their text, so that a request names one by id
 instead of sending it (``{"documentId": "sha256:<hex>", "variables": ...}``),
 as Apollo's and Relay's persisted queries do.
 
-The registry is ``web/documents.json`` (Apollo's persisted query manifest,
-written by ``scripts/trusted_documents.py`` from ``runstate.client.documents``).
+The registry is ``web/static/documents.json`` (Apollo's persisted query manifest,
+written by ``scripts/trusted_documents.py`` from ``runstate.client.documents`` and
+``runstate.web.operations``).
 An id the registry does not hold is refused with 400; any other document is
 still served when sent as ``query``, by the same path.
 """
@@ -36,8 +37,9 @@ class Trusted:
 
     @classmethod
     def packaged(cls) -> Trusted:
-        """The documents of this version's SDK and saver (``web/documents.json``)."""
-        text = (resources.files("runstate") / "web" / "documents.json").read_text()
+        """The documents of this version's SDK, saver and dashboard
+        (``web/static/documents.json``)."""
+        text = (resources.files("runstate") / "web" / "static" / "documents.json").read_text()
         manifest = json.loads(text)
         return cls({PREFIX + entry["id"]: entry["body"] for entry in manifest["operations"]})
 
@@ -58,8 +60,9 @@ class Trusted:
         if found is None:
             raise HTTPException(
                 400,
-                "unknown documentId: this server registers the documents of its own SDK"
-                " and LangGraph saver; send any other document as query",
+                "unknown documentId: this server registers the documents of its own SDK,"
+                " LangGraph saver and dashboard (/static/documents.json); send any other"
+                " document as query",
             )
         named = {k: v for k, v in body.items() if k != "documentId"}
         given = extensions if isinstance(extensions, dict) else {}

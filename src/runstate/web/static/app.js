@@ -8,29 +8,14 @@
 // sees an agent die (its lease stops moving, runs out, and the task stalls).
 
 const TOKEN_KEY = "runstate-token";
-const STEP_DRAWN = "index action status idempotent attempts error output startedAt completedAt";
-// Fields a step reports beyond those drawn: each is shown under its step as "name: value"
-// (adding a step field to the API and here shows it).
-const STEP_REPORTED = "";
-const STEP_FIELDS = `${STEP_DRAWN} ${STEP_REPORTED}`;
-const TOOL_FIELDS = "toolName status retryCount maxRetries lastError lastResult rateLimitResetAt";
-const LOCK_FIELDS = "holderId fencingToken expiresAt";
-const TASK_FIELDS = `id goal status version currentStep totalSteps eventSeq stalled origin { taskId seq }
-  steps { ${STEP_FIELDS} } toolStates { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} }`;
-const DELTA_FIELDS = `seq kind taskVersion stepIndex toolName at status stalled actor holder note epoch
-  steps { ${STEP_FIELDS} } toolState { ${TOOL_FIELDS} } lock { ${LOCK_FIELDS} }`;
-const PROGRESS = `subscription($taskId: ID!, $afterSeq: Int, $epoch: String) {
-  taskProgress(taskId: $taskId, afterSeq: $afterSeq, epoch: $epoch) { ${DELTA_FIELDS} task { ${TASK_FIELDS} } }
-}`;
-const LOG_PAGE = `query($id: ID!, $after: Int!, $first: Int!) { task(id: $id) {
-  ... on Task { events(afterSeq: $after, first: $first) { ${DELTA_FIELDS} } } } }`;
-const TASK_AT = `query($id: ID!, $seq: Int!) { taskAt(id: $id, seq: $seq) {
-  __typename ... on Task { ${TASK_FIELDS} } ... on Problem { message } } }`;
-const GOAL = `query($id: ID!) { task(id: $id) { __typename ... on Task { goal } } }`;
-const LEASE = `query($id: ID!) { task(id: $id) { ... on Task { stalled lock { ${LOCK_FIELDS} } } } }`;
-const LIST = `{ sessions(first: 20) { edges { node { id status
-  tasks(first: 20) { edges { node { id goal status currentStep totalSteps stalled } } } } } } }`;
-const PROBLEM = "... on Problem { message }";
+// The fields of a step the page draws; any other a step's documents ask for
+// (STEP_REPORTED in runstate/web/operations.py) is shown under it as "name: value".
+const STEP_DRAWN = new Set(["index", "action", "status", "idempotent", "attempts", "error", "output",
+  "startedAt", "completedAt"]);
+// The page's GraphQL documents (runstate/web/operations.py) from the server's manifest of
+// trusted documents: queries and mutations are named by id, the subscription sent as text.
+const DOCUMENTS = fetch("/static/documents.json").then((r) => r.json()).then((manifest) =>
+  Object.fromEntries(manifest.operations.map((o) => [o.name, o])));
 
 const FINISHED = new Set(["SUCCESS", "SKIPPED"]);
 const FINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
@@ -97,11 +82,12 @@ function stepName(step) {
 
 // ------------------------------------------------------------- the server
 
-async function graphql(query, variables, asToken) {
+async function graphql(name, variables, asToken) {
+  const documentId = "sha256:" + (await DOCUMENTS)[name].id;
   const response = await fetch("/graphql", {
     method: "POST",
     headers: { "content-type": "application/json", authorization: "Bearer " + (asToken ?? token) },
-    body: JSON.stringify({ query, variables }),
+    body: JSON.stringify({ documentId, variables }),
   });
   if (response.status === 401) {
     if (asToken === undefined) signOut("This page's token was refused (revoked or expired). Sign in again.");
@@ -146,7 +132,7 @@ function signOut(why) {
 
 async function signIn(candidate) {
   try {
-    await graphql("{ sessions(first: 1) { edges { cursor } } }", {}, candidate);
+    await graphql("pageSignIn", {}, candidate);
   } catch (error) {
     $("signin-error").hidden = false;
     $("signin-error").textContent = error instanceof Refused
@@ -183,7 +169,7 @@ async function loadTasks() {
   clearTimeout(listTimer); // a sign-in, a fork: one loop of reads, never two
   if (!token) return;
   try {
-    const data = await graphql(LIST);
+    const data = await graphql("pageSessions");
     sessionsRead = data.sessions.edges.map((e) => e.node);
     showList();
     markNeeds();
@@ -327,15 +313,16 @@ function connect() {
   const watching = current;
   ws.onopen = () => ws.send(JSON.stringify({
     type: "connection_init", payload: { authorization: "Bearer " + token } }));
-  ws.onmessage = (message) => {
+  ws.onmessage = async (message) => {
     const msg = JSON.parse(message.data);
     if (msg.type === "connection_ack") {
       retryDelay = 500;
       setConnection("live", "live");
+      const query = (await DOCUMENTS).pageProgress.body;
       ws.send(JSON.stringify({ id: "1", type: "subscribe", payload: {
         // No afterSeq on the first subscription: a SNAPSHOT, then live deltas. Its
         // epoch says which timeline the seq is of: after a restore, a SNAPSHOT again.
-        query: PROGRESS, variables: { taskId: watching.id, afterSeq: watching.lastSeq,
+        query, variables: { taskId: watching.id, afterSeq: watching.lastSeq,
           epoch: watching.epoch } } }));
     } else if (msg.type === "next") {
       if (msg.payload.errors) refused(watching, msg.payload.errors[0].message);
@@ -423,11 +410,11 @@ async function loadLog(watching, snapshot) {
   let task = EMPTY_TASK;
   try {
     if (from > 0) {
-      const data = await graphql(TASK_AT, { id: watching.id, seq: from });
+      const data = await graphql("pageTaskAt", { id: watching.id, seq: from });
       if (data.taskAt.__typename === "Task") task = data.taskAt;
     }
     for (let after = from; after < snapshot.seq; after += PAGE) {
-      const data = await graphql(LOG_PAGE, { id: watching.id, after, first: Math.min(PAGE, snapshot.seq - after) });
+      const data = await graphql("pageLog", { id: watching.id, after, first: Math.min(PAGE, snapshot.seq - after) });
       if (watching !== current) return;
       older.push(...data.task.events);
     }
@@ -625,7 +612,7 @@ function renderOrigin(task) {
   const watching = current;
   if (!watching.source || watching.source.id !== origin.taskId) {
     watching.source = { id: origin.taskId, goal: null };
-    graphql(GOAL, { id: origin.taskId }).then((data) => {
+    graphql("pageGoal", { id: origin.taskId }).then((data) => {
       watching.source.goal = data.task.__typename === "Task" ? data.task.goal : "a task since deleted";
       if (watching === current) render();
     }).catch((error) => console.warn("fork source:", error.message));
@@ -743,9 +730,9 @@ function renderSteps(task, now, live) {
   }));
 }
 
-/** The fields a step reports beyond those drawn (STEP_REPORTED), as "name: value". */
+/** The fields a step reports beyond those drawn (STEP_DRAWN), as "name: value". */
 function reported(step) {
-  return STEP_REPORTED.split(" ").filter((name) => name && step[name] != null).map((name) =>
+  return Object.keys(step).filter((name) => !STEP_DRAWN.has(name) && step[name] != null).map((name) =>
     el("span", { class: "reported", "data-testid": `${name}-${step.index}` },
       `${name.replace(/[A-Z]/g, (c) => " " + c.toLowerCase())}: ${json(step[name])}`));
 }
@@ -821,7 +808,7 @@ async function showPast(seq) {
   if (!watching || !watching.task) return;
   if (seq >= watching.task.eventSeq) { scrubTo = null; backToLive(); return; }
   try {
-    const data = await graphql(TASK_AT, { id: watching.id, seq });
+    const data = await graphql("pageTaskAt", { id: watching.id, seq });
     if (watching !== current || scrubTo !== seq) return; // moved on since
     scrubTo = null;
     if (data.taskAt.__typename !== "Task") throw new Error(data.taskAt.message);
@@ -850,8 +837,7 @@ async function fork() {
   if (!watching || !watching.past) return;
   $("fork-result").textContent = "…";
   try {
-    const data = await graphql(`mutation($input: ForkTaskInput!) { forkTask(input: $input) {
-      __typename ... on Task { id } ${PROBLEM} } }`, { input: { taskId: watching.id, atSeq: watching.past.seq } });
+    const data = await graphql("pageFork", { input: { taskId: watching.id, atSeq: watching.past.seq } });
     const result = data.forkTask;
     if (result.__typename !== "Task") { $("fork-result").textContent = result.message; return; }
     location.hash = "#task=" + encodeURIComponent(result.id); // route() opens it
@@ -878,8 +864,7 @@ async function decide(decision) {
   }
   $("decision-result").textContent = "…";
   try {
-    const data = await graphql(`mutation($input: DecideStepInput!) { decideStep(input: $input) {
-      __typename ${PROBLEM} } }`, { input });
+    const data = await graphql("pageDecide", { input });
     const result = data.decideStep;
     $("decision-result").textContent = result.__typename === "Task" ? "" : result.message;
     if (result.__typename === "Task") { $("complete-output").value = ""; $("decision-why").value = ""; }
@@ -908,7 +893,7 @@ function tick() {
 
 async function checkLease(watching) {
   try {
-    const data = await graphql(LEASE, { id: watching.id });
+    const data = await graphql("pageLease", { id: watching.id });
     if (watching !== current || !data.task || data.task.stalled === undefined) return;
     // The server shows no lock once it lapsed; the page keeps the lapsed one, to
     // say whose it was (and to tell the next holder's takeover).

@@ -1,0 +1,68 @@
+"""The GraphQL documents the dashboard sends (``web/static/app.js``), each a named
+operation. The server registers the queries and mutations as trusted documents
+(``transport.trusted``): the page loads the manifest (``/static/documents.json``)
+and names them by id, and takes the subscription's text from it for the WebSocket.
+
+A field added here is drawn by the page only where ``app.js`` draws it, but for
+``STEP_REPORTED``: each of those is shown under its step as "name: value"."""
+
+from __future__ import annotations
+
+STEP_DRAWN = "index action status idempotent attempts error output startedAt completedAt"
+STEP_REPORTED = ""
+"""Fields a step reports beyond those drawn (``app.js`` shows each under its step)."""
+STEP_FIELDS = f"{STEP_DRAWN} {STEP_REPORTED}".strip()
+TOOL_FIELDS = "toolName status retryCount maxRetries lastError lastResult rateLimitResetAt"
+LOCK_FIELDS = "holderId fencingToken expiresAt"
+TASK_FIELDS = (
+    "id goal status version currentStep totalSteps eventSeq stalled origin { taskId seq }"
+    f" steps {{ {STEP_FIELDS} }} toolStates {{ {TOOL_FIELDS} }} lock {{ {LOCK_FIELDS} }}"
+)
+DELTA_FIELDS = (
+    "seq kind taskVersion stepIndex toolName at status stalled actor holder note epoch"
+    f" steps {{ {STEP_FIELDS} }} toolState {{ {TOOL_FIELDS} }} lock {{ {LOCK_FIELDS} }}"
+)
+PROBLEM = "... on Problem { message }"
+
+PAGE_SIGN_IN = "query pageSignIn { sessions(first: 1) { edges { cursor } } }"
+"""A token's check: any answer but 401 signs the page in."""
+PAGE_SESSIONS = (
+    "query pageSessions { sessions(first: 20) { edges { node { id status"
+    " tasks(first: 20) { edges { node { id goal status currentStep totalSteps stalled } } }"
+    " } } } }"
+)
+PAGE_PROGRESS = (
+    "subscription pageProgress($taskId: ID!, $afterSeq: Int, $epoch: String) {"
+    " taskProgress(taskId: $taskId, afterSeq: $afterSeq, epoch: $epoch)"
+    f" {{ {DELTA_FIELDS} task {{ {TASK_FIELDS} }} }} }}"
+)
+PAGE_LOG = (
+    "query pageLog($id: ID!, $after: Int!, $first: Int!) { task(id: $id) {"
+    f" ... on Task {{ events(afterSeq: $after, first: $first) {{ {DELTA_FIELDS} }} }} }} }}"
+)
+PAGE_TASK_AT = (
+    "query pageTaskAt($id: ID!, $seq: Int!) { taskAt(id: $id, seq: $seq) {"
+    f" __typename ... on Task {{ {TASK_FIELDS} }} {PROBLEM} }} }}"
+)
+PAGE_GOAL = "query pageGoal($id: ID!) { task(id: $id) { __typename ... on Task { goal } } }"
+PAGE_LEASE = (
+    "query pageLease($id: ID!) { task(id: $id) {"
+    f" ... on Task {{ stalled lock {{ {LOCK_FIELDS} }} }} }} }}"
+)
+PAGE_FORK = (
+    "mutation pageFork($input: ForkTaskInput!) { forkTask(input: $input) {"
+    f" __typename ... on Task {{ id }} {PROBLEM} }} }}"
+)
+PAGE_DECIDE = (
+    "mutation pageDecide($input: DecideStepInput!) { decideStep(input: $input) {"
+    f" __typename {PROBLEM} }} }}"
+)
+
+
+def operations() -> dict[str, str]:
+    """The page's documents by their operation's name."""
+    return {
+        body.split(" ", 2)[1].split("(")[0]: body
+        for name, body in sorted(globals().items())
+        if name.startswith("PAGE_") and isinstance(body, str)
+    }
