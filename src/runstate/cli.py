@@ -96,10 +96,12 @@ def _parser() -> argparse.ArgumentParser:
 
 async def serve_with_demo(
     host: str, port: int, database_url: str, *, langgraph: bool = False
-) -> None:
+) -> str | None:
     """Serve (SQLite and the in-process broker by default), print a signed-in link,
     and book trips: with the SDK's agents, or with a LangGraph graph
-    (``demo.graph``)."""
+    (``demo.graph``). Serves until stopped, or until the demo fails: then the server
+    stops too (a dashboard where nothing moves any more would be unexplained) and
+    the answer is the one line that says why."""
     import uvicorn
 
     from runstate.app import create_app, server_options
@@ -118,7 +120,8 @@ async def serve_with_demo(
     serving = asyncio.create_task(server.serve())
     while not server.started:
         if serving.done():
-            return await serving
+            await serving
+            return None
         await asyncio.sleep(0.05)  # uvicorn has no started event to await
     with app.state.database.current():  # the app's own database, opened as it started
         token = await tokens.create_token("demo")
@@ -144,24 +147,21 @@ async def serve_with_demo(
         flush=True,
     )
     demo = asyncio.create_task(work)
-    demo.add_done_callback(_say_why_it_stopped)
+    demo.add_done_callback(lambda _: setattr(server, "should_exit", True))
     try:
         await serving
     finally:
         demo.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await demo
+        await asyncio.wait([demo])  # its end, never its error: that is told below
+    return _why_it_stopped(demo)
 
 
-def _say_why_it_stopped(demo: asyncio.Task[None]) -> None:
-    """A demo whose trips stopped on an error says so at once on stderr: the server
-    goes on serving the dashboard, where nothing would move any more, unexplained."""
-    if not demo.cancelled() and (error := demo.exception()) is not None:
-        print(
-            f"runstate: the demo stopped booking trips: {type(error).__name__}: {error}",
-            file=sys.stderr,
-            flush=True,
-        )
+def _why_it_stopped(demo: asyncio.Task[None]) -> str | None:
+    """The line that says why the demo's trips stopped on an error; None when it was
+    stopped (Ctrl-C)."""
+    if demo.cancelled() or (error := demo.exception()) is None:
+        return None
+    return f"runstate: the demo stopped: {type(error).__name__}: {error}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -193,12 +193,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "runstate: demo --langgraph needs LangGraph: pip install 'runstate[langgraph]'"
             )
         _require_free_port(args.host, args.port)
+        failed = None
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(
+            failed = asyncio.run(
                 serve_with_demo(
                     args.host, args.port, settings.database_url, langgraph=args.langgraph
                 )
             )
+        if failed is not None:
+            sys.exit(failed)
         print("runstate: stopped", flush=True)
     elif args.command == "export-schema":
         from runstate.resolvers import build

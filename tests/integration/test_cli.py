@@ -11,7 +11,6 @@ from typing import Any
 
 import httpx
 
-from tests.integration.test_api import update_session
 from tests.support import (
     Api,
     Server,
@@ -127,9 +126,10 @@ class Demo:
     ``api`` is a client with the link's token; what it says on stderr goes to
     ``stderr``, a file beside the database."""
 
-    def __init__(self, database: Path, *options: str) -> None:
+    def __init__(self, database: Path, *options: str, **env: str) -> None:
         self.port = free_port()
-        env = {**os.environ, "RUNSTATE_DATABASE_URL": f"sqlite://{database}"}
+        self.database_url = f"sqlite://{database}"
+        env = {**os.environ, "RUNSTATE_DATABASE_URL": self.database_url, **env}
         self.stderr = database.with_name(f"{database.name}.{self.port}.stderr")
         with self.stderr.open("w") as stderr:
             self.process = subprocess.Popen(
@@ -142,8 +142,8 @@ class Demo:
         assert self.process.stdout is not None
         while "#token=" not in (line := self.process.stdout.readline()):
             assert line, "the demo exited before printing its link"
-        self.base, _, token = line.strip().partition("/#token=")
-        self.api = Api(self.base, token)
+        self.base, _, self.token = line.strip().partition("/#token=")
+        self.api = Api(self.base, self.token)
 
     def __enter__(self) -> Demo:
         return self
@@ -177,30 +177,20 @@ def test_demo_prints_a_signed_in_link_and_an_agent_starts_working(tmp_path: Path
     assert children.returncode == 1, "the demo's agent processes stop with it"
 
 
-def test_a_demo_that_cannot_book_says_why_while_it_serves(tmp_path: Path) -> None:
-    """Guards the demo's word when its trips stop on an error
-    (``cli._say_why_it_stopped``): here its session was completed, so it takes no new
-    task. The restarted demo says why on stderr at once, and goes on serving.
-    Without it nothing was said until the demo was stopped, and the dashboard sat
-    still, unexplained."""
-    with Demo(tmp_path / "demo.db") as first:
-        first.wait_for_work()
-        found = first.api('{ session(id: "demo") { ... on AgentSession { version } } }')
-        version = found["session"]["version"]
-        assert update_session(first.api, "demo", version, status="COMPLETED")["status"] == (
-            "COMPLETED"
-        )
-    with Demo(tmp_path / "demo.db") as second:
-        wait_until(
-            lambda: "stopped booking trips" in second.stderr.read_text(),
-            30,
-            "the demo to say why it stopped booking trips",
-        )
-        assert second.stderr.read_text() == (
-            "runstate: the demo stopped booking trips: InvalidInput: sessionId: "
-            "session is COMPLETED; it takes no new tasks\n"
-        )
-        assert httpx.get(second.base).status_code == 200
+def test_a_demo_that_fails_stops_with_one_line_and_its_status(tmp_path: Path) -> None:
+    """Guards the demo's end on an error (``cli.serve_with_demo``, ``cli._why_it_stopped``,
+    the agents' ``main``): its token revoked while it works, the demo stops serving
+    and exits with status 1 and the line that says why, and nothing on stderr is a
+    traceback. Before, it went on serving a dashboard where nothing moved, and
+    Ctrl-C then printed the demo's error again as a traceback."""
+    with Demo(tmp_path / "demo.db", RUNSTATE_AUTH_CHECK_SECONDS="1") as demo:
+        demo.wait_for_work()
+        assert runstate("token", "revoke", demo.token, database_url=demo.database_url).stdout
+        assert demo.process.wait(timeout=60) == 1
+        said = demo.stderr.read_text()
+        assert "Traceback" not in said, said
+        assert said.splitlines()[-1].startswith("runstate: the demo stopped: Unauthorized: ")
+        assert all(line.startswith("runstate") for line in said.splitlines()), said
 
 
 def test_a_restarted_demo_picks_up_the_task_it_left(tmp_path: Path) -> None:

@@ -18,9 +18,9 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Send, interrupt
 
-from runstate.client import InvalidTransition
+from runstate.client import InvalidInput, InvalidTransition, Runstate
 from runstate.integrations.langgraph import RunstateSaver
-from tests.support import Api, Server, Subscriber, mutate, wait_until
+from tests.support import Api, Server, Subscriber, create_token, mutate, wait_until
 
 TASK = """query($id: ID!) { task(id: $id) { ... on Task {
   status currentStep totalSteps eventSeq
@@ -424,3 +424,47 @@ async def test_a_subscriber_sees_the_nodes_run_live(served: tuple[Server, str]) 
     assert last["steps"][0]["output"] == {"interrupt": [{"question": "pay 120 EUR?"}]}
     seqs = [e["taskProgress"]["seq"] for e in events[1:]]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+
+
+def test_a_thread_id_runstate_refuses_is_refused_before_anything_is_sent(
+    served: tuple[Server, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards the saver's and the SDK's id check (``client.ids``): a thread id with
+    an accented letter (as the LangGraph demo's "trip-valparaíso-..." once had) is
+    refused by the graph's first call with one InvalidInput naming the character
+    and the characters allowed; the caller's server holds nothing new (no session,
+    no task) and the watcher logs nothing. The SDK refuses a session's and a task's
+    id the same way. Without the check the server refused the first write while the
+    watcher's node reports failed beside it, in two different messages."""
+    server, _ = served
+    token = create_token(server.database_url, f"ids-{uuid.uuid4().hex[:8]}")
+    config: RunnableConfig = {"configurable": {"thread_id": "trip-valparaíso-1"}}
+    allowed = "an id is 1 to 64 ASCII letters, digits or _.:@-, starting with a letter or digit"
+    with (
+        RunstateSaver.from_url_sync(server.url, token) as saver,
+        pytest.raises(InvalidInput) as refused,
+    ):
+        trip_graph(saver).invoke({"done": [], "answer": ""}, config)
+    assert refused.value.message.startswith(
+        "thread_id 'trip-valparaíso-1' is not a runstate id: it has 'í'; " + allowed
+    )
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("runstate")] == []
+
+    async def sdk() -> list[str]:
+        async with Runstate(server.url, token) as rs:
+            said = []
+            for call in (
+                rs.start_session("café"),
+                rs.create_task("s", "g", ["a"], id="a task"),
+            ):
+                with pytest.raises(InvalidInput) as bad:
+                    await call
+                said.append(bad.value.message)
+            return said
+
+    assert asyncio.run(sdk()) == [
+        "session id 'café' is not a runstate id: it has 'é'; " + allowed + " (a UUID is one)",
+        "task id 'a task' is not a runstate id: it has ' '; " + allowed + " (a UUID is one)",
+    ]
+    with Api(server.url, token) as api:
+        assert api("{ sessions { edges { cursor } } }")["sessions"]["edges"] == []

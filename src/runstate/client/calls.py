@@ -41,6 +41,7 @@ from runstate.client.exceptions import (
     ServerUnavailable,
     Unauthorized,
 )
+from runstate.client.ids import checked_id
 from runstate.client.records import Event, Lock, ResumePlan, Session, Task, ToolState, camel
 
 log = logging.getLogger(__name__)
@@ -271,6 +272,8 @@ class Calls:
         self, id: str | None = None, *, ttl_seconds: int | None = None, metadata: Any = None
     ) -> Session:
         """Start a session (or get the one with this client-chosen id)."""
+        if id is not None:
+            checked_id(id, "session id")
         data = await self._mutate(
             doc.START_SESSION, "startSession", id=id, ttlSeconds=ttl_seconds, metadata=metadata
         )
@@ -289,6 +292,8 @@ class Calls:
         """Create a task with its plan (or get the one with this client-chosen id).
         With ``holder`` it is created leased to that holder for ``lease_ttl`` seconds,
         so no worker's ``claim`` takes it before ``run(task.id, holder=...)`` does."""
+        if id is not None:
+            checked_id(id, "task id")
         lease = None if holder is None else {"holderId": holder, "ttlSeconds": lease_ttl}
         data = await self._mutate(
             doc.CREATE_TASK,
@@ -313,6 +318,8 @@ class Calls:
         self, task_id: str, at_seq: int, *, id: str | None = None, goal: str | None = None
     ) -> Task:
         """A new task from the source's state at ``at_seq`` (RUNNING steps PENDING)."""
+        if id is not None:
+            checked_id(id, "task id")
         data = await self._mutate(
             doc.FORK, "forkTask", taskId=task_id, atSeq=at_seq, id=id, goal=goal
         )
@@ -593,6 +600,7 @@ class Calls:
 
     async def copy_graph(self, task_id: str, new_task_id: str) -> Task:
         """Copy a thread whole into another task (``copyGraph``)."""
+        checked_id(new_task_id, "thread id")
         data = await self._mutate(
             doc.COPY_GRAPH, "copyGraph", taskId=task_id, newTaskId=new_task_id
         )

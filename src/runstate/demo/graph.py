@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import operator
 import time
+import unicodedata
 import uuid
 from typing import Annotated, Any, TypedDict
 
@@ -85,6 +86,12 @@ def confirm(state: Trip) -> dict[str, Any]:
     return {}
 
 
+def ascii_slug(name: str) -> str:
+    """``name`` in lower-case ASCII, accents dropped ("Valparaíso" -> "valparaiso"):
+    a thread id is a runstate id, ASCII only."""
+    return unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode().lower()
+
+
 def trip_graph(saver: RunstateSaver) -> CompiledStateGraph[Any]:
     """The trip graph, checkpointed by ``saver`` and watched node by node."""
     builder = StateGraph(Trip)
@@ -112,7 +119,7 @@ async def graph_trips(base: str, token: str) -> None:
     async with RunstateSaver.from_url(base, token, session_id=SESSION) as saver:
         graph = trip_graph(saver)
         for traveller, city in trips:
-            thread_id = f"trip-{city.lower()}-{uuid.uuid4().hex[:6]}"
+            thread_id = f"trip-{ascii_slug(city)}-{uuid.uuid4().hex[:6]}"
             config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
             start: dict[str, Any] = {"traveller": traveller, "city": city, "options": []}
             asked = await graph.ainvoke(start, config)

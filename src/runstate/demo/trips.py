@@ -24,7 +24,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from runstate.client import WAIT, EveryStep, Runstate, TaskRunner
+from runstate.client import WAIT, EveryStep, Runstate, RunstateError, TaskRunner
 
 PLAN: list[str | dict[str, Any]] = [
     "search flights",
@@ -222,10 +222,14 @@ def main() -> None:
     parser.add_argument("--pool", action="store_true", help="be the pool of workers")
     args = parser.parse_args()
     token = os.environ["RUNSTATE_DEMO_TOKEN"]
-    if args.pool:
-        asyncio.run(pool(args.url, token))
-    else:
-        asyncio.run(agent(args.url, token, args.task_id, args.holder, args.crash_at))
+    try:
+        if args.pool:
+            asyncio.run(pool(args.url, token))
+        else:
+            asyncio.run(agent(args.url, token, args.task_id, args.holder, args.crash_at))
+    except RunstateError as error:  # one line, as the demo itself says why it stopped
+        name = "the pool" if args.pool else args.holder
+        sys.exit(f"runstate demo: {name} stopped: {type(error).__name__}: {error}")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ from langgraph.pregel import Pregel
 
 from runstate.client import Runstate
 from runstate.client.exceptions import NotFound, ProblemError, RunstateError
+from runstate.client.ids import checked_id, is_id
 from runstate.integrations.langgraph_steps import Node, Reports, Send, Watcher, node_report
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,12 @@ class _Held:
     timer: asyncio.TimerHandle | None
     """Counting ``hold_writes`` down; None while a checkpoint of the thread is on
     its way (LangGraph sends the next one only after it)."""
+
+
+def _thread_id(configurable: dict[str, Any]) -> str:
+    """The config's ``thread_id``, the id of the thread's task: checked before
+    anything is sent (``client.ids``)."""
+    return checked_id(str(configurable["thread_id"]), "thread_id")
 
 
 async def _started(reports: Reports | None, task_id: str) -> None:
@@ -484,7 +491,11 @@ class RunstateSaver(BaseCheckpointSaver[str]):
 
     def _report(self, thread_id: str, node: dict[str, Any] | None, ended: str | None) -> None:
         """Queue a node's start or a run's end (the watcher's, from any thread); the
-        thread's reports are sent in order, those queued meanwhile in one call."""
+        thread's reports are sent in order, those queued meanwhile in one call. A
+        thread id runstate refuses reports nothing: the saver's own call for it says
+        why, once."""
+        if not is_id(thread_id):
+            return
         if not self._closed and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._queue, thread_id, node or ended)
 
@@ -525,7 +536,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         configurable = config["configurable"]
         try:
             found = await self._client.graph_checkpoint(
-                str(configurable["thread_id"]),
+                _thread_id(configurable),
                 configurable.get("checkpoint_ns", ""),
                 get_checkpoint_id(config),
             )
@@ -636,7 +647,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         configurable = config["configurable"]
-        thread_id = str(configurable["thread_id"])
+        thread_id = _thread_id(configurable)
         namespace = configurable.get("checkpoint_ns", "")
         stored: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = stored.pop("channel_values")
@@ -692,7 +703,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         task_path: str,
     ) -> None:
         configurable = config["configurable"]
-        thread_id = str(configurable["thread_id"])
+        thread_id = _thread_id(configurable)
         namespace = configurable.get("checkpoint_ns", "")
         stored = [
             {

@@ -171,7 +171,8 @@ def object_id(value: str | None, field: str = "id") -> str:
     if len(value) > ID_LENGTH or not _ID.fullmatch(value):
         raise InvalidInputError(
             field,
-            f"an id is 1 to {ID_LENGTH} letters, digits or _.:@- and starts with a letter or digit",
+            f"an id is 1 to {ID_LENGTH} ASCII letters, digits or _.:@-, starting with a"
+            " letter or digit",
         )
     return value
 
