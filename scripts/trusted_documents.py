@@ -4,7 +4,7 @@ LangGraph saver and the dashboard send, which the server registers as trusted
 
     .venv/bin/python scripts/trusted_documents.py
 
-Run it after changing ``runstate.client.documents`` or ``runstate.web.operations``;
+Run it after changing ``runstate.client.documents`` or ``runstate.web.dashboard``;
 ``make test`` fails while the file and the documents differ
 (``tests/unit/test_trusted_documents.py``). The format is Apollo's persisted query
 manifest, which Apollo and Relay tooling read; servers publish it at
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from runstate.client import documents
 from runstate.client.documents import document_id
-from runstate.web import operations as page
+from runstate.web import dashboard as page
 
 MANIFEST = Path(__file__).parent.parent / "src" / "runstate" / "web" / "static" / "documents.json"
 

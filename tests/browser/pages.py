@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from playwright.async_api import Browser, BrowserContext, Page, Request, Route, ViewportSize, expect
 
 from runstate.client.documents import document_id
-from runstate.web.operations import operations
+from runstate.web.dashboard import operations
 
 ARTIFACTS = Path(__file__).parent.parent.parent / "test-artifacts" / "browser"
 """Screenshots of the browser tests, for a person to look at after a run."""
@@ -23,7 +23,7 @@ PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 def sends(request: Request, operation: str) -> bool:
-    """Whether a request of the page runs ``operation`` (``runstate.web.operations``),
+    """Whether a request of the page runs ``operation`` (``runstate.web.dashboard``),
     which the page names by id."""
     return document_id(operations()[operation]) in (request.post_data or "")
 

@@ -11,7 +11,7 @@ from typing import Any
 from playwright.async_api import Browser, Page, Request, expect
 
 from runstate.client.documents import document_id
-from runstate.web.operations import operations
+from runstate.web.dashboard import operations
 from tests.browser.pages import ARTIFACTS, DESK, open_dashboard, sends
 from tests.integration.test_api import create_task, start_session, step
 from tests.integration.test_lifecycle import at_second_step, resume
@@ -161,7 +161,7 @@ async def test_a_link_to_a_missing_task_says_so_and_draws_no_task(
 async def test_the_page_names_its_documents_by_id(
     dashboard: tuple[Server, str], browser: Browser, api: Api
 ) -> None:
-    """Guards the page's side of the trusted documents (``runstate.web.operations``,
+    """Guards the page's side of the trusted documents (``runstate.web.dashboard``,
     ``app.js``'s ``graphql``): every request it makes over HTTP, the session list,
     the log, the lease and a decision among them, names a registered document by
     ``documentId`` and sends no text. Sending the text again fails here."""

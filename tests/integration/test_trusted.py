@@ -16,7 +16,7 @@ import pytest
 
 from runstate.client import documents as doc
 from runstate.client.documents import document_id
-from runstate.web import operations as page
+from runstate.web import dashboard as page
 from tests.support import Api, Server, create_token
 
 NEW = "application/graphql-response+json"

@@ -14,7 +14,7 @@ from runstate.client import documents as doc
 from runstate.resolvers.build import build_schema
 from runstate.resolvers.lean import Lean
 from runstate.transport.trusted import Trusted
-from runstate.web import operations as page
+from runstate.web import dashboard as page
 
 ROOT = Path(__file__).parent.parent.parent
 

@@ -5,7 +5,7 @@ as Apollo's and Relay's persisted queries do.
 
 The registry is ``web/static/documents.json`` (Apollo's persisted query manifest,
 written by ``scripts/trusted_documents.py`` from ``runstate.client.documents`` and
-``runstate.web.operations``).
+``runstate.web.dashboard``).
 An id the registry does not hold is refused with 400; any other document is
 still served when sent as ``query``, by the same path.
 """

@@ -9,10 +9,10 @@
 
 const TOKEN_KEY = "runstate-token";
 // The fields of a step the page draws; any other a step's documents ask for
-// (STEP_REPORTED in runstate/web/operations.py) is shown under it as "name: value".
+// (STEP_REPORTED in runstate/web/dashboard.py) is shown under it as "name: value".
 const STEP_DRAWN = new Set(["index", "action", "status", "idempotent", "attempts", "error", "output",
   "startedAt", "completedAt"]);
-// The page's GraphQL documents (runstate/web/operations.py) from the server's manifest of
+// The page's GraphQL documents (runstate/web/dashboard.py) from the server's manifest of
 // trusted documents: queries and mutations are named by id, the subscription sent as text.
 const DOCUMENTS = fetch("/static/documents.json").then((r) => r.json()).then((manifest) =>
   Object.fromEntries(manifest.operations.map((o) => [o.name, o])));
