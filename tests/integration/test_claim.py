@@ -170,3 +170,35 @@ def test_a_task_created_leased_is_its_creators_from_the_start(
     assert claim(other, "worker", session)["taskId"] == unleased["id"]
     api.close()
     other.close()
+
+
+def test_a_claim_may_leave_a_task_stalled_for_a_while(servers: tuple[Server, Server]) -> None:
+    """Guards ``stalledForSeconds`` (``leases.claim_task``'s grace, both in the pick
+    and in the UPDATE's check): a task stalled for a second or two is not claimed by
+    a claim asking an hour, while a PLANNED task still is (the grace is about lapsed
+    leases); the same claim asking nothing takes the stalled task (the control).
+    Out of range it is InvalidInput naming the field."""
+    one, two = servers
+    api = Api(one.url, create_token(one.database_url, "patient"))
+    session_id, (stalled,) = stalled_tasks(api, 1)
+    patient = {"sessionId": session_id, "stalledForSeconds": 3600}
+    found = mutate(api, "claimTask", "ClaimTaskInput", LOCK, holderId="w", ttlSeconds=60, **patient)
+    assert found["__typename"] == "NotFound"
+    planned = create_task(api, session_id, steps=1)
+    found = mutate(api, "claimTask", "ClaimTaskInput", LOCK, holderId="w", ttlSeconds=60, **patient)
+    assert (found["__typename"], found["taskId"]) == ("TaskLock", planned["id"])
+    with Api(two.url, api.token) as other:
+        taken = claim(other, "w0", session_id)
+    assert (taken["__typename"], taken["taskId"]) == ("TaskLock", stalled)
+    for bad in (-1, 3601):
+        refused = mutate(
+            api,
+            "claimTask",
+            "ClaimTaskInput",
+            "__typename ... on InvalidInput { field }",
+            holderId="w",
+            ttlSeconds=60,
+            stalledForSeconds=bad,
+        )
+        assert refused == {"__typename": "InvalidInput", "field": "stalledForSeconds"}
+    api.close()

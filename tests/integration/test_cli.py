@@ -6,6 +6,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,30 @@ def test_a_demo_that_fails_stops_with_one_line_and_its_status(tmp_path: Path) ->
         assert "Traceback" not in said, said
         assert said.splitlines()[-1].startswith("runstate: the demo stopped: Unauthorized: ")
         assert all(line.startswith("runstate") for line in said.splitlines()), said
+
+
+def test_the_demo_says_it_killed_its_agent_and_the_trip_stays_stalled_a_while(
+    tmp_path: Path,
+) -> None:
+    """Guards the demo's crash as a person sees it (``demo.trips``): the demo says
+    which agent it killed, during which step, and the pool leaves the trip stalled
+    (no agent) for seconds before taking it over (``STALLED_FOR``, claimTask's
+    ``stalledForSeconds``). Before, the pool took it over within a second of the
+    lease lapsing, and "no agent: lease lapsed" blinked on the page, if at all."""
+    with Demo(tmp_path / "demo.db") as demo:
+        assert demo.process.stdout is not None
+        while "killed" not in (said := demo.process.stdout.readline()):
+            assert said, "the demo exited before killing its agent"
+        assert said.startswith("agent-1 killed (SIGKILL) during 'book flight' of "), said
+        fields = "stalled lock { holderId }"
+        wait_until(lambda: demo.tasks(fields)[0]["stalled"], 30, "the trip to stall")
+        stalled_at = time.monotonic()
+        wait_until(
+            lambda: (demo.tasks(fields)[0]["lock"] or {}).get("holderId", "").startswith("worker"),
+            30,
+            "the pool to take the trip over",
+        )
+        assert time.monotonic() - stalled_at >= 4, "the trip was stalled for less than 4 s"
 
 
 def test_a_restarted_demo_picks_up_the_task_it_left(tmp_path: Path) -> None:

@@ -35,16 +35,21 @@ class Runstate(Calls):
         decision: str | None = None,
         durability: Durability = "sync",
         idle_seconds: float = 1.0,
+        stalled_for_seconds: int = 0,
         stop: asyncio.Event | None = None,
     ) -> None:
         """A worker's loop: claim a task, resume it, ``await handle(run)`` with its
         runner, and again, until ``stop`` is set. With nothing to claim it looks
         again every ``idle_seconds``. A pool of such workers finishes the tasks of a
         worker that died, with no person involved (but for steps in doubt, which
-        ``decision`` answers, or leaves to a person)."""
+        ``decision`` answers, or leaves to a person); a dead worker's task once its
+        lease lapsed ``stalled_for_seconds`` ago (``claimTask``'s
+        ``stalledForSeconds``)."""
         stop = stop or asyncio.Event()
         while not stop.is_set():
-            lock = await self.claim(holder, lease_ttl, session_id=session_id)
+            lock = await self.claim(
+                holder, lease_ttl, session_id=session_id, stalled_for_seconds=stalled_for_seconds
+            )
             if lock is None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), idle_seconds)

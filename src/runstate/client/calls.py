@@ -537,10 +537,15 @@ class Calls:
         return Watch(self, task_id, after_seq, retry_seconds)
 
     async def claim(
-        self, holder_id: str, ttl_seconds: int, *, session_id: str | None = None
+        self,
+        holder_id: str,
+        ttl_seconds: int,
+        *,
+        session_id: str | None = None,
+        stalled_for_seconds: int = 0,
     ) -> Lock | None:
         """Lease the oldest task that needs a worker (PLANNED, or stalled: its agent
-        died), or None when none does."""
+        died, at least ``stalled_for_seconds`` ago), or None when none does."""
         try:
             data = await self._mutate(
                 doc.CLAIM,
@@ -548,6 +553,7 @@ class Calls:
                 holderId=holder_id,
                 ttlSeconds=ttl_seconds,
                 sessionId=session_id,
+                stalledForSeconds=stalled_for_seconds or None,
             )
         except NotFound:
             return None

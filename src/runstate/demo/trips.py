@@ -95,6 +95,9 @@ STARTUP_TTL = 60
 """The lease the demo holds for a trip's first agent while that process starts."""
 POOL = 2
 """Workers in the pool: one may wait for a person's decision while another runs a fork."""
+STALLED_FOR = 6
+"""Seconds a crashed trip stays stalled before the pool takes it over: long enough
+for a person watching to see that its agent is gone."""
 
 
 async def work(run: TaskRunner, crash_at: str | None = None) -> None:
@@ -136,6 +139,7 @@ async def pool(url: str, token: str) -> None:
                     lease_ttl=LEASE_TTL,
                     decision=WAIT,
                     idle_seconds=1.0,
+                    stalled_for_seconds=STALLED_FOR,
                 )
                 for n in range(1, POOL + 1)
             )
@@ -186,6 +190,12 @@ async def trips(url: str, token: str) -> None:
                     first.kill()
                 await first.wait()
                 agents.remove(first)
+                print(
+                    f"{holder} killed (SIGKILL) during '{CRASH_AT}' of \"{goal}\": its lease"
+                    f" lapses within {LEASE_TTL} s, and the pool takes the trip over"
+                    f" {STALLED_FOR} s later",
+                    flush=True,
+                )
                 await _until_finished(rs, task.id)  # the pool takes it over
                 await asyncio.sleep(15)
     finally:

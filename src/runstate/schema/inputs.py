@@ -283,6 +283,14 @@ class ClaimTaskInput:
         default=None, description="Only tasks of this session."
     )
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+    stalled_for_seconds: int = strawberry.field(
+        default=0,
+        description=(
+            "A stalled task is claimed only once its lease lapsed at least this long ago"
+            " (0 to 3600; 0, the default: at once). Leaves a dead agent's task visibly"
+            " stalled for a while, or gives a slow agent's renewal a grace."
+        ),
+    )
 
 
 @strawberry.input

@@ -153,10 +153,12 @@ async def claim_task(
     ttl_seconds: int,
     *,
     session_id: str | None = None,
+    stalled_for_seconds: int = 0,
 ) -> Written[LockView]:
     """Lease the caller's oldest claimable task (of one session, if given) to
     ``holder_id``, with the next fencing token (LOCK_ACQUIRED); NotFound when no
-    task needs a worker.
+    task needs a worker. A stalled task counts only once its lease lapsed
+    ``stalled_for_seconds`` ago.
 
     The oldest candidate is picked first (``_oldest_claimable``), then one
     conditional UPDATE leases it, checking again in its WHERE that it is still
@@ -168,17 +170,22 @@ async def claim_task(
     checked(holder_id, ttl_seconds)
     if session_id is not None:
         validation.known_id(session_id, "session")
+    if not 0 <= stalled_for_seconds <= MAX_STALLED_FOR:
+        raise InvalidInputError("stalledForSeconds", f"must be between 0 and {MAX_STALLED_FOR}")
+    grace = timedelta(seconds=stalled_for_seconds)
 
     async def taken() -> DomainError | None:
         raise _Taken
 
     for _ in range(CLAIM_ATTEMPTS):
-        pick = await _oldest_claimable(user_id, session_id, utcnow())
+        pick = await _oldest_claimable(user_id, session_id, utcnow(), grace)
         if pick is None:
             raise NotFoundError("task", "(none to claim)")
 
         guard = Guard(
-            where=_still_claimable, sets=_grant(holder_id, ttl_seconds), refusal=_not_held
+            where=lambda now: _still_claimable(now, grace),
+            sets=_grant(holder_id, ttl_seconds),
+            refusal=_not_held,
         )
         select = '"user_id" = ? AND "id" = ?', [user_id, pick]
         try:
@@ -209,12 +216,13 @@ the SDK (a crashed graph's thread is stalled, and only a graph process can go on
 with it). One probe of the checkpoints' unique index per task looked at."""
 
 
-def _still_claimable(now: datetime) -> sql.Fragment:
+def _still_claimable(now: datetime, grace: timedelta) -> sql.Fragment:
     """A task a worker may claim, as SQL on the task row: PLANNED with no live
-    lease, or stalled, in an open session (``conditions``), and no LangGraph
-    thread. What the claim's UPDATE checks again of the task it picked."""
+    lease, or stalled since ``grace`` ago at least, in an open session
+    (``conditions``), and no LangGraph thread. What the claim's UPDATE checks again
+    of the task it picked."""
     live, live_params = no_live_lease_sql(now)
-    gone, gone_params = stalled_sql(now)
+    gone, gone_params = stalled_sql(now - grace)
     opened, opened_params = open_session_sql(now, "s")
     return (
         f'(("status" = ? AND ({live})) OR ({gone})) AND EXISTS (SELECT 1 FROM "sessions" s'
@@ -233,7 +241,9 @@ def _candidates(user_id: str, session_id: str | None, now: datetime) -> QuerySet
     return query if session_id is None else query.filter(session__public_id=session_id)
 
 
-async def _oldest_claimable(user_id: str, session_id: str | None, now: datetime) -> int | None:
+async def _oldest_claimable(
+    user_id: str, session_id: str | None, now: datetime, grace: timedelta
+) -> int | None:
     """The id of the oldest claimable task: the oldest of one lookup per status
     (PLANNED with no live lease, RUNNING and WAITING_TOOL stalled), each walking the
     (user, status, id) index from its oldest task. One lookup for all three would
@@ -241,12 +251,15 @@ async def _oldest_claimable(user_id: str, session_id: str | None, now: datetime)
     that plan), so a claim would cost more the longer the user's history."""
     found: list[int] = []
     for status in (TaskStatus.PLANNED, *WORKING):
-        condition = no_live_lease(now) if status is TaskStatus.PLANNED else stalled(now)
+        condition = no_live_lease(now) if status is TaskStatus.PLANNED else stalled(now - grace)
         oldest = _candidates(user_id, session_id, now).filter(condition, status=status)
         oldest = oldest.annotate(graph=RawSQL(_GRAPH)).filter(graph=False)
         found += [row["id"] for row in await oldest.order_by("id").limit(1).values("id")]
     return min(found, default=None)
 
+
+MAX_STALLED_FOR = 3600
+"""The longest ``stalledForSeconds`` a claim may ask: an hour."""
 
 CLAIM_ATTEMPTS = 1000
 """Rounds a claim may lose to others while tasks remain: far more than workers race."""
