@@ -12,9 +12,11 @@ import json
 import os
 import socket
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from graphql import GraphQLInterfaceType, GraphQLSchema, GraphQLUnionType, build_schema
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runstate.observe import logs
 from runstate.services.actions import tokens
@@ -109,8 +111,9 @@ async def serve_with_demo(
 
     settings = Settings.from_env().with_overrides(database_url=database_url)
     app = create_app(settings)
+    opened = asyncio.Event()
     config = uvicorn.Config(
-        app,
+        _noting_the_page(app, opened),
         host,
         port,
         log_level="warning",
@@ -126,24 +129,26 @@ async def serve_with_demo(
     with app.state.database.current():  # the app's own database, opened as it started
         token = await tokens.create_token("demo")
     base = f"http://{host}:{port}"
+    # A session of this run's own: the link follows its trips, not an earlier run's.
+    session = f"{'langgraph-demo' if langgraph else 'demo'}-{time.strftime('%Y%m%d-%H%M%S')}"
     if langgraph:
         from runstate.demo.graph import graph_trips
 
         story = (
-            "A LangGraph graph is booking a trip. Watch its nodes run as steps, two at\n"
-            "once, and stop at a question for a person."
+            "A LangGraph graph books trips. Watch its nodes run as steps, two at once,\n"
+            "and stop at a question for you to answer."
         )
-        work = graph_trips(base, token)
+        work = graph_trips(base, token, session, opened)
     else:
         story = (
-            "An agent is booking a trip. Watch it work, crash at 'book flight', and wait\n"
-            "for you to decide."
+            "An agent books trips. Watch it work, crash at 'book flight', and wait for\n"
+            "you to decide."
         )
-        work = trips(base, token)
+        work = trips(base, token, session, opened)
     print(
         "\nrunstate is running. Open the dashboard (you are signed in as 'demo'):\n\n"
-        f"    {base}/#token={token}\n\n"
-        f"{story} Ctrl-C stops everything.\n",
+        f"    {base}/#token={token}&session={session}\n\n"
+        f"{story} The first trip starts when the page opens. Ctrl-C stops everything.\n",
         flush=True,
     )
     demo = asyncio.create_task(work)
@@ -154,6 +159,18 @@ async def serve_with_demo(
         demo.cancel()
         await asyncio.wait([demo])  # its end, never its error: that is told below
     return _why_it_stopped(demo)
+
+
+def _noting_the_page(app: ASGIApp, opened: asyncio.Event) -> ASGIApp:
+    """``app``, setting ``opened`` once a browser loads the dashboard (``GET /``):
+    the demo's first trip waits for it, so that a person sees it from its start."""
+
+    async def noting(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/":
+            opened.set()
+        await app(scope, receive, send)
+
+    return noting
 
 
 def _why_it_stopped(demo: asyncio.Task[None]) -> str | None:
@@ -190,7 +207,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.command == "demo":
         if args.langgraph and importlib.util.find_spec("langgraph") is None:
             sys.exit(
-                "runstate: demo --langgraph needs LangGraph: pip install 'runstate[langgraph]'"
+                "runstate: demo --langgraph needs LangGraph: `make run-langgraph` in runstate's"
+                " repository installs it; in a venv of your own,"
+                " pip install '/path/to/runstate[langgraph]' (your clone: runstate is not on PyPI)"
             )
         _require_free_port(args.host, args.port)
         failed = None

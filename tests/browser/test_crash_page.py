@@ -45,8 +45,9 @@ async def test_a_crash_is_shown_and_decided_from_a_phone(
 ) -> None:
     """Guards the lease display (its countdown, the lapse read from the clock and
     from ``stalled``), the decision panel with its output field and reason, the log
-    saying who decided and why, the step's run time ending when its agent was last
-    heard of, the opening on the most recent active task, and the phone layout."""
+    saying who decided and why, the crashed step's times (its start, and when its
+    agent's lease lapsed: it once said "ran 0.0 s, then its agent stopped"), the
+    opening on the most recent active task, and the phone layout."""
     server, token = dashboard
     session = start_session(api)
     create_task(api, session["id"], PLAN, goal="An older trip")  # PLANNED: active, but older
@@ -84,6 +85,12 @@ async def test_a_crash_is_shown_and_decided_from_a_phone(
             await expect(page.get_by_test_id("time-2")).to_contain_text("running for")
         assert f"task={tid}" in pages["phone"].url, "the bare link opened the active task"
         await shoot(pages, "1-running")
+        held = await asyncio.to_thread(
+            api,
+            "query($id: ID!) { task(id: $id) { ... on Task { lock { expiresAt }"
+            " steps { startedAt } } } }",
+            id=tid,
+        )
     finally:
         first.kill()  # SIGKILL while "book flight" is RUNNING
 
@@ -129,10 +136,16 @@ async def test_a_crash_is_shown_and_decided_from_a_phone(
         await expect(page.get_by_test_id("step-2")).to_have_attribute("data-status", "SUCCESS")
         await expect(page.get_by_test_id("output-2")).to_have_text('{"pnr":"X7K2QM"}')
         await expect(page.get_by_test_id("decision")).to_be_hidden()
-        # The agent was last heard of when it started the step (it paused there, then
-        # was killed): the seconds its lease took to lapse are not running time.
+        # The step ran from its start until its agent's lease lapsed, as the page saw
+        # the lease; not until the worker that took over found it in doubt.
+        clock = "(iso) => new Date(iso).toLocaleTimeString()"
+        started = await page.evaluate(clock, held["task"]["steps"][2]["startedAt"])
+        lapsed = await page.evaluate(clock, held["task"]["lock"]["expiresAt"])
         await expect(page.get_by_test_id("time-2")).to_have_text(
-            re.compile(r"^ran 0\.\d s, then its agent stopped · decided after \d+(\.\d)? s$")
+            re.compile(
+                rf"^started {started} · agent-1's lease lapsed at {lapsed}"
+                r" · decided after \d+(\.\d)? s$"
+            )
         )
         await expect(page.get_by_test_id("events")).to_contain_text(
             "watcher decided: it happened (the airline mailed a PNR); "

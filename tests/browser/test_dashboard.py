@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 from playwright.async_api import Browser, Page, Request, expect
@@ -108,7 +109,9 @@ async def test_two_pages_follow_a_task_through_a_decision_and_a_restart(
     )["task"]
     expected = [s["status"] for s in final["steps"]]
     assert expected == ["SUCCESS", "SUCCESS", "SKIPPED", "SUCCESS", "SUCCESS"]
-    listed = pages[0].locator(f"[data-session='{session['id']}'] a[data-task='{tid}'] small")
+    listed = pages[0].locator(
+        f"[data-session='{session['id']}'] a[data-task='{tid}'] small:not(.task-meta)"
+    )
     await expect(listed).to_have_text("completed · 100%")
     for index, page in enumerate(pages):
         assert await statuses(page) == expected
@@ -186,4 +189,64 @@ async def test_the_page_names_its_documents_by_id(
     assert {"pageSessions", "pageLog", "pageLease", "pageDecide"} <= {
         names[body["documentId"]] for body in sent
     }
+    await page.close()
+
+
+async def test_a_link_with_a_session_follows_that_sessions_tasks_only(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards following one session (``#session=``, as ``runstate demo``'s link
+    says: ``follow`` in app.js): an earlier session's trip waits for a decision,
+    the followed session has no task yet; the page says it waits for that
+    session's first task and opens it once it exists, not the old one, and then
+    stays on it while a newer task of the session starts. The control: a page
+    without ``#session=``, opened first, opens the old waiting trip."""
+    server, token = dashboard
+    old = at_second_step(api, "RUNNING", idempotent=False)["id"]
+    resume(api, old)  # waits for a decision: what the page once opened on
+    fresh = start_session(api, id="demo-20261204-120000")
+    control = await browser.new_page(viewport=DESK)
+    await control.goto(f"{server.url}/#token={token}")
+    await expect(control.get_by_test_id("goal")).to_have_text("resume me", timeout=10_000)
+    await control.close()
+    page = await browser.new_page(viewport=DESK)
+    await page.goto(f"{server.url}/#token={token}&session={fresh['id']}")
+    await expect(page.get_by_test_id("empty-session")).to_contain_text(fresh["id"])
+    first = create_task(api, fresh["id"], STEPS, goal="Trip one")
+    await expect(page.get_by_test_id("goal")).to_have_text("Trip one", timeout=10_000)
+    await expect(page.get_by_test_id("conn")).to_have_attribute("data-state", "live")
+    create_task(api, fresh["id"], STEPS, goal="Trip two")
+    listed = page.locator(f"[data-session='{fresh['id']}'] a[data-task]")
+    await expect(listed).to_have_count(2, timeout=10_000)
+    await expect(page.get_by_test_id("goal")).to_have_text("Trip one")
+    assert f"task={first['id']}" in page.url
+    await page.close()
+
+
+async def test_the_list_tells_tasks_of_one_goal_apart(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the task list's second line (``taskMeta`` in app.js): two trips of one
+    goal and a fork of one of them show three different lines: each task's id's
+    start and creation time, and for the fork its source's goal and event. Without
+    it the three entries read the same."""
+    server, token = dashboard
+    session = start_session(api)
+    first = create_task(api, session["id"], STEPS, goal="Book a trip to Lisbon for Ana")
+    second = create_task(api, session["id"], STEPS, goal="Book a trip to Lisbon for Ana")
+    fork = mutate(
+        api,
+        "forkTask",
+        "ForkTaskInput",
+        "... on Task { id }",
+        taskId=first["id"],
+        atSeq=1,
+    )
+    page = await open_task(browser, server.url, token, second["id"])
+    metas = [page.get_by_test_id(f"meta-{t['id']}") for t in (first, second, fork)]
+    await expect(metas[0]).to_have_text(re.compile(rf"^{first['id'][:8]} · created \S+"))
+    await expect(metas[1]).to_have_text(re.compile(rf"^{second['id'][:8]} · created \S+"))
+    await expect(metas[2]).to_have_text(
+        re.compile(r'^fork of "Book a trip to Lisbon for Ana" at event 1 · created \S+')
+    )
     await page.close()

@@ -25,9 +25,9 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, interrupt
 
+from runstate.demo.trips import first_trip_when
 from runstate.integrations.langgraph import RunstateSaver
 
-SESSION = "langgraph-demo"
 PAUSE = 1.5
 """Seconds a node takes: slow enough to watch."""
 ANSWER_AFTER = 10.0
@@ -113,11 +113,14 @@ def trip_graph(saver: RunstateSaver) -> CompiledStateGraph[Any]:
     return saver.watch(builder.compile(checkpointer=saver))
 
 
-async def graph_trips(base: str, token: str) -> None:
-    """Book trips one after another, each a thread of its own, forever."""
+async def graph_trips(base: str, token: str, session_id: str, opened: asyncio.Event) -> None:
+    """Book trips one after another in the session ``session_id``, each a thread of
+    its own, forever: the first once ``opened`` (the dashboard is open) or after
+    ``FIRST_TRIP_WAIT``."""
     trips = zip(itertools.cycle(TRAVELLERS), itertools.cycle(CITIES), strict=False)
-    async with RunstateSaver.from_url(base, token, session_id=SESSION) as saver:
+    async with RunstateSaver.from_url(base, token, session_id=session_id) as saver:
         graph = trip_graph(saver)
+        await first_trip_when(opened)
         for traveller, city in trips:
             thread_id = f"trip-{ascii_slug(city)}-{uuid.uuid4().hex[:6]}"
             config: RunnableConfig = {"configurable": {"thread_id": thread_id}}

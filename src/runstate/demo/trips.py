@@ -38,7 +38,8 @@ CITIES = ["Lisbon", "Kyoto", "Valparaíso", "Tallinn", "Oaxaca"]
 TRAVELLERS = ["Ana", "Kenji", "Rosa", "Mart", "Lupe", "Idris", "Nora"]
 """Seven travellers for five cities: 35 trips before a name comes again."""
 CRASH_AT = "book flight"
-SESSION = "demo"
+FIRST_TRIP_WAIT = 120.0
+"""Seconds the first trip waits for the dashboard to open before it starts anyway."""
 PAUSE = 1.5
 """Seconds a simulated step or tool call takes: slow enough to watch."""
 
@@ -134,7 +135,6 @@ async def pool(url: str, token: str) -> None:
                 rs.work(
                     f"worker-{os.getpid()}-{n}",
                     handle,
-                    session_id=SESSION,
                     policy=EveryStep(),
                     lease_ttl=LEASE_TTL,
                     decision=WAIT,
@@ -163,14 +163,16 @@ async def _spawn(url: str, token: str, *args: str) -> asyncio.subprocess.Process
     )
 
 
-async def trips(url: str, token: str) -> None:
-    """Book trip after trip, each with one crash and one decision for a person; the
-    pool runs for as long as the demo does."""
+async def trips(url: str, token: str, session_id: str, opened: asyncio.Event) -> None:
+    """Book trip after trip in the session ``session_id``, each with one crash and one
+    decision for a person, the first once ``opened`` (the dashboard is open) or
+    after ``FIRST_TRIP_WAIT``; the pool runs for as long as the demo does."""
     agents: list[asyncio.subprocess.Process] = []
     try:
         async with Runstate(url, token) as rs:
-            session = await rs.start_session(SESSION, ttl_seconds=7 * 24 * 3600)
+            session = await rs.start_session(session_id, ttl_seconds=7 * 24 * 3600)
             agents.append(await _spawn(url, token, "--pool"))
+            await first_trip_when(opened)
             for number in range(1, 10_000):
                 city = CITIES[(number - 1) % len(CITIES)]
                 traveller = TRAVELLERS[(number - 1) % len(TRAVELLERS)]
@@ -203,6 +205,12 @@ async def trips(url: str, token: str) -> None:
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+
+
+async def first_trip_when(opened: asyncio.Event) -> None:
+    """Wait for the dashboard to open, or ``FIRST_TRIP_WAIT`` seconds."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(opened.wait(), FIRST_TRIP_WAIT)
 
 
 async def _until_finished(rs: Runstate, task_id: str) -> None:

@@ -28,7 +28,8 @@ PAGE_SIGN_IN = "query pageSignIn { sessions(first: 1) { edges { cursor } } }"
 """A token's check: any answer but 401 signs the page in."""
 PAGE_SESSIONS = (
     "query pageSessions { sessions(first: 20) { edges { node { id status"
-    " tasks(first: 20) { edges { node { id goal status currentStep totalSteps stalled } } }"
+    " tasks(first: 20) { edges { node { id goal status currentStep totalSteps stalled"
+    " createdAt origin { taskId seq } } } }"
     " } } } }"
 )
 PAGE_PROGRESS = (

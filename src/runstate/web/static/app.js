@@ -32,6 +32,7 @@ const $ = (id) => document.getElementById(id);
 let token = null;
 let current = null; // { id, task, lastSeq, epoch, entries, doubts, runs, pending, past, source }
 let following = false; // opened on no task in particular: follow the newest active one
+let followedSession = null; // following the tasks of this session only (#session=)
 let socket = null;
 let retryDelay = 500;
 let sessionsRead = []; // the session list as last read, newest session first
@@ -230,7 +231,18 @@ function taskLink(task) {
   }, el("span", { class: "dot s-" + (task.stalled ? "STALLED" : task.status) }),
   el("span", { class: "goal" }, task.goal),
   needsYou(task) ? el("span", { class: "needs-mark" }, "needs you") : null,
-  el("small", {}, `${state} · ${pct}%`)));
+  el("small", {}, `${state} · ${pct}%`),
+  el("small", { class: "task-meta", "data-testid": "meta-" + task.id }, taskMeta(task))));
+}
+
+// What tells a listed task from others of the same goal: a fork's source and event,
+// else the start of its id; and when it was created.
+function taskMeta(task) {
+  const created = clock(task.createdAt);
+  if (!task.origin) return `${task.id.slice(0, 8)} · created ${created}`;
+  const source = listed().find((t) => t.id === task.origin.taskId);
+  const of = source ? `"${source.goal}"` : "a task not listed";
+  return `fork of ${of} at event ${task.origin.seq} · created ${created}`;
 }
 
 function percent(done, total) {
@@ -256,16 +268,21 @@ function markNeeds() {
 
 // Opened on no task in particular: the most recent active task, and the next one
 // when it finishes (the demo books trip after trip).
+// Opened on no task in particular, the page follows the newest active task (of one
+// session with #session=, as the demo's link says: its own trips, not an earlier
+// run's), and moves on only once the task it shows is finished.
 function follow() {
   if (!following || (current && current.past)) return;
-  const tasks = listed();
+  const tasks = followedSession === null ? listed()
+    : (sessionsRead.find((s) => s.id === followedSession)?.tasks.edges ?? []).map((e) => e.node);
   const active = tasks.find((t) => !FINAL.has(t.status));
   const finished = !current || !current.task || FINAL.has(current.task.status);
   const next = active || (!current ? tasks[0] : null);
   if (!next) { if (!current) showEmpty(); return; }
   if (current && current.id === next.id) return;
   if (!current || finished) {
-    history.replaceState(null, "", "#task=" + encodeURIComponent(next.id));
+    const session = followedSession === null ? "" : "session=" + encodeURIComponent(followedSession) + "&";
+    history.replaceState(null, "", "#" + session + "task=" + encodeURIComponent(next.id));
     select(next.id);
   }
 }
@@ -273,19 +290,23 @@ function follow() {
 function showEmpty() {
   $("task").hidden = true;
   $("empty").hidden = false;
+  $("empty-session").hidden = followedSession === null;
+  $("empty-session-id").textContent = followedSession ?? "";
 }
 
 // ------------------------------------------------------------- one task, live
 
 function route() {
-  const taskId = new URLSearchParams(location.hash.slice(1)).get("task");
-  following = !taskId;
+  const params = new URLSearchParams(location.hash.slice(1));
+  const taskId = params.get("task");
+  followedSession = params.get("session");
+  following = !taskId || followedSession !== null;
   if (taskId && (!current || current.id !== taskId)) select(taskId);
   if (!taskId) follow();
 }
 
 function select(taskId) {
-  current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], doubts: {}, runs: {},
+  current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], doubts: {}, runs: {}, leaseEnds: {},
     pending: null, past: null, source: null };
   scrubTo = null;
   $("empty").hidden = true;
@@ -368,6 +389,7 @@ function onEvent(watching, event) {
   watching.epoch = event.epoch;
   if (event.kind === "SNAPSHOT") {
     watching.task = event.task;
+    noteLease(watching, event.task.lock);
     watching.pending = [];
     loadLog(watching, event);
   } else if (watching.pending) {
@@ -442,10 +464,21 @@ function record(watching, before, event) {
     const was = before.steps[step.index];
     if (step.status === "IN_DOUBT" && (!was || was.status !== "IN_DOUBT")) {
       const run = watching.runs[step.index];
-      watching.doubts[step.index] = { since: event.at, decided: null, heard: run && run.holder ? run.heard : null };
+      const holder = run && run.holder ? run.holder : null;
+      const heard = holder ? run.heard : null;
+      // When the agent's lease lapsed, if this page saw its last renewal (it read the
+      // lease while the agent lived); an end from before the agent was last heard of
+      // was renewed since, and says nothing.
+      const end = holder ? watching.leaseEnds[holder] : null;
+      const lapsed = end && ms(end) >= ms(heard) ? end : null;
+      watching.doubts[step.index] = { since: event.at, decided: null, heard, holder, lapsed, takenOver: watching.takenOver };
     } else if (was && was.status === "IN_DOUBT" && step.status !== "IN_DOUBT" && watching.doubts[step.index]) {
       watching.doubts[step.index].decided = event.at;
     }
+  }
+  if (LEASE_EVENTS.has(event.kind)) {
+    noteLease(watching, event.lock);
+    if (event.kind === "LOCK_ACQUIRED") watching.takenOver = event.at;
   }
   // Who wrote it: the lease holder for a write under a lease, else the user; a lease
   // event's sentence names its agent already.
@@ -454,6 +487,14 @@ function record(watching, before, event) {
     subject: subject(before, event), text: describe(before, after, event), delta: delta(event) });
   if (watching.entries.length > LOG_LINES) watching.entries.shift();
   return after;
+}
+
+// The latest end of each holder's lease this page knows of: from lease events, the
+// snapshot and its own reads of the lease (renewals write no event).
+function noteLease(watching, lock) {
+  if (!lock) return;
+  const known = watching.leaseEnds[lock.holderId];
+  if (!known || ms(lock.expiresAt) > ms(known)) watching.leaseEnds[lock.holderId] = lock.expiresAt;
 }
 
 // When each running step's agent was last heard of: the step's start, then every
@@ -748,11 +789,20 @@ function stepTiming(step, now, live) {
     const asked = ms(doubt.since);
     const answered = doubt.decided ? ms(doubt.decided) : now;
     const wait = doubt.decided ? `decided after ${seconds(answered - asked)}` : `waiting for you for ${seconds(answered - asked)}`;
-    // Known from the log: the step ran until its agent was last heard of, not until
-    // the worker that took over found it in doubt.
-    const runEnd = doubt.heard && ms(doubt.heard) >= start ? ms(doubt.heard) : asked;
-    const ran = runEnd < asked ? `ran ${seconds(runEnd - start)}, then its agent stopped` : `ran ${seconds(asked - start)}`;
-    return { start, runEnd, waitEnd: answered, text: `${ran} · ${wait}` };
+    // A crash: the step was running from its start until its agent's lease lapsed
+    // (when this page saw it), else until its agent was last heard of at the latest;
+    // not until the worker that took over found it in doubt.
+    if (!doubt.holder) return { start, runEnd: asked, waitEnd: answered, text: `ran ${seconds(asked - start)} · ${wait}` };
+    const began = `started ${clock(step.startedAt)}`;
+    if (doubt.lapsed) {
+      const lapsedAt = ms(doubt.lapsed);
+      return { start, runEnd: lapsedAt, waitEnd: answered,
+        text: `${began} · ${doubt.holder}'s lease lapsed at ${clock(lapsedAt)} · ${wait}` };
+    }
+    const heard = ms(doubt.heard) > start ? ` · last heard of at ${clock(doubt.heard)}` : "";
+    const taken = doubt.takenOver ? ` · its lease lapsed before ${clock(doubt.takenOver)}` : "";
+    return { start, runEnd: ms(doubt.heard) ?? start, waitEnd: answered,
+      text: `${began}, then ${doubt.holder} stopped${heard}${taken} · ${wait}` };
   }
   if (step.status === "RUNNING") {
     return live ? { start, runEnd: now, waitEnd: null, text: `running for ${seconds(now - start)}` }
@@ -898,6 +948,7 @@ async function checkLease(watching) {
     // The server shows no lock once it lapsed; the page keeps the lapsed one, to
     // say whose it was (and to tell the next holder's takeover).
     const lock = data.task.lock ?? (data.task.stalled ? watching.task.lock : null);
+    noteLease(watching, data.task.lock);
     const wasDue = due(watching.task, Date.now());
     watching.task = { ...watching.task, lock, stalled: data.task.stalled };
     if (wasDue) { render(); markNeeds(); } // a due lease is settled now, not at the next tick
