@@ -1,8 +1,8 @@
 """The Python in ``docs/sdk.md`` runs as pasted: each block is saved as a file and
-run, in the order a reader meets them after setting up (first calls, the agent
-loop, then watching its task), against a real server with a token of the reader's
-own. Guards the page against snippets that are fragments or no longer work (its
-first snippet once was a SyntaxError in a file)."""
+run, in the order of the page (first calls, the agent loop, then watching its
+task), against a real server with a token of the reader's own. Guards the page
+against snippets that are fragments or no longer work (its first snippet once was
+a SyntaxError in a file, and its watcher once came before the task it watches)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_every_python_block_of_the_sdk_guide_runs(
     reader: tuple[Server, str], tmp_path: Path
 ) -> None:
     server, token = reader
-    first, watch, loop = python_blocks(SDK_DOC.read_text())
+    first, loop, watch = python_blocks(SDK_DOC.read_text())
 
     created = run_block(first, tmp_path / "first.py", server, token)
     assert re.fullmatch(rf"created \S+ PLANNED at {re.escape(server.url)}/#task=\S+\n", created)
