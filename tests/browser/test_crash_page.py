@@ -161,10 +161,12 @@ async def test_a_crash_is_shown_and_decided_from_a_phone(
         await page.close()
 
 
-async def heartbeat(api: Api, task_id: str, holder: str, stop: asyncio.Event) -> None:
-    """Renew ``holder``'s lease for 2 s every half second, as an agent does, until
-    ``stop`` is set. Each renewal must be granted: a refused one means the lease
-    really lapsed, and the page was right to say so."""
+async def heartbeat(
+    api: Api, task_id: str, holder: str, stop: asyncio.Event, ttl: int = 2, every: float = 0.5
+) -> None:
+    """Renew ``holder``'s lease for ``ttl`` s every ``every`` s, as an agent does,
+    until ``stop`` is set. Each renewal must be granted: a refused one means the
+    lease really lapsed, and the page was right to say so."""
     while not stop.is_set():
         renewed = await asyncio.to_thread(
             mutate,
@@ -174,11 +176,11 @@ async def heartbeat(api: Api, task_id: str, holder: str, stop: asyncio.Event) ->
             "__typename ... on TaskLock { expiresAt } ... on Problem { code message }",
             taskId=task_id,
             holderId=holder,
-            ttlSeconds=2,
+            ttlSeconds=ttl,
         )
         assert renewed["__typename"] == "TaskLock", renewed
         with suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 0.5)
+            await asyncio.wait_for(stop.wait(), every)
 
 
 async def running_with_heartbeat(
@@ -239,6 +241,55 @@ async def test_a_renewed_lease_is_not_shown_as_lapsed(
     await expect(page.get_by_test_id("agent")).to_have_text(
         "no agent: lease lapsed", timeout=10_000
     )
+    await page.close()
+
+
+RECORD_LEAST_LEFT = """() => {
+  const lease = document.getElementById("lease");
+  window.leastLeft = Infinity;
+  new MutationObserver(() => {
+    const left = /runs out in (\\d+(?:\\.\\d)?) s/.exec(lease.textContent);
+    if (left) window.leastLeft = Math.min(window.leastLeft, Number(left[1]));
+  }).observe(lease, { childList: true, characterData: true, subtree: true });
+}"""
+
+
+async def test_the_lease_countdown_follows_the_renewals(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards ``nextLeaseRead``: an agent renews its 3-second lease every second (a
+    third of its ttl, as the SDK does); the page reads the lease just after each
+    renewal is due, so for 8 s the countdown it shows never falls below 1 s and the
+    lease is never due or lapsed. With the reads every 2 s alone (the fallback) the
+    countdown ran down to 0.7 s between reads while the agent was healthy (seen with
+    nextLeaseRead switched off; in the demo, with a 5-second lease, to 0.2 s)."""
+    server, token = dashboard
+    session = start_session(api)
+    tid = create_task(api, session["id"], PLAN, goal="Renewing every second")["id"]
+    stop = asyncio.Event()
+    lease = acquire(api, tid, "agent-c", ttl=3)
+    beating = asyncio.create_task(heartbeat(api, tid, "agent-c", stop, ttl=3, every=1.0))
+    mutate(
+        api,
+        "startStep",
+        "StepRefInput",
+        TASK,
+        taskId=tid,
+        stepIndex=0,
+        expectedVersion=1,
+        fencingToken=lease["fencingToken"],
+    )
+    page = await open_dashboard(browser, f"{server.url}/#token={token}&task={tid}", DESK)
+    await expect(page.get_by_test_id("lease")).to_have_attribute("data-state", "held")
+    await page.evaluate(RECORD_LEASE_STATES)
+    await page.evaluate(RECORD_LEAST_LEFT)
+    await page.wait_for_timeout(8000)  # the window watched, not a wait for something
+    least = await page.evaluate("window.leastLeft")
+    states = await page.evaluate("[...window.leaseStates]")
+    stop.set()
+    await beating
+    assert states == ["held"]
+    assert 1.0 <= least <= 3.0, least
     await page.close()
 
 

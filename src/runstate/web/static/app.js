@@ -25,6 +25,7 @@ const PAGE = 100; // the most a list may return at once
 const LOG_LINES = 500; // the log keeps the newest events; the server keeps them all
 const LEASE_CHECK_MS = 2000;
 const LEASE_GRACE_MS = 2000; // how long past its end a lease waits for the server's word
+const RENEWAL_SLACK_MS = 300; // how long after a renewal is due the page reads the lease
 const TICK_MS = 1000;
 const EMPTY_TASK = { status: "PLANNED", steps: [], toolStates: [], lock: null, stalled: false };
 
@@ -306,7 +307,9 @@ function route() {
 }
 
 function select(taskId) {
+  if (current) clearTimeout(current.leaseTimer);
   current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], doubts: {}, runs: {}, leaseEnds: {},
+    ttls: {}, leaseTimer: null,
     pending: null, past: null, source: null };
   scrubTo = null;
   $("empty").hidden = true;
@@ -402,6 +405,7 @@ function onEvent(watching, event) {
   }
   render();
   markNeeds();
+  if (LEASE_EVENTS.has(event.kind)) nextLeaseRead(watching);
 }
 
 // The task as of `event`, from the task as of the event before it (see TaskEvent).
@@ -453,6 +457,7 @@ async function loadLog(watching, snapshot) {
   for (const event of pending) task = record(watching, task, event);
   renderLog(watching);
   render();
+  nextLeaseRead(watching);
 }
 
 // One log entry for `event`, and what it means for a step's decision time; the
@@ -478,7 +483,10 @@ function record(watching, before, event) {
   }
   if (LEASE_EVENTS.has(event.kind)) {
     noteLease(watching, event.lock);
-    if (event.kind === "LOCK_ACQUIRED") watching.takenOver = event.at;
+    if (event.kind === "LOCK_ACQUIRED") {
+      watching.takenOver = event.at;
+      watching.ttls[event.lock.holderId] = ms(event.lock.expiresAt) - ms(event.at);
+    }
   }
   // Who wrote it: the lease holder for a write under a lease, else the user; a lease
   // event's sentence names its agent already.
@@ -941,6 +949,26 @@ function tick() {
   }
 }
 
+// Renewals write no event. Once the page knows a lease's ttl (from its LOCK_ACQUIRED
+// event), it reads the lease again just after the holder's next renewal is due (a
+// third of the ttl after the last, as the SDK renews), so the countdown follows the
+// renewals and does not run down while the agent is healthy; the reads every
+// LEASE_CHECK_MS remain for leases of unknown ttl.
+function nextLeaseRead(watching) {
+  clearTimeout(watching.leaseTimer);
+  const task = watching.task;
+  const lock = task && task.lock;
+  const ttl = lock ? watching.ttls[lock.holderId] : null;
+  if (!ttl || FINAL.has(task.status) || lapsed(task, Date.now())) return;
+  const renewed = ms(lock.expiresAt) - ttl;
+  const wait = Math.max(renewed + ttl / 3 + RENEWAL_SLACK_MS - Date.now(), RENEWAL_SLACK_MS);
+  watching.leaseTimer = setTimeout(() => {
+    if (watching !== current) return;
+    lastLeaseCheck = Date.now();
+    checkLease(watching);
+  }, wait);
+}
+
 async function checkLease(watching) {
   try {
     const data = await graphql("pageLease", { id: watching.id });
@@ -951,6 +979,7 @@ async function checkLease(watching) {
     noteLease(watching, data.task.lock);
     const wasDue = due(watching.task, Date.now());
     watching.task = { ...watching.task, lock, stalled: data.task.stalled };
+    nextLeaseRead(watching);
     if (wasDue) { render(); markNeeds(); } // a due lease is settled now, not at the next tick
   } catch (error) {
     if (!(error instanceof Refused)) console.warn("lease:", error.message);
