@@ -25,8 +25,12 @@ async def test_a_graph_is_watched_node_by_node_and_its_question_shown(
     dashboard: tuple[Server, str], browser: Browser
 ) -> None:
     """Guards the dashboard on a thread: node steps named after their nodes, the
-    running one RUNNING, the interrupt panel with the node's question (hidden once
-    the thread goes on), on a phone without sideways scrolling."""
+    running one RUNNING, the count of nodes run (not a share of a plan a graph does
+    not have), the thread's lack of a lease said plainly, the interrupt panel with
+    the node's question as text, answered on the page (``answerInterrupt``) with a
+    reason the log keeps beside who answered, the graph's process getting that
+    answer (``interrupt_answer``) and going on with it, and the panel hidden once
+    the thread goes on; on a phone without sideways scrolling."""
     server, token = dashboard
     release = threading.Event()
 
@@ -58,15 +62,30 @@ async def test_a_graph_is_watched_node_by_node_and_its_question_shown(
 
         await expect(page.get_by_test_id("interrupt")).to_be_visible(timeout=20_000)
         await expect(page.get_by_test_id("interrupt-question")).to_have_text(
-            'Step 1 "approve" waits for a person\'s answer:'
+            'Step 1 "approve" asks:'
         )
-        await expect(page.get_by_test_id("interrupt-value")).to_contain_text('"pay 120 EUR?"')
+        await expect(page.get_by_test_id("interrupt-value")).to_have_text("pay 120 EUR?")
         await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "PENDING")
         await expect(page.get_by_test_id("decision")).to_be_hidden()
-        await assert_fits_the_screen(page, "task", "interrupt", "interrupt-value")
+        await expect(page.get_by_test_id("progress")).to_have_text("1 node run")
+        await expect(page.get_by_test_id("lease")).to_contain_text(
+            "This LangGraph thread runs without a lease"
+        )
+        await assert_fits_the_screen(page, "task", "interrupt", "interrupt-answer")
         await page.screenshot(path=ARTIFACTS / "graph-2-interrupt-phone.png", full_page=True)
 
-        await asyncio.to_thread(lambda: graph.invoke(Command(resume="yes"), config))
+        # The graph's process waits for the answer; a person gives it on the page.
+        given = asyncio.create_task(saver.interrupt_answer(config))
+        await page.get_by_test_id("interrupt-answer").fill("yes")
+        await page.get_by_test_id("interrupt-why").fill("the price is fine")
+        await page.get_by_test_id("interrupt-send").click()
+        await expect(page.get_by_test_id("interrupt-answered")).to_contain_text('Answered "yes"')
+        await expect(page.get_by_test_id("events")).to_contain_text(
+            'watcher answered step 1 approve: "yes" (the price is fine)'
+        )
+        value = await asyncio.wait_for(given, 30)
+        assert value == "yes"
+        await asyncio.to_thread(lambda: graph.invoke(Command(resume=value), config))
     await expect(page.get_by_test_id("interrupt")).to_be_hidden(timeout=20_000)
     await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "SUCCESS")
     await expect(page.locator("#status")).to_have_text("completed", timeout=20_000)

@@ -325,7 +325,8 @@ def test_serve_workers_runs_several_processes_with_redis(tmp_path: Path) -> None
 def test_demo_langgraph_runs_a_graph_to_its_question_and_on(tmp_path: Path) -> None:
     """Guards ``runstate demo --langgraph``: its trip graph's nodes show as steps
     (the two searches in one super-step), the thread waits at ``approve`` with
-    the question, and the demo's answer takes it to COMPLETED."""
+    the question, and a person's answer given where it is watched
+    (``answerInterrupt``) is the one the demo's graph goes on with, to COMPLETED."""
     with Demo(tmp_path / "demo.db", "--langgraph") as demo:
         fields = "id status steps { action status output }"
         wait_until(
@@ -342,10 +343,27 @@ def test_demo_langgraph_runs_a_graph_to_its_question_and_on(tmp_path: Path) -> N
         ]
         (asked,) = trip["steps"][4]["output"]["interrupt"]
         assert asked["question"].startswith("Book TP 1351 to Lisbon and Casa do Rio")
+        # A person answers "no" where the thread is watched; the demo's graph goes on
+        # with that answer (not its own "yes", a minute later).
+        version = demo.api(
+            "query($id: ID!) { task(id: $id) { ... on Task { version } } }", id=trip["id"]
+        )["task"]["version"]
+        answered = mutate(
+            demo.api,
+            "answerInterrupt",
+            "AnswerInterruptInput",
+            "__typename",
+            taskId=trip["id"],
+            stepIndex=4,
+            expectedVersion=version,
+            value="no",
+        )
+        assert answered == {"__typename": "Task"}
         wait_until(
             lambda: demo.tasks(fields)[-1]["status"] == "COMPLETED",
-            60,
-            "the demo to answer and the graph to finish",
+            30,
+            "the graph to finish with the answer",
         )
         done = next(t for t in demo.tasks(fields) if t["id"] == trip["id"])
         assert [s["action"] for s in done["steps"]][-3:] == ["approve", "book", "confirm"]
+        assert done["steps"][-2]["output"]["booking"] == "not booked"

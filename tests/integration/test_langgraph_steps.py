@@ -468,3 +468,87 @@ def test_a_thread_id_runstate_refuses_is_refused_before_anything_is_sent(
     ]
     with Api(server.url, token) as api:
         assert api("{ sessions { edges { cursor } } }")["sessions"]["edges"] == []
+
+
+ANSWERED = "__typename ... on Task { version } ... on Problem { code message }"
+
+
+def answer(api: Api, task_id: str, version: int, value: Any, **more: Any) -> dict[str, Any]:
+    """``answerInterrupt`` of the thread's step 3 (``approve``)."""
+    answered: dict[str, Any] = mutate(
+        api,
+        "answerInterrupt",
+        "AnswerInterruptInput",
+        ANSWERED,
+        taskId=task_id,
+        stepIndex=3,
+        expectedVersion=version,
+        value=value,
+        **more,
+    )
+    return answered
+
+
+def version_of(api: Api, task_id: str) -> int:
+    found: int = api("query($id: ID!) { task(id: $id) { ... on Task { version } } }", id=task_id)[
+        "task"
+    ]["version"]
+    return found
+
+
+def test_an_interrupt_answered_where_it_is_watched_resumes_the_graph(
+    served: tuple[Server, str],
+) -> None:
+    """Guards ``answerInterrupt`` (``threads.interrupts``) and the saver's
+    ``interrupt_answer``: a thread waiting at ``interrupt()`` is answered by a
+    person through the API (as the dashboard does), with a note; the graph's
+    process, already waiting for the answer, gets exactly that value and resumes
+    with it to COMPLETED. The answer's event names who answered and why. Refused:
+    a stale version (VersionConflict: of two answers one wins), a second answer
+    (InvalidInput: the first stands), an answer once the thread went on
+    (InvalidTransition)."""
+    server, token = served
+    config, _ = to_the_question(server, token)
+    thread_id = config["configurable"]["thread_id"]
+    given = {"approved": True, "limit": 120}
+    resumed: list[dict[str, Any]] = []
+
+    async def resume_with_the_answer() -> None:
+        async with RunstateSaver.from_url(server.url, token) as saver:
+            graph = trip_graph(saver)
+            value = await asyncio.wait_for(saver.interrupt_answer(config), 30)
+            resumed.append(await graph.ainvoke(Command(resume=value), config))
+
+    with Api(server.url, token) as api:
+        version = version_of(api, thread_id)
+        waiting = threading.Thread(target=lambda: asyncio.run(resume_with_the_answer()))
+        waiting.start()
+        assert answer(api, thread_id, version - 1, "no")["code"] == "VERSION_CONFLICT"
+        answered = answer(api, thread_id, version, given, note="the budget allows it")
+        assert answered == {"__typename": "Task", "version": version + 1}
+        again = answer(api, thread_id, version + 1, "no")
+        assert (again["code"], again["message"]) == (
+            "INVALID_INPUT",
+            "stepIndex: this interrupt is answered already",
+        )
+        waiting.join(60)
+        assert [r["answer"] for r in resumed] == [given]
+        done = settled(server, token, config, "COMPLETED")
+        assert shown(done)[3] == ("approve", "SUCCESS", 2)
+        events = api(
+            "query($id: ID!) { task(id: $id) { ... on Task { events(first: 100) {"
+            " kind actor note stepIndex steps { output } } } } }",
+            id=thread_id,
+        )["task"]["events"]
+        (event,) = [e for e in events if e["kind"] == "INTERRUPT_ANSWERED"]
+        assert (event["actor"], event["note"], event["stepIndex"]) == (
+            "graph-builder",
+            "the budget allows it",
+            3,
+        )
+        assert event["steps"][0]["output"] == {
+            "interrupt": [{"question": "pay 120 EUR?"}],
+            "answer": given,
+        }
+        late = answer(api, thread_id, version_of(api, thread_id), "no")
+        assert late["code"] == "INVALID_TRANSITION"

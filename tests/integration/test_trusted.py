@@ -288,6 +288,8 @@ def test_every_lean_write_answers_and_logs_as_the_standard_path(server: Server) 
         decision = {"taskId": "t", "stepIndex": 2, "expectedVersion": v, "decision": "SKIP"}
         twins(page.PAGE_DECIDE, input=decision)  # the dashboard's: a problem's message
         twins(page.PAGE_FORK, input={"taskId": "t", "atSeq": 2, "id": "f"})
+        answer = {"taskId": "t", "stepIndex": 2, "expectedVersion": v, "value": {"ok": True}}
+        twins(page.PAGE_ANSWER, input=answer)  # not waiting at an interrupt
         v = twins(
             doc.SET_STATUS, input={**step, "expectedVersion": v, "status": "WAITING_TOOL"}
         ).get("version", v)

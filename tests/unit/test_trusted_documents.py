@@ -40,6 +40,7 @@ def test_the_manifest_is_the_sdks_and_the_pages_documents_as_they_are() -> None:
         "pageLease",
         "pageFork",
         "pageDecide",
+        "pageAnswer",
     }
 
 
@@ -70,7 +71,7 @@ def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
     every = {**doc.operations(), **page.operations()}
     names = {body: name for name, body in every.items()}
     assert sorted(names[b] for b in lean.writes) == sorted(
-        {*doc.operations(), "pageFork", "pageDecide"}
+        {*doc.operations(), "pageFork", "pageDecide", "pageAnswer"}
         - {
             "createTask",
             "forkTask",

@@ -69,6 +69,7 @@ class TaskEventKind(StrEnum):
     GRAPH_CLEARED = "GRAPH_CLEARED"
     GRAPH_PRUNED = "GRAPH_PRUNED"
     GRAPH_COPIED = "GRAPH_COPIED"
+    INTERRUPT_ANSWERED = "INTERRUPT_ANSWERED"
 
 
 class GraphPruneStrategy(StrEnum):

@@ -5,9 +5,11 @@ follow it in the dashboard (plain functions: LangGraph runs them in threads).
 ``plan`` fans out to ``search_flights`` and ``search_hotels`` (one super-step,
 both RUNNING at once), ``compare`` picks, ``approve`` asks a person with
 ``interrupt()``, then ``book`` and ``confirm``. Each node run is a step of the
-thread's task; the thread waits at the question until the demo answers it (as an
-application would, with ``Command(resume=...)``) after ``ANSWER_AFTER`` seconds.
-Then the next trip starts.
+thread's task; the thread waits at the question until a person answers it in the
+dashboard (``answerInterrupt``), which the demo reads through the saver
+(``interrupt_answer``) and resumes the graph with, as an application would, with
+``Command(resume=...)``; after ``ANSWER_AFTER`` seconds the demo answers "yes"
+itself. Then the next trip starts.
 """
 
 from __future__ import annotations
@@ -30,8 +32,11 @@ from runstate.integrations.langgraph import RunstateSaver
 
 PAUSE = 1.5
 """Seconds a node takes: slow enough to watch."""
-ANSWER_AFTER = 10.0
-"""Seconds the demo leaves a trip's question to a person watching, then answers it."""
+ANSWER_AFTER = 60.0
+"""Seconds the demo leaves a trip's question to a person in the dashboard, then
+answers it itself."""
+NEXT_TRIP_AFTER = 10.0
+"""Seconds between a trip's end and the next one's start."""
 CITIES = ["Lisbon", "Kyoto", "Valparaíso", "Tallinn", "Oaxaca"]
 TRAVELLERS = ["Ana", "Kenji", "Rosa", "Mart", "Lupe", "Idris", "Nora"]
 
@@ -76,7 +81,7 @@ def approve(state: Trip) -> dict[str, Any]:
 
 def book(state: Trip) -> dict[str, Any]:
     time.sleep(PAUSE)
-    if state["answer"] != "yes":
+    if str(state["answer"]).strip().lower() not in ("yes", "y"):
         return {"booking": "not booked"}
     return {"booking": f"PNR-{uuid.uuid4().hex[:6].upper()}"}
 
@@ -128,10 +133,14 @@ async def graph_trips(base: str, token: str, session_id: str, opened: asyncio.Ev
             asked = await graph.ainvoke(start, config)
             question = asked["__interrupt__"][0].value["question"]
             print(
-                f"{thread_id} asks: {question} The demo answers yes in {ANSWER_AFTER:.0f} s.",
+                f"{thread_id} asks: {question} Answer it in the dashboard"
+                f" (the demo answers yes itself after {ANSWER_AFTER:.0f} s).",
                 flush=True,
             )
-            await asyncio.sleep(ANSWER_AFTER)
-            done = await graph.ainvoke(Command(resume="yes"), config)
-            print(f"{thread_id} booked: {done['booking']}", flush=True)
-            await asyncio.sleep(ANSWER_AFTER)
+            try:
+                answer = await asyncio.wait_for(saver.interrupt_answer(config), ANSWER_AFTER)
+            except TimeoutError:
+                answer = "yes"
+            done = await graph.ainvoke(Command(resume=answer), config)
+            print(f"{thread_id}: answered {answer!r}, {done['booking']}", flush=True)
+            await asyncio.sleep(NEXT_TRIP_AFTER)

@@ -330,6 +330,25 @@ class RunstateSaver(BaseCheckpointSaver[str]):
             return
         await asyncio.to_thread(self.close)
 
+    # -- a person's answer to an interrupt, given in the dashboard
+
+    async def interrupt_answer(self, config: RunnableConfig) -> Any:
+        """The answer a person gave to the thread's interrupt where it is watched
+        (the dashboard's answer, ``answerInterrupt``), waiting for it: resume with
+        ``graph.ainvoke(Command(resume=await saver.interrupt_answer(config)), config)``.
+        Wrap it in ``asyncio.wait_for`` to give up after a while."""
+        return await self._run(self._interrupt_answer(_thread_id(config["configurable"])))
+
+    async def _interrupt_answer(self, thread_id: str) -> Any:
+        watch = self._client.watch(thread_id)
+        async with contextlib.aclosing(watch.__aiter__()) as events:
+            async for _ in events:
+                for step in (watch.task.steps or []) if watch.task else []:
+                    asked = step.output
+                    if step.status == "PENDING" and isinstance(asked, dict) and "answer" in asked:
+                        return asked["answer"]
+        raise RunstateError(f"the watch of thread {thread_id} ended")
+
     # -- LangGraph's interface: async
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

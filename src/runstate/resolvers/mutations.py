@@ -25,6 +25,7 @@ from runstate.schema.graphs import (
 from runstate.schema.inputs import (
     AcquireTaskLockInput,
     AddStepsInput,
+    AnswerInterruptInput,
     CheckpointTaskInput,
     ClaimTaskInput,
     CompleteStepInput,
@@ -53,7 +54,7 @@ from runstate.schema.results import (
 )
 from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
 from runstate.services.actions import leases, recovery, sessions, tasks, tools
-from runstate.services.threads import checkpoints, nodes
+from runstate.services.threads import checkpoints, interrupts, nodes
 
 
 def _deleted(session_id: str) -> Deleted:
@@ -137,6 +138,17 @@ class Mutation:
     set_task_status = write(tasks.set_task_status, SetTaskStatusInput, TaskResult, Task.of)
     resume_task = write(recovery.resume_task, ResumeTaskInput, ResumeResult, ResumePlan.of)
     decide_step = write(recovery.decide_step, DecideStepInput, TaskResult, Task.of)
+    answer_interrupt = write(
+        interrupts.answer_interrupt,
+        AnswerInterruptInput,
+        TaskResult,
+        Task.of,
+        description=(
+            "A person's answer to a LangGraph thread waiting at interrupt(), kept on the"
+            " node's step for the graph's process to resume with (INTERRUPT_ANSWERED)."
+            " Needs the version seen, not the thread's lease."
+        ),
+    )
     acquire_task_lock = write(
         leases.acquire_task_lock, AcquireTaskLockInput, LockResult, TaskLock.of
     )

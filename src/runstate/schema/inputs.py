@@ -268,6 +268,26 @@ class DecideStepInput:
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
+@strawberry.input
+class AnswerInterruptInput:
+    """A person's answer to a LangGraph thread waiting at interrupt()."""
+
+    task_id: strawberry.ID
+    step_index: int = strawberry.field(description="The node's step waiting at interrupt().")
+    expected_version: int
+    value: JSON = strawberry.field(
+        description=(
+            "The answer: what the graph's process passes to Command(resume=...)"
+            " (RunstateSaver.interrupt_answer reads it)."
+        )
+    )
+    note: str | None = strawberry.field(
+        default=None,
+        description="Why (at most 1,000 characters); the answer's event carries it.",
+    )
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+
+
 @strawberry.input(
     description=(
         "Lease the next task that needs a worker: PLANNED, or RUNNING / WAITING_TOOL whose "

@@ -54,6 +54,10 @@ PAGE_FORK = (
     "mutation pageFork($input: ForkTaskInput!) { forkTask(input: $input) {"
     f" __typename ... on Task {{ id }} {PROBLEM} }} }}"
 )
+PAGE_ANSWER = (
+    "mutation pageAnswer($input: AnswerInterruptInput!) { answerInterrupt(input: $input) {"
+    f" __typename {PROBLEM} }} }}"
+)
 PAGE_DECIDE = (
     "mutation pageDecide($input: DecideStepInput!) { decideStep(input: $input) {"
     f" __typename {PROBLEM} }} }}"

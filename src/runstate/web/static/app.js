@@ -309,7 +309,7 @@ function route() {
 function select(taskId) {
   if (current) clearTimeout(current.leaseTimer);
   current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], doubts: {}, runs: {}, leaseEnds: {},
-    ttls: {}, leaseTimer: null,
+    ttls: {}, leaseTimer: null, graph: false,
     pending: null, past: null, source: null };
   scrubTo = null;
   $("empty").hidden = true;
@@ -481,6 +481,7 @@ function record(watching, before, event) {
       watching.doubts[step.index].decided = event.at;
     }
   }
+  if (event.kind.startsWith("GRAPH_")) watching.graph = true; // a LangGraph thread's
   if (LEASE_EVENTS.has(event.kind)) {
     noteLease(watching, event.lock);
     if (event.kind === "LOCK_ACQUIRED") {
@@ -568,7 +569,11 @@ function describe(before, after, event) {
   if (event.toolState) parts.push(toolSentence(event.toolState));
   if (event.kind === "TASK_CREATED" && after.origin) parts.push(`forked from event ${after.origin.seq} of ${after.origin.taskId}`);
   const decided = event.steps.find((s) => before.steps[s.index]?.status === "IN_DOUBT" && s.status !== "IN_DOUBT");
-  if (decided) {
+  if (event.kind === "INTERRUPT_ANSWERED") {
+    const step = event.steps[0];
+    parts.push(`${event.actor ?? "someone"} answered ${stepName(step)}: ${json(step.output.answer)}` +
+      (event.note ? ` (${event.note})` : ""));
+  } else if (decided) {
     parts.push(`${event.actor ?? "someone"} decided: ${DECISIONS[decided.status] ?? words(decided.status)}` +
       (event.note ? ` (${event.note})` : ""));
   } else if (event.note) parts.push(`${event.actor ?? "someone"} said: ${event.note}`);
@@ -640,9 +645,12 @@ function render() {
   $("goal").textContent = task.goal;
   $("status").textContent = words(task.status);
   $("status").className = "badge s-" + task.status;
-  $("bar").style.width = pct + "%";
-  $("percent").textContent = pct + "%";
-  $("counts").textContent = `${done} of ${task.totalSteps} steps done`;
+  // A LangGraph thread's steps are its node runs, added as the graph runs them: a
+  // share of a plan it does not have would grow and shrink as nodes appear.
+  const graph = current.graph;
+  $("bar").style.width = (graph ? (FINAL.has(task.status) ? 100 : 0) : pct) + "%";
+  $("percent").textContent = graph ? `${done} node${done === 1 ? "" : "s"} run` : pct + "%";
+  $("counts").textContent = graph ? "a LangGraph thread" : `${done} of ${task.totalSteps} steps done`;
   $("version").textContent = task.version;
   renderOrigin(task);
   renderLease(task, now, live);
@@ -706,6 +714,10 @@ function renderLease(task, now, live) {
   } else if (due(task, now)) {
     text = `${lock.holderId} held the lease (lease ${lock.fencingToken}) until ` +
       `${seconds(now - ms(lock.expiresAt))} ago: asking the server whether it was renewed.`;
+  } else if (current.graph) {
+    text = FINAL.has(task.status) ? "" : "This LangGraph thread runs without a lease: its " +
+      "RunstateSaver was made without holder=, so no agent is named here (with holder=, " +
+      "each thread is leased to its graph's process).";
   } else if (task.status === "AWAITING_DECISION") {
     text = "No agent holds the lease: the task waits for a person's decision.";
   } else text = FINAL.has(task.status) ? "" : "No agent holds the lease.";
@@ -739,9 +751,44 @@ function renderInterrupt(task) {
   $("interrupt").hidden = !asking;
   if (!asking) return;
   $("interrupt").dataset.step = asking.index;
-  $("interrupt-question").textContent = `Step ${asking.index} "${asking.action}" waits for a person's answer:`;
-  const values = asking.output.interrupt;
-  $("interrupt-value").textContent = values.map((v) => (typeof v === "string" ? v : JSON.stringify(v, null, 2))).join("\n");
+  $("interrupt-question").textContent = `Step ${asking.index} "${asking.action}" asks:`;
+  // The question as text: a value's "question" (or "message", "prompt"), else its JSON.
+  $("interrupt-value").textContent = asking.output.interrupt.map(asked).join("\n");
+  const answered = "answer" in asking.output;
+  $("interrupt-form").hidden = answered;
+  $("interrupt-answered").hidden = !answered;
+  if (answered) {
+    $("interrupt-answered").textContent = `Answered ${json(asking.output.answer)}: ` +
+      "the graph goes on once its process reads the answer.";
+  }
+}
+
+function asked(value) {
+  if (typeof value === "string") return value;
+  const text = value && ["question", "message", "prompt"].map((k) => value[k]).find((v) => typeof v === "string");
+  return text ?? JSON.stringify(value, null, 2);
+}
+
+// The answer typed in, as the graph gets it: JSON when it parses, else the text.
+async function answerInterrupt(event) {
+  event.preventDefault();
+  const task = current && current.task;
+  const step = task ? Number($("interrupt").dataset.step) : null;
+  const text = $("interrupt-answer").value.trim();
+  if (step === null || !text) return;
+  let value = text;
+  try { value = JSON.parse(text); } catch { /* the text itself */ }
+  const input = { taskId: task.id, stepIndex: step, expectedVersion: task.version, value };
+  const why = $("interrupt-why").value.trim();
+  if (why) input.note = why;
+  $("interrupt-result").textContent = "…";
+  try {
+    const result = (await graphql("pageAnswer", { input })).answerInterrupt;
+    $("interrupt-result").textContent = result.__typename === "Task" ? "" : result.message;
+    if (result.__typename === "Task") { $("interrupt-answer").value = ""; $("interrupt-why").value = ""; }
+  } catch (error) {
+    $("interrupt-result").textContent = error.message;
+  }
 }
 
 // Each step as a bar on one time axis (from the first start to now, or to the last
@@ -999,6 +1046,7 @@ $("complete-form").addEventListener("submit", (event) => { event.preventDefault(
 $("scrub").addEventListener("input", onScrub);
 $("live").addEventListener("click", backToLive);
 $("fork").addEventListener("click", fork);
+$("interrupt-form").addEventListener("submit", answerInterrupt);
 window.addEventListener("hashchange", route);
 setInterval(tick, TICK_MS);
 

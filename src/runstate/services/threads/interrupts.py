@@ -1,0 +1,83 @@
+"""A person's answer to a LangGraph thread waiting at ``interrupt()``, given where
+the thread is watched (the dashboard, any client) instead of where the graph
+runs: stored on the waiting node's step, beside the values it asked about, with
+an event that names who answered. The graph's process reads it
+(``RunstateSaver.interrupt_answer``) and resumes with ``Command(resume=answer)``;
+LangGraph then runs the node again, and its report replaces the step's output.
+
+The answer is a person's word, not the graph's progress: it does not need the
+thread's lease (a graph waiting at an interrupt may well hold one), only the
+version the person saw, so that two people answering at once get one winner.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from runstate.basics.enums import StepStatus, TaskEventKind, TaskStatus
+from runstate.models import Task, box, unbox
+from runstate.services.domain import validation
+from runstate.services.domain.errors import (
+    DomainError,
+    InvalidInputError,
+    InvalidTransitionError,
+    VersionConflictError,
+)
+from runstate.services.domain.views import TaskView, Written
+from runstate.services.write.engine import Change, Draft, Guard, write_task
+from runstate.services.write.house import House
+from runstate.storage import sql
+
+
+async def answer_interrupt(
+    house: House,
+    user_id: str,
+    task_id: str,
+    step_index: int,
+    value: Any,
+    *,
+    expected_version: int,
+    note: str | None = None,
+) -> Written[TaskView]:
+    """Answer the interrupt of the thread's step ``step_index`` (PENDING, its
+    output ``{"interrupt": [...]}``, the thread AWAITING_DECISION): the output
+    becomes ``{"interrupt": [...], "answer": value}`` (INTERRUPT_ANSWERED, with
+    the note). A step that is not waiting at an interrupt is InvalidTransition; one
+    answered already, InvalidInput (the graph has not taken the answer yet: an
+    answer is given once); a stale version, VersionConflict."""
+    validation.non_negative(step_index, "stepIndex")
+    house.limits.json_payload(value, "value")
+    reason = validation.note(note)
+
+    async def apply(draft: Draft) -> Change:
+        step = await draft.step(step_index)
+        asked = unbox(step.output)
+        waiting = isinstance(asked, dict) and isinstance(asked.get("interrupt"), list)
+        if step.status is not StepStatus.PENDING or not waiting:
+            raise InvalidTransitionError("step", step.status, StepStatus.RUNNING)
+        if draft.status is not TaskStatus.AWAITING_DECISION:
+            raise InvalidTransitionError("task", draft.status, TaskStatus.RUNNING)
+        if "answer" in asked:
+            raise InvalidInputError("stepIndex", "this interrupt is answered already")
+        step.output = box({**asked, "answer": value})
+        draft.changed.add(step.position)
+        return Change(TaskEventKind.INTERRUPT_ANSWERED, step_index, note=reason)
+
+    return await write_task(house, user_id, task_id, apply, _of_version(expected_version))
+
+
+def _of_version(expected_version: int) -> Guard:
+    """The task at ``expected_version``, whoever holds its lease: version and seq
+    bumped."""
+
+    def where(now: datetime) -> sql.Fragment:
+        return '"version" = ?', [expected_version]
+
+    def sets(now: datetime) -> sql.Fragment:
+        return sql.assignments(Task, {"updated_at": now}, ("event_seq", "version"))
+
+    def refusal(task: Task, now: datetime) -> DomainError | None:
+        return VersionConflictError(expected_version, task.version)
+
+    return Guard(where, sets, refusal)
