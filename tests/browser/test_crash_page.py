@@ -427,3 +427,52 @@ async def test_the_session_list_marks_a_decision_as_its_event_comes(
     await expect(entry.locator(".needs-mark")).to_have_count(0)
     await expect(session.locator(".session-head .needs-mark")).to_have_count(0)
     await page.close()
+
+
+async def test_a_crashed_step_tells_when_its_agents_own_lease_lapsed(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards which lease end the crashed step's time names (``noteLease``): the
+    task is created leased to its agent for a minute (as the demo creates its
+    trips), the agent takes it over with a 3-second lease, renews it, then stops.
+    The step found in doubt says the lease lapsed at the end of the agent's last
+    renewal, not a minute after the task was created (the longest lease once won)."""
+    server, token = dashboard
+    session = start_session(api)
+    plan = [{"action": "pay", "idempotent": False}]
+    created = create_task(
+        api, session["id"], plan, goal="Pay", lease={"holderId": "agent-s", "ttlSeconds": 60}
+    )
+    tid = created["id"]
+    lease = acquire(api, tid, "agent-s", ttl=3)
+    step(
+        api,
+        "startStep",
+        "StepRefInput",
+        taskId=tid,
+        stepIndex=0,
+        expectedVersion=created["version"],
+        fencingToken=lease["fencingToken"],
+    )
+    page = await open_dashboard(browser, f"{server.url}/#token={token}&task={tid}", DESK)
+    await expect(page.get_by_test_id("lease")).to_have_attribute("data-state", "held")
+    stop = asyncio.Event()
+    beating = asyncio.create_task(heartbeat(api, tid, "agent-s", stop, ttl=3, every=1.0))
+    await page.wait_for_timeout(3000)  # renewals the page reads, then the agent stops
+    stop.set()
+    await beating
+    last = await asyncio.to_thread(
+        api, "query($id: ID!) { task(id: $id) { ... on Task { lock { expiresAt } } } }", id=tid
+    )
+    await expect(page.get_by_test_id("agent")).to_have_text(
+        "no agent: lease lapsed", timeout=10_000
+    )
+    await asyncio.to_thread(resume, api, tid)
+    await expect(page.get_by_test_id("step-0")).to_have_attribute("data-status", "IN_DOUBT")
+    lapsed = await page.evaluate(
+        "(iso) => new Date(iso).toLocaleTimeString()", last["task"]["lock"]["expiresAt"]
+    )
+    await expect(page.get_by_test_id("time-0")).to_contain_text(
+        f"agent-s's lease lapsed at {lapsed} · waiting for you"
+    )
+    await page.close()

@@ -308,7 +308,7 @@ function route() {
 
 function select(taskId) {
   if (current) clearTimeout(current.leaseTimer);
-  current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], doubts: {}, runs: {}, leaseEnds: {},
+  current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], doubts: {}, runs: {}, leases: {},
     ttls: {}, leaseTimer: null, graph: false,
     pending: null, past: null, source: null };
   scrubTo = null;
@@ -392,7 +392,7 @@ function onEvent(watching, event) {
   watching.epoch = event.epoch;
   if (event.kind === "SNAPSHOT") {
     watching.task = event.task;
-    noteLease(watching, event.task.lock);
+    noteLease(watching, event.task.lock, ms(event.at));
     watching.pending = [];
     loadLog(watching, event);
   } else if (watching.pending) {
@@ -474,7 +474,7 @@ function record(watching, before, event) {
       // When the agent's lease lapsed, if this page saw its last renewal (it read the
       // lease while the agent lived); an end from before the agent was last heard of
       // was renewed since, and says nothing.
-      const end = holder ? watching.leaseEnds[holder] : null;
+      const end = holder ? watching.leases[holder]?.expiresAt : null;
       const lapsed = end && ms(end) >= ms(heard) ? end : null;
       watching.doubts[step.index] = { since: event.at, decided: null, heard, holder, lapsed, takenOver: watching.takenOver };
     } else if (was && was.status === "IN_DOUBT" && step.status !== "IN_DOUBT" && watching.doubts[step.index]) {
@@ -483,7 +483,7 @@ function record(watching, before, event) {
   }
   if (event.kind.startsWith("GRAPH_")) watching.graph = true; // a LangGraph thread's
   if (LEASE_EVENTS.has(event.kind)) {
-    noteLease(watching, event.lock);
+    noteLease(watching, event.lock, ms(event.at));
     if (event.kind === "LOCK_ACQUIRED") {
       watching.takenOver = event.at;
       watching.ttls[event.lock.holderId] = ms(event.lock.expiresAt) - ms(event.at);
@@ -498,12 +498,14 @@ function record(watching, before, event) {
   return after;
 }
 
-// The latest end of each holder's lease this page knows of: from lease events, the
-// snapshot and its own reads of the lease (renewals write no event).
-function noteLease(watching, lock) {
+// Each holder's lease as last seen (lease events, the snapshot, this page's own
+// reads; renewals write no event), and when: a later sighting replaces an earlier
+// one, longer or shorter (a task created leased for a minute is taken over by its
+// agent's five-second lease).
+function noteLease(watching, lock, seen) {
   if (!lock) return;
-  const known = watching.leaseEnds[lock.holderId];
-  if (!known || ms(lock.expiresAt) > ms(known)) watching.leaseEnds[lock.holderId] = lock.expiresAt;
+  const known = watching.leases[lock.holderId];
+  if (!known || seen >= known.seen) watching.leases[lock.holderId] = { expiresAt: lock.expiresAt, seen };
 }
 
 // When each running step's agent was last heard of: the step's start, then every
@@ -1023,8 +1025,15 @@ async function checkLease(watching) {
     // The server shows no lock once it lapsed; the page keeps the lapsed one, to
     // say whose it was (and to tell the next holder's takeover).
     const lock = data.task.lock ?? (data.task.stalled ? watching.task.lock : null);
-    noteLease(watching, data.task.lock);
-    const wasDue = due(watching.task, Date.now());
+    const before = watching.task.lock;
+    const now = Date.now();
+    noteLease(watching, data.task.lock, now);
+    if (data.task.lock && before && before.holderId === data.task.lock.holderId &&
+        before.expiresAt !== data.task.lock.expiresAt) {
+      // Renewed since the last read: its ttl is at least what is left of it now.
+      watching.ttls[data.task.lock.holderId] = ms(data.task.lock.expiresAt) - now;
+    }
+    const wasDue = due(watching.task, now);
     watching.task = { ...watching.task, lock, stalled: data.task.stalled };
     nextLeaseRead(watching);
     if (wasDue) { render(); markNeeds(); } // a due lease is settled now, not at the next tick
