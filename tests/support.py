@@ -186,13 +186,8 @@ class Server:
             return False
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            ended(self.process)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -202,6 +197,18 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def ended(process: subprocess.Popen[Any]) -> None:
+    """``process`` ended as Ctrl-C would end it (SIGTERM), killed after 15 s if it
+    will not end."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 @contextmanager

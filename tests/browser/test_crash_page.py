@@ -184,14 +184,15 @@ async def heartbeat(
 
 
 async def running_with_heartbeat(
-    api: Api, holder: str, stop: asyncio.Event
+    api: Api, holder: str, stop: asyncio.Event, ttl: int = 2, every: float = 0.5
 ) -> tuple[str, datetime, asyncio.Task[None]]:
-    """A task whose first step ``holder`` runs, renewing a 2-second lease from the
-    moment it took it: the task's id, its first lease's expiry, the heartbeat."""
+    """A task whose first step ``holder`` runs, renewing a ``ttl``-second lease every
+    ``every`` s from the moment it took it: the task's id, its first lease's
+    expiry, the heartbeat."""
     session = start_session(api)
     tid = create_task(api, session["id"], PLAN, goal="Renewing")["id"]
-    lease = acquire(api, tid, holder, ttl=2)
-    beating = asyncio.create_task(heartbeat(api, tid, holder, stop))
+    lease = acquire(api, tid, holder, ttl=ttl)
+    beating = asyncio.create_task(heartbeat(api, tid, holder, stop, ttl=ttl, every=every))
     mutate(
         api,
         "startStep",
@@ -264,21 +265,8 @@ async def test_the_lease_countdown_follows_the_renewals(
     countdown ran down to 0.7 s between reads while the agent was healthy (seen with
     nextLeaseRead switched off; in the demo, with a 5-second lease, to 0.2 s)."""
     server, token = dashboard
-    session = start_session(api)
-    tid = create_task(api, session["id"], PLAN, goal="Renewing every second")["id"]
     stop = asyncio.Event()
-    lease = acquire(api, tid, "agent-c", ttl=3)
-    beating = asyncio.create_task(heartbeat(api, tid, "agent-c", stop, ttl=3, every=1.0))
-    mutate(
-        api,
-        "startStep",
-        "StepRefInput",
-        TASK,
-        taskId=tid,
-        stepIndex=0,
-        expectedVersion=1,
-        fencingToken=lease["fencingToken"],
-    )
+    tid, _, beating = await running_with_heartbeat(api, "agent-c", stop, ttl=3, every=1.0)
     page = await open_dashboard(browser, f"{server.url}/#token={token}&task={tid}", DESK)
     await expect(page.get_by_test_id("lease")).to_have_attribute("data-state", "held")
     await page.evaluate(RECORD_LEASE_STATES)

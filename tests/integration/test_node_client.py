@@ -30,7 +30,7 @@ from typing import NoReturn
 
 import pytest
 
-from tests.support import TASK, Api, Server, create_token, mutate, sqlite_server
+from tests.support import TASK, Api, Server, create_token, ended, mutate, sqlite_server
 
 CLIENTS_DOC = Path(__file__).parent.parent.parent / "docs" / "clients.md"
 
@@ -153,13 +153,7 @@ class NodeProcess:
 
     def stop(self) -> None:
         """End the program as Ctrl-C would, and close its pipes."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        ended(self.process)
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
