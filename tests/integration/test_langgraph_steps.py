@@ -552,3 +552,29 @@ def test_an_interrupt_answered_where_it_is_watched_resumes_the_graph(
         }
         late = answer(api, thread_id, version_of(api, thread_id), "no")
         assert late["code"] == "INVALID_TRANSITION"
+
+
+def test_an_interrupt_is_answered_while_its_graph_holds_the_thread(
+    served: tuple[Server, str],
+) -> None:
+    """Guards the answer's guard (``versioned(..., lease=False)``): the graph's
+    process waiting for the answer may hold the thread's lease (a saver with
+    ``holder=``); a person's answer goes through it on the version alone. With the
+    lease checked, it was LockHeld."""
+    server, token = served
+    config, _ = to_the_question(server, token)
+    thread_id = config["configurable"]["thread_id"]
+    with Api(server.url, token) as api:
+        held = mutate(
+            api,
+            "acquireTaskLock",
+            "AcquireTaskLockInput",
+            "__typename",
+            taskId=thread_id,
+            holderId="graph-process",
+            ttlSeconds=60,
+        )
+        assert held == {"__typename": "TaskLock"}
+        version = version_of(api, thread_id)
+        answered = answer(api, thread_id, version, "yes")
+        assert answered == {"__typename": "Task", "version": version + 1}

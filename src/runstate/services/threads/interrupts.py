@@ -12,22 +12,18 @@ version the person saw, so that two people answering at once get one winner.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from runstate.basics.enums import StepStatus, TaskEventKind, TaskStatus
-from runstate.models import Task, box, unbox
+from runstate.models import box, unbox
 from runstate.services.domain import validation
 from runstate.services.domain.errors import (
-    DomainError,
     InvalidInputError,
     InvalidTransitionError,
-    VersionConflictError,
 )
 from runstate.services.domain.views import TaskView, Written
-from runstate.services.write.engine import Change, Draft, Guard, write_task
+from runstate.services.write.engine import Change, Draft, versioned, write_task
 from runstate.services.write.house import House
-from runstate.storage import sql
 
 
 async def answer_interrupt(
@@ -64,20 +60,5 @@ async def answer_interrupt(
         draft.changed.add(step.position)
         return Change(TaskEventKind.INTERRUPT_ANSWERED, step_index, note=reason)
 
-    return await write_task(house, user_id, task_id, apply, _of_version(expected_version))
-
-
-def _of_version(expected_version: int) -> Guard:
-    """The task at ``expected_version``, whoever holds its lease: version and seq
-    bumped."""
-
-    def where(now: datetime) -> sql.Fragment:
-        return '"version" = ?', [expected_version]
-
-    def sets(now: datetime) -> sql.Fragment:
-        return sql.assignments(Task, {"updated_at": now}, ("event_seq", "version"))
-
-    def refusal(task: Task, now: datetime) -> DomainError | None:
-        return VersionConflictError(expected_version, task.version)
-
-    return Guard(where, sets, refusal)
+    guard = versioned(expected_version, None, step=step_index, lease=False)
+    return await write_task(house, user_id, task_id, apply, guard)

@@ -291,14 +291,19 @@ def versioned(
     *,
     bump_version: bool = True,
     step: int | None = None,
+    lease: bool = True,
 ) -> Guard:
-    """The usual guard: lease and (optionally) version checked; version and seq bumped."""
+    """The usual guard: lease and (optionally) version checked; version and seq bumped.
+    Without ``lease``, the version alone (a person's word that any lease holder
+    must let through, such as an interrupt's answer)."""
+    assert lease or expected_version is not None, "a write checks its lease or its version"
 
     def where(now: datetime) -> sql.Fragment:
+        version: sql.Fragment = ('"version" = ?', [expected_version])
+        if not lease:
+            return version
         condition = lease_allows(fencing_token, now)
-        if expected_version is None:
-            return condition
-        return sql.both(condition, ('"version" = ?', [expected_version]))
+        return condition if expected_version is None else sql.both(condition, version)
 
     increments = ("event_seq", "version") if bump_version else ("event_seq",)
 
@@ -306,7 +311,7 @@ def versioned(
         return sql.assignments(Task, {"updated_at": now}, increments)
 
     def refusal(task: Task, now: datetime) -> DomainError | None:
-        refused = lease_refusal(task, fencing_token, now)
+        refused = lease_refusal(task, fencing_token, now) if lease else None
         if refused is None and expected_version is not None and expected_version != task.version:
             refused = VersionConflictError(expected_version, task.version)
         return refused
