@@ -14,6 +14,10 @@ def test_the_sdks_id_rule_is_the_servers() -> None:
     the SDK let through and the server refused would be refused after a write
     began; one the SDK refused and the server took would be refused for nothing."""
     assert ids.ID.pattern == validation._ID.pattern
+    assert all(ids.ID.fullmatch("a" + c) for c in ids.ALLOWED)
+    assert not any(
+        ids.ID.fullmatch("a" + chr(c)) for c in range(0x250) if chr(c) not in ids.ALLOWED
+    )
     assert ids.ID_LENGTH == ID_LENGTH
 
 
