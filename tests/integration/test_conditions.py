@@ -135,3 +135,5 @@ async def test_expired_session_forms_agree() -> None:
     assert 0 < len(expected) < len(every)
     assert await ids(Session.filter(conditions.expired_session(NOW))) == expected
     assert await ids(Session.filter(~conditions.expired_session(NOW))) == every - expected
+    live = conditions.live_session_sql(NOW)
+    assert await picked_by_sql("sessions", "s", live) == every - expected

@@ -20,7 +20,7 @@ from runstate.resolvers.build import build_schema
 from runstate.schema.bounds import estimate_of
 from runstate.schema.context import Context
 from runstate.schema.cost import Estimate, Walk
-from runstate.services.actions import sessions, tasks, tools
+from runstate.services.actions import conversation, sessions, tasks, tools
 from runstate.services.actions.tokens import Principal
 from runstate.services.domain import validation
 from runstate.services.domain.validation import StepPlan
@@ -66,6 +66,10 @@ DOCUMENTS = {
     "usage": "{ usage { storedBytes maxStoredBytes maxTaskBytes } __typename }",
     "escapes": '{ task(id: "escapes") { ... on Task { goal } } }',
     "escapes twice": '{ task(id: "escapes") { ... on Task { goal again: goal } } }',
+    "conversation": """{ sessionItems(sessionId: "s") { ... on SessionItemPage { sessionId
+        itemSeq messageCount hasMore items { seq item addedAt } } } }""",
+    "conversation twice": """{ sessionItems(sessionId: "s", last: 100) { ... on SessionItemPage
+        { items { item again: item } more: items { seq } } } }""",
     "fragments": """query { task(id: "rich") { ...T } } fragment T on Task { steps { ...S }
         s2: steps { ...S } } fragment S on Step { output error }""",
 }
@@ -107,10 +111,12 @@ async def house(tmp_path: Path) -> AsyncIterator[House]:
         for i in range(3):
             await tasks.create_task(house, USER, "t", goal=f"small {i}", steps=[StepPlan("a")])
         await tasks.create_task(house, USER, "t", goal=CONTROL, steps=[], task_id="escapes")
+        # More than a page of items, each needing escapes.
+        await conversation.add_items(house, USER, "s", [ESCAPED[:99], {"c": CONTROL[:99]}] * 60)
         yield house
 
 
-JSON_FIELDS = {"input", "output", "lastResult", "metadata", "o0", "o1", "r"}
+JSON_FIELDS = {"input", "output", "lastResult", "metadata", "o0", "o1", "r", "item", "again"}
 """Fields (and aliases) whose values are JSON scalars: their objects are not the
 answer's."""
 
@@ -148,7 +154,8 @@ async def test_the_estimate_bounds_the_answer(house: House, name: str) -> None:
     objects and bytes. Seen failing with the escapes left out of the stored bytes
     (``quota.text_bytes`` as plain UTF-8: ``escapes`` answers 60 KB of a goal stored
     as 10 KB), with a payload's aliases counted once (``escapes twice``), and with
-    a task's steps counted as one object (``task``)."""
+    a task's steps counted as one object (``task``), and with a conversation's page
+    counted as one item (``conversation``)."""
     estimate, found, size = await estimated_and_answered(house, DOCUMENTS[name])
     assert found <= estimate.objects
     assert size <= estimate.bytes

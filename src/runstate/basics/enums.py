@@ -116,3 +116,13 @@ class GraphRunEnd(StrEnum):
 
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
+
+
+class SessionItemsEventKind(StrEnum):
+    """What an event of a session's conversation carries."""
+
+    SNAPSHOT = "SNAPSHOT"
+    """The conversation as it stands: replace what you hold with its items (more may
+    follow at once as ITEMS_ADDED, for a conversation longer than one page)."""
+    ITEMS_ADDED = "ITEMS_ADDED"
+    """Items added after the ones you hold."""

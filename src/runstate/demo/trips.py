@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -187,24 +188,30 @@ async def trips(url: str, token: str, session_id: str, opened: asyncio.Event) ->
                 first = await _spawn(url, token, task.id, holder, "--crash-at", CRASH_AT)
                 agents.append(first)
                 assert first.stdout is not None
-                await first.stdout.readline()  # "crash-point": the flight booking is running
-                with contextlib.suppress(ProcessLookupError):  # gone already: nothing to kill
-                    first.kill()
-                await first.wait()
+                if await first.stdout.readline() == b"crash-point\n":  # booking the flight
+                    # os.kill, not Process.kill: that polls the child first, and an
+                    # agent that has just ended would be reaped behind asyncio's
+                    # child watcher, which then logs "Unknown child process".
+                    with contextlib.suppress(ProcessLookupError):  # ended already
+                        os.kill(first.pid, signal.SIGKILL)
+                    print(
+                        f"{holder} killed (SIGKILL) during '{CRASH_AT}' of \"{goal}\": its"
+                        f" lease lapses within {LEASE_TTL} s, and the pool takes the trip"
+                        f" over {STALLED_FOR} s later",
+                        flush=True,
+                    )
+                await first.wait()  # killed, or ended on its own (its stderr says why)
                 agents.remove(first)
-                print(
-                    f"{holder} killed (SIGKILL) during '{CRASH_AT}' of \"{goal}\": its lease"
-                    f" lapses within {LEASE_TTL} s, and the pool takes the trip over"
-                    f" {STALLED_FOR} s later",
-                    flush=True,
-                )
                 await _until_finished(rs, task.id)  # the pool takes it over
                 await asyncio.sleep(15)
     finally:
-        for process in agents:  # the demo is stopping: so are its agents
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
+        # The demo is stopping: so are its agents. Closing an agent's stdin ends it
+        # (``_exit_with_parent``), with no signal to race its reaping (above).
+        for process in agents:
+            if process.stdin is not None:
+                process.stdin.close()
+        for process in agents:
+            await process.wait()
 
 
 async def first_trip_when(opened: asyncio.Event) -> None:

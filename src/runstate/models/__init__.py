@@ -81,7 +81,14 @@ class Session(Model):
     last_active_at = fields.DatetimeField()
     expires_at = fields.DatetimeField()
     stored_bytes = fields.BigIntField(default=0, db_default=0)
-    """What the session's own row holds, counted toward its user's quota (``quota``)."""
+    """What the session's own row and its conversation items hold, counted toward
+    its user's quota (``quota``)."""
+    item_seq = fields.IntField(default=0, db_default=0)
+    """The conversation's log position: each item added takes the next number as
+    its ``seq``, each pop or clear one more (``actions.conversation``)."""
+    items_reset_seq = fields.IntField(default=0, db_default=0)
+    """The position of the last pop or clear: a reader that saw the items up to an
+    earlier position must read them all again (the conversation stream's SNAPSHOT)."""
 
     class Meta:
         table = "sessions"
@@ -91,6 +98,27 @@ class Session(Model):
             Index(fields=("user_id", "status", "id"), name="sessions_user_status"),
             Index(fields=("status", "expires_at"), name="sessions_expiry"),
         )
+
+
+class SessionItem(Model):
+    """One item of a session's conversation (an OpenAI Agents SDK input item, or any
+    JSON value an agent keeps in order), as compact JSON text exactly as it is
+    answered: ``seq`` is its place, given by the write that added it from the
+    session's ``item_seq`` in the same transaction."""
+
+    id = fields.IntField(primary_key=True)
+    session: fields.ForeignKeyRelation[Session] = fields.ForeignKeyField(
+        "runstate.Session", related_name="items", on_delete=fields.CASCADE
+    )
+    session_id: int
+    seq = fields.IntField()
+    item = fields.TextField()
+    added_at = fields.DatetimeField()
+    stored_bytes = fields.BigIntField()
+
+    class Meta:
+        table = "session_items"
+        unique_together = (("session_id", "seq"),)
 
 
 class Task(Model):

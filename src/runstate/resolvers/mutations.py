@@ -52,8 +52,15 @@ from runstate.schema.results import (
     TaskResult,
     ToolStateResult,
 )
+from runstate.schema.session_items import (
+    AddSessionItemsInput,
+    ClearSessionItemsInput,
+    PopSessionItemInput,
+    SessionItemsChanged,
+    SessionItemsChangeResult,
+)
 from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
-from runstate.services.actions import leases, recovery, sessions, tasks, tools
+from runstate.services.actions import conversation, leases, recovery, sessions, tasks, tools
 from runstate.services.threads import checkpoints, interrupts, nodes
 
 
@@ -107,6 +114,34 @@ class Mutation:
         description=(
             "Ends the session now and deletes it with all its tasks, steps, tool states and events."
         ),
+    )
+    add_session_items = write(
+        conversation.add_items,
+        AddSessionItemsInput,
+        SessionItemsChangeResult,
+        SessionItemsChanged.of,
+        description=(
+            "Append items to the session's conversation, in order, as one batch: each takes"
+            " the next seq, given in the write's transaction, so writers in several"
+            " processes never share or skip one. Marks the session active."
+        ),
+    )
+    pop_session_item = write(
+        conversation.pop_item,
+        PopSessionItemInput,
+        SessionItemsChangeResult,
+        SessionItemsChanged.of,
+        description=(
+            "Remove the newest item of the conversation by the server's order, and answer"
+            " it exactly as it was stored (popped null, nothing written, when there is none)."
+        ),
+    )
+    clear_session_items = write(
+        conversation.clear_items,
+        ClearSessionItemsInput,
+        SessionItemsChangeResult,
+        SessionItemsChanged.of,
+        description="Remove every item of the session's conversation.",
     )
     create_task = write(
         tasks.create_task,

@@ -10,11 +10,12 @@ from runstate.resolvers.answers import answered
 from runstate.schema.context import Info
 from runstate.schema.graphs import GraphCheckpoint, GraphCheckpointPage, GraphCheckpointResult
 from runstate.schema.results import SessionResult, TaskResult
+from runstate.schema.session_items import SessionItemPage, SessionItemsResult
 from runstate.schema.types import AgentSession, SessionConnection, Task, TaskConnection, Usage
 from runstate.services.domain import quota
 from runstate.services.domain.errors import InvalidInputError
 from runstate.services.domain.ratelimit import READ_COST
-from runstate.services.read import lookups
+from runstate.services.read import lookups, transcript
 from runstate.services.threads import checkpoints
 
 
@@ -131,6 +132,25 @@ class Query:
             after=after,
         )
         return GraphCheckpointPage.of(page)
+
+    @answered(
+        description=(
+            "Items of the session's conversation, oldest first: the newest `last` (at most"
+            " 100, the default) of those before `beforeSeq`; hasMore says older ones are left."
+        )
+    )
+    async def session_items(
+        self,
+        info: Info,
+        session_id: strawberry.ID,
+        last: int | None = None,
+        before_seq: int | None = None,
+    ) -> SessionItemsResult:
+        await info.context.charge(READ_COST)
+        page = await transcript.read_items(
+            info.context.user_id, session_id, last=last, before_seq=before_seq
+        )
+        return SessionItemPage.of(page)
 
     @strawberry.field(description="How much the caller's sessions and tasks hold, and may hold.")
     async def usage(self, info: Info) -> Usage:

@@ -7,9 +7,10 @@ from collections.abc import AsyncGenerator
 import strawberry
 
 from runstate.schema.context import Info
+from runstate.schema.session_items import SessionItemsEvent
 from runstate.schema.types import TaskEvent
 from runstate.services.domain.ratelimit import SUBSCRIBE_COST
-from runstate.services.live import streams
+from runstate.services.live import item_stream, streams
 from runstate.services.live.relay import Place
 
 
@@ -93,3 +94,25 @@ class Subscription:
                 resumed=resumed,
             ):
                 yield TaskEvent.of(event)
+
+    @strawberry.subscription(
+        description=(
+            "The session's conversation: a SNAPSHOT of its items (or, with afterSeq, an"
+            " itemSeq you hold, what changed after it), then each change as it commits:"
+            " ITEMS_ADDED, or after a pop or a clear the conversation again as a SNAPSHOT."
+        )
+    )
+    async def session_conversation(
+        self, info: Info, session_id: strawberry.ID, after_seq: int | None = None
+    ) -> AsyncGenerator[SessionItemsEvent, None]:
+        await info.context.charge(SUBSCRIBE_COST)
+        settings = info.context.settings
+        with info.context.house.metrics.subscriptions.track_inprogress():
+            async for event in item_stream.conversation(
+                info.context.house.broker,
+                info.context.user_id,
+                session_id,
+                after_seq,
+                interval=settings.catch_up_seconds,
+            ):
+                yield SessionItemsEvent.of(event)

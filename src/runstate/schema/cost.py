@@ -118,6 +118,7 @@ def payload_caps(limits: ContentLimits) -> dict[tuple[str, str], int]:
         ("ToolState", "lastError"): limits.error_chars * text,
         ("TaskEvent", "note"): validation.NOTE_CHARS * text,
         ("AgentSession", "metadata"): limits.json_bytes,
+        ("SessionItem", "item"): limits.json_bytes,
         # LangGraph checkpoints: values in base64, counted so by ``threads.checkpoints``.
         ("GraphCheckpoint", "payload"): limits.checkpoint_bytes * 4 // 3 + 4,
         ("GraphCheckpoint", "metadata"): limits.json_bytes,
@@ -355,6 +356,10 @@ class Walk:
                 return count * page, scope, here
             case ("GraphCheckpointPage", "checkpoints"):
                 return min(count * page, scope.rows), scope, here
+            case ("SessionItemPage", "items"):  # a page of its ``last``
+                return min(count * page, scope.rows), scope, here
+            case ("SessionItemsEvent", "items"):  # a page at most
+                return min(count * validation.MAX_PAGE, scope.rows), scope, here
         return count, scope, here
 
     def _answers_a_task(self, definition: GraphQLField) -> bool:
@@ -377,6 +382,8 @@ class Walk:
         return found
 
     def _first(self, node: FieldNode, definition: GraphQLField) -> int:
+        if "last" in definition.args:  # a conversation's page (``sessionItems``)
+            return self._argument(node, "last", validation.MAX_PAGE)
         if "first" not in definition.args:
             return 1
         default = definition.args["first"].default_value

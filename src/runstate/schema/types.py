@@ -450,6 +450,12 @@ _GRAPHQL: dict[type, type[FromView]] = {
 step needs its task's id, so ``Step.of`` is called by hand)."""
 
 
+def register(view: type, graphql: type[FromView]) -> None:
+    """Have ``FromView.of`` convert ``view`` inside another view to ``graphql``: for
+    the types of the schema's other modules, which import this one."""
+    _GRAPHQL[view] = graphql
+
+
 @strawberry.type
 class Deleted:
     """What a delete removed."""

@@ -166,8 +166,9 @@ class Database:
             _current_context.reset(token)
 
     async def open(self, *, default: bool = False) -> str:
-        """Apply pending migrations (one process at a time), open the connections,
-        anchor the clock to the database's, and return the installation id.
+        """Apply pending migrations, open the connections, anchor the clock to the
+        database's, and return the installation id, made if missing: all of it one
+        process at a time, so servers started together agree on one installation.
         ``default``: also the process's default context, which code running in no
         context of its own uses (Tortoise allows one)."""
         if urlsplit(self.url).scheme == "sqlite":
@@ -180,13 +181,14 @@ class Database:
                 finally:
                     await self.context.close_connections()
                 await self.context.init(config=config, _enable_global_fallback=default)
-            await clock.sync()  # from now on, every judgement is by the database's clock
-            row = await Installation.first()
-            if row is None:
-                row = await Installation.create(id=str(uuid.uuid4()), created_at=clock.utcnow())
-            if row.epoch is None:  # a database from before epochs: its timeline starts now
-                row.epoch = str(uuid.uuid4())
-                await row.save(update_fields=["epoch"])
+                await clock.sync()  # from now on, every judgement is by the database's clock
+                # Still under the lock: servers started together make one row, not one each.
+                row = await Installation.first()
+                if row is None:
+                    row = await Installation.create(id=str(uuid.uuid4()), created_at=clock.utcnow())
+                if row.epoch is None:  # a database from before epochs: its timeline starts now
+                    row.epoch = str(uuid.uuid4())
+                    await row.save(update_fields=["epoch"])
         self.installation = row.id
         return row.id
 

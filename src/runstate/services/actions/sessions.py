@@ -10,7 +10,7 @@ from tortoise.expressions import F, Q, Subquery
 from tortoise.transactions import in_transaction
 
 from runstate.basics.enums import SessionStatus
-from runstate.models import Session, Task, box
+from runstate.models import Session, Task, box, unbox
 from runstate.services.domain import quota, validation
 from runstate.services.domain.conditions import expired_session
 from runstate.services.domain.errors import (
@@ -90,15 +90,17 @@ async def update_session(
     resized = 0
     if set_metadata:
         changes["metadata"] = box(metadata)
-        changes["stored_bytes"] = quota.ROW_BYTES + validation.json_size(metadata)
         # Read before the transaction (SQLite's write lock comes with its first
         # statement); the UPDATE below matches only this same version of the row.
         held = await (
             Session.filter(user_id=user_id, public_id=session_id, version=expected_version)
-            .only("id", "stored_bytes")
+            .only("id", "metadata")
             .first()
         )
-        resized = changes["stored_bytes"] - (0 if held is None else held.stored_bytes)
+        before = 0 if held is None else validation.json_size(unbox(held.metadata))
+        resized = validation.json_size(metadata) - before
+        # By the difference: the count holds the conversation's items as well.
+        changes["stored_bytes"] = F("stored_bytes") + resized
     try:
         async with in_transaction() as conn:
             matched = (

@@ -21,7 +21,7 @@ from typing import Any
 from tortoise.expressions import Q
 
 from runstate.basics.enums import SessionStatus, TaskStatus
-from runstate.models import Task
+from runstate.models import Session, Task
 from runstate.storage import sql
 
 WORKING = (TaskStatus.RUNNING, TaskStatus.WAITING_TOOL)
@@ -87,6 +87,15 @@ def session_expired(status: object, expires_at: datetime, now: datetime) -> bool
 def expired_session(now: datetime) -> Q:
     """Expired sessions at ``now``; ``~expired_session(now)``, the live ones."""
     return Q(status=SessionStatus.EXPIRED) | Q(expires_at__lte=now)
+
+
+def live_session_sql(now: datetime) -> sql.Fragment:
+    """``~expired_session`` on the "sessions" row of an UPDATE: the sessions a write
+    of the session's own (its conversation) may change."""
+    return (
+        '"status" != ? AND "expires_at" > ?',
+        [SessionStatus.EXPIRED.value, sql.db_value(Session, "expires_at", now)],
+    )
 
 
 # An open session.

@@ -173,10 +173,13 @@ class Written(Generic[T]):
 
     value: T
     events: tuple[EventView, ...] = ()
+    wakes: tuple[str, ...] = ()
+    """Channels whose streams read the database again once the write has committed
+    (a session's conversation: ``actions.conversation``)."""
 
     def giving(self, value: U) -> Written[U]:
         """The same events, answering ``value`` (a lease, a tool state, a plan)."""
-        return Written(value, self.events)
+        return Written(value, self.events, self.wakes)
 
 
 async def unpublished(write: Awaitable[T]) -> Written[T]:

@@ -27,17 +27,30 @@ def session_channel(session_pk: int) -> str:
     return f"session:{session_pk}"
 
 
+def conversation_channel(session_pk: int) -> str:
+    """The broker channel that wakes the streams of one session's conversation: its
+    messages carry nothing, each stream reads what changed from the database."""
+    return f"items:{session_pk}"
+
+
+WAKE = b"wake"
+"""The message of a conversation channel."""
+
+
 def encode(event: EventView) -> bytes:
     """An event as a broker message."""
     return json.dumps(to_json(event), separators=(",", ":")).encode()
 
 
-def publish(publisher: Publisher, events: Iterable[EventView]) -> None:
-    """Queue committed events for their tasks' and their sessions' channels."""
+def publish(publisher: Publisher, events: Iterable[EventView], wakes: Iterable[str] = ()) -> None:
+    """Queue committed events for their tasks' and their sessions' channels, and a
+    wake-up for each channel of ``wakes``."""
     for event in events:
         data = encode(event)
         publisher.publish(task_channel(event.task_pk), data)
         publisher.publish(session_channel(event.session_pk), data)
+    for channel in wakes:
+        publisher.publish(channel, WAKE)
 
 
 class Decoded:

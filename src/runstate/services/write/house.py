@@ -44,10 +44,11 @@ class House:
     def __post_init__(self) -> None:
         self.relay = Relay(self)
 
-    def publish(self, events: Iterable[EventView]) -> None:
-        """Queue committed events for their channels (nothing without a broker)."""
+    def publish(self, events: Iterable[EventView], wakes: Iterable[str] = ()) -> None:
+        """Queue committed events for their channels, and a wake-up for each of
+        ``wakes`` (nothing without a broker)."""
         if self.hub is not None:
-            publish(self.hub.publisher, events)
+            publish(self.hub.publisher, events, wakes)
 
     @property
     def broker(self) -> Broker:

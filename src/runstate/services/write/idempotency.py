@@ -117,7 +117,8 @@ def _published(house: House, work: asyncio.Future[Written[Any]]) -> None:
     whose caller left is not reported as never retrieved (its caller has its own
     cancellation to handle)."""
     if not work.cancelled() and work.exception() is None:
-        house.publish(work.result().events)
+        written = work.result()
+        house.publish(written.events, written.wakes)
 
 
 async def _once(
