@@ -19,7 +19,7 @@ $(RUNTIME): pyproject.toml
 	@touch $(RUNTIME)
 
 $(STAMP): $(RUNTIME)
-	$(PIP) --quiet -e '.[dev,langgraph]'
+	$(PIP) --quiet -e '.[dev,langgraph,openai-agents]'
 	touch $(STAMP)
 
 # Exported rather than set on the command line, so make runs the command without a
@@ -41,7 +41,7 @@ test: $(STAMP)
 
 # Figures side by side with their baselines; never part of `make test`.
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,langgraph,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,langgraph,openai-agents,bench]'
 	@command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null || \
 		{ echo "runstate: make bench needs wrk (apt-get install wrk)"; exit 1; }
 	$(BIN)/python -m bench.wrk

@@ -333,6 +333,13 @@ def test_every_lean_write_answers_and_logs_as_the_standard_path(server: Server) 
         twins(doc.RELEASE, input={"taskId": "t", "holderId": "w1"})
         twins(doc.DELETE_GRAPH_RUNS, input={"runIds": ["r1"]})
         twins(doc.CLAIM, input={"holderId": "w3", "ttlSeconds": 60, "sessionId": "s"})
+        said = {"sessionId": "s", "items": [{"role": "user", "content": 'é "q"'}, [1, 2.5]]}
+        twins(doc.ADD_SESSION_ITEMS, input={**said, "idempotencyKey": "k2"})
+        twins(doc.ADD_SESSION_ITEMS, input={**said, "idempotencyKey": "k2"})  # a replay
+        twins(doc.POP_SESSION_ITEM, input={"sessionId": "s"})
+        twins(doc.CLEAR_SESSION_ITEMS, input={"sessionId": "s"})
+        twins(doc.POP_SESSION_ITEM, input={"sessionId": "s"})  # none left: popped null
+        twins(doc.ADD_SESSION_ITEMS, input={"sessionId": "nope", "items": [1]})
         twins(doc.START_STEP, input={"taskId": "t"})  # a request error
         for task_id in ("t", "t2"):
             assert b'"events":[{' in twins.history(task_id)
@@ -349,5 +356,6 @@ def test_every_lean_write_answers_and_logs_as_the_standard_path(server: Server) 
         "NotFound",
         "LockHeld",
         "GraphRunsDeleted",
+        "SessionItemsChanged",
         "errors",
     }

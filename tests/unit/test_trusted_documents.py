@@ -80,6 +80,8 @@ def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
             "taskAt",
             "graphCheckpoint",
             "graphCheckpoints",
+            "sessionItems",
+            "taskEvents",
         }
     )
     assert {names[b]: why for b, why in lean.skipped.items()} == {
@@ -90,6 +92,8 @@ def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
         "taskAt": "is a query",
         "graphCheckpoint": "is a query",
         "graphCheckpoints": "is a query",
+        "sessionItems": "is a query",
+        "taskEvents": "is a query",
         **{name: "is a query" for name in ("pageSignIn", "pageSessions", "pageLog")},
         **{name: "is a query" for name in ("pageTaskAt", "pageGoal", "pageLease")},
         "pageProgress": "is a subscription",

@@ -559,6 +559,63 @@ class Calls:
             return None
         return Lock.of(data)
 
+    # -- a session's conversation items (``runstate.integrations.openai_agents``)
+
+    async def add_session_items(self, session_id: str, items: Sequence[Any]) -> int:
+        """Append ``items`` to the session's conversation as one batch, in order;
+        the seq of the last. Under an idempotency key of its own: a retry after a
+        lost answer stores nothing twice."""
+        data = await self._mutate(
+            doc.ADD_SESSION_ITEMS, "addSessionItems", sessionId=session_id, items=list(items)
+        )
+        return int(data["itemSeq"])
+
+    async def pop_session_item(self, session_id: str) -> Any:
+        """Remove the newest item of the conversation and return it as it was stored;
+        None when there is none."""
+        data = await self._mutate(doc.POP_SESSION_ITEM, "popSessionItem", sessionId=session_id)
+        popped = data["popped"]
+        return None if popped is None else popped["item"]
+
+    async def clear_session_items(self, session_id: str) -> int:
+        """Remove every item of the conversation; how many went."""
+        data = await self._mutate(
+            doc.CLEAR_SESSION_ITEMS, "clearSessionItems", sessionId=session_id
+        )
+        return int(data["removed"])
+
+    async def session_items(self, session_id: str, last: int | None = None) -> list[Any]:
+        """The newest ``last`` items of the conversation (all with None), oldest
+        first, read a page at a time from the newest back."""
+        found: list[Any] = []
+        before: int | None = None
+        while last is None or len(found) < last:
+            want = doc.ITEM_PAGE if last is None else min(doc.ITEM_PAGE, last - len(found))
+            data = await self._call(
+                doc.SESSION_ITEMS_QUERY,
+                "sessionItems",
+                sessionId=session_id,
+                last=want,
+                beforeSeq=before,
+            )
+            page = data["items"]
+            found[:0] = [entry["item"] for entry in page]
+            if not data["hasMore"] or not page:
+                break
+            before = page[0]["seq"]
+        return found
+
+    async def task_events(self, task_id: str) -> list[dict[str, Any]]:
+        """The task's whole log, oldest first, each event's seq, kind, stepIndex,
+        actor and note (a page of 100 at a time)."""
+        found: list[dict[str, Any]] = []
+        while True:
+            after = found[-1]["seq"] if found else 0
+            data = await self._call(doc.TASK_EVENTS_QUERY, "task", id=task_id, afterSeq=after)
+            found += data["events"]
+            if len(data["events"]) < 100:
+                return found
+
     # -- LangGraph checkpoints (``runstate.integrations.langgraph``): answers as sent
 
     async def put_graph_checkpoint(self, **input: Any) -> Task:

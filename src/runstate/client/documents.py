@@ -91,6 +91,27 @@ WATCH = (
     + "} }"
 )
 
+ITEMS_CHANGED = (
+    "... on SessionItemsChanged { itemSeq messageCount added removed popped { seq item } }"
+)
+ADD_SESSION_ITEMS = mutation("addSessionItems", "AddSessionItemsInput", ITEMS_CHANGED)
+POP_SESSION_ITEM = mutation("popSessionItem", "PopSessionItemInput", ITEMS_CHANGED)
+CLEAR_SESSION_ITEMS = mutation("clearSessionItems", "ClearSessionItemsInput", ITEMS_CHANGED)
+SESSION_ITEMS_QUERY = (
+    "query sessionItems($sessionId: ID!, $last: Int, $beforeSeq: Int) {"
+    " sessionItems(sessionId: $sessionId, last: $last, beforeSeq: $beforeSeq) { "
+    + PROBLEM
+    + " ... on SessionItemPage { itemSeq hasMore items { seq item } } } }"
+)
+TASK_EVENTS_QUERY = (
+    "query taskEvents($id: ID!, $afterSeq: Int) { task(id: $id) { "
+    + PROBLEM
+    + " ... on Task { events(afterSeq: $afterSeq, first: 100) { seq kind stepIndex actor note }"
+    " } } }"
+)
+ITEM_PAGE = 100
+"""The most items the server answers a read (``sessionItems``'s ``last``)."""
+
 GRAPH_PAGE = 40
 """Checkpoints a listing asks for at a time (a literal of the document: the
 server's node estimate counts a variable ``first`` at its largest)."""

@@ -1,0 +1,329 @@
+"""The OpenAI Agents SDK on runstate: ``RunstateSession``, the SDK's ``Session``
+protocol over runstate's GraphQL API, and tool approvals decided on the server.
+
+Conversation: a runstate session holds the items (``addSessionItems`` and its
+kin): each item's place is given by the server in the write's transaction, so
+several processes adding to one session store every item once, each batch
+whole, in one order every reader agrees on; every write carries an idempotency
+key, so a retry after a lost answer stores nothing twice.
+
+Approvals: ``save_run_state`` keeps a run stopped at tool approvals as a task of
+the session, one step per approval waiting for a person (``IN_DOUBT``:
+``decideStep`` RETRY approves, SKIP rejects, with its actor and note; the
+dashboard's buttons do the same). ``load_run_state`` hands a decided run out
+once (``claimTask``: one winner), with the server's decisions applied over any
+the client made; ``finish_run`` records its end.
+
+Installed with the extra ``runstate[openai-agents]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import uuid
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
+
+from agents import Agent, RunState
+from agents.items import ToolApprovalItem, TResponseInputItem
+from agents.memory import SessionSettings
+from agents.memory.session_settings import resolve_session_limit
+
+from runstate.client import Runstate
+from runstate.client.ids import checked_id
+from runstate.client.records import Step, Task
+
+RUN_ACTION = "openai-agents run"
+"""The first step of a run's task: its input holds ``RunState.to_json()``."""
+RESUME_ACTION = "resume run"
+"""The last step: RUNNING once the decided run is handed out, SUCCESS at its end."""
+ITEMS_PER_WRITE = 1000
+"""The most items the server takes in one write; a longer list goes in parts."""
+T = TypeVar("T")
+
+LEASE_TTL = 600
+"""Seconds a handed-out run's lease lasts: a process that dies while running it
+leaves the run to a person (its resume step in doubt), never to a second run."""
+
+
+class RunstateSession:
+    """The SDK's ``Session`` on a runstate server: ``RunstateSession(session_id,
+    url=..., token=...)``, then ``Runner.run(agent, input, session=session)``.
+
+    ``session_id`` is the runstate session's id (1 to 64 ASCII letters, digits or
+    ``_.:@-``), started on first use when missing; ``ttl_seconds`` its inactivity
+    timeout then. Its HTTP client runs on an event loop of its own, in a thread of
+    its own, so that any loop may call it: ``Runner.run_sync`` shuts down the async
+    generators of the loop it runs on after each run, which an HTTP client on that
+    loop would need for the next one. ``close`` (or ``async with``) stops it.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        url: str,
+        token: str,
+        session_settings: SessionSettings | None = None,
+        ttl_seconds: int | None = None,
+    ) -> None:
+        self.session_id = checked_id(session_id, "session id")
+        self.session_settings: SessionSettings | None = session_settings or SessionSettings()
+        self.url = url
+        self.ttl_seconds = ttl_seconds
+        self._client = Runstate(url, token)
+        self._opening: asyncio.Task[None] | None = None
+        """The client opened and the session started, once, on the session's loop."""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="runstate-session", daemon=True
+        )
+        self._thread.start()
+        self._holder = f"openai-agents-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._running: _Running | None = None
+
+    async def _on_loop(self, work: Callable[[Runstate], Awaitable[T]]) -> T:
+        """``work(client)`` on the session's own loop, awaited from the caller's."""
+        if self._loop.is_closed():
+            raise RuntimeError("the session is closed")
+
+        async def there() -> T:
+            if self._opening is None:
+                self._opening = asyncio.ensure_future(self._open())
+            await self._opening
+            return await work(self._client)
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(there(), self._loop))
+
+    async def _open(self) -> None:
+        await self._client.__aenter__()
+        await self._client.start_session(self.session_id, ttl_seconds=self.ttl_seconds)
+
+    async def close(self) -> None:
+        """Close the HTTP client and stop the session's loop; idempotent."""
+        if self._loop.is_closed():
+            return
+        if self._opening is not None:
+
+            async def shut(client: Runstate) -> None:
+                await client.__aexit__(None, None, None)
+
+            await self._on_loop(shut)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        await asyncio.to_thread(self._thread.join)
+        self._loop.close()
+
+    async def __aenter__(self) -> RunstateSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- the Session protocol
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The newest ``limit`` items, oldest first (an explicit limit wins over
+        ``session_settings.limit``; 0 gives none, a negative limit or None all)."""
+        wanted = resolve_session_limit(limit, self.session_settings)
+        if wanted is not None and wanted < 0:
+            wanted = None
+        if wanted == 0:
+            return []
+        session_id = self.session_id
+        items = await self._on_loop(lambda client: client.session_items(session_id, wanted))
+        return list(items)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` in order, as one batch (in parts of 1,000 for more)."""
+        for start in range(0, len(items), ITEMS_PER_WRITE):
+            part = items[start : start + ITEMS_PER_WRITE]
+            await self._on_loop(partial(_add, session_id=self.session_id, items=part))
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove the newest item by the server's order and return it as stored."""
+        popped: TResponseInputItem | None = await self._on_loop(
+            lambda client: client.pop_session_item(self.session_id)
+        )
+        return popped
+
+    async def clear_session(self) -> None:
+        """Remove every item of the conversation."""
+        await self._on_loop(lambda client: client.clear_session_items(self.session_id))
+
+    # -- approvals decided on the server
+
+    async def save_run_state(self, state: RunState[Any, Any]) -> str:
+        """Keep a run stopped at tool approvals with a task of the session, one step
+        per approval waiting for a person; the task's id. A run handed out by
+        ``load_run_state`` and stopped again is finished first (it goes on in the
+        new task)."""
+        interruptions = state.get_interruptions()
+        if not interruptions:
+            raise ValueError("the run waits for no approval: nothing to decide")
+        await self.finish_run(output={"stopped": "waits for approvals again"})
+        plan: list[dict[str, Any]] = [
+            {"action": RUN_ACTION, "input": {"runState": state.to_json()}}
+        ]
+        plan += [_approval_step(item) for item in interruptions]
+        plan.append({"action": RESUME_ACTION, "idempotent": False})
+        goal = f"{_agent_name(interruptions[0])}: {len(interruptions)} tool call(s) to approve"
+        return await self._on_loop(lambda client: self._keep(client, goal, plan))
+
+    async def _keep(self, client: Runstate, goal: str, plan: list[dict[str, Any]]) -> str:
+        """The run's task, its approval steps in doubt: created under a lease and
+        released only once they are, so that no loader sees it before."""
+        task = await client.create_task(
+            self.session_id, goal, plan, holder=self._holder, lease_ttl=LEASE_TTL
+        )
+        token = _token(task)
+        approvals = range(1, len(plan) - 1)
+        waiting = [{"index": 0, "status": "SUCCESS", "output": {"waitsFor": len(approvals)}}]
+        waiting += [{"index": i, "status": "RUNNING"} for i in approvals]
+        task = await client.checkpoint(task.id, task.version, waiting, fencing_token=token)
+        await client.resume(task.id, fencing_token=token)  # RUNNING, not idempotent: in doubt
+        await client.release_lock(task.id, self._holder)
+        return task.id
+
+    async def load_run_state(self, agent: Agent[Any]) -> RunState[Any, Any] | None:
+        """The session's decided run with the server's decisions applied, ready for
+        ``Runner.run(agent, state, session=session)``; None when no run is decided
+        (or another process took it: each run is handed out once). Call
+        ``finish_run`` when it ends."""
+        decided = await self._on_loop(self._claim_decided)
+        if decided is None:
+            return None
+        state = await RunState.from_json(agent, decided.steps[0].input["runState"])
+        by_call = {step.input["callId"]: step for step in decided.approvals}
+        for item in state.get_interruptions():
+            step = by_call.get(_call_id(item))
+            if step is not None and step.status == "PENDING":  # RETRY: approved
+                state.approve(item)
+            else:  # SKIP, a step marked done by a person, or a call the server never saw
+                state.reject(item, rejection_message=_rejection(step, decided.notes))
+        self._running = await self._on_loop(decided.hand_out)
+        return state
+
+    async def _claim_decided(self, client: Runstate) -> _Decided | None:
+        """Lease the session's decided run (``claimTask``: one winner), its steps and
+        the notes of its decisions; None when there is none."""
+        while True:
+            lock = await client.claim(self._holder, LEASE_TTL, session_id=self.session_id)
+            if lock is None:
+                return None
+            task = await client.task(lock.task_id)
+            steps = list(task.steps or ())
+            if not steps or steps[0].action != RUN_ACTION:
+                await client.release_lock(task.id, self._holder)  # not a run of ours
+                return None
+            if steps[-1].status == "PENDING":
+                notes = await _decision_notes(client, task.id)
+                return _Decided(client, task, steps, lock.fencing_token, notes)
+            # Handed out before, and its process died while running it: whether the
+            # approved tools ran is for a person to say (the resume step in doubt).
+            await client.resume(task.id, fencing_token=lock.fencing_token)
+            await client.release_lock(task.id, self._holder)
+
+    async def finish_run(self, output: Any = None) -> None:
+        """Record the end of the run ``load_run_state`` handed out (its resume step
+        SUCCESS with ``output``, the task COMPLETED) and give up its lease."""
+        running, self._running = self._running, None
+        if running is not None:
+            await self._on_loop(lambda client: running.finish(client, self._holder, output))
+
+
+class _Decided:
+    """A decided run, leased to this session: its steps (the run, the approvals,
+    the resume step) and the note of each decision, by step."""
+
+    def __init__(
+        self, client: Runstate, task: Task, steps: list[Step], token: int, notes: dict[int, str]
+    ) -> None:
+        self.client = client
+        self.task = task
+        self.steps = steps
+        self.approvals = steps[1:-1]
+        self.token = token
+        self.notes = notes
+
+    async def hand_out(self, client: Runstate) -> _Running:
+        """Mark the run handed out: the approved steps SUCCESS, the resume step
+        RUNNING (a second loader passes over it from then on)."""
+        marks = [
+            {"index": s.index, "status": "SUCCESS", "output": {"approved": True}}
+            for s in self.approvals
+            if s.status == "PENDING"
+        ]
+        resume = self.steps[-1].index
+        marks.append({"index": resume, "status": "RUNNING"})
+        await client.checkpoint(self.task.id, self.task.version, marks, fencing_token=self.token)
+        return _Running(self.task.id, resume, self.token)
+
+
+class _Running:
+    """The run this session handed out: its task, resume step and lease token."""
+
+    def __init__(self, task_id: str, resume_index: int, token: int) -> None:
+        self.task_id = task_id
+        self.resume_index = resume_index
+        self.token = token
+
+    async def finish(self, client: Runstate, holder: str, output: Any) -> None:
+        """The resume step SUCCESS with ``output``, the task COMPLETED, the lease given up."""
+        task = await client.task(self.task_id)
+        done = [{"index": self.resume_index, "status": "SUCCESS", "output": output}]
+        await client.checkpoint(
+            task.id, task.version, done, status="COMPLETED", fencing_token=self.token
+        )
+        await client.release_lock(task.id, holder)
+
+
+async def _add(client: Runstate, *, session_id: str, items: list[TResponseInputItem]) -> int:
+    return await client.add_session_items(session_id, items)
+
+
+def _approval_step(item: ToolApprovalItem) -> dict[str, Any]:
+    arguments = item.arguments
+    return {
+        "action": f"approve {item.tool_name or 'tool'}"[:200],
+        "input": {"callId": _call_id(item), "tool": item.tool_name, "arguments": arguments},
+        "idempotent": False,
+    }
+
+
+def _call_id(item: ToolApprovalItem) -> str:
+    call_id = item.call_id
+    if call_id is None:
+        raise ValueError(f"an approval of {item.tool_name} carries no call id")
+    return str(call_id)
+
+
+def _agent_name(item: ToolApprovalItem) -> str:
+    return str(getattr(item.agent, "name", "agent"))
+
+
+def _token(task: Task) -> int:
+    if task.lock is None:
+        raise RuntimeError(f"task {task.id} was created without its lease")
+    return task.lock.fencing_token
+
+
+def _rejection(step: Step | None, notes: dict[int, str]) -> str:
+    """The message a rejected tool call answers the model with: the person's note."""
+    if step is None:
+        return "Not approved: runstate holds no decision on this call."
+    note = notes.get(step.index)
+    if step.status == "SUCCESS":
+        return f"Done by a person, not by the tool: {note or step.output}"
+    return note or "Rejected by a person."
+
+
+async def _decision_notes(client: Runstate, task_id: str) -> dict[int, str]:
+    """The note of the last decision on each step (its event's ``note``)."""
+    notes: dict[int, str] = {}
+    for event in await client.task_events(task_id):
+        if event["note"] is not None and event["stepIndex"] is not None:
+            notes[int(event["stepIndex"])] = str(event["note"])
+    return notes
