@@ -80,6 +80,8 @@ MALFORMED = [
     ("{ sessions { ...x edges { cursor } } }", "Unknown fragment 'x'."),
     ("fragment a on Query { ...b } { ...a }", "Unknown fragment 'b'."),
     ("query { ...o } fragment o on Query { ...o }", "Cannot spread fragment 'o' within itself."),
+    ("{ }", "A selection set must select at least one field"),
+    ('{ task(id: "x") { } }', "A selection set must select at least one field"),
 ]
 
 
@@ -87,8 +89,9 @@ MALFORMED = [
 def test_a_malformed_document_is_a_validation_error(
     fuzzed: Api, document: str, message: str
 ) -> None:
-    """Guards the depth rule's guard (``limits._depth_rule``): an unknown fragment
-    once reached the client as the raw text "'o'", a KeyError with a traceback."""
+    """Guards the depth rule's guards (``limits._depth_rule``): an unknown fragment
+    once reached the client as the raw text "'o'", a KeyError with a traceback; an
+    empty selection set (parsed by graphql-core 3.3) a 500, ``max()`` of nothing."""
     answer = fuzzed.post({"query": document}).json()
     assert [e["message"] for e in answer["errors"]] == [message]
 

@@ -174,7 +174,7 @@ def test_the_sweep_covers_every_operation_that_takes_an_id() -> None:
     assert {"startStep", "decideStep", "claimTask", "forkTask", "deleteSession"} <= set(
         operations("mutation")
     )
-    assert operations("subscription") == ["sessionActivity", "taskProgress"]
+    assert operations("subscription") == ["sessionActivity", "sessionConversation", "taskProgress"]
 
 
 @pytest.mark.parametrize("name", operations("query") + operations("mutation"))
@@ -206,7 +206,9 @@ async def test_another_users_ids_cannot_be_watched(
     """The subscriptions: the owner's ids answer "not found" before anything is sent."""
     _, ids = owned
     query, variables = document("subscription", name, ids)
-    query = query.replace("{ __typename }", "{ seq }")
+    query = query.replace(
+        "{ __typename }", "{ itemSeq }" if name == "sessionConversation" else "{ seq }"
+    )
     with fresh_caller(server) as intruder:
         async with Subscriber(server.url, intruder.token, query, variables) as spy:
             with pytest.raises(SubscriptionError, match="not found"):

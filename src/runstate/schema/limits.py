@@ -54,6 +54,7 @@ def limit_rules(
 ) -> list[type[ASTValidationRule]]:
     """The rule classes for these limits, to build once and reuse for every request."""
     return [
+        FilledSelections,
         _depth_rule(max_depth),
         aliases_rule(max_aliases),
         node_rule(max_nodes),
@@ -65,12 +66,14 @@ def _depth_rule(max_depth: int) -> type[ASTValidationRule]:
     """Strawberry's depth limit, skipped for a document that spreads a fragment it
     does not define: Strawberry's rule then fails with a KeyError (the raw text
     ``'o'`` reached the client), and graphql-core's KnownFragmentNames already
-    refuses such a document with a proper validation error."""
+    refuses such a document with a proper validation error. Skipped too for an
+    empty selection set (``{ }``), which graphql-core 3.3 parses and its rule fails
+    on (``max()`` of nothing, a 500): ``FilledSelections`` refuses it."""
     limit = depth_rule(max_depth, None)
 
     class DepthLimit(limit):  # type: ignore[misc, valid-type]
         def __init__(self, context: ValidationContext) -> None:
-            if _spreads_unknown_fragments(context.document):
+            if _spreads_unknown_fragments(context.document) or _empty_selections(context.document):
                 ASTValidationRule.__init__(self, context)
                 return
             super().__init__(context)
@@ -88,6 +91,28 @@ def _spreads_unknown_fragments(document: DocumentNode) -> bool:
 
     visit(document, Spreads())
     return not spread <= defined
+
+
+def _empty_selections(document: DocumentNode) -> bool:
+    found = False
+
+    class Empty(Visitor):
+        def enter_selection_set(self, node: SelectionSetNode, *_: Any) -> None:
+            nonlocal found
+            found = found or not node.selections
+
+    visit(document, Empty())
+    return found
+
+
+class FilledSelections(ValidationRule):
+    """Refuses an empty selection set (``{ }``, ``task(id: "x") { }``): graphql-core
+    3.3 parses one and validates it, and an operation selecting nothing is a client's
+    mistake, to be told as such."""
+
+    def enter_selection_set(self, node: SelectionSetNode, *_: Any) -> None:
+        if not node.selections:
+            self.report_error(GraphQLError("A selection set must select at least one field", node))
 
 
 def node_rule(max_nodes: int) -> type[ValidationRule]:
