@@ -488,7 +488,7 @@ async def test_an_approved_tool_runs_once_when_two_processes_resume(
         waiting = api(TASK, id=task_id)["task"]
         assert waiting["status"] == "AWAITING_DECISION"
         assert [s["status"] for s in waiting["steps"]] == ["SUCCESS", "IN_DOUBT", "PENDING"]
-        assert waiting["steps"][1]["action"] == "approve send_mail"
+        assert waiting["steps"][1]["action"] == 'approve send_mail({"to":"bob"})'
         assert (
             await open_session(session.session_id).load_run_state(mailer(ran, ScriptedModel()))
             is None
@@ -542,3 +542,17 @@ async def test_a_rejection_on_the_server_wins_over_an_approval_in_the_client(
     outputs = [i for i in model.calls[-1].input if i.get("type") == "function_call_output"]
     assert "not to Bob" in str(cast(dict[str, Any], outputs[-1])["output"])
     assert await session.load_run_state(agent) is None  # handed out once, and finished
+
+
+def test_the_extra_installs_beside_runstates_own_dependencies() -> None:
+    """Guards the extra's pins (``runstate[openai-agents]``): with the SDK installed
+    beside runstate's own dependencies (and the test tools), ``pip check`` finds no
+    conflict (the SDK pins websockets below 17, which runstate allows)."""
+    import subprocess
+    import sys
+
+    checked = subprocess.run(
+        [sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120
+    )
+    assert checked.returncode == 0, checked.stdout
+    assert checked.stdout.strip() == "No broken requirements found."

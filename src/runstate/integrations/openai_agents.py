@@ -285,10 +285,13 @@ async def _add(client: Runstate, *, session_id: str, items: list[TResponseInputI
 
 
 def _approval_step(item: ToolApprovalItem) -> dict[str, Any]:
-    arguments = item.arguments
+    """A step waiting for a person's approval of one call, named by the call itself
+    (``approve send_mail({"to":"bob"})``, cut to the server's 200 characters) so
+    that the dashboard asks about what would happen."""
+    call = f"approve {item.tool_name or 'tool'}({item.arguments or ''})"
     return {
-        "action": f"approve {item.tool_name or 'tool'}"[:200],
-        "input": {"callId": _call_id(item), "tool": item.tool_name, "arguments": arguments},
+        "action": call if len(call) <= 200 else call[:199] + "…",
+        "input": {"callId": _call_id(item), "tool": item.tool_name, "arguments": item.arguments},
         "idempotent": False,
     }
 

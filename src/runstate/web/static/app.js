@@ -732,8 +732,17 @@ function renderDecision(task, now) {
   $("decision").hidden = !inDoubt;
   if (!inDoubt) return;
   $("decision").dataset.step = inDoubt.index;
-  $("question").textContent = `Step ${inDoubt.index} "${inDoubt.action}" was running when its ` +
-    "agent stopped, and it is not safe to run twice. Did it happen?";
+  // An OpenAI Agents run stopped at a tool that needs approval (integrations.openai_agents):
+  // retry approves the call, skip rejects it; nothing has happened to mark done.
+  const approval = task.steps[0].action === "openai-agents run" && inDoubt.action.startsWith("approve ");
+  $("question").textContent = approval
+    ? `Step ${inDoubt.index}: the agent asks to call ${inDoubt.action.slice("approve ".length)}. ` +
+      "Approve it, and the agent's next run calls it once; reject it, and the agent is told your reason."
+    : `Step ${inDoubt.index} "${inDoubt.action}" was running when its ` +
+      "agent stopped, and it is not safe to run twice. Did it happen?";
+  $("retry").textContent = approval ? "Approve the call" : "It did not happen: retry it";
+  $("skip").textContent = approval ? "Reject it" : "Skip it and go on";
+  $("complete-form").hidden = approval;
   $("complete-output").placeholder = `What "${inDoubt.action}" produced, e.g. {"reference": "…"}`;
   // While an agent holds a live lease the server refuses anyone else's write.
   const waiting = held(task.lock, now);
