@@ -302,6 +302,20 @@ async def test_a_bad_session_id_is_refused_before_anything_is_sent(served: Any) 
 # ---------------------------------------------------------------- two processes
 
 
+def together(agents: list[AgentProcess], answer: str) -> list[dict[str, Any]]:
+    """Each agent's line with ``answer``, once all were ready and told to go at
+    once (each waits for a line on stdin); every agent killed afterwards."""
+    try:
+        for agent in agents:
+            agent.until(lambda line: line.get("ready"), within=60)
+        for agent in agents:
+            agent.send("go\n")
+        return [agent.until(lambda line: answer in line, within=120) for agent in agents]
+    finally:
+        for agent in agents:
+            agent.kill()
+
+
 def writers(server: Server, token: str, session_id: str, count: int, batches: int) -> None:
     agents = [
         AgentProcess(
@@ -315,16 +329,7 @@ def writers(server: Server, token: str, session_id: str, count: int, batches: in
         )
         for w in range(count)
     ]
-    try:
-        for agent in agents:
-            agent.until(lambda line: line.get("ready"), within=60)
-        for agent in agents:
-            agent.send("go\n")
-        for agent in agents:
-            assert agent.until(lambda line: "added" in line, within=120) == {"added": batches}
-    finally:
-        for agent in agents:
-            agent.kill()
+    assert together(agents, "added") == [{"added": batches}] * count
 
 
 async def test_two_processes_adding_at_once_store_every_item_once(
@@ -455,15 +460,7 @@ def resumers(server: Server, token: str, session_id: str, ran: Path, count: int)
         )
         for _ in range(count)
     ]
-    try:
-        for agent in agents:
-            agent.until(lambda line: line.get("ready"), within=60)
-        for agent in agents:
-            agent.send("go\n")
-        return [agent.until(lambda line: "resumed" in line, within=120) for agent in agents]
-    finally:
-        for agent in agents:
-            agent.kill()
+    return together(agents, "resumed")
 
 
 def ran_lines(ran: Path) -> list[str]:

@@ -167,47 +167,32 @@ async def pop_item(house: House, user_id: str, session_id: str) -> Written[Items
     """Remove the newest item by the server's order and answer it as it was stored;
     with none, write nothing and answer ``popped`` null."""
     del house  # the same parameters as every write: nothing of the house is needed
-    now = utcnow()
-    try:
-        async with in_transaction() as conn:
-            row = await _advance(conn, user_id, session_id, now, reset=True)
-            gone = await sql.fetch(
-                conn,
-                'DELETE FROM "session_items" WHERE "id" = (SELECT "id" FROM "session_items"'
-                ' WHERE "session_id" = ? ORDER BY "seq" DESC LIMIT 1)'
-                ' RETURNING "seq", "item", "added_at", "stored_bytes"',
-                [row["id"]],
-            )
-            if not gone:
-                raise _NothingToRemoveError
-            freed = int(gone[0]["stored_bytes"])
-            count = await _shrink(conn, row["id"], 1, freed)
-            await quota.release(conn, {user_id: freed})
-    except UnmatchedWriteError:
-        raise await _refused(user_id, session_id) from None
-    except _NothingToRemoveError:
-        return Written(await _unchanged(user_id, session_id))
-    popped = ItemView(
-        int(gone[0]["seq"]),
-        json.loads(gone[0]["item"]),
-        sql.decode(SessionItem, {"added_at": gone[0]["added_at"]}, ["added_at"])["added_at"],
-    )
-    changed = ItemsChangedView(session_id, int(row["item_seq"]), count, 0, 1, popped)
-    return Written(changed, wakes=_wakes(int(row["id"])))
+    return await _remove(user_id, session_id, _NEWEST)
 
 
 async def clear_items(house: House, user_id: str, session_id: str) -> Written[ItemsChangedView]:
     """Remove every item of the conversation; with none, write nothing."""
     del house  # the same parameters as every write: nothing of the house is needed
+    return await _remove(user_id, session_id, _EVERY)
+
+
+_NEWEST = (
+    'DELETE FROM "session_items" WHERE "id" = (SELECT "id" FROM "session_items"'
+    ' WHERE "session_id" = ? ORDER BY "seq" DESC LIMIT 1)'
+    ' RETURNING "seq", "item", "added_at", "stored_bytes"'
+)
+_EVERY = 'DELETE FROM "session_items" WHERE "session_id" = ? RETURNING "stored_bytes"'
+
+
+async def _remove(user_id: str, session_id: str, deleting: str) -> Written[ItemsChangedView]:
+    """A pop or a clear: the session row advanced (its lock taken), then ``deleting``
+    (its one parameter the session's row id) run; with nothing deleted, nothing
+    written. A deleted row that answers its item is the one popped."""
     now = utcnow()
     try:
         async with in_transaction() as conn:
             row = await _advance(conn, user_id, session_id, now, reset=True)
-            gone = await sql.fetch(
-                conn,
-                'DELETE FROM "session_items" WHERE "session_id" = ? RETURNING "stored_bytes"',
-                [row["id"]],
-            )
+            gone = await sql.fetch(conn, deleting, [row["id"]])
             if not gone:
                 raise _NothingToRemoveError
             freed = sum(int(g["stored_bytes"]) for g in gone)
@@ -217,7 +202,11 @@ async def clear_items(house: House, user_id: str, session_id: str) -> Written[It
         raise await _refused(user_id, session_id) from None
     except _NothingToRemoveError:
         return Written(await _unchanged(user_id, session_id))
-    changed = ItemsChangedView(session_id, int(row["item_seq"]), count, 0, len(gone))
+    popped = None
+    if "item" in gone[0]:
+        added_at = sql.decode(SessionItem, gone[0], ["added_at"])["added_at"]
+        popped = ItemView(int(gone[0]["seq"]), json.loads(gone[0]["item"]), added_at)
+    changed = ItemsChangedView(session_id, int(row["item_seq"]), count, 0, len(gone), popped)
     return Written(changed, wakes=_wakes(int(row["id"])))
 
 
