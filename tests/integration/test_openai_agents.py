@@ -11,6 +11,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,7 +24,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from runstate.integrations.openai_agents import RunstateSession
 from tests.agents.openai_agent import mailer
 from tests.integration.test_sdk import LossyProxy
-from tests.support import AgentProcess, Api, Server, query_value
+from tests.support import AgentProcess, Api, Server, query_value, wait_until
 
 RUNNERS = ["run", "run_sync", "run_streamed"]
 
@@ -553,3 +554,42 @@ def test_the_extra_installs_beside_runstates_own_dependencies() -> None:
     )
     assert checked.returncode == 0, checked.stdout
     assert checked.stdout.strip() == "No broken requirements found."
+
+
+LEASE = "query($id: ID!) { task(id: $id) { ... on Task { stalled lock { expiresAt } } } }"
+
+
+async def test_a_handed_out_run_keeps_its_lease_while_it_goes_on(
+    served: tuple[Server, str], open_session: Any, tmp_path: Path
+) -> None:
+    """Guards the renewal of a handed-out run's lease: with a lease of 2 s, the run
+    is still held (not stalled, not handed to another session) well after its
+    first lease would have lapsed. Control: with the renewal stopped, the same run
+    is stalled within seconds (claimable, its resume step to be put in doubt)."""
+    server, token = served
+    ran = tmp_path / "ran.log"
+    session = open_session(lease_ttl=2)
+    task_id = await session.save_run_state(await stopped_run(session, ran))
+    with Api(server.url, token) as api:
+        version = api(TASK, id=task_id)["task"]["version"]
+        assert decide(api, task_id, "RETRY", version)["__typename"] == "Task"
+        agent = mailer(ran, ScriptedModel())
+        assert await session.load_run_state(agent) is not None
+        first = api(LEASE, id=task_id)["task"]["lock"]["expiresAt"]
+
+        def renewed() -> bool:
+            lock = api(LEASE, id=task_id)["task"]["lock"]
+            return lock is not None and lock["expiresAt"] > first
+
+        await asyncio.to_thread(wait_until, renewed, 10, "the lease renewed")
+        ended = datetime.fromisoformat(first) + timedelta(seconds=1)
+        passed = lambda: datetime.now(UTC) > ended  # noqa: E731
+        await asyncio.to_thread(wait_until, passed, 10, "past the first lease's end")
+        assert api(LEASE, id=task_id)["task"]["stalled"] is False
+        assert await open_session(session.session_id).load_run_state(agent) is None
+
+        running = session._running
+        assert running is not None
+        session._loop.call_soon_threadsafe(running.stop_renewing)
+        stalled = lambda: api(LEASE, id=task_id)["task"]["stalled"]  # noqa: E731
+        await asyncio.to_thread(wait_until, stalled, 10, "the run stalled without renewal")

@@ -20,6 +20,7 @@ Installed with the extra ``runstate[openai-agents]``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import uuid
@@ -32,7 +33,7 @@ from agents.items import ToolApprovalItem, TResponseInputItem
 from agents.memory import SessionSettings
 from agents.memory.session_settings import resolve_session_limit
 
-from runstate.client import Runstate
+from runstate.client import Runstate, RunstateError
 from runstate.client.ids import checked_id
 from runstate.client.records import Step, Task
 
@@ -43,10 +44,13 @@ RESUME_ACTION = "resume run"
 ITEMS_PER_WRITE = 1000
 """The most items the server takes in one write; a longer list goes in parts."""
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
-LEASE_TTL = 600
-"""Seconds a handed-out run's lease lasts: a process that dies while running it
-leaves the run to a person (its resume step in doubt), never to a second run."""
+LEASE_TTL = 60
+"""Seconds a handed-out run's lease lasts unless renewed: the session renews it
+every third of that while the run goes on, so a process that dies while running
+it leaves the run, once its lease lapsed, to a person (its resume step in
+doubt), never to a second run."""
 
 
 class RunstateSession:
@@ -69,8 +73,10 @@ class RunstateSession:
         token: str,
         session_settings: SessionSettings | None = None,
         ttl_seconds: int | None = None,
+        lease_ttl: int = LEASE_TTL,
     ) -> None:
         self.session_id = checked_id(session_id, "session id")
+        self.lease_ttl = lease_ttl
         self.session_settings: SessionSettings | None = session_settings or SessionSettings()
         self.url = url
         self.ttl_seconds = ttl_seconds
@@ -103,9 +109,12 @@ class RunstateSession:
         await self._client.start_session(self.session_id, ttl_seconds=self.ttl_seconds)
 
     async def close(self) -> None:
-        """Close the HTTP client and stop the session's loop; idempotent."""
+        """Close the HTTP client and stop the session's loop; idempotent. A run
+        handed out and not finished keeps its lease until it lapses."""
         if self._loop.is_closed():
             return
+        if self._running is not None:
+            self._loop.call_soon_threadsafe(self._running.stop_renewing)
         if self._opening is not None:
 
             async def shut(client: Runstate) -> None:
@@ -176,7 +185,7 @@ class RunstateSession:
         """The run's task, its approval steps in doubt: created under a lease and
         released only once they are, so that no loader sees it before."""
         task = await client.create_task(
-            self.session_id, goal, plan, holder=self._holder, lease_ttl=LEASE_TTL
+            self.session_id, goal, plan, holder=self._holder, lease_ttl=self.lease_ttl
         )
         token = _token(task)
         approvals = range(1, len(plan) - 1)
@@ -203,14 +212,15 @@ class RunstateSession:
                 state.approve(item)
             else:  # SKIP, a step marked done by a person, or a call the server never saw
                 state.reject(item, rejection_message=_rejection(step, decided.notes))
-        self._running = await self._on_loop(decided.hand_out)
+        hand_out = partial(decided.hand_out, holder=self._holder, ttl=self.lease_ttl)
+        self._running = await self._on_loop(hand_out)
         return state
 
     async def _claim_decided(self, client: Runstate) -> _Decided | None:
         """Lease the session's decided run (``claimTask``: one winner), its steps and
         the notes of its decisions; None when there is none."""
         while True:
-            lock = await client.claim(self._holder, LEASE_TTL, session_id=self.session_id)
+            lock = await client.claim(self._holder, self.lease_ttl, session_id=self.session_id)
             if lock is None:
                 return None
             task = await client.task(lock.task_id)
@@ -220,7 +230,7 @@ class RunstateSession:
                 return None
             if steps[-1].status == "PENDING":
                 notes = await _decision_notes(client, task.id)
-                return _Decided(client, task, steps, lock.fencing_token, notes)
+                return _Decided(task, steps, lock.fencing_token, notes)
             # Handed out before, and its process died while running it: whether the
             # approved tools ran is for a person to say (the resume step in doubt).
             await client.resume(task.id, fencing_token=lock.fencing_token)
@@ -238,19 +248,17 @@ class _Decided:
     """A decided run, leased to this session: its steps (the run, the approvals,
     the resume step) and the note of each decision, by step."""
 
-    def __init__(
-        self, client: Runstate, task: Task, steps: list[Step], token: int, notes: dict[int, str]
-    ) -> None:
-        self.client = client
+    def __init__(self, task: Task, steps: list[Step], token: int, notes: dict[int, str]) -> None:
         self.task = task
         self.steps = steps
         self.approvals = steps[1:-1]
         self.token = token
         self.notes = notes
 
-    async def hand_out(self, client: Runstate) -> _Running:
+    async def hand_out(self, client: Runstate, *, holder: str, ttl: int) -> _Running:
         """Mark the run handed out: the approved steps SUCCESS, the resume step
-        RUNNING (a second loader passes over it from then on)."""
+        RUNNING (a second loader passes over it from then on); its lease renewed
+        from now until it finishes."""
         marks = [
             {"index": s.index, "status": "SUCCESS", "output": {"approved": True}}
             for s in self.approvals
@@ -259,7 +267,9 @@ class _Decided:
         resume = self.steps[-1].index
         marks.append({"index": resume, "status": "RUNNING"})
         await client.checkpoint(self.task.id, self.task.version, marks, fencing_token=self.token)
-        return _Running(self.task.id, resume, self.token)
+        running = _Running(self.task.id, resume, self.token)
+        running.renewing = asyncio.ensure_future(running.renew(client, holder, ttl))
+        return running
 
 
 class _Running:
@@ -269,9 +279,26 @@ class _Running:
         self.task_id = task_id
         self.resume_index = resume_index
         self.token = token
+        self.renewing: asyncio.Future[None] | None = None
+        """Renewing the lease, on the session's loop, until the run finishes."""
+
+    async def renew(self, client: Runstate, holder: str, ttl: int) -> None:
+        """Renew the run's lease every third of ``ttl``; stop once it is lost."""
+        while True:
+            await asyncio.sleep(ttl / 3)
+            try:
+                await client.renew_lock(self.task_id, holder, ttl)
+            except RunstateError as error:  # taken over, or the server gone for good
+                log.warning("the lease of run %s was not renewed: %s", self.task_id, error)
+                return
+
+    def stop_renewing(self) -> None:
+        if self.renewing is not None:
+            self.renewing.cancel()
 
     async def finish(self, client: Runstate, holder: str, output: Any) -> None:
         """The resume step SUCCESS with ``output``, the task COMPLETED, the lease given up."""
+        self.stop_renewing()
         task = await client.task(self.task_id)
         done = [{"index": self.resume_index, "status": "SUCCESS", "output": output}]
         await client.checkpoint(
