@@ -28,12 +28,10 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.transactions import in_transaction
 
 from runstate.models import Session, SessionItem
+from runstate.services.actions.sessions import MAX_COUNT
 from runstate.services.domain import quota
 from runstate.services.domain.conditions import live_session_sql
-from runstate.services.domain.errors import (
-    InvalidInputError,
-    UnmatchedWriteError,
-)
+from runstate.services.domain.errors import InvalidInputError, UnmatchedWriteError
 from runstate.services.domain.views import Written
 from runstate.services.live.messages import conversation_channel
 from runstate.services.read.lookups import get_session
@@ -44,8 +42,6 @@ from runstate.storage.clock import utcnow
 
 ITEMS_PER_WRITE = 1000
 """The most items one ``addSessionItems`` takes (a batch is stored whole or not at all)."""
-MAX_COUNT = 2**31 - 1
-"""GraphQL's Int: a count past it could not be answered."""
 
 
 @dataclass(frozen=True)
