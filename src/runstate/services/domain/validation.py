@@ -221,10 +221,10 @@ def json_size(value: Any) -> int:
     return len(encoded(value).encode())
 
 
-def page_size(value: int) -> int:
-    """How many items one page may hold."""
+def page_size(value: int, field: str = "first") -> int:
+    """How many items one page may hold (``field``: the argument that asked)."""
     if not 0 <= value <= MAX_PAGE:
-        raise InvalidInputError("first", f"must be between 0 and {MAX_PAGE}")
+        raise InvalidInputError(field, f"must be between 0 and {MAX_PAGE}")
     return value
 
 

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from runstate.basics.enums import SessionItemsEventKind
 from runstate.models import Session
 from runstate.pubsub import Broker
-from runstate.services.domain.conditions import session_expired
-from runstate.services.domain.errors import InvalidInputError, SessionExpiredError
+from runstate.services.domain.errors import InvalidInputError
 from runstate.services.live.messages import conversation_channel
+from runstate.services.live.streams import refuse_expired
 from runstate.services.read.lookups import get_session
 from runstate.services.read.transcript import ItemView, items_between
-from runstate.storage.clock import utcnow
 
 
 @dataclass(frozen=True)
@@ -88,8 +87,7 @@ async def _head(session_pk: int, session_id: str) -> _Head | None:
     if row is None:
         return None
     item_seq, reset_seq, count, status, expires_at = row
-    if session_expired(status, expires_at, utcnow()):
-        raise SessionExpiredError(session_id)
+    refuse_expired(session_id, status, expires_at)
     return _Head(int(item_seq), int(reset_seq), int(count))
 
 

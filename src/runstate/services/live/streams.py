@@ -202,12 +202,13 @@ async def _task_head(view: TaskView, watch: Watch) -> int | None:
     if row is None:
         return None
     seq, status, expires_at = row
-    _refuse_expired(view.session_id, status, expires_at)
+    refuse_expired(view.session_id, status, expires_at)
     watch.expires_at = expires_at
     return int(seq)
 
 
-def _refuse_expired(session_id: str, status: object, expires_at: datetime) -> None:
+def refuse_expired(session_id: str, status: object, expires_at: datetime) -> None:
+    """SessionExpiredError for a session read as its status and expiry, once expired."""
     if session_expired(status, expires_at, utcnow()):
         raise SessionExpiredError(session_id)
 
@@ -219,7 +220,7 @@ async def _session_state(session_pk: int, session_id: str, watch: Watch) -> bool
     if state is None:
         return False
     status, expires_at = state
-    _refuse_expired(session_id, status, expires_at)
+    refuse_expired(session_id, status, expires_at)
     watch.expires_at = expires_at
     return True
 

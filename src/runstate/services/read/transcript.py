@@ -9,7 +9,7 @@ from typing import Any
 
 from runstate.models import Session, SessionItem
 from runstate.services.domain import validation
-from runstate.services.domain.errors import InvalidInputError, NotFoundError
+from runstate.services.domain.errors import NotFoundError
 from runstate.services.read.lookups import get_session
 
 ITEM_PAGE = validation.MAX_PAGE
@@ -45,9 +45,7 @@ async def read_items(
 ) -> ItemPageView:
     """The newest ``last`` items (``ITEM_PAGE`` at most, the default) with a seq
     below ``before_seq``, oldest first; ``has_more`` when older ones are left."""
-    limit = ITEM_PAGE if last is None else last
-    if not 0 <= limit <= ITEM_PAGE:
-        raise InvalidInputError("last", f"must be between 0 and {ITEM_PAGE}")
+    limit = validation.page_size(ITEM_PAGE if last is None else last, "last")
     session = await get_session(user_id, session_id)
     head = await Session.filter(id=session.pk).first().values("item_seq", "message_count")
     if head is None:  # deleted since it was read
