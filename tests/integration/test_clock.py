@@ -92,10 +92,13 @@ def test_a_server_two_hours_fast_neither_expires_nor_deletes_a_live_session(
                 fast, "startStep", "StepRefInput", taskId=task["id"], stepIndex=0, expectedVersion=1
             )
             assert started["status"] == "RUNNING"
+        # The first sweep may already have deleted it: a CLI that takes two seconds
+        # to start on a busy machine runs past its expiry and retention both.
         wait_until(
-            lambda: session_state(api, gone["id"]) == "SessionExpired", 10, "the 1 s session"
+            lambda: session_state(api, gone["id"]) in ("SessionExpired", "NotFound"),
+            10,
+            "the 1 s session",
         )
-        assert session_state(api, gone["id"]) in ("SessionExpired", "NotFound")
         wait_until(
             lambda: (
                 runstate("sweep", "--retention", "1", database_url=url, **skewed("+2h"))
