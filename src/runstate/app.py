@@ -30,6 +30,7 @@ from runstate.settings import Settings
 from runstate.storage.clock import keep_time
 from runstate.storage.database import Database, current_epoch
 from runstate.transport.admission import ADMISSION, Admission, Trusted
+from runstate.transport.agui.endpoint import AguiRuns
 from runstate.transport.auth import BearerAuth
 from runstate.transport.body_limit import BodyLimit, upload_limit
 from runstate.transport.callers import Tokens, forget_revoked
@@ -92,7 +93,8 @@ def _limiter(settings: Settings, prefix: str, anonymous: bool) -> RateLimiter:
 
 
 def create_app(settings: Settings) -> Starlette:
-    """The ASGI app: GraphQL at /graphql (HTTP and WebSocket), the web page at /.
+    """The ASGI app: GraphQL at /graphql (HTTP and WebSocket), AG-UI runs at
+    /agui/tasks/{taskId}, the web page at /.
 
     It builds the app's ``House`` (its limits, group commit, live streams' head
     checks) and its schema; nothing of it is shared with another app in the same
@@ -203,7 +205,14 @@ def create_app(settings: Settings) -> Starlette:
                 CORSMiddleware,
                 allow_origins=settings.allowed_origins,
                 allow_methods=["GET", "POST"],
-                allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+                # Last-Event-ID and Accept: an AG-UI stream's reconnect (docs/agui.md).
+                allow_headers=[
+                    "Authorization",
+                    "Content-Type",
+                    "X-Request-ID",
+                    "Last-Event-ID",
+                    "Accept",
+                ],
                 max_age=600,
             ),
         )
@@ -218,6 +227,7 @@ def create_app(settings: Settings) -> Starlette:
             Route("/metrics", web_routes.metrics(settings.metrics_token, house.metrics)),
             Mount("/static", StaticFiles(packages=[("runstate.web", "static")]), name="static"),
             Route("/graphql", graphql),
+            Route("/agui/tasks/{task_id}", AguiRuns(house, settings, connections, graphql)),
             WebSocketRoute("/graphql", graphql),
         ],
         middleware=middleware,

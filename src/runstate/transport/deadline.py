@@ -23,9 +23,17 @@ WRITING = "runstate.writing"
 
 @dataclass
 class Writing:
-    """Whether a request runs a write, which its time limit does not stop."""
+    """Whether a request runs a write or answers with an event stream, which its
+    time limit does not stop."""
 
     write: bool = False
+    streams: bool = False
+    """An event stream (``agui.endpoint``): it lasts as long as its client listens."""
+
+    @property
+    def unlimited(self) -> bool:
+        """Whether the time limit leaves the request alone."""
+        return self.write or self.streams
 
 
 class CancelOnDisconnect(HttpOnly):
@@ -45,6 +53,7 @@ class CancelOnDisconnect(HttpOnly):
     commit's task, which stopping the request does not stop) was answered 503
     "stopped": 8 forks of 8, and a client that believed it forked again. How long
     a write may take is bounded by the content limits instead (``settings``).
+    An event stream (an AG-UI run) is exempt too, and stops when its client leaves.
     """
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
@@ -67,7 +76,7 @@ class CancelOnDisconnect(HttpOnly):
         async def sending(message: Message) -> None:
             nonlocal started
             late = asyncio.get_running_loop().time() >= deadline
-            if not started and late and not writing.write:
+            if not started and late and not writing.unlimited:
                 raise _PastDeadlineError
             started = True
             await send(message)
@@ -89,9 +98,11 @@ class CancelOnDisconnect(HttpOnly):
                 async with asyncio.timeout_at(deadline):
                     await asyncio.shield(work)
             except TimeoutError:
-                if not writing.write:
+                if not writing.unlimited:
                     raise
-                await asyncio.shield(work)  # a write finishes (or fails) and is answered
+                # A write finishes (or fails) and is answered; a stream goes on until
+                # its client leaves (``until_gone``) or it ends.
+                await asyncio.shield(work)
         except (TimeoutError, _PastDeadlineError):
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError, _PastDeadlineError):

@@ -1,0 +1,294 @@
+"""AG-UI frames of a run, as a pure function of the task's log, the run's base, its
+``threadId`` and its ``runId`` (``docs/agui.md`` §4-§5).
+
+A run's frames come in groups: the opening group at its base N (``opening``),
+then one group per event n > N (``of_event``); the group that leaves the task at
+a resting point ends with the terminal frames, and the run with it. The k-th frame
+of the group of seq s has the cursor ``<epoch>:<base>:<s>:<k>``, in its SSE ``id:``
+and in ``metadata.runstate.cursor``. Because the same log always gives the same
+groups, any server process can continue a run from any cursor, by computing the
+groups again and sending what lies after it.
+
+Events are built with AG-UI's own models (``ag_ui.core``, the ``ag-ui-protocol``
+package), so their shapes are the protocol's, and encoded by them (camelCase, no
+field without a value).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ag_ui.core import (
+    BaseEvent,
+    Interrupt,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
+    RunStartedEvent,
+    StateDeltaEvent,
+    StateSnapshotEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+)
+
+from runstate.basics.enums import StepDecision
+from runstate.services.domain.validation import NOTE_CHARS
+from runstate.services.domain.views import EventView
+from runstate.transport.agui.document import Document, applied
+
+PROTOCOL_VERSION = "1.0"
+"""The AG-UI version runstate speaks, declared in every ``RUN_STARTED``."""
+
+RESPONSE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["decision"],
+    "additionalProperties": False,
+    "properties": {
+        "decision": {"enum": [d.name for d in StepDecision]},
+        "output": {},
+        "note": {"type": "string", "maxLength": NOTE_CHARS},
+    },
+}
+"""What an answer to an interrupt holds: ``decideStep``'s decision, output and note."""
+
+
+class CursorError(ValueError):
+    """A ``Last-Event-ID`` that is not a runstate cursor."""
+
+
+_CURSOR = re.compile(r"(?P<epoch>[^\s]+):(?P<base>\d{1,15}):(?P<seq>\d{1,15}):(?P<k>\d{1,6})")
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a frame stands: the timeline, the run's base, its event's seq and its
+    place among that event's frames."""
+
+    epoch: str
+    base: int
+    seq: int
+    k: int
+
+    def __str__(self) -> str:
+        return f"{self.epoch}:{self.base}:{self.seq}:{self.k}"
+
+    @classmethod
+    def parse(cls, text: str) -> Cursor:
+        """The cursor a ``Last-Event-ID`` names; CursorError if it names none."""
+        found = _CURSOR.fullmatch(text.strip())
+        if found is None:
+            raise CursorError("Last-Event-ID: not a cursor this server gave (<epoch>:<n>:<n>:<n>)")
+        return cls(found["epoch"], int(found["base"]), int(found["seq"]), int(found["k"]))
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a run's frames depend on besides the log."""
+
+    task_id: str
+    thread_id: str
+    run_id: str
+    epoch: str
+    base: int
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One SSE frame: an AG-UI event, with its cursor (None: a frame of a refused run,
+    which nothing resumes); ``last`` when it ends the run."""
+
+    event: BaseEvent
+    cursor: Cursor | None = None
+    last: bool = False
+
+    def encode(self) -> bytes:
+        """The frame on the wire: its ``id:`` line, one ``data:`` line, LF framing."""
+        data = self.event.model_dump_json(by_alias=True)
+        head = "" if self.cursor is None else f"id: {self.cursor}\n"
+        return f"{head}data: {data}\n\n".encode()
+
+
+@dataclass
+class _Group:
+    """The frames of one seq being built: each event with its own metadata."""
+
+    events: list[tuple[type[BaseEvent], dict[str, Any], dict[str, Any]]] = field(
+        default_factory=list
+    )
+    ended: bool = False
+
+    def add(
+        self, kind: type[BaseEvent], meta: dict[str, Any] | None = None, /, **fields: Any
+    ) -> None:
+        self.events.append((kind, fields, meta or {}))
+
+
+def millis(at: datetime) -> int:
+    """An event's ``at`` as AG-UI's timestamp: milliseconds since the Unix epoch."""
+    return (at - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+
+
+def _numbered(group: _Group, run: Run, seq: int, at: datetime) -> list[Frame]:
+    """The group's frames with their cursors, metadata and timestamp."""
+    frames = []
+    for k, (kind, fields, meta) in enumerate(group.events):
+        cursor = Cursor(run.epoch, run.base, seq, k)
+        runstate = {"seq": seq, "cursor": str(cursor), **meta}
+        event = kind(timestamp=millis(at), metadata={"runstate": runstate}, **fields)
+        last = group.ended and k == len(group.events) - 1
+        frames.append(Frame(event, cursor, last))
+    return frames
+
+
+def step_name(step: Document) -> str:
+    """A step's ``stepName``: ``"<index>:<action>"``, unique among a task's steps."""
+    return f"{step['index']}:{step['action']}"
+
+
+def _step_event(group: _Group, kind: type[BaseEvent], step: Document) -> None:
+    meta = {"stepIndex": step["index"], "stepId": step["id"], "status": step["status"]}
+    group.add(kind, meta, step_name=step_name(step))
+
+
+def _running(doc: Document) -> list[Document]:
+    return [s for s in doc["steps"] if s["status"] == "RUNNING"]
+
+
+def _in_doubt(doc: Document) -> list[Document]:
+    return [s for s in doc["steps"] if s["status"] == "IN_DOUBT"]
+
+
+def rests(doc: Document) -> bool:
+    """Whether the task stands at a resting point, where a run ends (§2)."""
+    return doc["status"] in ("COMPLETED", "CANCELLED", "FAILED") or bool(_in_doubt(doc))
+
+
+def interrupt_id(task_id: str, index: int, version: int) -> str:
+    """``<taskId>:<index>@<version>``: the step, and the episode it was asked in."""
+    return f"{task_id}:{index}@{version}"
+
+
+def interrupts(doc: Document) -> list[Interrupt]:
+    """One interrupt per step in doubt, in index order, asked at the task's version."""
+    asked = []
+    for step in _in_doubt(doc):
+        index, action = step["index"], step["action"]
+        asked.append(
+            Interrupt(
+                id=interrupt_id(doc["id"], index, doc["version"]),
+                reason="input_required",
+                message=(
+                    f"Step {index} ({action}) was running when its agent stopped, and it is"
+                    " not safe to repeat. Did it happen? Answer RETRY to run it again, SKIP"
+                    " to go on without it, or COMPLETE (with its output) if it did happen."
+                ),
+                response_schema=RESPONSE_SCHEMA,
+                metadata={
+                    "runstate": {
+                        "kind": "step_in_doubt",
+                        "taskId": doc["id"],
+                        "stepIndex": index,
+                        "stepId": step["id"],
+                        "action": action,
+                        "expectedVersion": doc["version"],
+                        "attempts": step["attempts"],
+                    }
+                },
+            )
+        )
+    return asked
+
+
+def _failure(doc: Document) -> str:
+    """What a failed task's ``RUN_ERROR`` says: its failed step and that step's error."""
+    for step in doc["steps"]:
+        if step["status"] == "FAILED":
+            return f"step {step['index']} ({step['action']}) failed: {step['error']}"
+    return "the task failed"
+
+
+def _ending(group: _Group, doc: Document, run: Run) -> None:
+    """The terminal frames of a resting task: its open steps finished, then the
+    run's end (§2: COMPLETED, CANCELLED, FAILED, a step in doubt, in that order)."""
+    for step in _running(doc):
+        _step_event(group, StepFinishedEvent, step)
+    ids = {"thread_id": run.thread_id, "run_id": run.run_id}
+    status = doc["status"]
+    if status == "COMPLETED":
+        group.add(RunFinishedEvent, outcome=RunFinishedSuccessOutcome(), **ids)
+    elif status == "CANCELLED":
+        group.add(RunFinishedEvent, outcome=RunFinishedCancelledOutcome(), **ids)
+    elif status == "FAILED":
+        group.add(RunErrorEvent, code="TASK_FAILED", message=_failure(doc))
+    else:
+        group.add(StateSnapshotEvent, snapshot=doc)
+        outcome = RunFinishedInterruptOutcome(interrupts=interrupts(doc))
+        group.add(RunFinishedEvent, outcome=outcome, **ids)
+    group.ended = True
+
+
+def opening(doc: Document, run: Run, at: datetime) -> list[Frame]:
+    """The frames a run opens with at its base (``doc`` is the task at it, ``at`` the
+    time of its event): RUN_STARTED, the snapshot, a STEP_STARTED per running step,
+    and the terminal frames if the task rests there."""
+    group = _Group()
+    group.add(
+        RunStartedEvent,
+        {"taskId": run.task_id, "epoch": run.epoch},
+        thread_id=run.thread_id,
+        run_id=run.run_id,
+        protocol_version=PROTOCOL_VERSION,
+    )
+    group.add(StateSnapshotEvent, snapshot=doc)
+    for step in _running(doc):
+        _step_event(group, StepStartedEvent, step)
+    if rests(doc):
+        _ending(group, doc, run)
+    return _numbered(group, run, run.base, at)
+
+
+def of_event(before: Document, event: EventView, run: Run) -> tuple[Document, list[Frame]]:
+    """The document after ``event`` and the event's frames: its delta, the steps it
+    started and finished, and the terminal frames if it leaves the task resting."""
+    after, delta = applied(before, event)
+    group = _Group()
+    meta: dict[str, Any] = {"kind": event.kind.name, "actor": event.actor}
+    if event.note is not None:
+        meta["note"] = event.note
+    group.add(StateDeltaEvent, meta, delta=delta)
+    old = {s["index"]: s for s in before["steps"]}
+    for step in after["steps"]:
+        was = old.get(step["index"])
+        entered = step["attempts"] > (0 if was is None else was["attempts"])
+        running = step["status"] == "RUNNING"
+        if was is not None and was["status"] == "RUNNING" and (entered or not running):
+            _step_event(group, StepFinishedEvent, step)
+        if entered:
+            _step_event(group, StepStartedEvent, step)
+            if not running:
+                _step_event(group, StepFinishedEvent, step)
+    if rests(after):
+        _ending(group, after, run)
+    return after, _numbered(group, run, event.seq, event.at)
+
+
+def refused(run: Run, code: str, message: str) -> list[Frame]:
+    """A run refused at its start: ``RUN_STARTED`` then ``RUN_ERROR``, with no ids
+    (ag-ui-validate 0.4.0 flags a stream that opens with ``RUN_ERROR``)."""
+    started = RunStartedEvent(
+        thread_id=run.thread_id,
+        run_id=run.run_id,
+        protocol_version=PROTOCOL_VERSION,
+        metadata={"runstate": {"taskId": run.task_id, "epoch": run.epoch}},
+    )
+    return [Frame(started), error(code, message)]
+
+
+def error(code: str, message: str) -> Frame:
+    """A ``RUN_ERROR`` that ends a run with no id: nothing resumes it."""
+    return Frame(RunErrorEvent(code=code, message=message), last=True)
