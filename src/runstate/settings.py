@@ -86,6 +86,9 @@ class Settings:
     """How often open WebSocket connections have their tokens checked again."""
     operation_seconds: float = 30.0
     """The longest a query or mutation may run before it is stopped."""
+    stream_keepalive_seconds: float = 15.0
+    """How long an AG-UI event stream stays silent before a ``: keepalive`` comment,
+    so that proxies and clients do not take a quiet run for a dead connection."""
     rate_limit: bool = True
     rate_per_second: float = 200.0
     """Points a user's budget regains per second (a read costs 1, a write 2, a
@@ -154,6 +157,9 @@ class Settings:
             ),
             auth_check_seconds=_positive_float(env, "RUNSTATE_AUTH_CHECK_SECONDS", 5.0),
             operation_seconds=_positive_float(env, "RUNSTATE_OPERATION_SECONDS", 30.0),
+            stream_keepalive_seconds=_positive_float(
+                env, "RUNSTATE_STREAM_KEEPALIVE_SECONDS", 15.0
+            ),
             rate_limit=_flag(env, "RUNSTATE_RATE_LIMIT", True),
             rate_per_second=_positive_float(env, "RUNSTATE_RATE_PER_SECOND", 200.0),
             rate_burst=_positive_float(env, "RUNSTATE_RATE_BURST", 2000.0),

@@ -7,11 +7,11 @@ not a ``RunAgentInput`` or a ``Last-Event-ID`` that is not a cursor, the same 40
 for a missing task, someone else's and a ``threadId`` that is not the task's
 session, 429 past the rate limit or the connection cap. Then the answer is a
 ``text/event-stream`` of the run's frames (``follow``), with a ``: keepalive``
-comment every 15 s of silence. A stream is a connection with one subscription:
-it counts toward ``RUNSTATE_MAX_CONNECTIONS`` and costs what a subscription
-costs; it is exempt from the operation time limit (``CancelOnDisconnect``) but
-stops when its client leaves, and a revoked token ends it with ``RUN_ERROR
-UNAUTHENTICATED`` within ``RUNSTATE_AUTH_CHECK_SECONDS``.
+comment in every ``RUNSTATE_STREAM_KEEPALIVE_SECONDS`` (15 s) of silence. A stream
+is a connection with one subscription: it counts toward ``RUNSTATE_MAX_CONNECTIONS``
+and costs what a subscription costs; it is exempt from the operation time limit
+(``CancelOnDisconnect``) but stops when its client leaves, and a revoked token
+ends it with ``RUN_ERROR UNAUTHENTICATED`` within ``RUNSTATE_AUTH_CHECK_SECONDS``.
 """
 
 from __future__ import annotations
@@ -43,9 +43,6 @@ from runstate.transport.agui.follow import ResyncRequiredError, RunEndedError, f
 from runstate.transport.agui.frames import Cursor, CursorError, Frame, Run, error, refused
 from runstate.transport.connections import Connection, Connections, TooManyConnectionsError
 from runstate.transport.deadline import WRITING
-
-KEEPALIVE_SECONDS = 15.0
-"""How long a stream stays silent before a ``: keepalive`` comment."""
 
 KEEPALIVE = b": keepalive\n\n"
 
@@ -248,7 +245,7 @@ class AguiRuns:
         revoked: asyncio.Event,
         connection: Connection,
     ) -> AsyncIterator[bytes]:
-        """The frames as they come, a keep-alive comment in each 15 s of silence, and
+        """The frames as they come, a keep-alive comment in each spell of silence, and
         ``RUN_ERROR UNAUTHENTICATED`` once the token is revoked."""
         stopped = asyncio.ensure_future(revoked.wait())
         upcoming: asyncio.Future[Frame | None] | None = None
@@ -258,7 +255,7 @@ class AguiRuns:
                 waiting: set[asyncio.Future[Any]] = {upcoming, stopped}
                 done, _ = await asyncio.wait(
                     waiting,
-                    timeout=KEEPALIVE_SECONDS,
+                    timeout=self.settings.stream_keepalive_seconds,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if stopped in done:
