@@ -536,12 +536,12 @@ async def test_requests_refused_before_any_stream(server: Server, alice: Api, bo
         assert answer.json()["field"] == field_name
     async with httpx.AsyncClient() as client:
         for method in ("GET", "PUT", "DELETE"):
-            answer = await client.request(
+            other = await client.request(
                 method,
                 f"{server.url}/agui/tasks/{task['id']}",
                 headers={"Authorization": f"Bearer {alice.token}"},
             )
-            assert (answer.status_code, answer.headers["allow"]) == (405, "POST"), method
+            assert (other.status_code, other.headers["allow"]) == (405, "POST"), method
 
 
 @pytest.fixture(scope="module")
