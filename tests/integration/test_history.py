@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
+from ag_ui_validate import PatchErr, apply_patch
+from ag_ui_validate.pytest_plugin import assert_valid_agui
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tortoise.exceptions import IntegrityError
@@ -31,6 +34,8 @@ from runstate.services.read import history
 from runstate.services.read.convert import task_views
 from runstate.services.write.house import House
 from runstate.storage.clock import utcnow
+from runstate.transport.agui.document import document
+from runstate.transport.agui.frames import Run, of_event, opening
 from tests.support import database, opened
 
 USER = "historian"
@@ -396,3 +401,82 @@ async def test_the_database_keeps_seqs_positions_and_versions_unique(house: Hous
     for duplicate in duplicates:
         with pytest.raises(IntegrityError):
             await duplicate
+
+
+# ---------------------------------------------------------------- AG-UI
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    plan=st.lists(st.booleans(), min_size=1, max_size=4),
+    ops=st.lists(operations, max_size=20),
+)
+@example(  # tools, leases, crashes, decisions, added steps and a checkpoint's jumps
+    plan=[True, False],
+    ops=[
+        ("acquire", "w1"),
+        ("tool", "search", ToolOutcome.CALLING, None),
+        ("start", 0),
+        ("tool", "mail", ToolOutcome.RATE_LIMITED, None),
+        ("tool", "search", ToolOutcome.SUCCESS, {"n": "42"}),
+        ("complete", 0, "42"),
+        ("start", 1),
+        ("release", "w1"),
+        ("resume",),
+        ("decide", 1, StepDecision.RETRY, None),
+        ("add", [False]),
+        ("checkpoint", [(1, StepStatus.SUCCESS, [1]), (2, StepStatus.RUNNING, None)], None),
+        ("resume",),
+        ("decide", 2, StepDecision.COMPLETE, {"paid": 12.5}),
+    ],
+)
+async def test_agui_deltas_rebuild_every_state_and_each_run_is_valid(
+    house: House, plan: list[bool], ops: list[tuple[Any, ...]]
+) -> None:
+    """Guards the AG-UI state document and its deltas (``transport.agui``): after
+    any sequence of writes, the document the frames carry after event n equals
+    the document of ``taskAt(n)``, applying each delta (its ``test`` op included)
+    to the one before gives it, and a run opened at any seq, cut at its first
+    resting point, passes AG-UI's validator."""
+    session = await sessions.start_session(
+        house, USER, default_ttl=3600, session_id=f"s{next(_ids)}"
+    )
+    task_id = f"t{next(_ids)}"
+    plans = [StepPlan(f"step-{i}", {"i": i}, idempotent=safe) for i, safe in enumerate(plan)]
+    await tasks.create_task(house, USER, session.id, goal="agui", steps=plans, task_id=task_id)
+    for op in ops:
+        now = await recorded(task_id)
+        with contextlib.suppress(DomainError):
+            await run(house, task_id, op, now)
+    head = await recorded(task_id)
+    logged = await history.events(head, 0, 1000)
+    states = {n: document(await history.task_at(head, n)) for n in range(1, head.event_seq + 1)}
+    for base in range(1, head.event_seq + 1):
+        agui_run = Run(task_id, session.id, f"run-{base}", "epoch", base)
+        doc = states[base]
+        frames = opening(doc, agui_run, logged[base - 1].at)
+        for event in logged[base:]:
+            if frames[-1].last:
+                break
+            before = doc
+            doc, group = of_event(doc, event, agui_run)
+            assert doc == states[event.seq], f"the document after seq {event.seq}"
+            patched = apply_patch(before, group[0].event.model_dump(by_alias=True)["delta"])
+            assert not isinstance(patched, PatchErr), patched
+            assert patched.result == states[event.seq], f"the delta of seq {event.seq}"
+            frames += group
+        events = [json.loads(f.encode().decode().split("data: ", 1)[1]) for f in frames]
+        assert_valid_agui(
+            events if frames[-1].last else [*events, _cut()], max_warnings=0
+        )
+        if base > 1:
+            break  # every base would be slow; the first two cover opening mid-history
+
+
+def _cut() -> dict[str, Any]:
+    """An end for a run the history left open (its steps may be open too)."""
+    return {"type": "RUN_ERROR", "message": "the history ends here"}
