@@ -470,9 +470,7 @@ async def test_agui_deltas_rebuild_every_state_and_each_run_is_valid(
             assert patched.result == states[event.seq], f"the delta of seq {event.seq}"
             frames += group
         events = [json.loads(f.encode().decode().split("data: ", 1)[1]) for f in frames]
-        assert_valid_agui(
-            events if frames[-1].last else [*events, _cut()], max_warnings=0
-        )
+        assert_valid_agui(events if frames[-1].last else [*events, _cut()], max_warnings=0)
         if base > 1:
             break  # every base would be slow; the first two cover opening mid-history
 
