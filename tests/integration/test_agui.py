@@ -27,7 +27,7 @@ from tests.agui_client import (
 )
 from tests.integration.test_api import create_task, new_task, start_session, step
 from tests.integration.test_progress import drive
-from tests.support import Api, Server, create_token, runstate
+from tests.support import Api, RedisServer, Server, create_token, runstate
 
 HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
@@ -651,3 +651,125 @@ async def test_a_revoked_token_ends_the_run(strict: Server, callers: Any) -> Non
     )
     assert answer.frames[-1].id is None
     valid(answer)
+
+
+async def test_an_expired_or_deleted_session_ends_the_run(server: Server, alice: Api) -> None:
+    """Guards the session's end (§7): a run whose session expires ends with
+    ``RUN_ERROR SESSION_EXPIRED``, a run opened after that is ``RUN_STARTED`` then
+    that error; a run whose session is deleted ends with ``RUN_ERROR NOT_FOUND``.
+    None of these frames has an id: nothing resumes them."""
+    short = start_session(alice, ttlSeconds=1)
+    task = create_task(alice, short["id"], steps=1)
+    body = run_input(short["id"])
+    expiring = await post(server.url, alice.token, task["id"], body)
+    assert [(f.type, f.event.get("code")) for f in expiring.frames[-1:]] == [
+        ("RUN_ERROR", "SESSION_EXPIRED")
+    ]
+    assert expiring.types[:2] == ["RUN_STARTED", "STATE_SNAPSHOT"]
+    assert expiring.frames[-1].id is None
+    valid(expiring)
+    late = await post(server.url, alice.token, task["id"], body)
+    assert [(f.id, f.type, f.event.get("code")) for f in late.frames] == [
+        (None, "RUN_STARTED", None),
+        (None, "RUN_ERROR", "SESSION_EXPIRED"),
+    ]
+    valid(late)
+    doomed = started_task(alice, steps=1)
+    started = asyncio.Event()
+    reading = asyncio.create_task(
+        post(server.url, alice.token, doomed["id"], run_input(doomed["sessionId"]), started=started)
+    )
+    await asyncio.wait_for(started.wait(), 30)
+    alice(
+        "mutation($s: ID!) { deleteSession(input: {id: $s}) { __typename } }",
+        s=doomed["sessionId"],
+    )
+    deleted = await asyncio.wait_for(reading, 30)
+    assert (deleted.frames[-1].type, deleted.frames[-1].event["code"]) == ("RUN_ERROR", "NOT_FOUND")
+    valid(deleted)
+
+
+async def test_a_stream_costs_what_a_subscription_costs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Guards the rate limit (§7): with a budget of 12 points and next to no refill,
+    the session and task (2 writes, 4 points) and a run (5 points) are served, and
+    the second run, short of its 5 points, is 429 with ``Retry-After``, as
+    everywhere."""
+    tmp = tmp_path_factory.mktemp("agui-rate")
+    env = {"RUNSTATE_RATE_BURST": "12", "RUNSTATE_RATE_PER_SECOND": "0.01"}
+    with Server(f"sqlite://{tmp / 'rate.db'}", tmp / "server.log", **env) as srv:
+        token = create_token(srv.database_url, "metered")
+        with Api(srv.url, token) as api:
+            task = started_task(api, steps=1)
+        body = run_input(task["sessionId"])
+        answers = [await post(srv.url, token, task["id"], body, cut_after=2) for _ in range(2)]
+    assert [a.status for a in answers] == [200, 429]
+    assert answers[1].json()["errors"][0]["extensions"]["code"] == "RATE_LIMITED"
+    assert int(answers[1].headers["retry-after"]) >= 1
+
+
+async def test_a_run_on_one_process_follows_writes_made_on_another_through_redis(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Guards live delivery across processes (§9, taskProgress's machinery): with
+    catch-up polling at two minutes, a run watched on one process follows the
+    writes made on another to its end, through Redis, in order, no frame missing.
+    Control: the same two processes without Redis leave the run waiting."""
+    tmp = tmp_path_factory.mktemp("agui-redis")
+    redis = RedisServer(tmp / "redis.log").start()
+    url = f"sqlite://{tmp / 'shared.db'}"
+    token = create_token(url, "alice")
+    slow = {"RUNSTATE_CATCH_UP_SECONDS": "120"}
+    writer = Server(url, tmp / "a.log", RUNSTATE_REDIS_URL=redis.url, **slow).start()
+    watcher = Server(url, tmp / "b.log", RUNSTATE_REDIS_URL=redis.url, **slow).start()
+    alone = Server(url, tmp / "c.log", **slow).start()
+    try:
+        with Api(writer.url, token) as api:
+            task = started_task(api, steps=2)
+            body = run_input(task["sessionId"])
+            started = asyncio.Event()
+            control = Answer(0, httpx.Headers())
+            unheard = asyncio.create_task(post(alone.url, token, task["id"], body, into=control))
+            reading = asyncio.create_task(
+                post(watcher.url, token, task["id"], body, started=started)
+            )
+            await asyncio.wait_for(started.wait(), 30)
+            await until(lambda: len(control.frames) == 2, "the control's opening frames")
+            await asyncio.to_thread(drive, api, task["id"], 2)
+            answer = await asyncio.wait_for(reading, 30)
+            valid(answer)
+            assert answer.types[-1] == "RUN_FINISHED"
+            assert [f.id for f in answer.frames][-1].endswith(":1:5:2")
+            assert replayed(answer.frames)[0] == state_now(api, task["id"])
+            assert control.types == ["RUN_STARTED", "STATE_SNAPSHOT"], "control: nothing heard"
+            unheard.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await unheard
+    finally:
+        for server in (writer, watcher, alone):
+            server.stop()
+        redis.stop()
+
+
+def test_a_browser_on_another_origin_may_reconnect_with_last_event_id(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Guards CORS (§9): with ``RUNSTATE_ALLOWED_ORIGINS``, a preflight for a run
+    that sends ``Last-Event-ID`` and ``Accept`` is allowed."""
+    tmp = tmp_path_factory.mktemp("agui-cors")
+    env = {"RUNSTATE_ALLOWED_ORIGINS": "http://app.example"}
+    with Server(f"sqlite://{tmp / 'cors.db'}", tmp / "server.log", **env) as srv:
+        answer = httpx.options(
+            f"{srv.url}/agui/tasks/any",
+            headers={
+                "Origin": "http://app.example",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": (
+                    "authorization, content-type, last-event-id, accept"
+                ),
+            },
+        )
+    assert answer.status_code == 200, answer.text
+    allowed = {h.strip().lower() for h in answer.headers["access-control-allow-headers"].split(",")}
+    assert {"last-event-id", "accept", "authorization", "content-type"} <= allowed

@@ -43,6 +43,7 @@ from runstate.transport.agui.follow import ResyncRequiredError, RunEndedError, f
 from runstate.transport.agui.frames import Cursor, CursorError, Frame, Run, error, refused
 from runstate.transport.connections import Connection, Connections, TooManyConnectionsError
 from runstate.transport.deadline import WRITING
+from runstate.transport.refusals import refusal
 
 KEEPALIVE = b": keepalive\n\n"
 
@@ -161,12 +162,9 @@ class AguiRuns:
             return _not_found(task_id)
         try:
             await self._charge(request, SUBSCRIBE_COST + WRITE_COST * len(resume))
-        except RateLimitedError as limited:
-            return _json(
-                429,
-                {"code": limited.code, "message": limited.message},
-                {"Retry-After": str(math.ceil(limited.retry_after))},
-            )
+        except RateLimitedError as limited:  # answered as on every route (``BearerAuth``)
+            retry = {"Retry-After": str(math.ceil(limited.retry_after))}
+            return refusal(429, limited.message, extensions=limited.extensions, headers=retry)
         if resume:
             try:
                 await decisions.decide(
