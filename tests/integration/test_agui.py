@@ -740,7 +740,7 @@ async def test_a_run_on_one_process_follows_writes_made_on_another_through_redis
             answer = await asyncio.wait_for(reading, 30)
             valid(answer)
             assert answer.types[-1] == "RUN_FINISHED"
-            assert [f.id for f in answer.frames][-1].endswith(":1:5:2")
+            assert str(answer.frames[-1].id).endswith(":1:5:2")
             assert replayed(answer.frames)[0] == state_now(api, task["id"])
             assert control.types == ["RUN_STARTED", "STATE_SNAPSHOT"], "control: nothing heard"
             unheard.cancel()
