@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from ag_ui_validate import PatchErr, apply_patch
+from ag_ui_validate.pytest_plugin import validate_agui
 
 from tests.agui_client import (
     Answer,
@@ -301,8 +302,9 @@ def drive_from(api: Api, task_id: str, first: int, last: int, version: int) -> N
 
 async def test_cursors_that_cannot_be_continued(server: Server, alice: Api) -> None:
     """Guards the cursor's edges (§5): another epoch, a seq past the log or a k past
-    its group answer one ``RUN_ERROR RESYNC_REQUIRED`` with no id; a cursor that
-    does not parse is 400 naming ``Last-Event-ID``."""
+    its group answer one ``RUN_ERROR RESYNC_REQUIRED`` with no id (the only stream
+    ag-ui-validate flags, for opening with ``RUN_ERROR``); a cursor that does not
+    parse is 400 naming ``Last-Event-ID``."""
     task = started_task(alice, steps=1)
     drive(alice, task["id"], 1)
     body = run_input(task["sessionId"])
@@ -314,6 +316,11 @@ async def test_cursors_that_cannot_be_continued(server: Server, alice: Api) -> N
         assert [(f.id, f.type, f.event.get("code")) for f in answer.frames] == [
             (None, "RUN_ERROR", "RESYNC_REQUIRED")
         ], cursor
+        # The one answer ag-ui-validate 0.4.0 flags, by the contract's choice (§5): a
+        # lone RUN_ERROR (AGUI001), which the 1.0 draft allows. Nothing else.
+        findings = validate_agui([f.event for f in answer.frames]).diagnostics
+        flagged = [(d.rule, d.severity) for d in findings if d.severity != "info"]
+        assert flagged == [("AGUI001", "error")]
     for garbage in ("nonsense", f"{epoch}:1:x:0", f"{epoch}:1:1"):
         answer = await post(server.url, alice.token, task["id"], body, last_event_id=garbage)
         assert answer.status == 400, garbage
