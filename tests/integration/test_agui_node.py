@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import queue
 import re
 import shutil
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +35,7 @@ from tests.integration.test_node_client import (
     skip_loudly,
 )
 from tests.integration.test_progress import drive
-from tests.support import Api, Server, create_token, sqlite_server
+from tests.support import Api, Server, create_token, ended, sqlite_server
 
 AGUI_DOC = Path(__file__).parent.parent.parent / "docs" / "agui.md"
 
@@ -128,30 +130,58 @@ class CuttingProxy:
         self.listener.close()
 
 
-def watch(directory: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        ["node", "watch.mjs", *args],
-        cwd=directory,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+class Watch:
+    """``node watch.mjs ...``, its stdout read line by line in a thread (so no line
+    read ahead is lost) with deadlines."""
 
+    def __init__(self, directory: Path, *args: str) -> None:
+        self.process = subprocess.Popen(
+            ["node", "watch.mjs", *args],
+            cwd=directory,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
 
-def first_line(process: subprocess.Popen[str]) -> str:
-    """The program's first line (it prints one when its run has started)."""
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line, f"watch.mjs exited ({process.wait()}): {process.stderr and process.stderr.read()}"
-    return line.strip()
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        with contextlib.suppress(ValueError, OSError):
+            for line in self.process.stdout:
+                self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
 
+    def next_line(self, within: float = 60) -> str:
+        """The next line printed; fail if the program exits or stays silent first."""
+        try:
+            line = self.lines.get(timeout=within)
+        except queue.Empty:
+            raise AssertionError(f"watch.mjs printed nothing for {within} s") from None
+        assert line is not None, f"watch.mjs exited ({self.process.wait()}): {self.stderr()}"
+        return line
 
-def finished(process: subprocess.Popen[str]) -> list[str]:
-    """The program's other lines, once it has ended well."""
-    out, err = process.communicate(timeout=120)
-    assert process.returncode == 0, err
-    assert "Failed to apply state patch" not in err, err
-    return out.splitlines()
+    def rest(self, within: float = 120) -> list[str]:
+        """Every other line, once the program has ended well."""
+        lines = []
+        deadline = time.monotonic() + within
+        while (line := self.lines.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+            lines.append(line)
+        err = self.stderr()
+        assert self.process.returncode == 0, err
+        assert "Failed to apply state patch" not in err, err
+        return lines
+
+    def stderr(self) -> str:
+        assert self.process.stderr is not None
+        self.process.wait(timeout=30)
+        return self.process.stderr.read()
+
+    def stop(self) -> None:
+        ended(self.process)
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def test_watch_follows_a_task_through_a_cut_to_graphqls_state(
@@ -166,14 +196,13 @@ def test_watch_follows_a_task_through_a_cut_to_graphqls_state(
     server, api = served
     task = new_task(api, steps=3)
     proxy = CuttingProxy(server.port, frames=5)
-    process = watch(program, proxy.url, api.token, task["id"], task["sessionId"])
+    program_run = Watch(program, proxy.url, api.token, task["id"], task["sessionId"])
     try:
-        assert first_line(process) == "run started"
+        assert program_run.next_line() == "run started"
         drive(api, task["id"], 3)
-        lines = finished(process)
+        lines = program_run.rest()
     finally:
-        if process.poll() is None:
-            process.kill()
+        program_run.stop()
         proxy.close()
     assert (proxy.cuts, proxy.resumed) == (1, 1)
     steps = [line for line in lines if line.startswith(("started", "finished"))]
@@ -195,14 +224,13 @@ def test_watch_answers_a_step_in_doubt_and_the_run_succeeds(
     and the new run ends in success."""
     server, api = served
     task = in_doubt(api, ("charge",))
-    process = watch(program, server.url, api.token, task["id"], task["sessionId"], "COMPLETE")
+    program_run = Watch(program, server.url, api.token, task["id"], task["sessionId"], "COMPLETE")
     try:
-        assert first_line(process) == "run started"
-        lines = finished(process)
+        assert program_run.next_line() == "run started"
+        lines = program_run.rest()
     finally:
-        if process.poll() is None:
-            process.kill()
-    assert lines[0] == "run ended: interrupt"
+        program_run.stop()
+    assert lines[0] == "run ended: interrupt", lines
     assert lines[1].startswith("asked: Step 0 (charge) was running when its agent stopped")
     assert lines[2:4] == ["run started", "run ended: success"]
     (decided,) = decisions(api, task["id"])
