@@ -22,10 +22,12 @@ from tests.support import Api
 
 @dataclass
 class Frame:
-    """One frame: its SSE id (None: a frame nothing resumes) and its event."""
+    """One frame: its SSE id (None: a frame nothing resumes), its event, and the
+    event's JSON as it came (two frames are equal when their bytes are)."""
 
     id: str | None
     event: dict[str, Any]
+    text: str = field(default="", compare=True)
 
     @property
     def type(self) -> str:
@@ -60,7 +62,7 @@ def parse(text: str, answer: Answer) -> None:
     for block in text.split("\n\n"):
         if not block.strip():
             continue
-        frame_id, data = None, None
+        frame_id, data, text = None, None, ""
         for line in block.split("\n"):
             if line.startswith(":"):
                 answer.comments.append(line)
@@ -68,11 +70,12 @@ def parse(text: str, answer: Answer) -> None:
                 frame_id = line[4:]
             elif line.startswith("data: "):
                 assert data is None, f"one data line a frame: {block!r}"
-                data = json.loads(line[6:])
+                text = line[6:]
+                data = json.loads(text)
             else:
                 raise AssertionError(f"unexpected line {line!r}")
         if data is not None:
-            answer.frames.append(Frame(frame_id, data))
+            answer.frames.append(Frame(frame_id, data, text))
 
 
 async def post(

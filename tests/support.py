@@ -73,8 +73,9 @@ async def settled(predicate: Any, what: str, within: float = 30) -> None:
 
 
 @contextmanager
-def postgres_database() -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for one test module, dropped afterwards."""
+def postgres_database(options: str = "") -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test module, dropped afterwards;
+    ``options`` go to its ``CREATE DATABASE`` (a template, a collation)."""
     require_service("PostgreSQL", "127.0.0.1", 5432)
     import asyncpg  # type: ignore[import-untyped]
 
@@ -88,7 +89,7 @@ def postgres_database() -> Iterator[str]:
         finally:
             await conn.close()
 
-    asyncio.run(run(f'CREATE DATABASE "{name}"'))
+    asyncio.run(run(f'CREATE DATABASE "{name}" {options}'))
     try:
         yield POSTGRES_URL.rsplit("/", 1)[0] + "/" + name
     finally:

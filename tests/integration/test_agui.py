@@ -28,7 +28,15 @@ from tests.agui_client import (
 )
 from tests.integration.test_api import create_task, new_task, start_session, step
 from tests.integration.test_progress import drive
-from tests.support import Api, RedisServer, Server, create_token, runstate
+from tests.support import (
+    Api,
+    RedisServer,
+    Server,
+    create_token,
+    postgres_database,
+    query_value,
+    runstate,
+)
 
 HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
@@ -243,9 +251,14 @@ async def test_a_cut_between_any_two_frames_resumes_on_any_process_exactly(
 ) -> None:
     """Guards resume by cursor (§5): reconnected with ``Last-Event-ID`` after each
     frame of a finished run, on this process or another, the answer is every later
-    frame exactly as first sent (same ids, same JSON); after the last frame, 204."""
+    frame exactly as first sent (same ids, same bytes: the outputs' keys, which
+    PostgreSQL's jsonb gives back in its own order, are sorted); after the last
+    frame, 204."""
     task = started_task(alice)
-    whole = await watch_while(server, alice, task, lambda api: drive(api, task["id"], 3))
+    output = {"zeta": [{"b": 1, "a": 2}], "alpha": "first", "mid": None}
+    whole = await watch_while(
+        server, alice, task, lambda api: drive_from(api, task["id"], 0, 2, 1, output)
+    )
     body = run_input(task["sessionId"])
     for cut in range(1, len(whole.frames)):
         cursor = whole.frames[cut - 1].id
@@ -291,13 +304,29 @@ async def test_a_live_cut_goes_on_where_it_stopped(
     assert replayed(joined.frames)[0] == state_now(alice, task["id"])
 
 
-def drive_from(api: Api, task_id: str, first: int, last: int, version: int) -> None:
-    """Start and complete steps ``first`` to ``last`` from ``version``."""
+def drive_from(
+    api: Api, task_id: str, first: int, last: int, version: int, output: Any = None
+) -> None:
+    """Start and complete steps ``first`` to ``last`` from ``version``, each with
+    ``output``."""
     for index in range(first, last + 1):
-        for name, kind in (("startStep", "StepRefInput"), ("completeStep", "CompleteStepInput")):
-            version = step(
-                api, name, kind, taskId=task_id, stepIndex=index, expectedVersion=version
-            )["version"]
+        version = step(
+            api,
+            "startStep",
+            "StepRefInput",
+            taskId=task_id,
+            stepIndex=index,
+            expectedVersion=version,
+        )["version"]
+        version = step(
+            api,
+            "completeStep",
+            "CompleteStepInput",
+            taskId=task_id,
+            stepIndex=index,
+            expectedVersion=version,
+            output=output,
+        )["version"]
 
 
 async def test_cursors_that_cannot_be_continued(server: Server, alice: Api) -> None:
@@ -310,7 +339,8 @@ async def test_cursors_that_cannot_be_continued(server: Server, alice: Api) -> N
     body = run_input(task["sessionId"])
     whole = await post(server.url, alice.token, task["id"], body)
     epoch = whole.frames[0].event["metadata"]["runstate"]["epoch"]
-    for cursor in ("another-epoch:3:3:0", f"{epoch}:3:9:0", f"{epoch}:3:3:7", f"{epoch}:3:2:0"):
+    resync = ("another-epoch:3:3:0", f"{epoch}:3:9:0", f"{epoch}:3:3:7", f"{epoch}:3:2:0")
+    for cursor in (*resync, f"{epoch}:0:0:0", f"{epoch}:0:1:0"):
         answer = await post(server.url, alice.token, task["id"], body, last_event_id=cursor)
         assert answer.status == 200
         assert [(f.id, f.type, f.event.get("code")) for f in answer.frames] == [
@@ -488,6 +518,14 @@ async def test_resumes_that_are_refused_write_nothing(server: Server, alice: Api
             answer_of(f"{task['id']}:1@{v}", "SKIP"),
         ],
         "bad status": [{"interruptId": f"{task['id']}:0@{v}", "status": "maybe"}],
+        "decision not text": [
+            {
+                "interruptId": f"{task['id']}:0@{v}",
+                "status": "resolved",
+                "payload": {"decision": ["RETRY"]},
+            },
+            answer_of(f"{task['id']}:1@{v}", "SKIP"),
+        ],
     }
     for name, resume in wrong.items():
         answer = await post(server.url, alice.token, task["id"], {**body, "resume": resume})
@@ -639,6 +677,30 @@ async def test_a_stream_is_a_connection_freed_when_its_client_leaves(
     assert again.types == ["RUN_STARTED"]
 
 
+async def test_a_resume_past_the_connection_cap_decides_nothing(
+    strict: Server, callers: Any
+) -> None:
+    """Guards the order of the checks (§9): a resume from a user already holding
+    every connection allowed is 429 before any decision is written."""
+    api = callers("full")
+    holder = started_task(api, steps=1)
+    started = asyncio.Event()
+    holding = asyncio.create_task(
+        post(strict.url, api.token, holder["id"], run_input(holder["sessionId"]), started=started)
+    )
+    await asyncio.wait_for(started.wait(), 30)
+    task = in_doubt(api, ("charge",))
+    resume = [answer_of(f"{task['id']}:0@{task['version']}", "SKIP")]
+    refused = await post(
+        strict.url, api.token, task["id"], run_input(task["sessionId"], resume=resume)
+    )
+    holding.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await holding
+    assert (refused.status, refused.json()["code"]) == (429, "TOO_MANY_CONNECTIONS")
+    assert decisions(api, task["id"]) == []
+
+
 async def test_a_revoked_token_ends_the_run(strict: Server, callers: Any) -> None:
     """Guards revocation (§7): once the stream's token is revoked, the run ends with
     ``RUN_ERROR UNAUTHENTICATED`` within the token check's interval."""
@@ -675,6 +737,12 @@ async def test_an_expired_or_deleted_session_ends_the_run(server: Server, alice:
     assert expiring.types[:2] == ["RUN_STARTED", "STATE_SNAPSHOT"]
     assert expiring.frames[-1].id is None
     valid(expiring)
+    mid_run = await post(
+        server.url, alice.token, task["id"], body, last_event_id=expiring.frames[1].id
+    )
+    assert [(f.id, f.type, f.event.get("code")) for f in mid_run.frames] == [
+        (None, "RUN_ERROR", "SESSION_EXPIRED")
+    ], "a reconnect goes on with the run: no second RUN_STARTED"
     late = await post(server.url, alice.token, task["id"], body)
     assert [(f.id, f.type, f.event.get("code")) for f in late.frames] == [
         (None, "RUN_STARTED", None),
@@ -780,3 +848,36 @@ def test_a_browser_on_another_origin_may_reconnect_with_last_event_id(
     assert answer.status_code == 200, answer.text
     allowed = {h.strip().lower() for h in answer.headers["access-control-allow-headers"].split(",")}
     assert {"last-event-id", "accept", "authorization", "content-type"} <= allowed
+
+
+def test_tool_states_keep_one_order_whatever_the_databases_collation(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Guards the order of tool states (§3): on a PostgreSQL database whose collation
+    sorts "alpha" before "Zeta" (ICU, en-US), GraphQL's toolStates and the AG-UI
+    document both keep the order of the names' code points, the order a client
+    applying events keeps, so the state after a delta is still ``taskAt``'s."""
+    icu = "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+    tmp = tmp_path_factory.mktemp("agui-icu")
+    with postgres_database(icu) as url, Server(url, tmp / "server.log") as srv:
+        assert query_value(url, "SELECT 'alpha' < 'Zeta'"), "the collation sorts by letter"
+        with Api(srv.url, create_token(url, "sorter")) as api:
+            task = started_task(api, steps=1)
+
+            def tools(api: Api) -> None:
+                for name in ("alpha", "Zeta", "beta"):
+                    api(
+                        "mutation($t: ID!, $n: String!) { recordToolCall(input: {taskId: $t,"
+                        " toolName: $n, outcome: CALLING}) { __typename } }",
+                        t=task["id"],
+                        n=name,
+                    )
+                drive(api, task["id"], 1, version=1)
+
+            answer = asyncio.run(watch_while(srv, api, task, tools))
+            final, after = replayed(answer.frames)
+            names = [t["toolName"] for t in state_now(api, task["id"])["toolStates"]]
+            assert names == ["Zeta", "alpha", "beta"]
+            for seq, state in after.items():
+                assert state == state_at(api, task["id"], seq), f"after seq {seq}"
+            assert final == state_now(api, task["id"])

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
@@ -181,20 +180,11 @@ class Context:
 
     async def pace(self, points: float) -> None:
         """Pay ``points`` for work under way (a replay's next page), waiting while
-        the caller's budget is short: the work slows to what the budget pays for,
-        shared by all of the caller's work, and is never refused half-way. Paid in
-        parts of at most the budget's burst, so that each part can be paid."""
+        the caller's budget is short (``RateLimiter.pace``)."""
         if self.limiter is None:
             return
-        left = points
-        while left > 0:
-            part = min(left, self.limiter.burst)
-            wait = await self.limiter.take(self.user_id, part)
-            if wait > 0:
-                await asyncio.sleep(wait)  # the budget refills on a clock: no event to await
-                continue
-            left -= part
-            self.spent.points += part
+        await self.limiter.pace(self.user_id, points)
+        self.spent.points += points
 
     @contextlib.asynccontextmanager
     async def replaying(self, events: int) -> AsyncIterator[None]:

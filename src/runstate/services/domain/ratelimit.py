@@ -16,6 +16,7 @@ holds per process rather than not at all.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -90,6 +91,20 @@ class RateLimiter(ABC):
                 await self.take(user_id, cost, SPEND)
                 wait = await self.take(user_id, points, PEEK)
             raise RateLimitedError(wait)
+
+    async def pace(self, user_id: str, points: float) -> None:
+        """Pay ``points`` for work under way (a replay's next page), waiting while
+        the user's budget is short: the work slows to what the budget pays for,
+        shared by all of the user's work, and is never refused half-way. Paid in
+        parts of at most ``burst``, so that each part can be paid."""
+        left = points
+        while left > 0:
+            part = min(left, self.burst)
+            wait = await self.take(user_id, part)
+            if wait > 0:
+                await asyncio.sleep(wait)  # the budget refills on a clock: no event to await
+                continue
+            left -= part
 
     @abstractmethod
     async def take(self, user_id: str, points: float, mode: str = TAKE) -> float:

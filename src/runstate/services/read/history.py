@@ -113,11 +113,13 @@ async def tool_states_at_many(
     keys: Sequence[tuple[int, str, int]],
 ) -> list[tuple[ToolStateView, ...]]:
     """``tool_states_at`` of several (task, public id, seq) at once, as
-    ``steps_at_many`` does for steps."""
+    ``steps_at_many`` does for steps. Each task's are in the order of their names'
+    code points, whatever the database's collation: the order a client applying
+    events keeps (``Task.apply``, the AG-UI document), on SQLite and PostgreSQL."""
     rows = await _rows_of(ToolState, {pk for pk, _, _ in keys}, "tool_name")
     found = []
     for pk, task_id, seq in keys:
-        current = [r for r in rows[pk] if r.created_seq <= seq]
+        current = sorted((r for r in rows[pk] if r.created_seq <= seq), key=_by_name)
         later = [r.tool_name for r in current if r.changed_seq > seq]
         earlier = await _tools_at(pk, later, seq) if later else {}
         found.append(
@@ -127,6 +129,10 @@ async def tool_states_at_many(
             )
         )
     return found
+
+
+def _by_name(row: ToolState) -> str:
+    return row.tool_name
 
 
 R = TypeVar("R", Step, ToolState)

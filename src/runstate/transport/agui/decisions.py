@@ -83,7 +83,7 @@ def _decision(entry: ResumeEntry) -> tuple[StepDecision | None, Any, str | None]
     if extra:
         raise _invalid(f"{entry.interrupt_id}: payload has unknown fields {sorted(extra)}")
     decision = payload["decision"]
-    if decision not in StepDecision.__members__:
+    if not isinstance(decision, str) or decision not in StepDecision.__members__:
         raise _invalid(f"{entry.interrupt_id}: decision must be RETRY, SKIP or COMPLETE")
     note = payload.get("note")
     if note is not None and (not isinstance(note, str) or len(note) > NOTE_CHARS):

@@ -2,9 +2,10 @@
 
 The document is exactly what GraphQL answers to ``taskAt(id, seq) { ...AguiState }``
 (``docs/agui.md`` §3): the fields below, as the GraphQL types serialize them
-(enums by name, times by ``isoformat``, JSON values as stored). What changes with
-the clock and no event (``lock``, ``stalled``, ``updatedAt``) is left out, so that
-the document after the delta of event n is the document at seq n.
+(enums by name, times by ``isoformat``, JSON values as stored, their object keys
+sorted). What changes with the clock and no event (``lock``, ``stalled``,
+``updatedAt``) is left out, so that the document after the delta of event n is
+the document at seq n.
 
 The delta applies an event the way a client applies it (``client.records.Task.apply``):
 the steps it carries replace theirs by index or are added, its tool state replaces
@@ -40,6 +41,17 @@ AGUI_STATE = """fragment AguiState on Task {
 """The selection the document is, as ``docs/agui.md`` fixes it."""
 
 
+def canonical(value: Any) -> Any:
+    """A client's JSON value with every object's keys in sorted order. PostgreSQL's
+    ``jsonb`` gives them back in an order of its own, the broker in the client's:
+    sorted, a frame is the same bytes whether its event came live or from the log."""
+    if isinstance(value, dict):
+        return {key: canonical(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [canonical(item) for item in value]
+    return value
+
+
 def _time(value: datetime | None) -> str | None:
     """A time as the GraphQL ``DateTime`` scalar writes it."""
     return None if value is None else value.isoformat()
@@ -51,8 +63,8 @@ def step_document(task_id: str, step: StepView) -> Document:
         "id": f"{task_id}:{step.index}",
         "index": step.index,
         "action": step.action,
-        "input": step.input,
-        "output": step.output,
+        "input": canonical(step.input),
+        "output": canonical(step.output),
         "status": step.status.name,
         "idempotent": step.idempotent,
         "attempts": step.attempts,
@@ -70,7 +82,7 @@ def tool_document(tool: ToolStateView) -> Document:
         "version": tool.version,
         "retryCount": tool.retry_count,
         "maxRetries": tool.max_retries,
-        "lastResult": tool.last_result,
+        "lastResult": canonical(tool.last_result),
         "lastError": tool.last_error,
         "rateLimitResetAt": _time(tool.rate_limit_reset_at),
         "updatedAt": _time(tool.updated_at),

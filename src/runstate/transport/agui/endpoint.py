@@ -20,21 +20,28 @@ import asyncio
 import contextlib
 import json
 import math
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from runstate.schema.turns import Turns
 from runstate.services.actions.tokens import Principal
 from runstate.services.domain.errors import (
     NotFoundError,
     RateLimitedError,
     SessionExpiredError,
 )
-from runstate.services.domain.ratelimit import SPENT, SUBSCRIBE_COST, WRITE_COST, RateLimiter
-from runstate.services.domain.views import TaskView
+from runstate.services.domain.ratelimit import (
+    REPLAYED_EVENTS_PER_POINT,
+    SPENT,
+    SUBSCRIBE_COST,
+    WRITE_COST,
+    RateLimiter,
+)
+from runstate.services.live.streams import Pay
 from runstate.services.read.lookups import get_task
 from runstate.services.write.house import House
 from runstate.settings import Settings
@@ -57,10 +64,11 @@ STREAM_HEADERS = {
 class Serving(Protocol):
     """What the endpoint needs of the GraphQL view it stands beside
     (``view.GraphQLView``): the database's epoch and the users' rate limiter, both
-    set when the app starts."""
+    set when the app starts, and the turns in which a user's replays read."""
 
     epoch: str
     limiter: RateLimiter | None
+    replays: Turns
 
 
 class BadRequestError(Exception):
@@ -156,8 +164,10 @@ class AguiRuns:
         except SessionExpiredError as expired:
             if expired.session_id != thread_id:
                 return _not_found(task_id)
+            if cursor is not None:  # the run goes on, and ends here: no new RUN_STARTED
+                return _frames([error(expired.code, expired.message)])
             run = Run(task_id, thread_id, run_id, self.serving.epoch, 0)
-            return self._frames(refused(run, expired.code, expired.message))
+            return _frames(refused(run, expired.code, expired.message))
         if task.session_id != thread_id:
             return _not_found(task_id)
         try:
@@ -165,18 +175,56 @@ class AguiRuns:
         except RateLimitedError as limited:  # answered as on every route (``BearerAuth``)
             retry = {"Retry-After": str(math.ceil(limited.retry_after))}
             return refusal(429, limited.message, extensions=limited.extensions, headers=retry)
-        if resume:
+        stream = _Stream(self.settings.stream_keepalive_seconds)
+        connection = Connection(principal.user_id, principal.token_digest, stream.revoke)
+        try:
+            await self.connections.add(connection)
+        except TooManyConnectionsError:
+            limit = self.connections.per_user
+            message = f"too many connections: at most {limit} per user"
+            return _json(429, {"code": "TOO_MANY_CONNECTIONS", "message": message})
+        owned = False  # by the answer once it streams the run, which lets it go when done
+        try:
+            run = Run(task_id, thread_id, run_id, self.serving.epoch, task.event_seq)
+            if resume:
+                writing = request.scope.get(WRITING)
+                if writing is not None:  # decisions are writes: never stopped half-way
+                    writing.write = True
+                try:
+                    await decisions.decide(
+                        self.house, principal.user_id, task, resume, self.settings.idempotency_ttl
+                    )
+                except decisions.RefusedError as no:
+                    return _frames(refused(run, no.code, no.message))
+                try:
+                    task = await get_task(principal.user_id, task_id)
+                except (NotFoundError, SessionExpiredError) as gone:
+                    return _frames(refused(run, gone.code, gone.message))
+            base = task.event_seq if cursor is None else cursor.base
+            run = Run(task_id, thread_id, run_id, self.serving.epoch, base)
+            pay = self._paying(principal.user_id)
+            stream.frames = follow(
+                self.house,
+                principal.user_id,
+                task,
+                run,
+                cursor,
+                interval=self.settings.catch_up_seconds,
+                gap_fill=self.settings.gap_fill,
+                pay=pay,
+            )
             try:
-                await decisions.decide(
-                    self.house, principal.user_id, task, resume, self.settings.idempotency_ttl
-                )
-            except decisions.RefusedError as no:
-                run = Run(task_id, thread_id, run_id, self.serving.epoch, task.event_seq)
-                return self._frames(refused(run, no.code, no.message))
-            task = await get_task(principal.user_id, task_id)
-        base = task.event_seq if cursor is None else cursor.base
-        run = Run(task_id, thread_id, run_id, self.serving.epoch, base)
-        return await self._stream(principal, task, run, cursor)
+                await anext(stream.frames)  # the cursor is judged: the answer may begin
+            except ResyncRequiredError:
+                return _frames([error("RESYNC_REQUIRED", ResyncRequiredError.message)])
+            except RunEndedError:
+                return Response(status_code=204)
+            owned = True
+            return _Streaming(stream, lambda: self.connections.remove(connection))
+        finally:
+            if not owned:
+                await stream.close()
+                await self.connections.remove(connection)
 
     async def _charge(self, request: Request, points: float) -> None:
         """Pay for the stream (and the decisions it makes) from the caller's budget."""
@@ -193,76 +241,68 @@ class AguiRuns:
         if spent is not None:
             spent.points += points
 
-    def _frames(self, frames: list[Frame]) -> Response:
-        """A stream of frames known at once (a refused run, a cursor to resync)."""
+    def _paying(self, user_id: str) -> Pay | None:
+        """What the stored events a run reads cost: a point per event, as a
+        ``taskProgress`` replay's, paid page by page in the caller's turn."""
+        limiter = self.serving.limiter
+        replays = self.serving.replays
 
-        async def body() -> AsyncIterator[bytes]:
-            for frame in frames:
-                yield frame.encode()
+        @contextlib.asynccontextmanager
+        async def pay(events: int) -> AsyncIterator[None]:
+            if limiter is not None:
+                await limiter.pace(user_id, events / REPLAYED_EVENTS_PER_POINT)
+            async with replays.turn(user_id):
+                yield
 
-        return StreamingResponse(body(), headers=STREAM_HEADERS)
+        return pay
 
-    async def _stream(
-        self, principal: Principal, task: TaskView, run: Run, cursor: Cursor | None
-    ) -> Response:
-        frames = follow(
-            self.house,
-            principal.user_id,
-            task,
-            run,
-            cursor,
-            interval=self.settings.catch_up_seconds,
-            gap_fill=self.settings.gap_fill,
-        )
-        try:
-            await anext(frames)  # the cursor is judged, the answer may begin
-        except ResyncRequiredError:
-            await frames.aclose()
-            return self._frames([error("RESYNC_REQUIRED", ResyncRequiredError.message)])
-        except RunEndedError:
-            await frames.aclose()
-            return Response(status_code=204)
-        revoked = asyncio.Event()
 
-        async def close(code: int, reason: str) -> None:
-            revoked.set()
+def _frames(frames: list[Frame]) -> Response:
+    """A stream of frames known at once (a refused run, a cursor to resync)."""
 
-        connection = Connection(principal.user_id, principal.token_digest, close)
-        try:
-            await self.connections.add(connection)
-        except TooManyConnectionsError:
-            await frames.aclose()
-            limit = self.connections.per_user
-            message = f"too many connections: at most {limit} per user"
-            return _json(429, {"code": "TOO_MANY_CONNECTIONS", "message": message})
-        return _Streaming(self._body(frames, revoked, connection), headers=STREAM_HEADERS)
+    async def body() -> AsyncIterator[bytes]:
+        for frame in frames:
+            yield frame.encode()
 
-    async def _body(
-        self,
-        frames: AsyncGenerator[Frame | None, None],
-        revoked: asyncio.Event,
-        connection: Connection,
-    ) -> AsyncIterator[bytes]:
-        """The frames as they come, a keep-alive comment in each spell of silence, and
-        ``RUN_ERROR UNAUTHENTICATED`` once the token is revoked."""
-        stopped = asyncio.ensure_future(revoked.wait())
-        upcoming: asyncio.Future[Frame | None] | None = None
+    return StreamingResponse(body(), headers=STREAM_HEADERS)
+
+
+class _Stream:
+    """A run's stream: its frames as they come, the next one awaited in a task of its
+    own so that each spell of silence gets a keep-alive comment, and the end a
+    revoked token brings."""
+
+    def __init__(self, keepalive_seconds: float) -> None:
+        self.keepalive_seconds = keepalive_seconds
+        self.frames: AsyncGenerator[Frame | None, None] | None = None
+        self.revoked = asyncio.Event()
+        self.upcoming: asyncio.Future[Frame | None] | None = None
+
+    async def revoke(self, code: int, reason: str) -> None:
+        """``Connection.close``: the token was revoked; the run ends at once."""
+        self.revoked.set()
+
+    async def body(self) -> AsyncIterator[bytes]:
+        """The frames, keep-alive comments, and ``RUN_ERROR UNAUTHENTICATED`` once
+        the token is revoked."""
+        assert self.frames is not None
+        stopped = asyncio.ensure_future(self.revoked.wait())
         try:
             while True:
-                upcoming = upcoming or asyncio.ensure_future(anext(frames, None))
-                waiting: set[asyncio.Future[Any]] = {upcoming, stopped}
+                if self.upcoming is None:
+                    self.upcoming = asyncio.ensure_future(anext(self.frames, None))
+                waiting: set[asyncio.Future[Any]] = {self.upcoming, stopped}
                 done, _ = await asyncio.wait(
-                    waiting,
-                    timeout=self.settings.stream_keepalive_seconds,
-                    return_when=asyncio.FIRST_COMPLETED,
+                    waiting, timeout=self.keepalive_seconds, return_when=asyncio.FIRST_COMPLETED
                 )
                 if stopped in done:
                     yield error("UNAUTHENTICATED", "the token was revoked").encode()
                     return
-                if upcoming not in done:
+                if self.upcoming not in done:
                     yield KEEPALIVE
                     continue
-                frame, upcoming = upcoming.result(), None
+                came, self.upcoming = self.upcoming, None
+                frame = came.result()
                 if frame is None:
                     return
                 yield frame.encode()
@@ -270,20 +310,49 @@ class AguiRuns:
                     return
         finally:
             stopped.cancel()
-            if upcoming is not None:
-                upcoming.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await upcoming
-            await frames.aclose()
-            await self.connections.remove(connection)
+
+    async def close(self) -> None:
+        """Stop waiting for the next frame and close the frames (idempotent)."""
+        upcoming, self.upcoming = self.upcoming, None
+        if upcoming is not None:
+            upcoming.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await upcoming  # whatever it ended with, the stream is over
+        if self.frames is not None:
+            await self.frames.aclose()
 
 
 class _Streaming(StreamingResponse):
-    """A stream exempt from the operation time limit: it lasts while its client
-    listens (``CancelOnDisconnect`` still stops it when the client leaves)."""
+    """The answer of a run: exempt from the operation time limit, since it lasts
+    while its client listens (``CancelOnDisconnect`` still stops it when the client
+    leaves); once it ends, however it ends, the stream is closed and its
+    connection let go."""
+
+    def __init__(self, stream: _Stream, release: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(stream.body(), headers=STREAM_HEADERS)
+        self.stream = stream
+        self.release = release
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         writing = scope.get(WRITING)
         if writing is not None:
             writing.streams = True
-        await super().__call__(scope, receive, send)
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # Shielded: a cancelled request (its client left) still lets go of its
+            # connection, which would otherwise count against the user until restart.
+            await _unstoppable(self._end())
+
+    async def _end(self) -> None:
+        try:
+            await self.stream.close()
+        finally:
+            await self.release()
+
+
+async def _unstoppable(work: Awaitable[None]) -> None:
+    """Run ``work`` to its end even if the caller is cancelled meanwhile."""
+    task = asyncio.ensure_future(work)
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.shield(task)

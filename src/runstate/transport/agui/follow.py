@@ -10,9 +10,10 @@ sent, so any process continues any run, with or without Redis.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator
 
-from runstate.services.domain.errors import SessionExpiredError
+from runstate.services.domain.errors import NotFoundError, SessionExpiredError
 from runstate.services.domain.views import TaskView
 from runstate.services.live import streams
 from runstate.services.read import history
@@ -65,24 +66,56 @@ async def follow(
     *,
     interval: float,
     gap_fill: bool = True,
+    pay: streams.Pay | None = None,
 ) -> AsyncGenerator[Frame | None, None]:
-    """The run's frames after ``after`` (all of them without it), live to its end.
+    """The run's frames after ``after`` (all of them without it), live to its end;
+    the stored events it reads are paid for with ``pay``.
 
     ``task`` is the task as the request read it. Before the first frame the
     generator yields None once: up to then it may raise ``ResyncRequiredError`` or
     ``RunEndedError`` (the cursor's seq is stored, so deciding never waits for a new
     event); after it, the answer has begun, and an end other than a resting point
     is a ``RUN_ERROR`` frame: ``SESSION_EXPIRED``, or ``NOT_FOUND`` once the task
-    is deleted.
+    (or its session) is deleted.
     """
     if after is not None and (
-        after.epoch != run.epoch
-        or after.base != run.base
-        or not run.base <= after.seq <= task.event_seq
+        after.epoch != run.epoch or not 1 <= run.base <= after.seq <= task.event_seq
     ):
         raise ResyncRequiredError
     waiting = _Waiting(after)
-    at_base = await history.task_at(task, run.base)
+    frames = _frames(house, user_id, task, run, waiting, interval, gap_fill, pay)
+    try:
+        async with contextlib.aclosing(frames):
+            async for frame in frames:
+                yield frame
+                if frame is not None and frame.last:
+                    return
+    except (SessionExpiredError, NotFoundError) as ended:
+        if waiting.cursor is not None:
+            yield None
+        yield error(ended.code, ended.message)
+        return
+    if waiting.cursor is not None:
+        yield None
+    yield error("NOT_FOUND", NotFoundError("task", task.id).message)
+
+
+async def _frames(
+    house: streams.Watching,
+    user_id: str,
+    task: TaskView,
+    run: Run,
+    waiting: _Waiting,
+    interval: float,
+    gap_fill: bool,
+    pay: streams.Pay | None,
+) -> AsyncGenerator[Frame | None, None]:
+    """``follow``'s frames; it returns when the task's stream ends before a resting
+    point (the task was deleted)."""
+    try:
+        at_base = await history.task_at(task, run.base)
+    except ValueError:  # no event at the base any more: the task was deleted since
+        raise NotFoundError("task", task.id) from None
     doc = document(at_base)
     group = waiting.rest(opening(doc, run, at_base.updated_at))
     if waiting.cursor is None:
@@ -92,9 +125,9 @@ async def follow(
     if group and group[-1].last:
         return
     events = streams.task_progress(
-        house, user_id, task.id, run.base, interval=interval, gap_fill=gap_fill
+        house, user_id, task.id, run.base, interval=interval, gap_fill=gap_fill, pay=pay
     )
-    try:
+    async with contextlib.aclosing(events):
         async for event in events:
             if event.task is not None:  # a SNAPSHOT: the log was replaced under the run
                 if waiting.cursor is not None:
@@ -110,13 +143,3 @@ async def follow(
                 yield frame
             if frames[-1].last:
                 return
-    except SessionExpiredError as expired:
-        if waiting.cursor is not None:
-            yield None
-        yield error(expired.code, expired.message)
-        return
-    finally:
-        await events.aclose()
-    if waiting.cursor is not None:
-        yield None
-    yield error("NOT_FOUND", f"task {task.id!r} not found")

@@ -1,0 +1,89 @@
+"""The end of an AG-UI stream (``transport.agui.endpoint``): however a run's answer
+ends, its frames are closed and its connection let go, once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, MutableMapping
+from typing import Any
+
+import pytest
+from ag_ui.core import RunStartedEvent
+
+from runstate.transport.agui.endpoint import _Stream, _Streaming
+from runstate.transport.agui.frames import Cursor, Frame
+
+
+async def failing() -> AsyncGenerator[Frame | None, None]:
+    """A run whose reads fail after its first frame."""
+    yield None
+    yield Frame(RunStartedEvent(thread_id="t", run_id="r"), Cursor("e", 1, 1, 0))
+    raise RuntimeError("the database went away")
+
+
+async def quiet() -> AsyncGenerator[Frame | None, None]:
+    """A run that waits for an event that never comes."""
+    yield None
+    await asyncio.Event().wait()
+    yield None
+
+
+async def answered(
+    frames: AsyncGenerator[Frame | None, None],
+) -> tuple[_Streaming, list[int], asyncio.Event]:
+    """The answer of a run of ``frames``, what its release did, and when it did."""
+    stream = _Stream(keepalive_seconds=15)
+    stream.frames = frames
+    await anext(frames)
+    released: list[int] = []
+    done = asyncio.Event()
+
+    async def release() -> None:
+        released.append(1)
+        done.set()
+
+    return _Streaming(stream, release), released, done
+
+
+SCOPE: dict[str, Any] = {"type": "http", "asgi": {"spec_version": "2.4"}}
+
+
+async def never_leaves() -> dict[str, Any]:
+    await asyncio.Event().wait()
+    return {}
+
+
+async def test_a_run_that_fails_midway_lets_its_connection_go() -> None:
+    """Guards the release on failure: the first frame is sent, the failure ends the
+    answer (the connection is dropped, so the client resumes by cursor), and the
+    connection is released once. It once stayed counted against its user until
+    the server restarted."""
+    response, released, _ = await answered(failing())
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    with pytest.raises(RuntimeError, match="went away"):
+        await response(SCOPE, never_leaves, send)
+    assert b"RUN_STARTED" in b"".join(m.get("body", b"") for m in sent)
+    assert released == [1]
+
+
+async def test_a_run_whose_request_is_cancelled_lets_its_connection_go() -> None:
+    """Guards the release on cancellation (a client that left): the request's task
+    is cancelled while the run waits for its next event; the connection is
+    released all the same."""
+    response, released, done = await answered(quiet())
+    first = asyncio.Event()
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        first.set()
+
+    serving = asyncio.create_task(response(SCOPE, never_leaves, send))
+    await asyncio.wait_for(first.wait(), 5)
+    serving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await serving
+    await asyncio.wait_for(done.wait(), 5)  # the shielded release runs in its own task
+    assert released == [1]
