@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.deltas
 	$(BIN)/python -m bench.frames
 	$(BIN)/python -m bench.fanout
+	$(BIN)/python -m bench.agui
 	$(BIN)/python -m bench.memory
 	$(BIN)/python -m bench.sessions
 	$(BIN)/python -m bench.scale

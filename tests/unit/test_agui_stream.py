@@ -14,14 +14,14 @@ from runstate.transport.agui.endpoint import _Stream, _Streaming
 from runstate.transport.agui.frames import Cursor, Frame
 
 
-async def failing() -> AsyncGenerator[Frame | None, None]:
+async def failing() -> AsyncGenerator[list[Frame] | None, None]:
     """A run whose reads fail after its first frame."""
     yield None
-    yield Frame(RunStartedEvent(thread_id="t", run_id="r"), Cursor("e", 1, 1, 0))
+    yield [Frame(RunStartedEvent(thread_id="t", run_id="r"), Cursor("e", 1, 1, 0))]
     raise RuntimeError("the database went away")
 
 
-async def quiet() -> AsyncGenerator[Frame | None, None]:
+async def quiet() -> AsyncGenerator[list[Frame] | None, None]:
     """A run that waits for an event that never comes."""
     yield None
     await asyncio.Event().wait()
@@ -29,7 +29,7 @@ async def quiet() -> AsyncGenerator[Frame | None, None]:
 
 
 async def answered(
-    frames: AsyncGenerator[Frame | None, None],
+    frames: AsyncGenerator[list[Frame] | None, None],
 ) -> tuple[_Streaming, list[int], asyncio.Event]:
     """The answer of a run of ``frames``, what its release did, and when it did."""
     stream = _Stream(keepalive_seconds=15)

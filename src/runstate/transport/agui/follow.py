@@ -67,9 +67,10 @@ async def follow(
     interval: float,
     gap_fill: bool = True,
     pay: streams.Pay | None = None,
-) -> AsyncGenerator[Frame | None, None]:
-    """The run's frames after ``after`` (all of them without it), live to its end;
-    the stored events it reads are paid for with ``pay``.
+) -> AsyncGenerator[list[Frame] | None, None]:
+    """The run's frames after ``after`` (all of them without it), live to its end,
+    a group at a time (the frames of one event, sent together); the stored events
+    it reads are paid for with ``pay``.
 
     ``task`` is the task as the request read it. Before the first frame the
     generator yields None once: up to then it may raise ``ResyncRequiredError`` or
@@ -83,24 +84,24 @@ async def follow(
     ):
         raise ResyncRequiredError
     waiting = _Waiting(after)
-    frames = _frames(house, user_id, task, run, waiting, interval, gap_fill, pay)
+    groups = _groups(house, user_id, task, run, waiting, interval, gap_fill, pay)
     try:
-        async with contextlib.aclosing(frames):
-            async for frame in frames:
-                yield frame
-                if frame is not None and frame.last:
+        async with contextlib.aclosing(groups):
+            async for group in groups:
+                yield group
+                if group is not None and group[-1].last:
                     return
     except (SessionExpiredError, NotFoundError) as ended:
         if waiting.cursor is not None:
             yield None
-        yield error(ended.code, ended.message)
+        yield [error(ended.code, ended.message)]
         return
     if waiting.cursor is not None:
         yield None
-    yield error("NOT_FOUND", NotFoundError("task", task.id).message)
+    yield [error("NOT_FOUND", NotFoundError("task", task.id).message)]
 
 
-async def _frames(
+async def _groups(
     house: streams.Watching,
     user_id: str,
     task: TaskView,
@@ -109,8 +110,8 @@ async def _frames(
     interval: float,
     gap_fill: bool,
     pay: streams.Pay | None,
-) -> AsyncGenerator[Frame | None, None]:
-    """``follow``'s frames; it returns when the task's stream ends before a resting
+) -> AsyncGenerator[list[Frame] | None, None]:
+    """``follow``'s groups; it returns when the task's stream ends before a resting
     point (the task was deleted)."""
     try:
         at_base = await history.task_at(task, run.base)
@@ -120,10 +121,10 @@ async def _frames(
     group = waiting.rest(opening(doc, run, at_base.updated_at))
     if waiting.cursor is None:
         yield None
-    for frame in group:
-        yield frame
-    if group and group[-1].last:
-        return
+    if group:
+        yield group
+        if group[-1].last:
+            return
     events = streams.task_progress(
         house, user_id, task.id, run.base, interval=interval, gap_fill=gap_fill, pay=pay
     )
@@ -132,14 +133,14 @@ async def _frames(
             if event.task is not None:  # a SNAPSHOT: the log was replaced under the run
                 if waiting.cursor is not None:
                     raise ResyncRequiredError
-                yield error("RESYNC_REQUIRED", ResyncRequiredError.message)
+                yield [error("RESYNC_REQUIRED", ResyncRequiredError.message)]
                 return
             doc, frames = of_event(doc, event, run)
             ready = waiting.cursor is None
             group = waiting.rest(frames)
             if not ready and waiting.cursor is None:
                 yield None
-            for frame in group:
-                yield frame
+            if group:
+                yield group
             if frames[-1].last:
                 return
