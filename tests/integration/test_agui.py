@@ -283,20 +283,13 @@ async def test_a_live_cut_goes_on_where_it_stopped(
     body = run_input(task["sessionId"])
     head = await post(server.url, alice.token, task["id"], body, cut_after=2)
     drive(alice, task["id"], 1)
-    started = asyncio.Event()
-    reading = asyncio.create_task(
-        post(
-            second.url,
-            alice.token,
-            task["id"],
-            body,
-            last_event_id=head.frames[-1].id,
-            started=started,
-        )
+    tail = await watch_while(
+        second,
+        alice,
+        task,
+        lambda api: drive_from(api, task["id"], 1, 2, 3),
+        last_event_id=head.frames[-1].id,
     )
-    await asyncio.wait_for(started.wait(), 30)
-    await asyncio.to_thread(drive_from, alice, task["id"], 1, 2, 3)
-    tail = await asyncio.wait_for(reading, 60)
     joined = Answer(200, head.headers, frames=head.frames + tail.frames)
     valid(joined)
     whole = await post(server.url, alice.token, task["id"], body, last_event_id=head.frames[0].id)

@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import queue
 import re
-import shutil
 import socket
-import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,13 +25,13 @@ from tests.agui_client import state_now
 from tests.integration.test_agui import decisions, in_doubt
 from tests.integration.test_api import new_task
 from tests.integration.test_node_client import (
-    installed,
+    NodeProcess,
     marked_block,
-    npm_install_line,
-    skip_loudly,
+    page_installed,
+    server_and_caller,
 )
 from tests.integration.test_progress import drive
-from tests.support import Api, Server, create_token, ended, sqlite_server
+from tests.support import Api, Server
 
 AGUI_DOC = Path(__file__).parent.parent.parent / "docs" / "agui.md"
 
@@ -50,14 +46,8 @@ def watch_program(text: str) -> str:
 @pytest.fixture(scope="module")
 def program(request: pytest.FixtureRequest) -> Path:
     """The directory where the page's ``npm install`` ran, with ``watch.mjs`` in it."""
-    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
-    if missing:
-        skip_loudly(
-            f"{' and '.join(missing)} not found: the Node program of docs/agui.md is not"
-            " run here (Node is not a requirement of runstate)"
-        )
     text = AGUI_DOC.read_text()
-    directory = installed(request, npm_install_line(text))
+    directory = page_installed(request, AGUI_DOC, text)
     (directory / "watch.mjs").write_text(watch_program(text))
     return directory
 
@@ -65,12 +55,8 @@ def program(request: pytest.FixtureRequest) -> Path:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Api]]:
     """A server on SQLite, and a caller whose token the program is given too."""
-    with sqlite_server(tmp_path_factory, "agui_node") as server:
-        api = Api(server.url, create_token(server.database_url, "watcher"))
-        try:
-            yield server, api
-        finally:
-            api.close()
+    with server_and_caller(tmp_path_factory, "agui_node", "watcher") as both:
+        yield both
 
 
 class CuttingProxy:
@@ -130,58 +116,16 @@ class CuttingProxy:
         self.listener.close()
 
 
-class Watch:
-    """``node watch.mjs ...``, its stdout read line by line in a thread (so no line
-    read ahead is lost) with deadlines."""
+def watch(directory: Path, *args: str) -> NodeProcess:
+    """``node watch.mjs ...``, its lines read as they come."""
+    return NodeProcess(directory, *args, script="watch.mjs")
 
-    def __init__(self, directory: Path, *args: str) -> None:
-        self.process = subprocess.Popen(
-            ["node", "watch.mjs", *args],
-            cwd=directory,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
 
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        with contextlib.suppress(ValueError, OSError):
-            for line in self.process.stdout:
-                self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def next_line(self, within: float = 60) -> str:
-        """The next line printed; fail if the program exits or stays silent first."""
-        try:
-            line = self.lines.get(timeout=within)
-        except queue.Empty:
-            raise AssertionError(f"watch.mjs printed nothing for {within} s") from None
-        assert line is not None, f"watch.mjs exited ({self.process.wait()}): {self.stderr()}"
-        return line
-
-    def rest(self, within: float = 120) -> list[str]:
-        """Every other line, once the program has ended well."""
-        lines = []
-        deadline = time.monotonic() + within
-        while (line := self.lines.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
-            lines.append(line)
-        err = self.stderr()
-        assert self.process.returncode == 0, err
-        assert "Failed to apply state patch" not in err, err
-        return lines
-
-    def stderr(self) -> str:
-        assert self.process.stderr is not None
-        self.process.wait(timeout=30)
-        return self.process.stderr.read()
-
-    def stop(self) -> None:
-        ended(self.process)
-        for stream in (self.process.stdout, self.process.stderr):
-            if stream is not None:
-                stream.close()
+def rest(program_run: NodeProcess) -> list[str]:
+    """The program's other lines, once it has ended well with no state refused."""
+    lines = program_run.rest()
+    assert "Failed to apply state patch" not in program_run.said, program_run.said
+    return lines
 
 
 def test_watch_follows_a_task_through_a_cut_to_graphqls_state(
@@ -196,11 +140,11 @@ def test_watch_follows_a_task_through_a_cut_to_graphqls_state(
     server, api = served
     task = new_task(api, steps=3)
     proxy = CuttingProxy(server.port, frames=5)
-    program_run = Watch(program, proxy.url, api.token, task["id"], task["sessionId"])
+    program_run = watch(program, proxy.url, api.token, task["id"], task["sessionId"])
     try:
         assert program_run.next_line() == "run started"
         drive(api, task["id"], 3)
-        lines = program_run.rest()
+        lines = rest(program_run)
     finally:
         program_run.stop()
         proxy.close()
@@ -224,10 +168,10 @@ def test_watch_answers_a_step_in_doubt_and_the_run_succeeds(
     and the new run ends in success."""
     server, api = served
     task = in_doubt(api, ("charge",))
-    program_run = Watch(program, server.url, api.token, task["id"], task["sessionId"], "COMPLETE")
+    program_run = watch(program, server.url, api.token, task["id"], task["sessionId"], "COMPLETE")
     try:
         assert program_run.next_line() == "run started"
-        lines = program_run.rest()
+        lines = rest(program_run)
     finally:
         program_run.stop()
     assert lines[0] == "run ended: interrupt", lines

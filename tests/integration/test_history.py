@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -215,22 +215,14 @@ async def live_events(
     return [found[seq] for seq in sorted(found)]
 
 
-@settings(
-    max_examples=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(
-    plan=st.lists(st.booleans(), min_size=1, max_size=4),
-    ops=st.lists(operations, max_size=20),
-)
-@example(  # every kind of history at least once, whatever the random draw
-    plan=[True, False],
-    ops=[
+EVERY_KIND: dict[str, Any] = {
+    "plan": [True, False],
+    "ops": [
         ("acquire", "w1"),
         ("tool", "search", ToolOutcome.CALLING, None),
         ("start", 0),
         ("tool", "search", ToolOutcome.FAILURE, None),
+        ("tool", "mail", ToolOutcome.RATE_LIMITED, None),
         ("tool", "search", ToolOutcome.SUCCESS, {"n": "42"}),
         ("complete", 0, "42"),
         ("start", 1),
@@ -248,7 +240,27 @@ async def live_events(
         ("decide", 3, StepDecision.COMPLETE, {"paid": 12.5}),
         ("decide", 4, StepDecision.SKIP, None),
     ],
-)
+}
+"""Every kind of history at least once, whatever the random draw: tools (two, whose
+order matters), leases, crashes, decisions, added steps, a checkpoint's jumps."""
+
+
+def random_histories(examples: int) -> Callable[[Callable[..., Any]], Any]:
+    """A test of ``examples`` random histories (a plan of steps, up to 20 writes),
+    ``EVERY_KIND`` among them."""
+
+    def decorate(test: Callable[..., Any]) -> Any:
+        drawn = given(
+            plan=st.lists(st.booleans(), min_size=1, max_size=4),
+            ops=st.lists(operations, max_size=20),
+        )(example(**EVERY_KIND)(test))
+        checks = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+        return settings(max_examples=examples, deadline=None, suppress_health_check=checks)(drawn)
+
+    return decorate
+
+
+@random_histories(100)
 async def test_every_state_is_read_back_and_replayed(
     house: House, plan: list[bool], ops: list[tuple[Any, ...]]
 ) -> None:
@@ -406,34 +418,7 @@ async def test_the_database_keeps_seqs_positions_and_versions_unique(house: Hous
 # ---------------------------------------------------------------- AG-UI
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(
-    plan=st.lists(st.booleans(), min_size=1, max_size=4),
-    ops=st.lists(operations, max_size=20),
-)
-@example(  # tools, leases, crashes, decisions, added steps and a checkpoint's jumps
-    plan=[True, False],
-    ops=[
-        ("acquire", "w1"),
-        ("tool", "search", ToolOutcome.CALLING, None),
-        ("start", 0),
-        ("tool", "mail", ToolOutcome.RATE_LIMITED, None),
-        ("tool", "search", ToolOutcome.SUCCESS, {"n": "42"}),
-        ("complete", 0, "42"),
-        ("start", 1),
-        ("release", "w1"),
-        ("resume",),
-        ("decide", 1, StepDecision.RETRY, None),
-        ("add", [False]),
-        ("checkpoint", [(1, StepStatus.SUCCESS, [1]), (2, StepStatus.RUNNING, None)], None),
-        ("resume",),
-        ("decide", 2, StepDecision.COMPLETE, {"paid": 12.5}),
-    ],
-)
+@random_histories(60)
 async def test_agui_deltas_rebuild_every_state_and_each_run_is_valid(
     house: House, plan: list[bool], ops: list[tuple[Any, ...]]
 ) -> None:

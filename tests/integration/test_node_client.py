@@ -113,12 +113,15 @@ def installed(request: pytest.FixtureRequest, install: list[str]) -> Path:
 
 
 class NodeProcess:
-    """``node follow.mjs ...`` in a subprocess, its stdout read line by line with
-    deadlines."""
+    """``node <script> ...`` in a subprocess (``follow.mjs`` unless named), its stdout
+    read line by line in a thread (no line read ahead is lost) with deadlines."""
 
-    def __init__(self, directory: Path, *args: str) -> None:
+    def __init__(self, directory: Path, *args: str, script: str = "follow.mjs") -> None:
+        self.script = script
+        self.said = ""
+        """What it wrote to stderr, once ``rest`` has read it."""
         self.process = subprocess.Popen(
-            ["node", "follow.mjs", *args],
+            ["node", script, *args],
             cwd=directory,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -140,10 +143,20 @@ class NodeProcess:
         try:
             line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
-            raise AssertionError(f"follow.mjs printed nothing for {within}s") from None
+            raise AssertionError(f"{self.script} printed nothing for {within}s") from None
         if line is None:
-            raise AssertionError(f"follow.mjs exited ({self.process.wait()}): {self.stderr()}")
+            raise AssertionError(f"{self.script} exited ({self.process.wait()}): {self.stderr()}")
         return line
+
+    def rest(self, within: float = 120) -> list[str]:
+        """Every line still to come, once the program has ended well."""
+        lines = []
+        deadline = time.monotonic() + within
+        while (line := self.lines.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+            lines.append(line)
+        self.said = self.stderr()
+        assert self.process.returncode == 0, self.said
+        return lines
 
     def stderr(self) -> str:
         """What the program wrote to stderr (waits for it to end)."""
@@ -159,18 +172,24 @@ class NodeProcess:
                 stream.close()
 
 
+def page_installed(request: pytest.FixtureRequest, page: Path, text: str) -> Path:
+    """Where the ``npm install`` line of ``page`` (its ``text``) ran; skipped loudly
+    without Node and npm."""
+    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    if missing:
+        skip_loudly(
+            f"{' and '.join(missing)} not found: the Node program of docs/{page.name} is"
+            " not run here (Node is not a requirement of runstate)"
+        )
+    return installed(request, npm_install_line(text))
+
+
 @pytest.fixture(scope="module")
 def program(request: pytest.FixtureRequest) -> Path:
     """The directory where the page's ``npm install`` ran, with ``follow.mjs`` and
     ``possible-types.json`` in it, as the page says to lay them out."""
-    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
-    if missing:
-        skip_loudly(
-            f"{' and '.join(missing)} not found: the Node program of docs/clients.md is"
-            " not run here (Node is not a requirement of runstate)"
-        )
     text = CLIENTS_DOC.read_text()
-    directory = installed(request, npm_install_line(text))
+    directory = page_installed(request, CLIENTS_DOC, text)
     (directory / "follow.mjs").write_text(follow_program(text))
     types = subprocess.run(
         [sys.executable, "-m", "runstate", "export-schema", "--possible-types"],
@@ -183,15 +202,24 @@ def program(request: pytest.FixtureRequest) -> Path:
     return directory
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Api]]:
-    """A server on SQLite, and a caller whose token the program is given too."""
-    with sqlite_server(tmp_path_factory, "node_client") as server:
-        api = Api(server.url, create_token(server.database_url, "me"))
+@contextlib.contextmanager
+def server_and_caller(
+    tmp_path_factory: pytest.TempPathFactory, name: str, user: str
+) -> Iterator[tuple[Server, Api]]:
+    """A server on SQLite, and a caller whose token a program is given too."""
+    with sqlite_server(tmp_path_factory, name) as server:
+        api = Api(server.url, create_token(server.database_url, user))
         try:
             yield server, api
         finally:
             api.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Api]]:
+    """A server on SQLite, and a caller whose token the program is given too."""
+    with server_and_caller(tmp_path_factory, "node_client", "me") as both:
+        yield both
 
 
 def node_major() -> int:
