@@ -91,8 +91,9 @@ async def post(
     into: Answer | None = None,
 ) -> Answer:
     """POST a run and read its answer to the end (or, with ``cut_after``, drop the
-    connection after that many frames: a cut). ``started`` is set once the first
-    frame has arrived; ``into`` is filled as frames and comments arrive."""
+    connection after that many frames: a cut). ``started`` is set once the answer
+    has begun (the server has read the run's base then: a write made after it is
+    in the run); ``into`` is filled as frames and comments arrive."""
     sent = dict(headers or {})
     if token is not None:
         sent["Authorization"] = f"Bearer {token}"
@@ -107,6 +108,8 @@ async def post(
     ):
         answer = into or Answer(r.status_code, r.headers)
         answer.status, answer.headers = r.status_code, r.headers
+        if started is not None:
+            started.set()
         if not r.headers.get("content-type", "").startswith("text/event-stream"):
             answer.body = await r.aread()
             return answer
@@ -116,8 +119,6 @@ async def post(
             whole, _, pending = pending.rpartition("\n\n")
             if whole:
                 parse(whole + "\n\n", answer)
-            if started is not None and answer.frames:
-                started.set()
             if cut_after is not None and len(answer.frames) >= cut_after:
                 del answer.frames[cut_after:]
                 return answer

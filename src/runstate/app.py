@@ -227,7 +227,10 @@ def create_app(settings: Settings) -> Starlette:
             Route("/metrics", web_routes.metrics(settings.metrics_token, house.metrics)),
             Mount("/static", StaticFiles(packages=[("runstate.web", "static")]), name="static"),
             Route("/graphql", graphql),
-            Route("/agui/tasks/{task_id}", AguiRuns(house, settings, connections, graphql)),
+            Route(
+                "/agui/tasks/{task_id}",
+                AguiRuns(house, settings, connections, graphql, admission.stopping),
+            ),
             WebSocketRoute("/graphql", graphql),
         ],
         middleware=middleware,

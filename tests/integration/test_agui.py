@@ -874,3 +874,47 @@ def test_tool_states_keep_one_order_whatever_the_databases_collation(
             for seq, state in after.items():
                 assert state == state_at(api, task["id"], seq), f"after seq {seq}"
             assert final == state_now(api, task["id"])
+
+
+async def test_a_stopping_server_ends_its_runs_for_another_to_go_on(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Guards the stop (§9, ``Admission.stopping``): a server told to stop ends its
+    open runs at once and cleanly (a ``: server stopping`` comment, no terminal
+    frame, no run cancelled at the grace period's end), and the client goes on
+    from its last frame on another process, losing and repeating nothing. Without
+    it the stream stayed open until uvicorn cancelled it 3 s later, with a traceback
+    in the log and a body cut mid-chunk."""
+    tmp = tmp_path_factory.mktemp("agui-stop")
+    url = f"sqlite://{tmp / 'stop.db'}"
+    token = create_token(url, "mover")
+    stopping = Server(url, tmp / "a.log").start()
+    going_on = Server(url, tmp / "b.log").start()
+    try:
+        with Api(going_on.url, token) as api:
+            task = started_task(api, steps=2)
+            body = run_input(task["sessionId"])
+            started = asyncio.Event()
+            first = asyncio.create_task(
+                post(stopping.url, token, task["id"], body, started=started)
+            )
+            await asyncio.wait_for(started.wait(), 30)
+            await asyncio.to_thread(stopping.stop)
+            head = await asyncio.wait_for(first, 30)
+            assert head.types == ["RUN_STARTED", "STATE_SNAPSHOT"]
+            assert head.comments == [": server stopping"]
+            assert "graceful shutdown exceeded" not in stopping.log()
+            assert "Traceback" not in stopping.log()
+            tail = await watch_while(
+                going_on,
+                api,
+                task,
+                lambda api: drive(api, task["id"], 2),
+                last_event_id=head.frames[-1].id,
+            )
+            joined = Answer(200, head.headers, frames=head.frames + tail.frames)
+            valid(joined)
+            assert replayed(joined.frames)[0] == state_now(api, task["id"])
+    finally:
+        stopping.stop()
+        going_on.stop()

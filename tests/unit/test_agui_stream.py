@@ -32,7 +32,7 @@ async def answered(
     frames: AsyncGenerator[list[Frame] | None, None],
 ) -> tuple[_Streaming, list[int], asyncio.Event]:
     """The answer of a run of ``frames``, what its release did, and when it did."""
-    stream = _Stream(keepalive_seconds=15)
+    stream = _Stream(keepalive_seconds=15, stopping=asyncio.Event())
     stream.frames = frames
     await anext(frames)
     released: list[int] = []

@@ -117,6 +117,10 @@ class Admission:
         self._by_address: Counter[str] = Counter()
         self._refused: Counter[str] = Counter()
         self._report: asyncio.TimerHandle | None = None
+        self.stopping = asyncio.Event()
+        """Set when the server begins to stop (``HttpProtocol.shutdown``): answers
+        that last as long as their client listens (AG-UI runs) end then, so that
+        their clients go on elsewhere instead of being cut at the grace period's end."""
 
     @property
     def open(self) -> int:
@@ -186,6 +190,10 @@ class Admission:
             self.refused(f"accept failed: {reason}")
             return
         loop.default_exception_handler(context)
+
+    def stop(self) -> None:
+        """The server is stopping: no answer should wait for more (``stopping``)."""
+        self.stopping.set()
 
     def close(self) -> None:
         """Tell what is left to tell, and stop reporting (the app is stopping)."""

@@ -17,8 +17,9 @@ TIMED_OUT = (
 
 
 class HttpProtocol(HttpToolsProtocol):
-    """uvicorn's, refusing connections its app's ``Admission`` does not take, and
-    closing one whose request's headers or body come too slowly.
+    """uvicorn's, refusing connections its app's ``Admission`` does not take,
+    closing one whose request's headers or body come too slowly, and telling the
+    app when the server stops.
 
     Without an admission in the lifespan state (an app that has none), it is
     uvicorn's own.
@@ -49,6 +50,13 @@ class HttpProtocol(HttpToolsProtocol):
         if self.admission is not None:
             self.admission.leave(self.transport)
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        """uvicorn stops the server: first tell the app (``Admission.stop``), so that
+        its event streams end while the grace period runs, then uvicorn's own."""
+        if self.admission is not None:
+            self.admission.stop()
+        super().shutdown()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

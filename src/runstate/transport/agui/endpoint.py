@@ -53,6 +53,8 @@ from runstate.transport.deadline import WRITING
 from runstate.transport.refusals import refusal
 
 KEEPALIVE = b": keepalive\n\n"
+SERVER_STOPPING = b": server stopping\n\n"
+"""What a stream ends with when its server stops before the run's end."""
 
 STREAM_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -128,12 +130,19 @@ class AguiRuns:
     """The endpoint, an ASGI app mounted at ``/agui/tasks/{task_id}``."""
 
     def __init__(
-        self, house: House, settings: Settings, connections: Connections, serving: Serving
+        self,
+        house: House,
+        settings: Settings,
+        connections: Connections,
+        serving: Serving,
+        stopping: asyncio.Event,
     ) -> None:
         self.house = house
         self.settings = settings
         self.connections = connections
         self.serving = serving
+        self.stopping = stopping
+        """Set when the server begins to stop (``Admission.stopping``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -175,7 +184,7 @@ class AguiRuns:
         except RateLimitedError as limited:  # answered as on every route (``BearerAuth``)
             retry = {"Retry-After": str(math.ceil(limited.retry_after))}
             return refusal(429, limited.message, extensions=limited.extensions, headers=retry)
-        stream = _Stream(self.settings.stream_keepalive_seconds)
+        stream = _Stream(self.settings.stream_keepalive_seconds, self.stopping)
         connection = Connection(principal.user_id, principal.token_digest, stream.revoke)
         try:
             await self.connections.add(connection)
@@ -272,8 +281,9 @@ class _Stream:
     own so that each spell of silence gets a keep-alive comment, and the end a
     revoked token brings."""
 
-    def __init__(self, keepalive_seconds: float) -> None:
+    def __init__(self, keepalive_seconds: float, stopping: asyncio.Event) -> None:
         self.keepalive_seconds = keepalive_seconds
+        self.stopping = stopping
         self.frames: AsyncGenerator[list[Frame] | None, None] | None = None
         self.revoked = asyncio.Event()
         self.upcoming: asyncio.Future[list[Frame] | None] | None = None
@@ -283,20 +293,27 @@ class _Stream:
         self.revoked.set()
 
     async def body(self) -> AsyncIterator[bytes]:
-        """The frames, an event's together, keep-alive comments, and ``RUN_ERROR
-        UNAUTHENTICATED`` once the token is revoked."""
+        """The frames, an event's together, keep-alive comments, ``RUN_ERROR
+        UNAUTHENTICATED`` once the token is revoked, and a clean end (no terminal
+        frame: the client resumes by cursor) once the server begins to stop."""
         assert self.frames is not None
         stopped = asyncio.ensure_future(self.revoked.wait())
+        ending = asyncio.ensure_future(self.stopping.wait())
         try:
             while True:
                 if self.upcoming is None:
                     self.upcoming = asyncio.ensure_future(anext(self.frames, None))
-                waiting: set[asyncio.Future[Any]] = {self.upcoming, stopped}
+                waiting: set[asyncio.Future[Any]] = {self.upcoming, stopped, ending}
                 done, _ = await asyncio.wait(
                     waiting, timeout=self.keepalive_seconds, return_when=asyncio.FIRST_COMPLETED
                 )
                 if stopped in done:
                     yield error("UNAUTHENTICATED", "the token was revoked").encode()
+                    return
+                if ending in done:
+                    # Not the run's end: its client reconnects with Last-Event-ID (to
+                    # another process) and goes on from the last frame it holds.
+                    yield SERVER_STOPPING
                     return
                 if self.upcoming not in done:
                     yield KEEPALIVE
@@ -312,6 +329,7 @@ class _Stream:
                     return
         finally:
             stopped.cancel()
+            ending.cancel()
 
     async def close(self) -> None:
         """Stop waiting for the next frame and close the frames (idempotent)."""
