@@ -16,6 +16,16 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from ag_ui.core import (
+    BaseEvent,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StateDeltaEvent,
+    StateSnapshotEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+)
 from ag_ui_validate import PatchErr, apply_patch
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 from hypothesis import HealthCheck, example, given, settings
@@ -450,14 +460,32 @@ async def test_agui_deltas_rebuild_every_state_and_each_run_is_valid(
             before = doc
             doc, group = of_event(doc, event, agui_run)
             assert doc == states[event.seq], f"the document after seq {event.seq}"
-            patched = apply_patch(before, group[0].event.model_dump(by_alias=True)["delta"])
+            patched = apply_patch(before, json.loads(group[0].data)["delta"])
             assert not isinstance(patched, PatchErr), patched
             assert patched.result == states[event.seq], f"the delta of seq {event.seq}"
             frames += group
-        events = [json.loads(f.encode().decode().split("data: ", 1)[1]) for f in frames]
+        for frame in frames:  # as AG-UI's own models write it, byte for byte
+            kind = AGUI_EVENTS[json.loads(frame.data)["type"]]
+            assert kind.model_validate_json(frame.data).model_dump_json(by_alias=True) == frame.data
+        events = [json.loads(f.data) for f in frames]
         assert_valid_agui(events if frames[-1].last else [*events, _cut()], max_warnings=0)
         if base > 1:
             break  # every base would be slow; the first two cover opening mid-history
+
+
+AGUI_EVENTS: dict[str, type[BaseEvent]] = {
+    kind.model_fields["type"].default.value: kind
+    for kind in (
+        RunStartedEvent,
+        RunFinishedEvent,
+        RunErrorEvent,
+        StateSnapshotEvent,
+        StateDeltaEvent,
+        StepStartedEvent,
+        StepFinishedEvent,
+    )
+}
+"""The AG-UI models of the events a run sends, by their ``type``."""
 
 
 def _cut() -> dict[str, Any]:

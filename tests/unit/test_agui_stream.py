@@ -17,7 +17,7 @@ from runstate.transport.agui.frames import Cursor, Frame
 async def failing() -> AsyncGenerator[list[Frame] | None, None]:
     """A run whose reads fail after its first frame."""
     yield None
-    yield [Frame(RunStartedEvent(thread_id="t", run_id="r"), Cursor("e", 1, 1, 0))]
+    yield [Frame.of(RunStartedEvent(thread_id="t", run_id="r"), Cursor("e", 1, 1, 0))]
     raise RuntimeError("the database went away")
 
 

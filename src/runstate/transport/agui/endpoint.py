@@ -47,7 +47,15 @@ from runstate.services.write.house import House
 from runstate.settings import Settings
 from runstate.transport.agui import decisions
 from runstate.transport.agui.follow import ResyncRequiredError, RunEndedError, follow
-from runstate.transport.agui.frames import Cursor, CursorError, Frame, Run, error, refused
+from runstate.transport.agui.frames import (
+    Cursor,
+    CursorError,
+    Frame,
+    Renderings,
+    Run,
+    error,
+    refused,
+)
 from runstate.transport.connections import Connection, Connections, TooManyConnectionsError
 from runstate.transport.deadline import WRITING
 from runstate.transport.refusals import refusal
@@ -143,6 +151,8 @@ class AguiRuns:
         self.serving = serving
         self.stopping = stopping
         """Set when the server begins to stop (``Admission.stopping``)."""
+        self.renderings = Renderings()
+        """Each event's frames rendered once for all the process's runs of its task."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -221,6 +231,7 @@ class AguiRuns:
                 interval=self.settings.catch_up_seconds,
                 gap_fill=self.settings.gap_fill,
                 pay=pay,
+                renderings=self.renderings,
             )
             try:
                 await anext(stream.frames)  # the cursor is judged: the answer may begin

@@ -18,7 +18,15 @@ from runstate.services.domain.views import TaskView
 from runstate.services.live import streams
 from runstate.services.read import history
 from runstate.transport.agui.document import document
-from runstate.transport.agui.frames import Cursor, Frame, Run, error, of_event, opening
+from runstate.transport.agui.frames import (
+    Cursor,
+    Frame,
+    Renderings,
+    Run,
+    error,
+    framed,
+    opening,
+)
 
 
 class ResyncRequiredError(Exception):
@@ -67,10 +75,12 @@ async def follow(
     interval: float,
     gap_fill: bool = True,
     pay: streams.Pay | None = None,
+    renderings: Renderings | None = None,
 ) -> AsyncGenerator[list[Frame] | None, None]:
     """The run's frames after ``after`` (all of them without it), live to its end,
     a group at a time (the frames of one event, sent together); the stored events
-    it reads are paid for with ``pay``.
+    it reads are paid for with ``pay``, and each event is rendered once for every
+    run of the process that shares ``renderings``.
 
     ``task`` is the task as the request read it. Before the first frame the
     generator yields None once: up to then it may raise ``ResyncRequiredError`` or
@@ -84,7 +94,8 @@ async def follow(
     ):
         raise ResyncRequiredError
     waiting = _Waiting(after)
-    groups = _groups(house, user_id, task, run, waiting, interval, gap_fill, pay)
+    shared = Renderings() if renderings is None else renderings
+    groups = _groups(house, user_id, task, run, waiting, interval, gap_fill, pay, shared)
     try:
         async with contextlib.aclosing(groups):
             async for group in groups:
@@ -110,6 +121,7 @@ async def _groups(
     interval: float,
     gap_fill: bool,
     pay: streams.Pay | None,
+    renderings: Renderings,
 ) -> AsyncGenerator[list[Frame] | None, None]:
     """``follow``'s groups; it returns when the task's stream ends before a resting
     point (the task was deleted)."""
@@ -135,7 +147,8 @@ async def _groups(
                     raise ResyncRequiredError
                 yield [error("RESYNC_REQUIRED", ResyncRequiredError.message)]
                 return
-            doc, frames = of_event(doc, event, run)
+            rendered = renderings.of(doc, event)
+            doc, frames = rendered.after, framed(rendered, run)
             ready = waiting.cursor is None
             group = waiting.rest(frames)
             if not ready and waiting.cursor is None:

@@ -16,6 +16,7 @@ field without a value).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,12 +31,12 @@ from ag_ui.core import (
     RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
     RunStartedEvent,
-    StateDeltaEvent,
     StateSnapshotEvent,
     StepFinishedEvent,
     StepStartedEvent,
 )
 
+from runstate.basics.bounded import BoundedCache
 from runstate.basics.enums import StepDecision
 from runstate.services.domain.validation import NOTE_CHARS
 from runstate.services.domain.views import EventView
@@ -99,18 +100,22 @@ class Run:
 
 @dataclass(frozen=True)
 class Frame:
-    """One SSE frame: an AG-UI event, with its cursor (None: a frame of a refused run,
-    which nothing resumes); ``last`` when it ends the run."""
+    """One SSE frame: an AG-UI event as JSON, with its cursor (None: a frame of a
+    refused run, which nothing resumes); ``last`` when it ends the run."""
 
-    event: BaseEvent
+    data: str
     cursor: Cursor | None = None
     last: bool = False
 
+    @classmethod
+    def of(cls, event: BaseEvent, cursor: Cursor | None = None, last: bool = False) -> Frame:
+        """The frame of an event built with AG-UI's models, encoded by them."""
+        return cls(event.model_dump_json(by_alias=True), cursor, last)
+
     def encode(self) -> bytes:
         """The frame on the wire: its ``id:`` line, one ``data:`` line, LF framing."""
-        data = self.event.model_dump_json(by_alias=True)
         head = "" if self.cursor is None else f"id: {self.cursor}\n"
-        return f"{head}data: {data}\n\n".encode()
+        return f"{head}data: {self.data}\n\n".encode()
 
 
 @dataclass
@@ -133,15 +138,16 @@ def millis(at: datetime) -> int:
     return (at - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
 
 
-def _numbered(group: _Group, run: Run, seq: int, at: datetime) -> list[Frame]:
-    """The group's frames with their cursors, metadata and timestamp."""
+def _numbered(group: _Group, run: Run, seq: int, millis_at: int, first: int = 0) -> list[Frame]:
+    """The group's frames with their cursors (from the ``first``-th of their seq),
+    metadata and timestamp."""
     frames = []
-    for k, (kind, fields, meta) in enumerate(group.events):
+    for k, (kind, fields, meta) in enumerate(group.events, start=first):
         cursor = Cursor(run.epoch, run.base, seq, k)
         runstate = {"seq": seq, "cursor": str(cursor), **meta}
-        event = kind(timestamp=millis(at), metadata={"runstate": runstate}, **fields)
-        last = group.ended and k == len(group.events) - 1
-        frames.append(Frame(event, cursor, last))
+        event = kind(timestamp=millis_at, metadata={"runstate": runstate}, **fields)
+        last = group.ended and k == first + len(group.events) - 1
+        frames.append(Frame.of(event, cursor, last))
     return frames
 
 
@@ -249,32 +255,115 @@ def opening(doc: Document, run: Run, at: datetime) -> list[Frame]:
         _step_event(group, StepStartedEvent, step)
     if rests(doc):
         _ending(group, doc, run)
-    return _numbered(group, run, run.base, at)
+    return _numbered(group, run, run.base, millis(at))
 
 
 def of_event(before: Document, event: EventView, run: Run) -> tuple[Document, list[Frame]]:
-    """The document after ``event`` and the event's frames: its delta, the steps it
-    started and finished, and the terminal frames if it leaves the task resting."""
+    """The document after ``event`` and the event's frames in ``run``."""
+    rendered = render(before, event)
+    return rendered.after, framed(rendered, run)
+
+
+def _json(value: Any) -> str:
+    """JSON as AG-UI's models write it: compact, UTF-8."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """An event's part of every run that sends it: the document after it, its
+    delta, the steps it finished and started, and its metadata, the JSON written
+    once. Only each run's cursor and ending are its own (``framed``): every stream
+    of a task on a process can share one rendering of an event (``Renderings``)."""
+
+    after: Document
+    seq: int
+    millis: int
+    delta: str
+    """The ``STATE_DELTA`` frame's ``metadata.runstate`` members after the cursor,
+    and its ``delta``: ``,"kind":...}},"delta":[...]}``."""
+    steps: tuple[tuple[str, str], ...]
+    """Each step frame's type, and its JSON after the cursor."""
+
+    @property
+    def size(self) -> int:
+        """About how many bytes it holds besides the document's shared steps."""
+        return (
+            len(self.delta)
+            + sum(len(tail) for _, tail in self.steps)
+            + 8 * len(self.after["steps"])
+        )
+
+
+def render(before: Document, event: EventView) -> Rendered:
+    """An event's frames but their cursors and the run's ending (``Rendered``)."""
     after, delta = applied(before, event)
-    group = _Group()
     meta: dict[str, Any] = {"kind": event.kind.name, "actor": event.actor}
     if event.note is not None:
         meta["note"] = event.note
-    group.add(StateDeltaEvent, meta, delta=delta)
+    steps: list[tuple[str, str]] = []
+
+    def step_frame(kind: str, step: Document) -> None:
+        tail = (
+            f',"stepIndex":{step["index"]},"stepId":{_json(step["id"])},'
+            f'"status":{_json(step["status"])}}}}},"stepName":{_json(step_name(step))}}}'
+        )
+        steps.append((kind, tail))
+
     old = {s["index"]: s for s in before["steps"]}
     for step in after["steps"]:
         was = old.get(step["index"])
         entered = step["attempts"] > (0 if was is None else was["attempts"])
         running = step["status"] == "RUNNING"
         if was is not None and was["status"] == "RUNNING" and (entered or not running):
-            _step_event(group, StepFinishedEvent, step)
+            step_frame("STEP_FINISHED", step)
         if entered:
-            _step_event(group, StepStartedEvent, step)
+            step_frame("STEP_STARTED", step)
             if not running:
-                _step_event(group, StepFinishedEvent, step)
-    if rests(after):
-        _ending(group, after, run)
-    return after, _numbered(group, run, event.seq, event.at)
+                step_frame("STEP_FINISHED", step)
+    members = _json(meta)[1:-1]
+    tail = f',{members}}}}},"delta":{_json(delta)}}}'
+    return Rendered(after, event.seq, millis(event.at), tail, tuple(steps))
+
+
+def framed(rendered: Rendered, run: Run) -> list[Frame]:
+    """An event's frames in ``run``: the rendered ones with the run's cursors, then
+    the run's terminal frames if the event leaves the task resting."""
+    seq, at = rendered.seq, rendered.millis
+    frames = []
+    for k, (kind, tail) in enumerate((("STATE_DELTA", rendered.delta), *rendered.steps)):
+        cursor = Cursor(run.epoch, run.base, seq, k)
+        head = (
+            f'{{"type":"{kind}","timestamp":{at},'
+            f'"metadata":{{"runstate":{{"seq":{seq},"cursor":{_json(str(cursor))}'
+        )
+        frames.append(Frame(head + tail, cursor))
+    if rests(rendered.after):
+        ending = _Group()
+        _ending(ending, rendered.after, run)
+        frames += _numbered(ending, run, seq, at, first=len(frames))
+    return frames
+
+
+class Renderings:
+    """The events rendered lately on this process, shared by the runs that send
+    them (keyed by the task's row, the event's seq, version and time, so that a
+    row id used again after a deletion never finds another task's event)."""
+
+    def __init__(self, max_items: int = 10_000, max_bytes: int = 64 * 1_048_576) -> None:
+        self.cache: BoundedCache[tuple[int, int, int, datetime], Rendered] = BoundedCache(
+            max_items, max_bytes
+        )
+
+    def of(self, before: Document, event: EventView) -> Rendered:
+        """The rendering of ``event`` (``before`` is the document at the seq before
+        it, the same in every run, since the log is)."""
+        key = (event.task_pk, event.seq, event.task_version, event.at)
+        found = self.cache.get(key)
+        if found is None:
+            found = render(before, event)
+            self.cache.put(key, found, found.size)
+        return found
 
 
 def refused(run: Run, code: str, message: str) -> list[Frame]:
@@ -286,9 +375,9 @@ def refused(run: Run, code: str, message: str) -> list[Frame]:
         protocol_version=PROTOCOL_VERSION,
         metadata={"runstate": {"taskId": run.task_id, "epoch": run.epoch}},
     )
-    return [Frame(started), error(code, message)]
+    return [Frame.of(started), error(code, message)]
 
 
 def error(code: str, message: str) -> Frame:
     """A ``RUN_ERROR`` that ends a run with no id: nothing resumes it."""
-    return Frame(RunErrorEvent(code=code, message=message), last=True)
+    return Frame.of(RunErrorEvent(code=code, message=message), last=True)

@@ -1,0 +1,60 @@
+"""Renderings (``transport.agui.frames``): an event's part of every run is rendered
+once on a process and shared, and never taken for another event's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from runstate.basics.enums import TaskEventKind, TaskStatus
+from runstate.services.domain.views import EventView
+from runstate.transport.agui.frames import Renderings, Run, framed
+
+BEFORE = {
+    "id": "t",
+    "sessionId": "s",
+    "goal": "g",
+    "status": "PLANNED",
+    "version": 1,
+    "currentStep": 0,
+    "totalSteps": 0,
+    "eventSeq": 1,
+    "createdAt": "2026-12-04T00:00:00+00:00",
+    "steps": [],
+    "toolStates": [],
+}
+AT = datetime(2026, 12, 4, tzinfo=UTC)
+EVENT = EventView(
+    task_pk=7,
+    session_pk=1,
+    task_id="t",
+    seq=2,
+    task_version=2,
+    kind=TaskEventKind.TASK_STATUS_CHANGED,
+    step_index=None,
+    tool_name=None,
+    at=AT,
+    status=TaskStatus.RUNNING,
+    actor="alice",
+)
+
+
+def test_an_event_is_rendered_once_for_every_run() -> None:
+    """Guards the sharing: a second run of the same event gets the same rendering
+    (not rendered again), framed with its own cursor and run."""
+    renderings = Renderings()
+    first = renderings.of(BEFORE, EVENT)
+    assert renderings.of(BEFORE, EVENT) is first
+    one, two = Run("t", "s", "run-1", "e", 1), Run("t", "s", "run-2", "e", 2)
+    assert [f.cursor and str(f.cursor) for f in framed(first, one)] == ["e:1:2:0"]
+    assert [f.cursor and str(f.cursor) for f in framed(first, two)] == ["e:2:2:0"]
+
+
+def test_another_event_at_the_same_seq_is_rendered_anew() -> None:
+    """Guards the key: the same task row and seq with another version or time (a
+    row id used again after a deletion, on SQLite) is another event."""
+    renderings = Renderings()
+    first = renderings.of(BEFORE, EVENT)
+    later = replace(EVENT, at=AT + timedelta(seconds=1))
+    assert renderings.of(BEFORE, later) is not first
+    assert renderings.of(BEFORE, replace(EVENT, task_version=3)) is not first
