@@ -58,3 +58,39 @@ def test_another_event_at_the_same_seq_is_rendered_anew() -> None:
     later = replace(EVENT, at=AT + timedelta(seconds=1))
     assert renderings.of(BEFORE, later) is not first
     assert renderings.of(BEFORE, replace(EVENT, task_version=3)) is not first
+
+
+def test_a_run_that_missed_an_event_renders_on_its_own() -> None:
+    """Guards the cache against a gapped run (``RUNSTATE_GAP_FILL=false``): an event
+    rendered on a document that is not the seq before it is neither kept nor taken
+    from the cache, so it can never reach another run."""
+    renderings = Renderings()
+    gapped = {**BEFORE, "eventSeq": 0}
+    assert renderings.of(gapped, EVENT) is not renderings.of(gapped, EVENT)
+    assert len(renderings.cache) == 0
+    assert renderings.of(BEFORE, EVENT).after["eventSeq"] == 2
+
+
+def test_a_document_of_its_own_is_counted_whole_and_a_chained_one_is_not() -> None:
+    """Guards the cache's bound: a rendering made on a document read from elsewhere
+    holds all of it and is counted so; the next one, made on the document the first
+    left, shares its steps and counts only what it adds."""
+    steps = [
+        {
+            "id": f"t:{i}",
+            "index": i,
+            "action": "a",
+            "input": "x" * 1000,
+            "status": "PENDING",
+            "attempts": 0,
+        }
+        for i in range(50)
+    ]
+    renderings = Renderings()
+    first = renderings.of({**BEFORE, "steps": steps, "totalSteps": 50}, EVENT)
+    whole = renderings.cache.bytes
+    assert whole > 50_000
+    following = replace(EVENT, seq=3, task_version=3, at=AT + timedelta(seconds=1))
+    renderings.of(first.after, following)
+    assert renderings.cache.bytes - whole < 5_000
+    assert renderings.at(7, 2, 2, AT) is first.after

@@ -94,7 +94,7 @@ async def follow(
     ):
         raise ResyncRequiredError
     waiting = _Waiting(after)
-    shared = Renderings() if renderings is None else renderings
+    shared = Renderings(max_items=1) if renderings is None else renderings
     groups = _groups(house, user_id, task, run, waiting, interval, gap_fill, pay, shared)
     try:
         async with contextlib.aclosing(groups):
@@ -129,7 +129,8 @@ async def _groups(
         at_base = await history.task_at(task, run.base)
     except ValueError:  # no event at the base any more: the task was deleted since
         raise NotFoundError("task", task.id) from None
-    doc = document(at_base)
+    chained = renderings.at(task.pk, run.base, at_base.version, at_base.updated_at)
+    doc = document(at_base) if chained is None else chained
     group = waiting.rest(opening(doc, run, at_base.updated_at))
     if waiting.cursor is None:
         yield None

@@ -16,7 +16,6 @@ field without a value).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -35,6 +34,7 @@ from ag_ui.core import (
     StepFinishedEvent,
     StepStartedEvent,
 )
+from pydantic_core import to_json
 
 from runstate.basics.bounded import BoundedCache
 from runstate.basics.enums import StepDecision
@@ -265,8 +265,9 @@ def of_event(before: Document, event: EventView, run: Run) -> tuple[Document, li
 
 
 def _json(value: Any) -> str:
-    """JSON as AG-UI's models write it: compact, UTF-8."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """JSON as AG-UI's models write it (pydantic's encoder: compact, UTF-8, and
+    ``0.00001`` where Python's own writes ``1e-05``)."""
+    return to_json(value).decode()
 
 
 @dataclass(frozen=True)
@@ -287,12 +288,14 @@ class Rendered:
 
     @property
     def size(self) -> int:
-        """About how many bytes it holds besides the document's shared steps."""
-        return (
-            len(self.delta)
-            + sum(len(tail) for _, tail in self.steps)
-            + 8 * len(self.after["steps"])
-        )
+        """About how many bytes it holds besides the steps its document shares with
+        the rendering before it: its JSON, a reference a step, and a fixed cost."""
+        texts = len(self.delta) + sum(len(tail) for _, tail in self.steps)
+        return ENTRY_BYTES + texts + 8 * len(self.after["steps"])
+
+
+ENTRY_BYTES = 2048
+"""What a cached rendering holds whatever its event: its objects and the cache's."""
 
 
 def render(before: Document, event: EventView) -> Rendered:
@@ -348,22 +351,50 @@ def framed(rendered: Rendered, run: Run) -> list[Frame]:
 class Renderings:
     """The events rendered lately on this process, shared by the runs that send
     them (keyed by the task's row, the event's seq, version and time, so that a
-    row id used again after a deletion never finds another task's event)."""
+    row id used again after a deletion never finds another task's event).
+
+    A run follows the chain of cached documents: it opens on the document a cached
+    rendering left at its base when there is one (``at``), and each rendering's
+    document shares its unchanged steps with the one before it. A rendering made on
+    a document from elsewhere (a run's opening read from the database) holds that
+    whole document, and is counted so."""
 
     def __init__(self, max_items: int = 10_000, max_bytes: int = 64 * 1_048_576) -> None:
         self.cache: BoundedCache[tuple[int, int, int, datetime], Rendered] = BoundedCache(
-            max_items, max_bytes
+            max_items, max_bytes, on_evict=self._evicted
         )
+        self._cached: dict[int, int] = {}
+        """How many cached renderings left each document (by ``id``): a rendering
+        made on one of them holds only what it changes."""
+
+    def at(self, task_pk: int, seq: int, version: int, at: datetime) -> Document | None:
+        """The document a cached rendering left at this event, if one did."""
+        found = self.cache.get((task_pk, seq, version, at))
+        return None if found is None else found.after
 
     def of(self, before: Document, event: EventView) -> Rendered:
-        """The rendering of ``event`` (``before`` is the document at the seq before
-        it, the same in every run, since the log is)."""
+        """The rendering of ``event``, ``before`` being the document at the seq just
+        before it (the same in every run, since the log is). A run that missed an
+        event (``RUNSTATE_GAP_FILL=false``) renders on its own, never shared."""
+        if before["eventSeq"] != event.seq - 1:
+            return render(before, event)
         key = (event.task_pk, event.seq, event.task_version, event.at)
         found = self.cache.get(key)
         if found is None:
             found = render(before, event)
-            self.cache.put(key, found, found.size)
+            size = found.size
+            if id(before) not in self._cached:  # a document of its own: held whole
+                size += len(to_json(before))
+            self.cache.put(key, found, size)
+            self._cached[id(found.after)] = self._cached.get(id(found.after), 0) + 1
         return found
+
+    def _evicted(self, _key: tuple[int, int, int, datetime], gone: Rendered) -> None:
+        left = self._cached.get(id(gone.after), 0) - 1
+        if left > 0:
+            self._cached[id(gone.after)] = left
+        else:
+            self._cached.pop(id(gone.after), None)
 
 
 def refused(run: Run, code: str, message: str) -> list[Frame]:
