@@ -46,7 +46,7 @@ from runstate.services.read.convert import task_views
 from runstate.services.write.house import House
 from runstate.storage.clock import utcnow
 from runstate.transport.agui.document import document
-from runstate.transport.agui.frames import Run, of_event, opening
+from runstate.transport.agui.frames import Run, framed, opening, render
 from tests.support import database, opened
 
 USER = "historian"
@@ -463,7 +463,8 @@ async def test_agui_deltas_rebuild_every_state_and_each_run_is_valid(
             if frames[-1].last:
                 break
             before = doc
-            doc, group = of_event(doc, event, agui_run)
+            rendered = render(doc, event)
+            doc, group = rendered.after, framed(rendered, agui_run)
             assert doc == states[event.seq], f"the document after seq {event.seq}"
             # and its bytes: a run chained from another's rendering sends what one
             # opened from the database would

@@ -17,13 +17,11 @@ from runstate.basics.enums import TaskStatus
 from runstate.schema.fanout import SharedEvents
 from runstate.schema.turns import Turns
 from runstate.services.actions.tokens import Principal
-from runstate.services.domain.errors import RateLimitedError
 from runstate.services.domain.events import TaskRef
 from runstate.services.domain.ratelimit import (
     REPLAYED_EVENTS_PER_POINT,
     RateLimiter,
     Spending,
-    refusal_cost,
 )
 from runstate.services.domain.views import (
     EventView,
@@ -170,13 +168,7 @@ class Context:
         """Pay ``points`` from the caller's budget; RateLimitedError when it cannot
         (the refusal may cost a point itself, ``ratelimit.refusal_cost``)."""
         if self.limiter is not None:
-            try:
-                await self.limiter.charge(self.user_id, points)
-            except RateLimitedError:
-                self.spent.refused = True
-                self.spent.points += refusal_cost(points)
-                raise
-            self.spent.points += points
+            await self.spent.charge(self.limiter, self.user_id, points)
 
     async def pace(self, points: float) -> None:
         """Pay ``points`` for work under way (a replay's next page), waiting while

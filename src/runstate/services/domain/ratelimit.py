@@ -71,6 +71,17 @@ class Spending:
     points: float = 0.0
     refused: bool = False
 
+    async def charge(self, limiter: RateLimiter, user_id: str, points: float) -> None:
+        """Pay ``points`` from the user's budget and count them; RateLimitedError
+        when it cannot (the refusal counted as refused, with what it cost)."""
+        try:
+            await limiter.charge(user_id, points)
+        except RateLimitedError:
+            self.refused = True
+            self.points += refusal_cost(points)
+            raise
+        self.points += points
+
 
 class RateLimiter(ABC):
     """Takes points from a user's bucket, or says how long until it could."""

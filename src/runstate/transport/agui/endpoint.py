@@ -40,6 +40,7 @@ from runstate.services.domain.ratelimit import (
     SUBSCRIBE_COST,
     WRITE_COST,
     RateLimiter,
+    Spending,
 )
 from runstate.services.live.streams import Pay
 from runstate.services.read.lookups import get_task
@@ -247,19 +248,12 @@ class AguiRuns:
                 await self.connections.remove(connection)
 
     async def _charge(self, request: Request, points: float) -> None:
-        """Pay for the stream (and the decisions it makes) from the caller's budget."""
+        """Pay for the stream (and the decisions it makes) from the caller's budget,
+        counted in the request's spending as a GraphQL operation's is."""
         limiter = self.serving.limiter
-        if limiter is None:
-            return
-        spent = request.scope.get(SPENT)
-        try:
-            await limiter.charge(request.scope["runstate.principal"].user_id, points)
-        except RateLimitedError:
-            if spent is not None:
-                spent.refused = True
-            raise
-        if spent is not None:
-            spent.points += points
+        if limiter is not None:
+            spent = request.scope.get(SPENT) or Spending()
+            await spent.charge(limiter, request.scope["runstate.principal"].user_id, points)
 
     def _paying(self, user_id: str) -> Pay | None:
         """What the stored events a run reads cost: a point per event, as a

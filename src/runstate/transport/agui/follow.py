@@ -75,7 +75,7 @@ async def follow(
     interval: float,
     gap_fill: bool = True,
     pay: streams.Pay | None = None,
-    renderings: Renderings | None = None,
+    renderings: Renderings,
 ) -> AsyncGenerator[list[Frame] | None, None]:
     """The run's frames after ``after`` (all of them without it), live to its end,
     a group at a time (the frames of one event, sent together); the stored events
@@ -94,8 +94,7 @@ async def follow(
     ):
         raise ResyncRequiredError
     waiting = _Waiting(after)
-    shared = Renderings(max_items=1) if renderings is None else renderings
-    groups = _groups(house, user_id, task, run, waiting, interval, gap_fill, pay, shared)
+    groups = _groups(house, user_id, task, run, waiting, interval, gap_fill, pay, renderings)
     try:
         async with contextlib.aclosing(groups):
             async for group in groups:

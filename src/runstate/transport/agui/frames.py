@@ -2,16 +2,19 @@
 ``threadId`` and its ``runId`` (``docs/agui.md`` §4-§5).
 
 A run's frames come in groups: the opening group at its base N (``opening``),
-then one group per event n > N (``of_event``); the group that leaves the task at
-a resting point ends with the terminal frames, and the run with it. The k-th frame
+then one group per event n > N (``render``, then ``framed`` for the run); the
+group that leaves the task at a resting point ends with the terminal frames, and
+the run with it. The k-th frame
 of the group of seq s has the cursor ``<epoch>:<base>:<s>:<k>``, in its SSE ``id:``
 and in ``metadata.runstate.cursor``. Because the same log always gives the same
 groups, any server process can continue a run from any cursor, by computing the
 groups again and sending what lies after it.
 
-Events are built with AG-UI's own models (``ag_ui.core``, the ``ag-ui-protocol``
-package), so their shapes are the protocol's, and encoded by them (camelCase, no
-field without a value).
+A run's opening and ending are built with AG-UI's own models (``ag_ui.core``, the
+``ag-ui-protocol`` package) and encoded by them (camelCase, no field without a
+value). An event's delta and step frames are written once per process for every
+run (``Renderings``), by pydantic's own encoder, in the bytes those models would
+write (the property test of ``test_history.py`` checks every frame).
 """
 
 from __future__ import annotations
@@ -258,12 +261,6 @@ def opening(doc: Document, run: Run, at: datetime) -> list[Frame]:
     return _numbered(group, run, run.base, millis(at))
 
 
-def of_event(before: Document, event: EventView, run: Run) -> tuple[Document, list[Frame]]:
-    """The document after ``event`` and the event's frames in ``run``."""
-    rendered = render(before, event)
-    return rendered.after, framed(rendered, run)
-
-
 def _json(value: Any) -> str:
     """JSON as AG-UI's models write it (pydantic's encoder: compact, UTF-8, and
     ``0.00001`` where Python's own writes ``1e-05``)."""
@@ -363,9 +360,9 @@ class Renderings:
         self.cache: BoundedCache[tuple[int, int, int, datetime], Rendered] = BoundedCache(
             max_items, max_bytes, on_evict=self._evicted
         )
-        self._cached: dict[int, int] = {}
-        """How many cached renderings left each document (by ``id``): a rendering
-        made on one of them holds only what it changes."""
+        self._chained: set[int] = set()
+        """The documents cached renderings left (by ``id``, each held by its entry):
+        a rendering made on one of them holds only what it changes."""
 
     def at(self, task_pk: int, seq: int, version: int, at: datetime) -> Document | None:
         """The document a cached rendering left at this event, if one did."""
@@ -383,18 +380,14 @@ class Renderings:
         if found is None:
             found = render(before, event)
             size = found.size
-            if id(before) not in self._cached:  # a document of its own: held whole
+            if id(before) not in self._chained:  # a document of its own: held whole
                 size += len(to_json(before))
+            self._chained.add(id(found.after))
             self.cache.put(key, found, size)
-            self._cached[id(found.after)] = self._cached.get(id(found.after), 0) + 1
         return found
 
     def _evicted(self, _key: tuple[int, int, int, datetime], gone: Rendered) -> None:
-        left = self._cached.get(id(gone.after), 0) - 1
-        if left > 0:
-            self._cached[id(gone.after)] = left
-        else:
-            self._cached.pop(id(gone.after), None)
+        self._chained.discard(id(gone.after))
 
 
 def refused(run: Run, code: str, message: str) -> list[Frame]:
