@@ -107,6 +107,9 @@ class Settings:
     is off."""
     log_format: str = "text"
     """``text`` for people, ``json`` (one object per line) for log collectors."""
+    currency: str = "USD"
+    """The ISO 4217 code of the currency spend is reported in (``costMicros``: its
+    millionths); the dashboard shows costs in it."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -167,6 +170,7 @@ class Settings:
             anon_rate_burst=_positive_float(env, "RUNSTATE_ANON_RATE_BURST", 100.0),
             metrics_token=env.get("RUNSTATE_METRICS_TOKEN") or None,
             log_format=_choice(env, "RUNSTATE_LOG_FORMAT", FORMATS, FORMATS[not developing]),
+            currency=_currency(env.get("RUNSTATE_CURRENCY") or "USD"),
             content=ContentLimits(
                 **{
                     name: _positive_int(env, f"RUNSTATE_MAX_{name.upper()}", default)
@@ -284,6 +288,13 @@ def _number(value: float) -> str:
 
 MAX_INT = 2**31 - 1
 """GraphQL's Int: the largest setting, since some (quotas) are answered by the API."""
+
+
+def _currency(value: str) -> str:
+    """An ISO 4217 currency code: three capital letters."""
+    if len(value) != 3 or not value.isascii() or not value.isalpha() or not value.isupper():
+        raise SettingsError(f"RUNSTATE_CURRENCY must be three capital letters (USD), not {value!r}")
+    return value
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:

@@ -155,11 +155,14 @@ def test_an_input_becomes_the_service_value_in_one_call() -> None:
 
 def test_every_view_field_is_declared_on_its_graphql_type() -> None:
     """The GraphQL types show each view field (``stored_bytes`` of a task included),
-    so a field added to a view and not to its type shows here."""
+    so a field added to a view and not to its type shows here. Spend columns are
+    shown together, as ``spend`` (and a task's budget as ``budget``)."""
+    spend = {"input_tokens", "output_tokens", "cost_micros", "calls"}
+    totals = {f"spent_{name}" for name in spend} | {"budget_max_tokens", "budget_max_cost_micros"}
     for view, graphql, hidden in (
-        (StepView, types.Step, set()),
+        (StepView, types.Step, spend),
         (ToolStateView, types.ToolState, set()),
-        (TaskView, types.Task, {"pk", "user_id", "session_pk", "steps", "tool_states"}),
+        (TaskView, types.Task, {"pk", "user_id", "session_pk", "steps", "tool_states", *totals}),
     ):
         shown = {f.name for f in dataclasses.fields(graphql)}
         assert {f.name for f in dataclasses.fields(view)} - hidden <= shown, graphql

@@ -16,7 +16,7 @@ from tortoise import connections
 
 from runstate.basics.enums import GraphNodeStatus, StepStatus
 from runstate.services.actions import sessions, tasks
-from runstate.services.domain.validation import ContentLimits, StepPatch, StepPlan
+from runstate.services.domain.validation import ContentLimits, Report, StepPatch, StepPlan
 from runstate.services.domain.views import TaskView, Written
 from runstate.services.threads import checkpoints, nodes
 from runstate.services.write import engine, idempotency
@@ -213,6 +213,39 @@ async def test_a_write_a_second_after_the_last_touches_the_session(
     assert busy.kinds().count("UPDATE sessions SET") == 0
 
 
+SPENT = Report(input_tokens=1200, output_tokens=340, cost_micros=5100, model="gpt-4o-mini")
+
+
+async def test_a_write_with_spend_costs_the_statements_of_one_without(
+    house: House, clock: Callable[[float], None]
+) -> None:
+    """Guards where spend is kept: the task's totals go in the UPDATE of the task
+    row every write already makes, a session's and a user's are summed when read,
+    so no statement is added (no session or usage row written, no sum read). A
+    completeStep with spend is SINGLE's 8 statements like one without, and so is a
+    recordSpend; the task's totals are the step's."""
+    task_id = await long_task(house, 3)
+    version = (await tasks.start_step(house, USER, task_id, 0, expected_version=1)).value.version
+    async with Statements() as bare:
+        version = (
+            await tasks.complete_step(house, USER, task_id, 0, expected_version=version)
+        ).value.version
+    version = (
+        await tasks.start_step(house, USER, task_id, 1, expected_version=version)
+    ).value.version
+    async with Statements() as reported:
+        await tasks.record_spend(house, USER, task_id, 1, SPENT)
+    async with Statements() as spent:
+        done = await tasks.complete_step(
+            house, USER, task_id, 1, expected_version=version, spend=SPENT
+        )
+    assert bare.kinds() == SINGLE
+    assert reported.kinds() == SINGLE
+    assert spent.kinds() == SINGLE
+    assert done.value.spend.input_tokens == 2400
+    assert done.value.spend.calls == 2
+
+
 async def test_the_history_of_a_long_task_costs_what_it_changed(house: House) -> None:
     """Guards deltas in storage: a 1,000-step task whose steps each get a 1 KB output
     keeps events and step history within 3x the bytes of those outputs (with the
@@ -299,6 +332,27 @@ async def test_a_step_write_on_postgresql_is_as_many_statements_as_on_sqlite(
             (tail,) = [s for s in statements.seen if s.startswith("WITH")]
             assert inner_kinds(tail) == SINGLE[2:-1]
     assert found == [["BEGIN", "UPDATE tasks SET", "WITH _0 AS", "COMMIT"]] * 4
+
+
+async def test_a_write_with_spend_on_postgresql_is_the_same_round_trips(
+    pg_house: House, clock: Callable[[float], None]
+) -> None:
+    """Guards spend's cost on PostgreSQL: a completeStep with spend, and a
+    recordSpend, are the four round trips and the tail statements of any step
+    write (no session or usage row written, no sum read)."""
+    task_id = await long_task(pg_house, 3)
+    version = (await tasks.start_step(pg_house, USER, task_id, 0, expected_version=1)).value.version
+    found = []
+    async with LoggedStatements() as statements:
+        await tasks.record_spend(pg_house, USER, task_id, 0, SPENT)
+    found.append(statements)
+    async with LoggedStatements() as statements:
+        await tasks.complete_step(pg_house, USER, task_id, 0, expected_version=version, spend=SPENT)
+    found.append(statements)
+    for logged in found:
+        assert logged.kinds() == ["BEGIN", "UPDATE tasks SET", "WITH _0 AS", "COMMIT"]
+        (tail,) = [s for s in logged.seen if s.startswith("WITH")]
+        assert inner_kinds(tail) == SINGLE[2:-1]
 
 
 def inner_kinds(joined: str) -> list[str]:

@@ -70,6 +70,8 @@ class TaskEventKind(StrEnum):
     GRAPH_PRUNED = "GRAPH_PRUNED"
     GRAPH_COPIED = "GRAPH_COPIED"
     INTERRUPT_ANSWERED = "INTERRUPT_ANSWERED"
+    SPEND_RECORDED = "SPEND_RECORDED"
+    BUDGET_CHANGED = "BUDGET_CHANGED"
 
 
 class GraphPruneStrategy(StrEnum):
@@ -126,3 +128,10 @@ class SessionItemsEventKind(StrEnum):
     follow at once as ITEMS_ADDED, for a conversation longer than one page)."""
     ITEMS_ADDED = "ITEMS_ADDED"
     """Items added after the ones you hold."""
+
+
+class BudgetScope(StrEnum):
+    """Whose budget refused new work: the task's own, or its session's."""
+
+    TASK = "TASK"
+    SESSION = "SESSION"

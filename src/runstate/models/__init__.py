@@ -89,6 +89,11 @@ class Session(Model):
     items_reset_seq = fields.IntField(default=0, db_default=0)
     """The position of the last pop or clear: a reader that saw the items up to an
     earlier position must read them all again (the conversation stream's SNAPSHOT)."""
+    budget_max_tokens = fields.BigIntField(null=True)
+    """The session's budget (``services.domain.spend``): input plus output tokens
+    its tasks may spend together; None, no limit."""
+    budget_max_cost_micros = fields.BigIntField(null=True)
+    """Millionths of the deployment's currency its tasks may spend together."""
 
     class Meta:
         table = "sessions"
@@ -145,6 +150,15 @@ class Task(Model):
     updated_at = fields.DatetimeField()
     stored_bytes = fields.BigIntField(default=0, db_default=0)
     """What the task and its history hold (``quota``): grows with every event."""
+    spent_input_tokens = fields.BigIntField(default=0, db_default=0)
+    """The sum of its steps' ``input_tokens``, kept by every write that reports
+    spend in the row it already updates (``services.domain.spend``)."""
+    spent_output_tokens = fields.BigIntField(default=0, db_default=0)
+    spent_cost_micros = fields.BigIntField(default=0, db_default=0)
+    spent_calls = fields.IntField(default=0, db_default=0)
+    budget_max_tokens = fields.BigIntField(null=True)
+    """The task's own budget: input plus output tokens; None, no limit."""
+    budget_max_cost_micros = fields.BigIntField(null=True)
 
     class Meta:
         table = "tasks"
@@ -171,6 +185,15 @@ class StepState(Model):
     error: str | None = fields.TextField(null=True)
     started_at: datetime | None = fields.DatetimeField(null=True)
     completed_at: datetime | None = fields.DatetimeField(null=True)
+    input_tokens = fields.BigIntField(default=0, db_default=0)
+    """Spend its writes reported, added up (``services.domain.spend``)."""
+    output_tokens = fields.BigIntField(default=0, db_default=0)
+    cost_micros = fields.BigIntField(default=0, db_default=0)
+    calls = fields.IntField(default=0, db_default=0)
+    """How many reports of spend it had."""
+    models = fields.JSONField[object](null=True)
+    """The model names its reports gave, in first-reported order, boxed (``box``);
+    None: none."""
 
     class Meta:
         abstract = True

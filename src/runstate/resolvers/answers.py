@@ -76,6 +76,7 @@ def write(
     *,
     given: Given | None = None,
     reads: tuple[str, ...] = (),
+    kept_as: Any = None,
     **options: Any,
 ) -> Any:
     """A write mutation taking ``input_type`` and answering ``result`` (a union of
@@ -85,7 +86,9 @@ def write(
     ``once``; its value answered through ``answer``. A service that takes keywords
     (``**reported``) is given the input's fields that are columns a step reports
     (``columns.REPORTED``). A service that makes no events (it answers a view, not
-    a ``Written``) is answered as writes are.
+    a ``Written``) is answered as writes are. ``kept_as``: the type a repeat reads a
+    kept answer back as, for a service answering a union of a task (kept by
+    reference) and one other view.
 
     Checked as the schema is built, so that nothing is lost without a sound: a
     service parameter without a default that nothing gives, and an input field no
@@ -96,6 +99,8 @@ def write(
     returned = get_type_hints(service)["return"]
     publishes = get_origin(returned) is Written  # else a view, answered as writes are
     kind = get_args(returned)[0] if publishes else returned
+    if kept_as is not None:
+        kind = kept_as
     computed = dict(given or {})
     fields = {f.name for f in dataclasses.fields(input_type)}
     by_name = [n for n in parameters if n in fields and n not in computed]

@@ -14,6 +14,7 @@ from strawberry.extensions import (
     MaxTokensLimiter,
     SchemaExtension,
 )
+from strawberry.schema.config import StrawberryConfig
 
 from runstate.observe.metrics import Metrics
 from runstate.resolvers.mutations import Mutation
@@ -31,6 +32,7 @@ from runstate.schema.extensions import (
 )
 from runstate.schema.fanout import SharedEventExecutor
 from runstate.schema.limits import limit_rules
+from runstate.schema.spending import LONG, Long
 from runstate.schema.turns import Turns
 from runstate.settings import Settings
 
@@ -81,6 +83,7 @@ def build_schema(
         subscription=Subscription,
         extensions=extensions,
         execution_context_class=SharedEventExecutor,
+        config=StrawberryConfig(scalar_map={Long: LONG}),
     )
     roots = (built._schema.query_type, built._schema.mutation_type, built._schema.subscription_type)
     known.update(name for root in roots if root is not None for name in root.fields)

@@ -34,16 +34,19 @@ from runstate.schema.inputs import (
     DeleteSessionInput,
     FailStepInput,
     ForkTaskInput,
+    RecordSpendInput,
     RecordToolCallInput,
     ReleaseTaskLockInput,
     RenewTaskLockInput,
     ResumeTaskInput,
+    SetBudgetInput,
     SetTaskStatusInput,
     StartSessionInput,
     StepRefInput,
     UpdateSessionInput,
 )
 from runstate.schema.results import (
+    BudgetResult,
     DeleteResult,
     LockResult,
     ReleaseResult,
@@ -59,8 +62,18 @@ from runstate.schema.session_items import (
     SessionItemsChanged,
     SessionItemsChangeResult,
 )
+from runstate.schema.spending import budget_of, report_of
 from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
-from runstate.services.actions import conversation, leases, recovery, sessions, tasks, tools
+from runstate.services.actions import (
+    budgets,
+    conversation,
+    leases,
+    recovery,
+    sessions,
+    tasks,
+    tools,
+)
+from runstate.services.domain.views import SessionView, TaskView
 from runstate.services.threads import checkpoints, interrupts, nodes
 
 
@@ -73,6 +86,12 @@ def _lease(input: CreateTaskInput) -> tuple[str, int] | None:
 
 
 _PLANS = {"steps": lambda _, input: [s.plan() for s in input.steps]}
+_SPEND = {"spend": lambda _, input: report_of(input.spend)}
+_BUDGET = {"budget": lambda _, input: budget_of(input.budget)}
+
+
+def _task_or_session(value: TaskView | SessionView) -> Task | AgentSession:
+    return Task.of(value) if isinstance(value, TaskView) else AgentSession.of(value)
 
 
 @strawberry.type
@@ -87,6 +106,7 @@ class Mutation:
         given={
             "default_ttl": lambda info, _: info.context.settings.session_ttl,
             "session_id": lambda _, input: input.id,
+            **_BUDGET,
         },
         reads=("id",),
     )
@@ -148,7 +168,12 @@ class Mutation:
         CreateTaskInput,
         TaskResult,
         Task.of,
-        given={**_PLANS, "task_id": lambda _, input: input.id, "lease": lambda _, i: _lease(i)},
+        given={
+            **_PLANS,
+            **_BUDGET,
+            "task_id": lambda _, input: input.id,
+            "lease": lambda _, i: _lease(i),
+        },
         reads=("id", "lease"),
     )
     add_steps = write(
@@ -160,8 +185,33 @@ class Mutation:
         description="Appends steps to the plan (agents often discover steps as they go).",
     )
     start_step = write(tasks.start_step, StepRefInput, TaskResult, Task.of)
-    complete_step = write(tasks.complete_step, CompleteStepInput, TaskResult, Task.of)
-    fail_step = write(tasks.fail_step, FailStepInput, TaskResult, Task.of)
+    complete_step = write(tasks.complete_step, CompleteStepInput, TaskResult, Task.of, given=_SPEND)
+    fail_step = write(tasks.fail_step, FailStepInput, TaskResult, Task.of, given=_SPEND)
+    record_spend = write(
+        tasks.record_spend,
+        RecordSpendInput,
+        TaskResult,
+        Task.of,
+        given=_SPEND,
+        description=(
+            "Report spend of a RUNNING step between its start and its end (SPEND_RECORDED); "
+            "the task's version is left alone, like a tool report's. Always recorded, "
+            "even past a budget."
+        ),
+    )
+    set_budget = write(
+        budgets.set_budget,
+        SetBudgetInput,
+        BudgetResult,
+        _task_or_session,
+        given=_BUDGET,
+        kept_as=SessionView,
+        description=(
+            "Set, change or remove (null limits) the budget of a task or a session, at the "
+            "version seen: a person's decision (a task's BUDGET_CHANGED event carries the "
+            "actor and the note). Raising it lets refused work go on."
+        ),
+    )
     checkpoint_task = write(
         tasks.checkpoint_task,
         CheckpointTaskInput,
@@ -192,7 +242,7 @@ class Mutation:
         leases.release_task_lock, ReleaseTaskLockInput, ReleaseResult, Task.of
     )
     record_tool_call = write(
-        tools.record_tool_call, RecordToolCallInput, ToolStateResult, ToolState.of
+        tools.record_tool_call, RecordToolCallInput, ToolStateResult, ToolState.of, given=_SPEND
     )
     fork_task = write(
         tasks.fork_task,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import strawberry
 from strawberry.scalars import JSON
+from tortoise import connections
 
 from runstate.basics.enums import SessionStatus, TaskStatus
 from runstate.resolvers.answers import answered
@@ -11,8 +12,9 @@ from runstate.schema.context import Info
 from runstate.schema.graphs import GraphCheckpoint, GraphCheckpointPage, GraphCheckpointResult
 from runstate.schema.results import SessionResult, TaskResult
 from runstate.schema.session_items import SessionItemPage, SessionItemsResult
+from runstate.schema.spending import Spend
 from runstate.schema.types import AgentSession, SessionConnection, Task, TaskConnection, Usage
-from runstate.services.domain import quota
+from runstate.services.domain import quota, spend
 from runstate.services.domain.errors import InvalidInputError
 from runstate.services.domain.ratelimit import READ_COST
 from runstate.services.read import lookups, transcript
@@ -155,8 +157,12 @@ class Query:
     @strawberry.field(description="How much the caller's sessions and tasks hold, and may hold.")
     async def usage(self, info: Info) -> Usage:
         await info.context.charge(READ_COST)
+        user_id = info.context.user_id
+        spent = await spend.spent_by(connections.get("default"), "user_id", [user_id])
         return Usage(
-            stored_bytes=await quota.held(info.context.user_id),
+            stored_bytes=await quota.held(user_id),
             max_stored_bytes=info.context.house.limits.user_bytes,
             max_task_bytes=info.context.house.limits.task_bytes,
+            spend=Spend.of(spent[user_id]),
+            currency=info.context.settings.currency,
         )

@@ -12,11 +12,13 @@ from typing import Protocol, TypeVar
 
 import strawberry
 from strawberry.dataloader import DataLoader
+from tortoise import connections
 
 from runstate.basics.enums import TaskStatus
 from runstate.schema.fanout import SharedEvents
 from runstate.schema.turns import Turns
 from runstate.services.actions.tokens import Principal
+from runstate.services.domain import spend
 from runstate.services.domain.events import TaskRef
 from runstate.services.domain.ratelimit import (
     REPLAYED_EVENTS_PER_POINT,
@@ -27,6 +29,7 @@ from runstate.services.domain.views import (
     EventView,
     Page,
     SessionView,
+    SpendView,
     StepView,
     TaskView,
     ToolStateView,
@@ -86,6 +89,11 @@ async def _steps(keys: Sequence[tuple[int, int]]) -> list[tuple[StepView, ...]]:
     return await history.steps_at_many(keys)
 
 
+async def _session_spend(keys: Sequence[int]) -> list[SpendView]:
+    found = await spend.spent_by(connections.get("default"), "session_id", keys)
+    return [found[k] for k in keys]
+
+
 async def _tool_states(keys: Sequence[tuple[int, str, int]]) -> list[tuple[ToolStateView, ...]]:
     """``Task.toolStates`` of every task of a page, each at its seq."""
     return await history.tool_states_at_many(keys)
@@ -114,6 +122,11 @@ class Loaders:
     def steps(self) -> DataLoader[tuple[int, int], tuple[StepView, ...]]:
         """A task's steps by (row id, seq)."""
         return DataLoader(_steps, cache=False)
+
+    @cached_property
+    def session_spend(self) -> DataLoader[int, SpendView]:
+        """A session's spend (its tasks' summed) by its row id."""
+        return DataLoader(_session_spend, cache=False)
 
     @cached_property
     def tool_states(self) -> DataLoader[tuple[int, str, int], tuple[ToolStateView, ...]]:

@@ -9,6 +9,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from runstate.basics.enums import SessionStatus, StepDecision, StepStatus, TaskStatus, ToolOutcome
+from runstate.schema.spending import BudgetInput, SpendInput
 from runstate.services.domain.columns import REPORTED
 from runstate.services.domain.validation import StepPatch, StepPlan
 
@@ -49,6 +50,9 @@ class StartSessionInput:
         description="Inactivity timeout for this session; the server default when omitted.",
     )
     metadata: JSON | None = None
+    budget: BudgetInput | None = strawberry.field(
+        default=None, description="What the session's tasks may spend together."
+    )
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
@@ -93,6 +97,9 @@ class CreateTaskInput:
     )
     goal: str
     steps: list[StepPlanInput]
+    budget: BudgetInput | None = strawberry.field(
+        default=None, description="What the task may spend (its session's budget holds too)."
+    )
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
     lease: TaskLeaseInput | None = strawberry.field(
         default=None,
@@ -131,6 +138,9 @@ class CompleteStepInput:
     expected_version: int
     fencing_token: int | None = None
     output: JSON | None = None
+    spend: SpendInput | None = strawberry.field(
+        default=None, description="What the step spent since its last report."
+    )
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
@@ -143,6 +153,9 @@ class FailStepInput:
     expected_version: int
     fencing_token: int | None = None
     error: str
+    spend: SpendInput | None = strawberry.field(
+        default=None, description="What the step spent since its last report."
+    )
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 
 
@@ -159,6 +172,9 @@ class StepPatchInput:
     status: StepStatus
     output: JSON | None = strawberry.UNSET
     error: str | None = None
+    spend: SpendInput | None = strawberry.field(
+        default=None, description="What the step spent since its last report."
+    )
 
     def patch(self) -> StepPatch:
         """The service's value for this input."""
@@ -170,6 +186,7 @@ class StepPatchInput:
             set_output=set_output,
             error=self.error,
             reported=reported(self),
+            spend=None if self.spend is None else self.spend.report(),
         )
 
 
@@ -363,5 +380,45 @@ class RecordToolCallInput:
     )
     max_retries: int | None = strawberry.field(
         default=None, description="Sets the tool's retry budget (default 3)."
+    )
+    spend: SpendInput | None = strawberry.field(
+        default=None,
+        description="What the call spent: added to the task's first RUNNING step.",
+    )
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+
+
+@strawberry.input(
+    description=(
+        "Report spend of a running step between its start and its end (a step that makes "
+        "several model calls)."
+    )
+)
+class RecordSpendInput:
+    """Spend of a running step."""
+
+    task_id: strawberry.ID
+    step_index: int
+    spend: SpendInput
+    fencing_token: int | None = None
+    idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
+
+
+@strawberry.input(
+    description=(
+        "Set (or with null fields, remove) the budget of a task (taskId) or a session "
+        "(sessionId): exactly one of them."
+    )
+)
+class SetBudgetInput:
+    """A person's change of a budget."""
+
+    task_id: strawberry.ID | None = None
+    session_id: strawberry.ID | None = None
+    expected_version: int
+    budget: BudgetInput
+    note: str | None = strawberry.field(
+        default=None,
+        description="Why (at most 1,000 characters); a task's BUDGET_CHANGED event carries it.",
     )
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)

@@ -10,6 +10,8 @@ from typing import Any
 import strawberry
 from strawberry.extensions import FieldExtension
 
+from runstate.basics.enums import BudgetScope
+from runstate.schema.spending import Budget, Spend
 from runstate.services.domain import errors
 
 
@@ -27,6 +29,7 @@ class ProblemCode(Enum):
     STALE_FENCING_TOKEN = "STALE_FENCING_TOKEN"
     IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
     RATE_LIMITED = "RATE_LIMITED"
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
 
 
 @strawberry.interface
@@ -118,6 +121,19 @@ class RateLimited(Problem):
     retry_after_seconds: float
 
 
+@strawberry.type(
+    description=(
+        "New work refused: the task's or its session's spend reached its budget. Nothing was done."
+    )
+)
+class BudgetExceeded(Problem):
+    """A start of new work refused by a budget (``scope``: whose)."""
+
+    scope: BudgetScope
+    budget: Budget
+    spend: Spend
+
+
 def to_problem(error: errors.DomainError) -> Problem:
     """The Problem member that answers a service refusal."""
     code = ProblemCode(error.code)
@@ -154,6 +170,16 @@ def to_problem(error: errors.DomainError) -> Problem:
             return IdempotencyKeyReused(code=code, message=message, idempotency_key=error.key)
         case errors.RateLimitedError():
             return RateLimited(code=code, message=message, retry_after_seconds=error.retry_after)
+        case errors.BudgetExceededError():
+            budget = Budget.of(error.budget)
+            assert budget is not None  # a refusal names the budget that refused
+            return BudgetExceeded(
+                code=code,
+                message=message,
+                scope=BudgetScope(error.scope),
+                budget=budget,
+                spend=Spend.of(error.spend),
+            )
     raise TypeError(f"no Problem answers {type(error).__name__}")
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import strawberry
 
 from runstate.schema.problems import (
+    BudgetExceeded,
     IdempotencyKeyReused,
     InvalidInput,
     InvalidTransition,
@@ -42,7 +43,8 @@ TaskResult = Annotated[
     | LockHeld
     | StaleFencingToken
     | IdempotencyKeyReused
-    | RateLimited,
+    | RateLimited
+    | BudgetExceeded,
     strawberry.union("TaskResult"),
 ]
 DeleteResult = Annotated[
@@ -87,6 +89,18 @@ ToolStateResult = Annotated[
     | StaleFencingToken
     | LockHeld
     | IdempotencyKeyReused
-    | RateLimited,
+    | RateLimited
+    | BudgetExceeded,
     strawberry.union("ToolStateResult"),
+]
+BudgetResult = Annotated[
+    Task
+    | AgentSession
+    | NotFound
+    | VersionConflict
+    | InvalidInput
+    | SessionExpired
+    | IdempotencyKeyReused
+    | RateLimited,
+    strawberry.union("BudgetResult"),
 ]

@@ -9,10 +9,18 @@ from typing import Any, TypeVar, get_origin
 import strawberry
 from strawberry.scalars import JSON
 
-from runstate.basics.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+from runstate.basics.enums import (
+    BudgetScope,
+    SessionStatus,
+    StepStatus,
+    TaskEventKind,
+    TaskStatus,
+    ToolStatus,
+)
 from runstate.basics.makers import Maker, given_names, written
 from runstate.basics.typed import hints, without_none
 from runstate.schema.context import Info
+from runstate.schema.spending import Budget, Spend
 from runstate.services.domain import validation
 from runstate.services.domain.views import (
     EventView,
@@ -120,6 +128,14 @@ class AgentSession(FromView):
         arguments = (info.context.user_id, status, 50 if first is None else first, after)
         return TaskConnection.of(await info.context.loaders.tasks.load((arguments, self.view.pk)))
 
+    @strawberry.field(description="Sum of the spend of the session's tasks.")
+    async def spend(self, info: Info) -> Spend:
+        return Spend.of(await info.context.loaders.session_spend.load(self.view.pk))
+
+    @strawberry.field(description="What its tasks may spend together; null: no limit.")
+    def budget(self) -> Budget | None:
+        return Budget.of(self.view.budget)
+
 
 @strawberry.type
 class Step(FromView):
@@ -143,11 +159,20 @@ class Step(FromView):
     error: str | None
     started_at: datetime | None
     completed_at: datetime | None
+    spend: Spend = strawberry.field(description="What the step's writes reported spending.")
+    models: list[str] = strawberry.field(
+        description="The models its reports named, in first-reported order."
+    )
 
     @classmethod
     def of(cls, view: StepView, task_id: str) -> Step:  # type: ignore[override]
         """The GraphQL object for a step view of the task ``task_id``."""
-        return super().of(view, id=strawberry.ID(f"{task_id}:{view.index}"))
+        return super().of(
+            view,
+            id=strawberry.ID(f"{task_id}:{view.index}"),
+            spend=Spend.of(view.spend),
+            models=list(view.models or ()),
+        )
 
 
 @strawberry.type
@@ -241,6 +266,30 @@ class Task(FromView):
     async def session(self, info: Info) -> AgentSession:
         return AgentSession.of(await info.context.loaders.sessions.load(self.view.session_pk))
 
+    @strawberry.field(description="Sum of its steps' spend.")
+    def spend(self) -> Spend:
+        return Spend.of(self.view.spend)
+
+    @strawberry.field(description="What the task may spend; null: no limit of its own.")
+    def budget(self) -> Budget | None:
+        return Budget.of(self.view.budget)
+
+    @strawberry.field(
+        description=(
+            "The task's or its session's spend reached a budget: new work is refused "
+            "(BudgetExceeded) until it is raised. On taskAt, the task's own budget as it "
+            "stood then, and its session's as it stands now."
+        )
+    )
+    async def over_budget(self, info: Info) -> bool:
+        own = self.view.budget
+        if own is not None and own.reached(self.view.spend):
+            return True
+        session = await info.context.loaders.sessions.load(self.view.session_pk)
+        if session.budget is None:
+            return False
+        return session.budget.reached(await info.context.loaders.session_spend.load(session.pk))
+
     @strawberry.field(
         description=(
             "Where a forked task came from (the source and the seq it was forked at), as its "
@@ -331,7 +380,21 @@ class TaskEvent(FromView):
             "worker that made the change."
         )
     )
-    note: str | None = strawberry.field(description="decideStep: the person's reason, as given.")
+    note: str | None = strawberry.field(
+        description="decideStep and setBudget: the person's reason, as given."
+    )
+    budget: Budget | None = strawberry.field(
+        description=(
+            "BUDGET_CHANGED, and TASK_CREATED of a task made with one: the task's budget "
+            "after the event (null on BUDGET_CHANGED: removed)."
+        )
+    )
+    budget_crossed: BudgetScope | None = strawberry.field(
+        description=(
+            "The budget (TASK or SESSION) the spend this event reported reached: from this "
+            "event on, new work is refused until it is raised."
+        )
+    )
     task: Task | None = strawberry.field(
         description=(
             "The whole task: present on SNAPSHOT events only (the first message of a "
@@ -351,7 +414,13 @@ class TaskEvent(FromView):
     @classmethod
     def of(cls, view: EventView, **given: Any) -> TaskEvent:
         """The GraphQL object for an event view."""
-        return super().of(view, steps=[Step.of(s, view.task_id) for s in view.steps], **given)
+        return super().of(
+            view,
+            steps=[Step.of(s, view.task_id) for s in view.steps],
+            budget=Budget.of(view.budget),
+            budget_crossed=None if view.crossed is None else BudgetScope(view.crossed),
+            **given,
+        )
 
 
 @strawberry.type
@@ -475,4 +544,8 @@ class Usage:
     )
     max_task_bytes: int = strawberry.field(
         description="What one task may hold (RUNSTATE_MAX_TASK_BYTES)."
+    )
+    spend: Spend = strawberry.field(description="What the caller's tasks spent, summed.")
+    currency: str = strawberry.field(
+        description="The currency costs are counted in (RUNSTATE_CURRENCY), in millionths."
     )

@@ -16,7 +16,7 @@ from tortoise.queryset import QuerySet
 
 from runstate.basics.enums import TaskEventKind, TaskStatus
 from runstate.models import USER_LENGTH, Task
-from runstate.services.domain import validation
+from runstate.services.domain import spend, validation
 from runstate.services.domain.conditions import (
     WORKING,
     at,
@@ -219,14 +219,16 @@ with it). One probe of the checkpoints' unique index per task looked at."""
 def _still_claimable(now: datetime, grace: timedelta) -> sql.Fragment:
     """A task a worker may claim, as SQL on the task row: PLANNED with no live
     lease, or stalled since ``grace`` ago at least, in an open session
-    (``conditions``), and no LangGraph thread. What the claim's UPDATE checks again
+    (``conditions``), no LangGraph thread, and neither it nor its session over
+    budget (``spend.OVER_BUDGET_SQL``). What the claim's UPDATE checks again
     of the task it picked."""
     live, live_params = no_live_lease_sql(now)
     gone, gone_params = stalled_sql(now - grace)
     opened, opened_params = open_session_sql(now, "s")
     return (
         f'(("status" = ? AND ({live})) OR ({gone})) AND EXISTS (SELECT 1 FROM "sessions" s'
-        f' WHERE s."id" = "tasks"."session_id" AND {opened}) AND NOT {_GRAPH}',
+        f' WHERE s."id" = "tasks"."session_id" AND {opened}) AND NOT {_GRAPH}'
+        f" AND NOT {spend.OVER_BUDGET_SQL}",
         [TaskStatus.PLANNED.value, *live_params, *gone_params, *opened_params],
     )
 
@@ -254,6 +256,7 @@ async def _oldest_claimable(
         condition = no_live_lease(now) if status is TaskStatus.PLANNED else stalled(now - grace)
         oldest = _candidates(user_id, session_id, now).filter(condition, status=status)
         oldest = oldest.annotate(graph=RawSQL(_GRAPH)).filter(graph=False)
+        oldest = oldest.annotate(over=RawSQL(spend.OVER_BUDGET_SQL)).filter(over=False)
         found += [row["id"] for row in await oldest.order_by("id").limit(1).values("id")]
     return min(found, default=None)
 

@@ -20,7 +20,7 @@ from runstate.services.domain.errors import (
     VersionConflictError,
 )
 from runstate.services.domain.moves import check_session_move
-from runstate.services.domain.views import SessionView
+from runstate.services.domain.views import BudgetView, SessionView
 from runstate.services.read.convert import session_view
 from runstate.services.read.lookups import get_session
 from runstate.services.write.house import House
@@ -36,8 +36,10 @@ async def start_session(
     session_id: str | None = None,
     ttl_seconds: int | None = None,
     metadata: Any = None,
+    budget: BudgetView | None = None,
 ) -> SessionView:
-    """Start a session; starting a client-chosen id again returns the stored one unchanged."""
+    """Start a session, with ``budget`` what its tasks may spend together; starting a
+    client-chosen id again returns the stored one unchanged."""
     public_id = validation.object_id(session_id)
     ttl = validation.ttl_seconds(ttl_seconds, default_ttl)
     house.limits.json_payload(metadata, "metadata")
@@ -57,6 +59,8 @@ async def start_session(
                 last_active_at=now,
                 expires_at=now + timedelta(seconds=ttl),
                 stored_bytes=stored,
+                budget_max_tokens=None if budget is None else budget.max_tokens,
+                budget_max_cost_micros=None if budget is None else budget.max_cost_micros,
                 using_db=conn,
             )
             await quota.charge(conn, house.limits, user_id, stored, "metadata")

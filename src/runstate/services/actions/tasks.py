@@ -10,19 +10,21 @@ from typing import Any
 from tortoise.exceptions import IntegrityError
 from tortoise.transactions import in_transaction
 
-from runstate.basics.enums import StepStatus, TaskEventKind, TaskStatus
+from runstate.basics.enums import BudgetScope, StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, Task, TaskEvent, box
 from runstate.services.actions import leases
-from runstate.services.domain import events, quota, validation
+from runstate.services.domain import events, quota, spend, validation
 from runstate.services.domain.conditions import open_session
 from runstate.services.domain.errors import (
+    BudgetExceededError,
     InvalidInputError,
     InvalidTransitionError,
     UnmatchedWriteError,
 )
 from runstate.services.domain.moves import FINISHED_STEPS
-from runstate.services.domain.validation import StepPatch, StepPlan
+from runstate.services.domain.validation import Report, StepPatch, StepPlan
 from runstate.services.domain.views import (
+    BudgetView,
     OriginView,
     StepView,
     TaskView,
@@ -54,12 +56,15 @@ async def create_task(
     steps: Sequence[StepPlan],
     task_id: str | None = None,
     lease: tuple[str, int] | None = None,
+    budget: BudgetView | None = None,
 ) -> Written[TaskView]:
     """Create a PLANNED task with its plan; an existing client-chosen id returns that
     task. With ``lease`` (holder, ttl seconds) the task is created leased to that
     holder (fencing token 1, a LOCK_ACQUIRED event at seq 2) in the same transaction:
     no ``claimTask`` can hand it to a worker before its creator runs it, as one could
-    between a create and an ``acquireTaskLock``."""
+    between a create and an ``acquireTaskLock``. With ``budget``, the task's own
+    (its TASK_CREATED event carries it). A session whose spend reached its budget
+    takes no new task (BudgetExceeded)."""
     public_id = validation.object_id(task_id)
     house.limits.goal(goal)
     house.limits.step_plans(steps)
@@ -77,6 +82,7 @@ async def create_task(
         status=TaskStatus.PLANNED,
         steps=plan,
         lease=lease,
+        budget=budget,
     )
 
 
@@ -105,9 +111,16 @@ async def fork_task(
     source = await get_task_at(user_id, task_id, at_seq)
     assert source.steps is not None
     picked = [
-        replace(s, status=StepStatus.PENDING, completed_at=None)
-        if s.status in (StepStatus.RUNNING, StepStatus.IN_DOUBT)
-        else s
+        replace(
+            s,
+            status=StepStatus.PENDING
+            if s.status in (StepStatus.RUNNING, StepStatus.IN_DOUBT)
+            else s.status,
+            completed_at=None
+            if s.status in (StepStatus.RUNNING, StepStatus.IN_DOUBT)
+            else s.completed_at,
+            **_UNSPENT,
+        )
         for s in source.steps
     ]
     return await _insert_task(
@@ -121,6 +134,16 @@ async def fork_task(
         steps=[_copied_step(s) for s in picked],
         origin=OriginView(source.id, at_seq),
     )
+
+
+_UNSPENT: dict[str, Any] = {
+    "input_tokens": 0,
+    "output_tokens": 0,
+    "cost_micros": 0,
+    "calls": 0,
+    "models": None,
+}
+"""A forked step's spend: the source paid for what it did, the fork has spent nothing."""
 
 
 def _forked_status(steps: Sequence[StepView]) -> TaskStatus:
@@ -154,6 +177,7 @@ async def _insert_task(
     steps: list[Step],
     origin: OriginView | None = None,
     lease: tuple[str, int] | None = None,
+    budget: BudgetView | None = None,
 ) -> Written[TaskView]:
     """Insert a task, its ``steps`` (their task filled in here) and its TASK_CREATED
     event (seq 1), with ``lease`` its lease and LOCK_ACQUIRED event (seq 2), in one
@@ -184,6 +208,13 @@ async def _insert_task(
             session = (
                 await Session.filter(user_id=user_id, public_id=session_id).using_db(conn).get()
             )
+            session_budget = BudgetView.of(
+                session.budget_max_tokens, session.budget_max_cost_micros
+            )
+            if session_budget is not None:
+                spent = await spend.session_spent(conn, session.id)
+                if session_budget.reached(spent):
+                    raise BudgetExceededError(BudgetScope.SESSION, session_budget, spent)
             session.expires_at = now + timedelta(seconds=session.ttl_seconds)
             await session.save(using_db=conn, update_fields=["expires_at"])
             task = await Task.create(
@@ -202,6 +233,8 @@ async def _insert_task(
                 created_at=now,
                 updated_at=now,
                 stored_bytes=stored,
+                budget_max_tokens=None if budget is None else budget.max_tokens,
+                budget_max_cost_micros=None if budget is None else budget.max_cost_micros,
                 using_db=conn,
             )
             for step in steps:
@@ -305,7 +338,8 @@ async def start_step(
     expected_version: int,
     fencing_token: int | None = None,
 ) -> Written[TaskView]:
-    """PENDING -> RUNNING; the task becomes RUNNING too (STEP_STARTED)."""
+    """PENDING -> RUNNING; the task becomes RUNNING too (STEP_STARTED). Refused
+    (BudgetExceeded) once the task's or its session's spend reached its budget."""
     validation.non_negative(step_index, "stepIndex")
 
     async def apply(draft: Draft) -> Change:
@@ -314,6 +348,7 @@ async def start_step(
             raise InvalidTransitionError("task", draft.status, TaskStatus.RUNNING)
         draft.move_step(await draft.step(step_index), StepStatus.RUNNING)
         draft.move_task(TaskStatus.RUNNING)
+        await draft.refuse_over_budget()
         return Change(TaskEventKind.STEP_STARTED, step_index)
 
     guard = versioned(expected_version, fencing_token, step=step_index)
@@ -329,18 +364,23 @@ async def complete_step(
     expected_version: int,
     output: Any = None,
     fencing_token: int | None = None,
+    spend: Report | None = None,
     **reported: Any,
 ) -> Written[TaskView]:
-    """RUNNING -> SUCCESS with its output and whatever else it reports (``reported``,
-    by column: ``columns.REPORTED``); the last one completes the task (STEP_SUCCEEDED)."""
+    """RUNNING -> SUCCESS with its output, what it spent since its last report, and
+    whatever else it reports (``reported``, by column: ``columns.REPORTED``); the
+    last one completes the task (STEP_SUCCEEDED)."""
     validation.non_negative(step_index, "stepIndex")
     house.limits.json_payload(output, "output")
+    spent = _checked(spend)
 
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
         step = await draft.step(step_index)
         draft.move_step(step, StepStatus.SUCCESS)
         step.output = box(output)
+        if spent is not None:
+            draft.spend(step, spent)
         draft.report(step, reported)
         return Change(TaskEventKind.STEP_SUCCEEDED, step_index)
 
@@ -357,16 +397,21 @@ async def fail_step(
     expected_version: int,
     error: str,
     fencing_token: int | None = None,
+    spend: Report | None = None,
 ) -> Written[TaskView]:
-    """RUNNING -> FAILED with its error; the task becomes FAILED (STEP_FAILED)."""
+    """RUNNING -> FAILED with its error and what it spent since its last report;
+    the task becomes FAILED (STEP_FAILED)."""
     validation.non_negative(step_index, "stepIndex")
     house.limits.error_text(error)
+    spent = _checked(spend)
 
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
         step = await draft.step(step_index)
         draft.move_step(step, StepStatus.FAILED)
         step.error = error
+        if spent is not None:
+            draft.spend(step, spent)
         draft.move_task(TaskStatus.FAILED)
         return Change(TaskEventKind.STEP_FAILED, step_index)
 
@@ -399,6 +444,8 @@ async def checkpoint_task(
         if patch.error is not None:
             house.limits.error_text(patch.error, f"steps[{i}].error")
         house.limits.json_payload(patch.output, f"steps[{i}].output")
+        if patch.spend is not None:
+            patch.spend.checked(f"steps[{i}].spend")
     if not patches and status is None:
         raise InvalidInputError("steps", "a checkpoint changes at least one step or the status")
 
@@ -414,6 +461,8 @@ async def checkpoint_task(
                 step.output = box(patch.output)
             if patch.error is not None:
                 step.error = patch.error
+            if patch.spend is not None:
+                draft.spend(step, patch.spend, f"steps[{i}].spend")
             draft.report(step, patch.reported)
         target = status
         if target is None:
@@ -454,3 +503,60 @@ async def set_task_status(
     return await write_task(
         house, user_id, task_id, apply, versioned(expected_version, fencing_token)
     )
+
+
+def _checked(report: Report | None) -> Report | None:
+    """A write's report of spend (``spend`` input), checked."""
+    return None if report is None else report.checked("spend")
+
+
+async def record_spend(
+    house: House,
+    user_id: str,
+    task_id: str,
+    step_index: int,
+    spend: Report,
+    *,
+    fencing_token: int | None = None,
+) -> Written[TaskView]:
+    """Add what a RUNNING step spent (a step that makes several model calls reports
+    each): SPEND_RECORDED. Like a tool report it carries no expected version and
+    leaves the task's version alone, so it never conflicts with the step's own
+    writes; the lease is checked. Recorded even past a budget: it has happened."""
+    validation.non_negative(step_index, "stepIndex")
+    report = spend.checked("spend")
+
+    async def apply(draft: Draft) -> Change:
+        step = await draft.step(step_index)
+        if step.status is not StepStatus.RUNNING:
+            raise InvalidInputError(
+                "stepIndex",
+                f"step {step_index} is {step.status}; spend is recorded on a RUNNING step",
+            )
+        draft.spend(step, report)
+        return Change(TaskEventKind.SPEND_RECORDED, step_index)
+
+    guard = versioned(None, fencing_token, bump_version=False, step=step_index)
+    return await write_task(house, user_id, task_id, apply, guard)
+
+
+async def set_task_budget(
+    house: House,
+    user_id: str,
+    task_id: str,
+    budget: BudgetView | None,
+    *,
+    expected_version: int,
+    note: str | None = None,
+) -> Written[TaskView]:
+    """Set, change or (None) remove the task's budget: a person's decision, taken on
+    the version they saw whoever holds the lease (BUDGET_CHANGED, with the actor and
+    ``note``). Raising it past the spend lets new work go on."""
+    reason = validation.note(note)
+
+    async def apply(draft: Draft) -> Change:
+        draft.set_budget(budget)
+        return Change(TaskEventKind.BUDGET_CHANGED, note=reason, budget=budget)
+
+    guard = versioned(expected_version, None, lease=False)
+    return await write_task(house, user_id, task_id, apply, guard)

@@ -13,14 +13,14 @@ from typing import Any
 
 from tortoise.expressions import F
 
-from runstate.basics.enums import TaskEventKind, ToolOutcome, ToolStatus
+from runstate.basics.enums import StepStatus, TaskEventKind, ToolOutcome, ToolStatus
 from runstate.models import ToolState, box
 from runstate.services.domain.errors import (
     InvalidInputError,
     InvalidTransitionError,
     VersionConflictError,
 )
-from runstate.services.domain.validation import ContentLimits
+from runstate.services.domain.validation import ContentLimits, Report
 from runstate.services.domain.views import ToolStateView, Written
 from runstate.services.read.convert import tool_state_view
 from runstate.services.write.engine import Change, Draft, versioned, write_task
@@ -67,19 +67,33 @@ async def record_tool_call(
     error: str | None = None,
     retry_after_seconds: int | None = None,
     max_retries: int | None = None,
+    spend: Report | None = None,
 ) -> Written[ToolStateView]:
     """Apply one tool-call report (semantics.md, "Tool state"); TOOL_STATE_CHANGED.
 
-    CALLING is refused while the tool is rate-limited. FAILURE adds 1 to the retry
+    CALLING is refused while the tool is rate-limited, and once the task's or its
+    session's spend reached its budget (BudgetExceeded). FAILURE adds 1 to the retry
     count and leaves the tool RETRYING while the count is below its budget, FAILED
-    after. A tool is created IDLE at version 0 by its first report.
+    after. A tool is created IDLE at version 0 by its first report. ``spend`` (what
+    the call cost) is added to the task's first RUNNING step, which the event
+    carries.
     """
     _check(house.limits, tool_name, outcome, error, retry_after_seconds, max_retries)
     house.limits.json_payload(result, "result")
+    report = None if spend is None else spend.checked("spend")
     written: list[ToolStateView] = []
 
     async def apply(draft: Draft) -> Change:
         conn, now = draft.conn, draft.now
+        if outcome is ToolOutcome.CALLING:
+            await draft.refuse_over_budget()
+        if report is not None:
+            running = await draft.with_status(StepStatus.RUNNING)
+            if not running:
+                raise InvalidInputError(
+                    "spend", "no step is RUNNING to add it to: report it with recordSpend"
+                )
+            draft.spend(running[0], report)
         row = (
             await ToolState.filter(task_id=draft.task.id, tool_name=tool_name)
             .using_db(conn)

@@ -39,9 +39,21 @@ CHANGING = tuple(name for name in sql.columns(Step, *STEP_KEYS) if name not in P
 """The columns of a step row that a write saves when it changes the step (with
 ``changed_seq``): every one but its keys and its plan."""
 
-MANAGED = ("status", "attempts", "started_at", "completed_at", "output", "error")
-"""Versioned columns each write sets by its own rules: the state machine's, and a
-step's output and error."""
+MANAGED = (
+    "status",
+    "attempts",
+    "started_at",
+    "completed_at",
+    "output",
+    "error",
+    "input_tokens",
+    "output_tokens",
+    "cost_micros",
+    "calls",
+    "models",
+)
+"""Versioned columns each write sets by its own rules: the state machine's, a
+step's output and error, and its spend (added up, ``spend.add``)."""
 
 REPORTED = tuple(name for name in VERSIONED if name not in MANAGED)
 """Versioned columns an agent reports as they are, at ``completeStep`` or in a

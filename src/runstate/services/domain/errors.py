@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runstate.services.domain.views import BudgetView, SpendView
 
 
 class DomainError(Exception):
@@ -167,3 +171,29 @@ class RateLimitedError(DomainError):
     @property
     def extensions(self) -> dict[str, object]:
         return {"code": self.code, "retryAfterSeconds": self.retry_after}
+
+
+class BudgetExceededError(DomainError):
+    """New work refused: the task's or its session's spend reached its budget."""
+
+    code = "BUDGET_EXCEEDED"
+
+    def __init__(self, scope: str, budget: BudgetView, spend: SpendView) -> None:
+        whose = "the task" if scope == "TASK" else "its session"
+        super().__init__(
+            f"{whose} spent {spend.tokens} tokens and {spend.cost_micros} cost micros,"
+            f" reaching its budget ({_limits(budget)}): no new work until it is raised"
+        )
+        self.scope = scope
+        self.budget = budget
+        self.spend = spend
+
+
+def _limits(budget: BudgetView) -> str:
+    """A budget's limits in words."""
+    parts = []
+    if budget.max_tokens is not None:
+        parts.append(f"{budget.max_tokens} tokens")
+    if budget.max_cost_micros is not None:
+        parts.append(f"{budget.max_cost_micros} cost micros")
+    return " and ".join(parts)

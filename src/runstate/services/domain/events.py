@@ -19,6 +19,7 @@ from typing import Any
 from runstate.basics.enums import TaskEventKind
 from runstate.models import TaskEvent
 from runstate.services.domain.views import (
+    BudgetView,
     EventView,
     LockView,
     OriginView,
@@ -55,10 +56,14 @@ def written(
     actor: str | None = None,
     holder: str | None = None,
     note: str | None = None,
+    budget: BudgetView | None = None,
+    crossed: str | None = None,
 ) -> EventView:
     """The event of a write that left the task as ``task``: at its seq and version,
     with its status, whether it stands stalled, and (for a lease's events) its
-    lease; ``steps`` are the steps it added or changed, as they now stand."""
+    lease; ``steps`` are the steps it added or changed, as they now stand;
+    ``budget`` the task's budget after a BUDGET_CHANGED, ``crossed`` the scope
+    whose budget the write's spend reached."""
     return EventView(
         task_pk=task.pk,
         session_pk=task.session_pk,
@@ -78,6 +83,8 @@ def written(
         actor=actor,
         holder=holder,
         note=note,
+        budget=budget,
+        crossed=crossed,
     )
 
 
@@ -90,6 +97,7 @@ def created(task: TaskView, at: datetime, origin: OriginView | None = None) -> E
         steps=task.steps or (),
         origin=origin,
         actor=task.user_id,
+        budget=task.budget,
     )
     return replace(event, seq=1, task_version=1, stalled=False)
 
@@ -98,7 +106,13 @@ def leased(created: EventView, lock: LockView | None) -> EventView:
     """The LOCK_ACQUIRED event (seq 2) of a task created leased: its TASK_CREATED
     event (``created``) with the lease in place of the plan."""
     return replace(
-        created, seq=2, kind=TaskEventKind.LOCK_ACQUIRED, steps=(), origin=None, lock=lock
+        created,
+        seq=2,
+        kind=TaskEventKind.LOCK_ACQUIRED,
+        steps=(),
+        origin=None,
+        lock=lock,
+        budget=None,
     )
 
 
@@ -129,6 +143,8 @@ def stored(row: TaskEvent, task: TaskRef | TaskView, steps: tuple[StepView, ...]
         actor=row.actor,
         holder=kept.get("holder"),
         note=row.note,
+        budget=budget_in(kept),
+        crossed=kept.get("crossed"),
     )
 
 
@@ -163,6 +179,10 @@ def delta(event: EventView) -> dict[str, Any] | None:
         kept["holder"] = event.holder
     if event.stalled:
         kept["stalled"] = True
+    if event.budget is not None:
+        kept["budget"] = to_json(event.budget)
+    if event.crossed is not None:
+        kept["crossed"] = event.crossed
     return kept or None
 
 
@@ -182,6 +202,12 @@ def origin_in(kept: dict[str, Any] | None) -> OriginView | None:
     """Where the task was forked from, held by its first event's delta."""
     origin = (kept or {}).get("origin")
     return None if origin is None else from_json(OriginView, origin)
+
+
+def budget_in(kept: dict[str, Any] | None) -> BudgetView | None:
+    """The budget a stored delta holds (TASK_CREATED, BUDGET_CHANGED), if any."""
+    budget = (kept or {}).get("budget")
+    return None if budget is None else from_json(BudgetView, budget)
 
 
 def stalled_in(kept: dict[str, Any] | None) -> bool:

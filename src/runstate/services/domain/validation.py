@@ -13,6 +13,7 @@ from typing import Any
 from runstate.basics.enums import StepStatus
 from runstate.models import ID_LENGTH
 from runstate.services.domain.errors import InvalidInputError, NotFoundError
+from runstate.services.domain.views import SpendView
 
 MAX_TTL_SECONDS = 366 * 24 * 3600
 MAX_PAGE = 100
@@ -130,6 +131,47 @@ class StepPlan:
     idempotent: bool = True
 
 
+MAX_LONG = 2**53 - 1
+"""The largest count or cost: the contract's ``Long``, exact as a JSON number."""
+MODEL_CHARS = 200
+"""The longest model name a report may give."""
+MODELS_PER_STEP = 32
+"""How many model names one step keeps; reports naming more are recorded without
+adding a name."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """One report of spend (``SpendInput``)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_micros: int = 0
+    model: str | None = None
+
+    def checked(self, field: str) -> Report:
+        """This report, or InvalidInput naming its field (``field``: the input that
+        carried it, ``spend`` or ``steps[2].spend``) when a count is negative or past
+        ``MAX_LONG``, or the model name is blank, too long or not storable."""
+        for name, value in (
+            ("inputTokens", self.input_tokens),
+            ("outputTokens", self.output_tokens),
+            ("costMicros", self.cost_micros),
+        ):
+            if not 0 <= value <= MAX_LONG:
+                raise InvalidInputError(f"{field}.{name}", f"must be between 0 and {MAX_LONG}")
+        if self.model is not None and (
+            not self.model.strip() or len(self.model) > MODEL_CHARS or not storable_text(self.model)
+        ):
+            raise InvalidInputError(f"{field}.model", f"must be 1 to {MODEL_CHARS} characters")
+        return self
+
+    @property
+    def spend(self) -> SpendView:
+        """The report as one call's spend."""
+        return SpendView(self.input_tokens, self.output_tokens, self.cost_micros, 1)
+
+
 @dataclass(frozen=True)
 class StepPatch:
     """One step change inside a checkpoint: the step's new status, with its output
@@ -142,6 +184,8 @@ class StepPatch:
     error: str | None = None
     reported: Mapping[str, Any] = field(default_factory=dict)
     """What else the step reports, by column (``columns.REPORTED``)."""
+    spend: Report | None = None
+    """What the step spent since its last report, or None."""
 
 
 def storable_text(text: str) -> bool:

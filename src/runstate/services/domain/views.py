@@ -31,6 +31,59 @@ class SessionView:
     last_active_at: datetime
     expires_at: datetime
     metadata: Any
+    budget_max_tokens: int | None = None
+    budget_max_cost_micros: int | None = None
+
+    @property
+    def budget(self) -> BudgetView | None:
+        """The session's budget (None: none)."""
+        return BudgetView.of(self.budget_max_tokens, self.budget_max_cost_micros)
+
+
+@dataclass(frozen=True)
+class SpendView:
+    """Tokens and money spent, as agents reported them: a step's, or a sum of steps'."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_micros: int = 0
+    """Millionths of the deployment's currency (``RUNSTATE_CURRENCY``)."""
+    calls: int = 0
+    """How many reports it adds up."""
+
+    @property
+    def tokens(self) -> int:
+        """Input and output tokens together: what ``Budget.max_tokens`` limits."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: SpendView) -> SpendView:
+        return SpendView(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cost_micros + other.cost_micros,
+            self.calls + other.calls,
+        )
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """Limits on spend; a limit of None is no limit."""
+
+    max_tokens: int | None = None
+    max_cost_micros: int | None = None
+
+    @classmethod
+    def of(cls, max_tokens: int | None, max_cost_micros: int | None) -> BudgetView | None:
+        """The budget of these limits, None when neither is set."""
+        if max_tokens is None and max_cost_micros is None:
+            return None
+        return cls(max_tokens, max_cost_micros)
+
+    def reached(self, spend: SpendView) -> bool:
+        """Whether ``spend`` has reached a limit: new work is refused from then on."""
+        return (self.max_tokens is not None and spend.tokens >= self.max_tokens) or (
+            self.max_cost_micros is not None and spend.cost_micros >= self.max_cost_micros
+        )
 
 
 @dataclass(frozen=True)
@@ -47,6 +100,17 @@ class StepView:
     error: str | None
     started_at: datetime | None
     completed_at: datetime | None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_micros: int = 0
+    calls: int = 0
+    models: list[str] | None = None
+    """The model names its spend reports gave, in first-reported order (None: none)."""
+
+    @property
+    def spend(self) -> SpendView:
+        """What its writes reported spending, added up."""
+        return SpendView(self.input_tokens, self.output_tokens, self.cost_micros, self.calls)
 
 
 @dataclass(frozen=True)
@@ -111,6 +175,27 @@ class TaskView:
     tool_states: tuple[ToolStateView, ...] | None = None
     stored_bytes: int = 0
     """What the task holds, its history included (``quota``)."""
+    spent_input_tokens: int = 0
+    spent_output_tokens: int = 0
+    spent_cost_micros: int = 0
+    spent_calls: int = 0
+    budget_max_tokens: int | None = None
+    budget_max_cost_micros: int | None = None
+
+    @property
+    def spend(self) -> SpendView:
+        """The sum of its steps' spend."""
+        return SpendView(
+            self.spent_input_tokens,
+            self.spent_output_tokens,
+            self.spent_cost_micros,
+            self.spent_calls,
+        )
+
+    @property
+    def budget(self) -> BudgetView | None:
+        """The task's own budget (None: none)."""
+        return BudgetView.of(self.budget_max_tokens, self.budget_max_cost_micros)
 
 
 @dataclass(frozen=True)
@@ -144,6 +229,12 @@ class EventView:
     actor: str | None = None
     holder: str | None = None
     note: str | None = None
+    budget: BudgetView | None = None
+    """BUDGET_CHANGED, and TASK_CREATED of a task made with one: the task's budget
+    after the event (None on BUDGET_CHANGED: removed)."""
+    crossed: str | None = None
+    """The ``BudgetScope`` (TASK, SESSION) whose budget the spend this event
+    reported reached: from this event on, new work is refused."""
 
 
 @dataclass(frozen=True)

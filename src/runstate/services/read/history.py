@@ -24,10 +24,19 @@ from runstate.basics.enums import StepStatus, TaskEventKind
 from runstate.models import Step, StepVersion, TaskEvent, ToolState, unbox
 from runstate.services.domain.columns import VERSIONED
 from runstate.services.domain.errors import InvalidInputError
-from runstate.services.domain.events import TaskRef, lock_in, stalled_in, stored, tool_in
+from runstate.services.domain.events import (
+    TaskRef,
+    budget_in,
+    lock_in,
+    stalled_in,
+    stored,
+    tool_in,
+)
 from runstate.services.domain.views import (
+    BudgetView,
     EventView,
     LockView,
+    SpendView,
     StepView,
     TaskView,
     ToolStateView,
@@ -45,9 +54,16 @@ _AT_FIELDS = ("status", "task_version", "at", "delta")
 _BOXED = frozenset(
     name for name in VERSIONED if isinstance(StepVersion._meta.fields_map[name], JSONField)
 )
-AS_ADDED: dict[str, Any] = dict.fromkeys(VERSIONED) | {"status": StepStatus.PENDING, "attempts": 0}
-"""The changing fields of a step as a plan adds it: PENDING, no attempts, the rest
-None (a new versioned column starts as None unless named here)."""
+AS_ADDED: dict[str, Any] = dict.fromkeys(VERSIONED) | {
+    "status": StepStatus.PENDING,
+    "attempts": 0,
+    "input_tokens": 0,
+    "output_tokens": 0,
+    "cost_micros": 0,
+    "calls": 0,
+}
+"""The changing fields of a step as a plan adds it: PENDING, no attempts, nothing
+spent, the rest None (a new versioned column starts as None unless named here)."""
 
 
 def _versioned(step: Step, version: dict[str, Any] | None) -> StepView:
@@ -188,6 +204,18 @@ async def lock_at(task_pk: int, seq: int) -> LockView | None:
     return lock_in(sql.decode(TaskEvent, row, ("delta",))["delta"])
 
 
+async def budget_at(task_pk: int, seq: int) -> BudgetView | None:
+    """The task's budget as the latest TASK_CREATED or BUDGET_CHANGED at or before
+    ``seq`` left it."""
+    rows = await sql.fetch(
+        connections.get("default"),
+        'SELECT "delta" FROM "task_events" WHERE "task_id" = ? AND "kind" IN (?, ?)'
+        ' AND "seq" <= ? ORDER BY "seq" DESC LIMIT 1',
+        [task_pk, TaskEventKind.TASK_CREATED.value, TaskEventKind.BUDGET_CHANGED.value, seq],
+    )
+    return budget_in(sql.decode(TaskEvent, rows[0], ("delta",))["delta"]) if rows else None
+
+
 async def task_at(head: TaskView, seq: int) -> TaskView:
     """The task ``head`` (as it stands) exactly as it stood just after event ``seq``."""
     if not 1 <= seq <= head.event_seq:
@@ -202,6 +230,8 @@ async def task_at(head: TaskView, seq: int) -> TaskView:
     lock = await lock_at(head.pk, seq)
     if lock is not None and lock.expires_at <= event.at:
         lock = None
+    spent = sum((s.spend for s in steps), SpendView())
+    budget = await budget_at(head.pk, seq) or BudgetView()
     return replace(  # what never changes comes from the task as it stands
         head,
         status=event.status,
@@ -214,6 +244,12 @@ async def task_at(head: TaskView, seq: int) -> TaskView:
         stalled=stalled_in(event.delta),
         steps=steps,
         tool_states=await tool_states_at(head.pk, head.id, seq),
+        spent_input_tokens=spent.input_tokens,
+        spent_output_tokens=spent.output_tokens,
+        spent_cost_micros=spent.cost_micros,
+        spent_calls=spent.calls,
+        budget_max_tokens=budget.max_tokens,
+        budget_max_cost_micros=budget.max_cost_micros,
     )
 
 

@@ -25,12 +25,13 @@ from typing import Any
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 
-from runstate.basics.enums import StepStatus, TaskEventKind, TaskStatus
+from runstate.basics.enums import BudgetScope, StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, StepVersion, Task, TaskEvent
-from runstate.services.domain import events, quota, validation
+from runstate.services.domain import events, quota, spend, validation
 from runstate.services.domain.columns import CHANGING, REPORTED, VERSIONED
 from runstate.services.domain.conditions import no_live_lease_sql, session_expired
 from runstate.services.domain.errors import (
+    BudgetExceededError,
     DomainError,
     InvalidTransitionError,
     LockHeldError,
@@ -47,9 +48,11 @@ from runstate.services.domain.moves import (
     check_step_move,
     check_task_move,
 )
-from runstate.services.domain.validation import ContentLimits
+from runstate.services.domain.validation import ContentLimits, Report
 from runstate.services.domain.views import (
+    BudgetView,
     EventView,
+    SpendView,
     TaskView,
     ToolStateView,
     Written,
@@ -69,7 +72,15 @@ _STARTED = frozenset({StepStatus.RUNNING, StepStatus.IN_DOUBT})
 _UNDONE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.IN_DOUBT})
 
 TASK_FIELDS = sql.columns(Task)
-SESSION_FIELDS = ("public_id", "status", "expires_at", "last_active_at", "ttl_seconds")
+SESSION_FIELDS = (
+    "public_id",
+    "status",
+    "expires_at",
+    "last_active_at",
+    "ttl_seconds",
+    "budget_max_tokens",
+    "budget_max_cost_micros",
+)
 STEP_FIELDS = sql.columns(Step, "task_id")
 _STEP_ROWS = f'SELECT {sql.names(STEP_FIELDS)} FROM "steps" WHERE "task_id" = ?'
 """A task's step rows, every column; the draft adds its condition."""
@@ -121,6 +132,12 @@ class Draft:
     stored: int = 0
     """Bytes of rows the write stored beside the task's own (a LangGraph
     checkpoint's, ``services.graphs``), negative for rows it deleted."""
+    session_budget: BudgetView | None = None
+    """The budget of the task's session, as the opening statement read it."""
+    spent: SpendView = field(default_factory=SpendView)
+    """The spend this write reported (``spend``), added to the task's totals."""
+    new_budget: tuple[BudgetView | None] | None = None
+    """The task's budget as this write sets it (``set_budget``; None: unchanged)."""
 
     @property
     def total(self) -> int:
@@ -211,6 +228,60 @@ class Draft:
             if value is not None:
                 setattr(step, name, value)
 
+    def spend(self, step: Step, report: Report, field: str = "spend") -> None:
+        """Add a report of spend to ``step`` and to the task's totals. Spend is
+        recorded whatever the budgets say: it has happened."""
+        spend.add(step, report, field)
+        self.spent += report.spend
+        if step.id is not None:  # an added step (no row yet) is inserted whole
+            self.changed.add(step.position)
+
+    def set_budget(self, budget: BudgetView | None) -> None:
+        """Give the task this budget (None: none), saved with the write."""
+        self.new_budget = (budget,)
+
+    async def refuse_over_budget(self) -> None:
+        """BudgetExceeded when the task's spend, or its session's, has reached its
+        budget: called by the writes that would start new work, in their
+        transaction. The task row is locked by the opening UPDATE; a session's
+        spend is summed from its tasks' rows only when it has a budget."""
+        before = self.task_spend
+        task_budget = BudgetView.of(self.task.budget_max_tokens, self.task.budget_max_cost_micros)
+        if task_budget is not None and task_budget.reached(before):
+            raise BudgetExceededError(BudgetScope.TASK, task_budget, before)
+        if self.session_budget is not None:
+            spent = await spend.session_spent(self.conn, self.task.session_id)
+            if self.session_budget.reached(spent):
+                raise BudgetExceededError(BudgetScope.SESSION, self.session_budget, spent)
+
+    @property
+    def task_spend(self) -> SpendView:
+        """The task's spend as stored before this write."""
+        task = self.task
+        return SpendView(
+            task.spent_input_tokens,
+            task.spent_output_tokens,
+            task.spent_cost_micros,
+            task.spent_calls,
+        )
+
+    async def crossed(self) -> BudgetScope | None:
+        """The budget this write's spend reached, if it was not reached before: the
+        task's, else its session's (summed from its tasks' rows only when it has a
+        budget and this write reported spend)."""
+        if not self.spent.calls:
+            return None
+        before = self.task_spend
+        task_budget = BudgetView.of(self.task.budget_max_tokens, self.task.budget_max_cost_micros)
+        if spend.crossed(task_budget, before, before + self.spent):
+            return BudgetScope.TASK
+        if self.session_budget is None:
+            return None
+        session = await spend.session_spent(self.conn, self.task.session_id)
+        if spend.crossed(self.session_budget, session, session + self.spent):
+            return BudgetScope.SESSION
+        return None
+
     def refuse_if_final(self) -> None:
         """A COMPLETED or CANCELLED task takes no more step changes."""
         if self.status in FINAL_TASKS:
@@ -225,7 +296,9 @@ class Change:
     step_index: int | None = None
     tool_name: str | None = None
     note: str | None = None
-    """A person's reason (``decideStep``), kept with the event."""
+    """A person's reason (``decideStep``, ``setBudget``), kept with the event."""
+    budget: BudgetView | None = None
+    """BUDGET_CHANGED: the task's budget after it."""
 
 
 Apply = Callable[[Draft], Awaitable[Change | None]]
@@ -377,7 +450,8 @@ async def write_selected(
 def _returning(one_step: bool, dialect: str) -> str:
     """The RETURNING list of the opening UPDATE: the task row, its session's expiry,
     and for a single-step write (``one_step``) that step with the first unfinished
-    one after it, whose position is bound twice as the statement's last parameters.
+    one after it, whose position is bound twice as the statement's last parameters,
+    and the task's seq as the statement's snapshot saw it (``_overtaken``).
     The session's and the step's columns come packed in one JSON array each
     (``sql.packed``): one subquery per column cost ten times the UPDATE itself."""
     columns = [sql.names(TASK_FIELDS)]
@@ -391,6 +465,8 @@ def _returning(one_step: bool, dialect: str) -> str:
         columns.append(sql.packed(dialect, "step", STEP_FIELDS, row, "steps"))
         following = _next_unfinished('"tasks"."id"')
         columns.append(f'({following}) AS "next_unfinished"')
+        seen = 'SELECT o."event_seq" FROM "tasks" o WHERE o."id" = "tasks"."id"'
+        columns.append(f'({seen}) AS "seen_seq"')
     return ", ".join(columns)
 
 
@@ -426,13 +502,28 @@ async def _open(
         status=task.status,
         limits=limits,
         holder=task.lock_holder if guard.leased else None,
+        session_budget=BudgetView.of(
+            session["budget_max_tokens"], session["budget_max_cost_micros"]
+        ),
     )
-    if guard.step is not None and row["step"] is not None:
+    if guard.step is not None and row["step"] is not None and not _overtaken(row, task):
         step = Step(task_id=task.id, **sql.unpacked(Step, row["step"], STEP_FIELDS))
         draft.steps[step.position] = step
         draft.opened_step = step.position
         draft.next_unfinished = row["next_unfinished"]
     return draft
+
+
+def _overtaken(row: dict[str, Any], task: Task) -> bool:
+    """Whether another write committed to the task while the opening statement waited
+    for its row: PostgreSQL then gives the task row as that write left it, but the
+    step it read alongside as it stood before (the statement's snapshot), so the
+    step is read again (``Draft.step``). A write that checks the version never
+    sees it (the other write moved the version); one that does not (``recordSpend``)
+    would add its spend to a stale step. The task's seq as the statement's snapshot
+    saw it (``seen_seq``) tells: one behind the row's, or the row's own on SQLite,
+    which reads the updated row, unless the row moved in between."""
+    return int(row["seen_seq"]) < task.event_seq - 1
 
 
 async def _touch_session(
@@ -456,6 +547,7 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
     adding = _added_bytes(draft) + quota.text_bytes(change.note)
     field = quota.CONTENT_FIELDS.get(change.kind, "taskId")
     quota.check_task(draft.limits, task.public_id, task.stored_bytes, adding, field)
+    crossed = await draft.crossed()
     statements = await _settle(draft, task.stored_bytes + adding)
     view = _task_view(draft)
     steps = [draft.steps[p] for p in sorted(draft.changed)] + draft.added
@@ -470,6 +562,8 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
         actor=task.user_id,
         holder=draft.holder,
         note=change.note,
+        budget=change.budget,
+        crossed=crossed,
     )
     statements.append(event_row(event))
     await quota.charge(draft.conn, draft.limits, task.user_id, adding, field, after=statements)
@@ -518,6 +612,18 @@ async def _settle(draft: Draft, stored_bytes: int) -> list[sql.Statement]:
     if finished_now and draft.complete_when_done and draft.status not in FINAL_TASKS:
         draft.move_task(TaskStatus.COMPLETED, jump=True)
     moved: dict[str, Any] = {"stored_bytes": stored_bytes}
+    if draft.new_budget is not None:
+        (budget,) = draft.new_budget
+        moved["budget_max_tokens"] = None if budget is None else budget.max_tokens
+        moved["budget_max_cost_micros"] = None if budget is None else budget.max_cost_micros
+    if draft.spent.calls:
+        total = draft.task_spend + draft.spent
+        moved |= {
+            "spent_input_tokens": total.input_tokens,
+            "spent_output_tokens": total.output_tokens,
+            "spent_cost_micros": total.cost_micros,
+            "spent_calls": total.calls,
+        }
     if draft.status is not task.status:
         moved["status"] = draft.status
     if current != task.current_step:

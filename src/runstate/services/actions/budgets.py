@@ -1,0 +1,71 @@
+"""Budgets: ``setBudget`` on a task or a session (``services.domain.spend``)."""
+
+from __future__ import annotations
+
+from tortoise.expressions import F
+from tortoise.transactions import in_transaction
+
+from runstate.models import Session
+from runstate.services.actions import tasks
+from runstate.services.domain import validation
+from runstate.services.domain.conditions import expired_session
+from runstate.services.domain.errors import InvalidInputError, VersionConflictError
+from runstate.services.domain.views import BudgetView, SessionView, TaskView, Written
+from runstate.services.read.convert import session_view
+from runstate.services.read.lookups import get_session
+from runstate.services.write.house import House
+from runstate.storage.clock import utcnow
+
+
+async def set_budget(
+    house: House,
+    user_id: str,
+    budget: BudgetView | None,
+    *,
+    expected_version: int,
+    task_id: str | None = None,
+    session_id: str | None = None,
+    note: str | None = None,
+) -> Written[TaskView | SessionView]:
+    """Set, change or (None) remove the budget of the task ``task_id`` or the session
+    ``session_id`` (exactly one), at the version the person saw. A task's change is
+    its BUDGET_CHANGED event, with the actor and ``note``."""
+    if (task_id is None) == (session_id is None):
+        raise InvalidInputError("taskId", "give exactly one of taskId and sessionId")
+    if task_id is not None:
+        done = await tasks.set_task_budget(
+            house, user_id, task_id, budget, expected_version=expected_version, note=note
+        )
+        return done.giving(done.value)
+    assert session_id is not None
+    validation.note(note)
+    return Written(await _set_session_budget(user_id, session_id, budget, expected_version))
+
+
+async def _set_session_budget(
+    user_id: str, session_id: str, budget: BudgetView | None, expected_version: int
+) -> SessionView:
+    """The session's budget changed if its version is still ``expected_version`` (a
+    change of the session: its version grows by one)."""
+    validation.known_id(session_id, "session")
+    now = utcnow()
+    async with in_transaction() as conn:
+        matched = (
+            await Session.filter(
+                ~expired_session(now),
+                user_id=user_id,
+                public_id=session_id,
+                version=expected_version,
+            )
+            .using_db(conn)
+            .update(
+                version=F("version") + 1,
+                budget_max_tokens=None if budget is None else budget.max_tokens,
+                budget_max_cost_micros=None if budget is None else budget.max_cost_micros,
+            )
+        )
+        if matched:
+            row = await Session.filter(user_id=user_id, public_id=session_id).using_db(conn).get()
+            return session_view(row, now)
+    current = await get_session(user_id, session_id)  # NotFound, SessionExpired
+    raise VersionConflictError(expected_version, current.version)

@@ -1,0 +1,125 @@
+"""Spend and budgets: what an agent's steps report spending, and the limits on it.
+
+A report (``Report``: tokens in and out, cost in millionths of the deployment's
+currency, the model) is added to one step (``add``): the step's columns keep the
+sums, its history rows keep them as they stood, so ``taskAt`` shows a step's spend
+at any seq. The task row keeps the sum of its steps (``Task.spent_*``), raised by
+the same UPDATE every write already makes of it; a session's and a user's spend
+are sums of their tasks' rows, read when asked for, so a report costs no
+statement more than the write that carries it.
+
+A budget limits tokens (input and output together) and cost. Reported spend is
+always recorded: it has happened. Once the task's or its session's spend reaches a
+limit, writes that would start new work are refused (``BudgetExceededError``) in
+the transaction that would start it (``write.engine.Draft.refuse_over_budget``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tortoise.backends.base.client import BaseDBAsyncClient
+
+from runstate.models import Step, box, unbox
+from runstate.services.domain.errors import InvalidInputError
+from runstate.services.domain.validation import MAX_LONG, MODELS_PER_STEP, Report
+from runstate.services.domain.views import BudgetView, SpendView
+from runstate.storage import sql
+
+
+def add(step: Step, report: Report, field: str) -> None:
+    """Add ``report`` to the step's spend; its model joins the step's names unless
+    there already. InvalidInput on ``field`` when a sum would pass ``MAX_LONG``."""
+    sums = {
+        "input_tokens": step.input_tokens + report.input_tokens,
+        "output_tokens": step.output_tokens + report.output_tokens,
+        "cost_micros": step.cost_micros + report.cost_micros,
+    }
+    if any(value > MAX_LONG for value in sums.values()):
+        raise InvalidInputError(field, f"the step's spend would pass {MAX_LONG}")
+    for name, value in sums.items():
+        setattr(step, name, value)
+    step.calls += 1
+    names: list[str] = list(unbox(step.models) or [])
+    if report.model is not None and report.model not in names and len(names) < MODELS_PER_STEP:
+        step.models = box([*names, report.model])
+
+
+def budget(
+    max_tokens: int | None, max_cost_micros: int | None, field: str = "budget"
+) -> BudgetView | None:
+    """A budget as given (``BudgetInput``): each limit 0 to ``MAX_LONG`` or None (no
+    limit); None when neither is set. InvalidInput naming the limit's field."""
+    for name, value in (("maxTokens", max_tokens), ("maxCostMicros", max_cost_micros)):
+        if value is not None and not 0 <= value <= MAX_LONG:
+            raise InvalidInputError(f"{field}.{name}", f"must be between 0 and {MAX_LONG}")
+    return BudgetView.of(max_tokens, max_cost_micros)
+
+
+def crossed(limit: BudgetView | None, before: SpendView, after: SpendView) -> bool:
+    """Whether going from ``before`` to ``after`` reached ``limit`` (None: no limit)."""
+    return limit is not None and not limit.reached(before) and limit.reached(after)
+
+
+_SUMS = (
+    'COALESCE(SUM("spent_input_tokens"), 0) AS "i", COALESCE(SUM("spent_output_tokens"), 0)'
+    ' AS "o", COALESCE(SUM("spent_cost_micros"), 0) AS "c", COALESCE(SUM("spent_calls"), 0) AS "n"'
+)
+
+
+def _spend(row: dict[str, Any]) -> SpendView:
+    return SpendView(int(row["i"]), int(row["o"]), int(row["c"]), int(row["n"]))
+
+
+async def spent_by(
+    conn: BaseDBAsyncClient, column: str, keys: Sequence[Any]
+) -> dict[Any, SpendView]:
+    """The spend of the tasks whose ``column`` (``session_id``, ``user_id``) is each
+    of ``keys``, summed from the task rows (one indexed query per ``sql.CHUNK``)."""
+    found: dict[Any, SpendView] = dict.fromkeys(keys, SpendView())
+    for chunk in sql.chunks(list(keys)):
+        rows = await sql.fetch(
+            conn,
+            f'SELECT "{column}" AS "k", {_SUMS} FROM "tasks"'
+            f' WHERE "{column}" IN ({sql.marks(chunk)}) GROUP BY "{column}"',
+            chunk,
+        )
+        found |= {row["k"]: _spend(row) for row in rows}
+    return found
+
+
+async def session_spent(conn: BaseDBAsyncClient, session_pk: int) -> SpendView:
+    """The spend of one session's tasks, as this transaction sees them."""
+    return (await spent_by(conn, "session_id", [session_pk]))[session_pk]
+
+
+def _reached(limit: str, spent: str) -> str:
+    return f"({limit} IS NOT NULL AND {spent} >= {limit})"
+
+
+_SESSION_TOKENS = (
+    'SELECT COALESCE(SUM(t."spent_input_tokens" + t."spent_output_tokens"), 0) FROM "tasks" t'
+    ' WHERE t."session_id" = b."id"'
+)
+_SESSION_COST = (
+    'SELECT COALESCE(SUM(t."spent_cost_micros"), 0) FROM "tasks" t WHERE t."session_id" = b."id"'
+)
+
+OVER_BUDGET_SQL = (
+    "("
+    + _reached(
+        '"tasks"."budget_max_tokens"',
+        '("tasks"."spent_input_tokens" + "tasks"."spent_output_tokens")',
+    )
+    + " OR "
+    + _reached('"tasks"."budget_max_cost_micros"', '"tasks"."spent_cost_micros"')
+    + ' OR EXISTS (SELECT 1 FROM "sessions" b WHERE b."id" = "tasks"."session_id" AND ('
+    + _reached('b."budget_max_tokens"', f"({_SESSION_TOKENS})")
+    + " OR "
+    + _reached('b."budget_max_cost_micros"', f"({_SESSION_COST})")
+    + ")))"
+)
+"""Whether a task's spend, or its session's, reached its budget, as SQL on the
+"tasks" row: ``claimTask`` passes over such tasks. A session's spend is summed
+only when it has a limit."""
