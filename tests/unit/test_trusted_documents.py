@@ -41,6 +41,8 @@ def test_the_manifest_is_the_sdks_and_the_pages_documents_as_they_are() -> None:
         "pageFork",
         "pageDecide",
         "pageAnswer",
+        "pageSpend",
+        "pageBudget",
     }
 
 
@@ -64,18 +66,20 @@ def test_an_id_that_is_not_its_documents_hash_is_refused() -> None:
 def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
     """Guards which trusted documents the lean path runs (``resolvers.lean``): every
     write of the SDK, the saver and the dashboard but the three whose answer reads
-    ``Task.steps`` through a resolver, and no query or subscription. A selection or
+    ``Task.steps`` through a resolver and a task's ``setBudget`` (``overBudget``,
+    which may sum its session's spend), and no query or subscription. A selection or
     mutation changed so that a write falls back to the standard path fails here,
     with the reason."""
     lean = Lean(build_schema(), Trusted.packaged().bodies.values())
     every = {**doc.operations(), **page.operations()}
     names = {body: name for name, body in every.items()}
     assert sorted(names[b] for b in lean.writes) == sorted(
-        {*doc.operations(), "pageFork", "pageDecide", "pageAnswer"}
+        {*doc.operations(), "pageFork", "pageDecide", "pageAnswer", "pageBudget"}
         - {
             "createTask",
             "forkTask",
             "resumeTask",
+            "setTaskBudget",
             "task",
             "taskAt",
             "graphCheckpoint",
@@ -88,6 +92,7 @@ def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
         "createTask": "reads Task.steps through a resolver",
         "forkTask": "reads Task.steps through a resolver",
         "resumeTask": "reads Task.steps through a resolver",
+        "setTaskBudget": "reads Task.overBudget through a resolver",
         "task": "is a query",
         "taskAt": "is a query",
         "graphCheckpoint": "is a query",
@@ -95,6 +100,6 @@ def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
         "sessionItems": "is a query",
         "taskEvents": "is a query",
         **{name: "is a query" for name in ("pageSignIn", "pageSessions", "pageLog")},
-        **{name: "is a query" for name in ("pageTaskAt", "pageGoal", "pageLease")},
+        **{name: "is a query" for name in ("pageTaskAt", "pageGoal", "pageLease", "pageSpend")},
         "pageProgress": "is a subscription",
     }

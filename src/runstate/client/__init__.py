@@ -6,6 +6,7 @@ See docs/sdk.md for a complete agent loop.
 
 from runstate.client.api import Runstate
 from runstate.client.exceptions import (
+    BudgetExceeded,
     InvalidInput,
     InvalidTransition,
     LeaseLost,
@@ -23,12 +24,25 @@ from runstate.client.exceptions import (
     VersionConflict,
 )
 from runstate.client.policies import AtEnd, CheckpointPolicy, EveryNSteps, EveryStep, KeyPoints
-from runstate.client.records import Event, Lock, ResumePlan, Session, Step, Task, ToolState
+from runstate.client.records import (
+    Budget,
+    Event,
+    Lock,
+    ResumePlan,
+    Session,
+    Spend,
+    SpendReport,
+    Step,
+    Task,
+    ToolState,
+)
 from runstate.client.runner import WAIT, TaskRunner
 
 __all__ = [
     "WAIT",
     "AtEnd",
+    "Budget",
+    "BudgetExceeded",
     "CheckpointPolicy",
     "Event",
     "EveryNSteps",
@@ -50,6 +64,8 @@ __all__ = [
     "ServerUnavailable",
     "Session",
     "SessionExpired",
+    "Spend",
+    "SpendReport",
     "StaleFencingToken",
     "Step",
     "Task",

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from runstate.client.calls import Calls
-from runstate.client.exceptions import NeedsDecision
+from runstate.client.exceptions import BudgetExceeded, NeedsDecision
 from runstate.client.policies import CheckpointPolicy
 from runstate.client.runner import Durability, TaskRunner
 
@@ -67,6 +67,8 @@ class Runstate(Calls):
                     await handle(run)
             except NeedsDecision as waiting:
                 log.info("task %s waits for a person's decision", waiting)
+            except BudgetExceeded as stopped:  # the runner said where; claims pass it over
+                log.info("task %s stopped at its budget: %s", lock.task_id, stopped)
 
     def run(
         self,

@@ -42,7 +42,16 @@ from runstate.client.exceptions import (
     Unauthorized,
 )
 from runstate.client.ids import checked_id
-from runstate.client.records import Event, Lock, ResumePlan, Session, Task, ToolState, camel
+from runstate.client.records import (
+    Event,
+    Lock,
+    ResumePlan,
+    Session,
+    SpendReport,
+    Task,
+    ToolState,
+    camel,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +105,18 @@ def _some(**values: Any) -> dict[str, Any]:
 
 def wire(values: Mapping[str, Any]) -> dict[str, Any]:
     """Fields named as Python names them (``tokens_used``) as GraphQL does
-    (``tokensUsed``): what an agent reports of a step, under any field name."""
-    return {camel(name): value for name, value in values.items()}
+    (``tokensUsed``): what an agent reports of a step, under any field name, a
+    ``SpendReport`` as ``SpendInput``."""
+    return {
+        camel(name): value.wire() if isinstance(value, SpendReport) else value
+        for name, value in values.items()
+    }
+
+
+def _budget(budget: Mapping[str, int | None] | None) -> dict[str, Any] | None:
+    """A budget given as Python names it (``{"max_cost_micros": 4_000_000}``), as
+    ``BudgetInput``."""
+    return None if budget is None else wire(budget)
 
 
 def _unauthenticated(error: TransportQueryError) -> bool:
@@ -269,13 +288,24 @@ class Calls:
     # -- sessions and tasks
 
     async def start_session(
-        self, id: str | None = None, *, ttl_seconds: int | None = None, metadata: Any = None
+        self,
+        id: str | None = None,
+        *,
+        ttl_seconds: int | None = None,
+        metadata: Any = None,
+        budget: Mapping[str, int | None] | None = None,
     ) -> Session:
-        """Start a session (or get the one with this client-chosen id)."""
+        """Start a session (or get the one with this client-chosen id); ``budget``
+        (``max_tokens``, ``max_cost_micros``) limits what its tasks spend together."""
         if id is not None:
             checked_id(id, "session id")
         data = await self._mutate(
-            doc.START_SESSION, "startSession", id=id, ttlSeconds=ttl_seconds, metadata=metadata
+            doc.START_SESSION,
+            "startSession",
+            id=id,
+            ttlSeconds=ttl_seconds,
+            metadata=metadata,
+            budget=_budget(budget),
         )
         return Session.of(data)
 
@@ -288,10 +318,12 @@ class Calls:
         id: str | None = None,
         holder: str | None = None,
         lease_ttl: int = 30,
+        budget: Mapping[str, int | None] | None = None,
     ) -> Task:
         """Create a task with its plan (or get the one with this client-chosen id).
         With ``holder`` it is created leased to that holder for ``lease_ttl`` seconds,
-        so no worker's ``claim`` takes it before ``run(task.id, holder=...)`` does."""
+        so no worker's ``claim`` takes it before ``run(task.id, holder=...)`` does.
+        ``budget`` (``max_tokens``, ``max_cost_micros``) limits what it may spend."""
         if id is not None:
             checked_id(id, "task id")
         lease = None if holder is None else {"holderId": holder, "ttlSeconds": lease_ttl}
@@ -303,6 +335,7 @@ class Calls:
             steps=[_plan(s) for s in steps],
             id=id,
             lease=lease,
+            budget=_budget(budget),
         )
         return Task.of(data)
 
@@ -521,6 +554,49 @@ class Calls:
             fencingToken=fencing_token,
         )
         return ToolState.of(data)
+
+    async def record_spend(
+        self,
+        task_id: str,
+        index: int,
+        spend: SpendReport,
+        *,
+        fencing_token: int | None = None,
+    ) -> Task:
+        """Add what a RUNNING step spent (``recordSpend``): no version needed, and
+        the task's version stays as it is."""
+        data = await self._mutate(
+            doc.RECORD_SPEND,
+            "recordSpend",
+            taskId=task_id,
+            stepIndex=index,
+            spend=spend.wire(),
+            fencingToken=fencing_token,
+        )
+        return Task.of(data)
+
+    async def set_budget(
+        self,
+        version: int,
+        *,
+        task_id: str | None = None,
+        session_id: str | None = None,
+        max_tokens: int | None = None,
+        max_cost_micros: int | None = None,
+        note: str | None = None,
+    ) -> Task | Session:
+        """Set (or, with no limit given, remove) the budget of a task or a session at
+        the ``version`` seen: a person's decision, ``note`` saying why."""
+        data = await self._mutate(
+            doc.SET_SESSION_BUDGET if task_id is None else doc.SET_TASK_BUDGET,
+            "setBudget",
+            taskId=task_id,
+            sessionId=session_id,
+            expectedVersion=version,
+            budget={"maxTokens": max_tokens, "maxCostMicros": max_cost_micros},
+            note=note,
+        )
+        return Task.of(data) if data["__typename"] == "Task" else Session.of(data)
 
     # -- live progress
 

@@ -7,10 +7,12 @@ import hashlib
 import re
 
 from runstate.client.records import (
+    Budget,
     Event,
     Lock,
     ResumePlan,
     Session,
+    Spend,
     Step,
     Task,
     ToolState,
@@ -28,17 +30,26 @@ SESSION = "... on AgentSession {" + selection(Session) + "}"
 STEP_FIELDS = selection(Step)
 TOOL_FIELDS = selection(ToolState)
 LOCK_FIELDS = selection(Lock)
-HEAD_FIELDS = selection(Task, "steps", "tool_states")
+HEAD_FIELDS = selection(Task, "steps", "tool_states", "spend", "budget", "over_budget")
 TASK_FIELDS = selection(Task)
 
 TASK = "... on Task {" + TASK_FIELDS + "}"
 HEAD = "... on Task {" + HEAD_FIELDS + "}"
-"""A write's answer without steps or tool states: the runner knows what it changed."""
+"""A write's answer without steps, tool states or spend: the runner knows what it
+changed, and a write pays for no read of its session's spend."""
 PROBLEM_DETAILS = """
   ... on VersionConflict { currentVersion }
   ... on LockHeld { holderId expiresAt }
   ... on StaleFencingToken { currentToken }
 """
+TASK_PROBLEMS = (
+    PROBLEM_DETAILS
+    + f"... on BudgetExceeded {{ scope limit: budget {{ {selection(Budget)} }}"
+    + f" spent: spend {{ {selection(Spend)} }} }}"
+)
+"""What the SDK's exceptions read of a task write's refusal (``TaskResult``,
+``ToolStateResult``). A BudgetExceeded's budget and spend are aliased: a task's
+own ``budget`` is another type (it may be null)."""
 
 
 def mutation(name: str, input_type: str, selection: str) -> str:
@@ -50,13 +61,13 @@ def mutation(name: str, input_type: str, selection: str) -> str:
 
 
 START_SESSION = mutation("startSession", "StartSessionInput", SESSION)
-CREATE_TASK = mutation("createTask", "CreateTaskInput", TASK)
-START_STEP = mutation("startStep", "StepRefInput", HEAD + PROBLEM_DETAILS)
-COMPLETE_STEP = mutation("completeStep", "CompleteStepInput", HEAD + PROBLEM_DETAILS)
-FAIL_STEP = mutation("failStep", "FailStepInput", HEAD + PROBLEM_DETAILS)
-CHECKPOINT = mutation("checkpointTask", "CheckpointTaskInput", HEAD + PROBLEM_DETAILS)
-SET_STATUS = mutation("setTaskStatus", "SetTaskStatusInput", HEAD + PROBLEM_DETAILS)
-DECIDE = mutation("decideStep", "DecideStepInput", HEAD + PROBLEM_DETAILS)
+CREATE_TASK = mutation("createTask", "CreateTaskInput", TASK + TASK_PROBLEMS)
+START_STEP = mutation("startStep", "StepRefInput", HEAD + TASK_PROBLEMS)
+COMPLETE_STEP = mutation("completeStep", "CompleteStepInput", HEAD + TASK_PROBLEMS)
+FAIL_STEP = mutation("failStep", "FailStepInput", HEAD + TASK_PROBLEMS)
+CHECKPOINT = mutation("checkpointTask", "CheckpointTaskInput", HEAD + TASK_PROBLEMS)
+SET_STATUS = mutation("setTaskStatus", "SetTaskStatusInput", HEAD + TASK_PROBLEMS)
+DECIDE = mutation("decideStep", "DecideStepInput", HEAD + TASK_PROBLEMS)
 RESUME = mutation(
     "resumeTask",
     "ResumeTaskInput",
@@ -73,10 +84,22 @@ RENEW = mutation(
     "... on TaskLock {" + LOCK_FIELDS + "} ... on LockHeld { holderId expiresAt }",
 )
 RELEASE = mutation("releaseTaskLock", "ReleaseTaskLockInput", HEAD)
+RECORD_SPEND = mutation("recordSpend", "RecordSpendInput", HEAD + TASK_PROBLEMS)
+SET_TASK_BUDGET = (
+    "mutation setTaskBudget($input: SetBudgetInput!) { setBudget(input: $input) {"
+    f" {PROBLEM} ... on Task {{ {HEAD_FIELDS} budget {{ {selection(Budget)} }} overBudget }}"
+    " ... on VersionConflict { currentVersion } } }"
+)
+SET_SESSION_BUDGET = (
+    "mutation setSessionBudget($input: SetBudgetInput!) { setBudget(input: $input) {"
+    f" {PROBLEM} {SESSION} ... on VersionConflict {{ currentVersion }} }} }}"
+)
+"""``setBudget`` of a task, and of a session: two documents, as a task's and a
+session's ``status`` are of two types that one selection cannot hold."""
 TOOL = mutation(
     "recordToolCall",
     "RecordToolCallInput",
-    "... on ToolState {" + TOOL_FIELDS + "}" + PROBLEM_DETAILS,
+    "... on ToolState {" + TOOL_FIELDS + "}" + TASK_PROBLEMS,
 )
 FORK = mutation("forkTask", "ForkTaskInput", TASK)
 CLAIM = mutation("claimTask", "ClaimTaskInput", "... on TaskLock {" + LOCK_FIELDS + "}")
@@ -121,12 +144,12 @@ GRAPH_CHECKPOINT_FIELDS = (
 )
 """A LangGraph checkpoint as ``integrations.langgraph`` reads it back."""
 PUT_GRAPH_CHECKPOINT = mutation(
-    "putGraphCheckpoint", "PutGraphCheckpointInput", HEAD + PROBLEM_DETAILS
+    "putGraphCheckpoint", "PutGraphCheckpointInput", HEAD + TASK_PROBLEMS
 )
-PUT_GRAPH_WRITES = mutation("putGraphWrites", "PutGraphWritesInput", HEAD + PROBLEM_DETAILS)
-RECORD_GRAPH_RUN = mutation("recordGraphRun", "RecordGraphRunInput", HEAD + PROBLEM_DETAILS)
-CLEAR_GRAPH = mutation("clearGraph", "ClearGraphInput", HEAD + PROBLEM_DETAILS)
-PRUNE_GRAPH = mutation("pruneGraph", "PruneGraphInput", HEAD + PROBLEM_DETAILS)
+PUT_GRAPH_WRITES = mutation("putGraphWrites", "PutGraphWritesInput", HEAD + TASK_PROBLEMS)
+RECORD_GRAPH_RUN = mutation("recordGraphRun", "RecordGraphRunInput", HEAD + TASK_PROBLEMS)
+CLEAR_GRAPH = mutation("clearGraph", "ClearGraphInput", HEAD + TASK_PROBLEMS)
+PRUNE_GRAPH = mutation("pruneGraph", "PruneGraphInput", HEAD + TASK_PROBLEMS)
 COPY_GRAPH = mutation("copyGraph", "CopyGraphInput", HEAD)
 DELETE_GRAPH_RUNS = mutation(
     "deleteGraphRuns", "DeleteGraphRunsInput", "... on GraphRunsDeleted { checkpoints }"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from runstate.client.records import Budget, Spend
+
 
 class RunstateError(Exception):
     """Anything the SDK raises on purpose."""
@@ -96,6 +98,26 @@ class RateLimited(ProblemError):  # noqa: N818
         return float(self.data["retryAfterSeconds"])
 
 
+class BudgetExceeded(ProblemError):  # noqa: N818
+    """New work refused: the task's (``scope`` TASK) or its session's (SESSION) spend
+    reached its budget. Nothing was done; raise the budget (the dashboard,
+    ``Runstate.set_budget``) and run the task again."""
+
+    code = "BUDGET_EXCEEDED"
+
+    @property
+    def scope(self) -> str:
+        return str(self.data["scope"])
+
+    @property
+    def budget(self) -> Budget:
+        return Budget.of(self.data["limit"])
+
+    @property
+    def spend(self) -> Spend:
+        return Spend.of(self.data["spent"])
+
+
 PROBLEMS: dict[str, type[ProblemError]] = {
     cls.__name__: cls
     for cls in (
@@ -108,6 +130,7 @@ PROBLEMS: dict[str, type[ProblemError]] = {
         LockNotHeld,
         StaleFencingToken,
         RateLimited,
+        BudgetExceeded,
     )
 }
 

@@ -9,7 +9,7 @@ a field added here is asked for and read with no other edit. Statuses are
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any, TypeVar, cast, get_args, get_origin
@@ -79,6 +79,49 @@ class Session(Answer):
     version: int
     message_count: int
     expires_at: datetime
+    budget: Budget | None = None
+    """What its tasks may spend together (None: no limit)."""
+
+
+@dataclass(frozen=True)
+class Spend(Answer):
+    """Tokens and money spent, as agents reported them: a step's, or a sum of steps'.
+    ``cost_micros`` is in millionths of the server's currency (``RUNSTATE_CURRENCY``)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_micros: int = 0
+    calls: int = 0
+    """How many reports it adds up."""
+
+
+@dataclass(frozen=True)
+class Budget(Answer):
+    """Limits on spend (None: no limit); ``max_tokens`` counts input and output."""
+
+    max_tokens: int | None = None
+    max_cost_micros: int | None = None
+
+
+@dataclass(frozen=True)
+class SpendReport:
+    """What a step spent, as an agent reports it: with its result
+    (``run.succeed(i, output, spend=SpendReport(...))``) or on its own
+    (``run.spend``). Added to the step's spend by the server."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_micros: int = 0
+    model: str | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The report as ``SpendInput``."""
+        report: dict[str, Any] = {
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "costMicros": self.cost_micros,
+        }
+        return report if self.model is None else report | {"model": self.model}
 
 
 @dataclass(frozen=True)
@@ -94,11 +137,14 @@ class Step(Answer):
     idempotent: bool
     attempts: int
     error: str | None
+    spend: Spend = Spend()
+    models: tuple[str, ...] = ()
+    """The models its spend reports named, in first-reported order."""
 
 
-_STEP_FIELDS = frozenset(f.name for f in fields(Step))
-"""What the SDK keeps of a step: a change to a field it does not model is the
-server's alone."""
+_STEP_FIELDS = frozenset(f.name for f in fields(Step)) - {"spend", "models"}
+"""What the SDK keeps of a step as its own writes change it: a change to a field it
+does not model is the server's alone, and so is spend, which the server adds up."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +186,11 @@ class Task(Answer):
     """Its agent is gone (see the API's Task.stalled): claimTask hands it on."""
     steps: tuple[Step, ...] | None = None
     tool_states: tuple[ToolState, ...] | None = None
+    spend: Spend = Spend()
+    """The sum of its steps' spend."""
+    budget: Budget | None = None
+    over_budget: bool = False
+    """Its spend, or its session's, reached a budget: new work is refused."""
 
     def apply(self, event: Event) -> Task:
         """The task as of ``event``, from this task as of the event before it: steps
@@ -168,6 +219,8 @@ class Task(Answer):
             tool_states=tuple(tools[name] for name in sorted(tools)),
             lock=lock,
             stalled=event.stalled,
+            spend=_summed(s.spend for s in steps),
+            budget=event.budget if event.kind is TaskEventKind.BUDGET_CHANGED else self.budget,
         )
 
     def updated(self, head: Task, changed: Mapping[int, Mapping[str, Any]]) -> Task:
@@ -177,7 +230,27 @@ class Task(Answer):
         for index, changes in changed.items():
             known = {k: v for k, v in changes.items() if k in _STEP_FIELDS}  # what it models
             steps[index] = replace(steps[index], **known)
-        return replace(head, steps=tuple(steps), tool_states=self.tool_states)
+        return replace(  # a write's answer carries no spend: as last read
+            head,
+            steps=tuple(steps),
+            tool_states=self.tool_states,
+            spend=self.spend,
+            budget=self.budget,
+            over_budget=self.over_budget,
+        )
+
+
+def _summed(spends: Iterable[Spend]) -> Spend:
+    """Several steps' spend added up."""
+    total = Spend()
+    for spend in spends:
+        total = Spend(
+            total.input_tokens + spend.input_tokens,
+            total.output_tokens + spend.output_tokens,
+            total.cost_micros + spend.cost_micros,
+            total.calls + spend.calls,
+        )
+    return total
 
 
 FINISHED = frozenset({StepStatus.SUCCESS, StepStatus.SKIPPED})
@@ -221,6 +294,10 @@ class Event(Answer):
     origin: Origin | None = None
     epoch: str | None = None
     """The database's timeline the event belongs to (new after a restore)."""
+    budget: Budget | None = None
+    """BUDGET_CHANGED (and TASK_CREATED of a task made with one): the task's budget."""
+    budget_crossed: str | None = None
+    """TASK or SESSION: the spend this event reported reached that budget."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from gql.transport.exceptions import TransportError
 
 from runstate.basics.enums import StepStatus, ToolStatus
 from runstate.client.exceptions import (
+    BudgetExceeded,
     LeaseLost,
     LockHeld,
     LockNotHeld,
@@ -43,7 +44,7 @@ from runstate.client.exceptions import (
 )
 from runstate.client.policies import CheckpointPolicy, EveryStep
 from runstate.client.queued import Queued, Write
-from runstate.client.records import FINISHED, Step, Task, ToolState
+from runstate.client.records import FINISHED, SpendReport, Step, Task, ToolState
 
 if TYPE_CHECKING:
     from runstate.client.calls import Calls
@@ -127,6 +128,8 @@ class TaskRunner:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if isinstance(exc[1], BudgetExceeded):
+            self._say_over_budget(exc[1])
         try:
             if not self.lost.is_set():
                 await self.flush()
@@ -168,6 +171,19 @@ class TaskRunner:
             "runstate: task %s waits for a person to decide step %s: %s",
             self.task_id,
             named,
+            self.api.dashboard_link(self.task_id),
+        )
+
+    def _say_over_budget(self, refused: BudgetExceeded) -> None:
+        """One line when a budget stops the runner: what was spent of which budget,
+        and where to raise it. The runner leaves as ever (its pending writes written,
+        its lease given up), so the task resumes where it stopped once raised."""
+        whose = "its" if refused.scope == "TASK" else "its session's"
+        log.warning(
+            "runstate: task %s stopped: %s budget is spent (%s); raise it to go on: %s",
+            self.task_id,
+            whose,
+            refused.message,
             self.api.dashboard_link(self.task_id),
         )
 
@@ -304,7 +320,8 @@ class TaskRunner:
 
     async def succeed(self, index: int, output: Any = None, **reported: Any) -> None:
         """Record a step's success, with whatever else it reports (``reported``: step
-        fields by their Python names); written now or later, as the policy says."""
+        fields by their Python names, ``spend=SpendReport(...)`` what it spent since
+        its last report); written now or later, as the policy says."""
         self._check()
         patch = {"index": index, "status": StepStatus.SUCCESS, "output": output, **reported}
         if self.policy.every_step:
@@ -327,8 +344,8 @@ class TaskRunner:
             await self._checkpoint(wait=False)
 
     async def fail(self, index: int, error: str, **reported: Any) -> None:
-        """Record a step's failure, with whatever else it reports, and write it, with
-        anything pending, at once."""
+        """Record a step's failure, with whatever else it reports (``spend`` too),
+        and write it, with anything pending, at once."""
         self._check()
         patch = {"index": index, "status": StepStatus.FAILED, "error": error, **reported}
         if self.policy.every_step:
@@ -363,6 +380,27 @@ class TaskRunner:
         ):
             await self.flush()
         return state
+
+    async def spend(
+        self,
+        index: int,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost_micros: int = 0,
+        model: str | None = None,
+    ) -> None:
+        """Report what a RUNNING step spent so far (a step that makes several model
+        calls reports each), under the lease, after the writes queued before it. It
+        needs no version and leaves the task's alone; a spend past a budget is
+        recorded all the same (it has happened): the next ``begin`` is refused."""
+        self._check()
+        await self._settled()
+        report = SpendReport(input_tokens, output_tokens, cost_micros, model)
+        head = await self._guard(
+            self.api.record_spend(self.task_id, index, report, fencing_token=self.fencing_token)
+        )
+        self._wrote(head, {})
 
     async def flush(self) -> None:
         """Write every pending step change in one checkpoint, and wait until it and

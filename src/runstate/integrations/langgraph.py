@@ -51,7 +51,14 @@ from langgraph.pregel import Pregel
 from runstate.client import Runstate
 from runstate.client.exceptions import NotFound, ProblemError, RunstateError
 from runstate.client.ids import checked_id, is_id
-from runstate.integrations.langgraph_steps import Node, Reports, Send, Watcher, node_report
+from runstate.integrations.langgraph_steps import (
+    Node,
+    Prices,
+    Reports,
+    Send,
+    Watcher,
+    node_report,
+)
 
 log = logging.getLogger(__name__)
 
@@ -194,9 +201,13 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         hold_writes: float = HOLD_WRITES,
         serde: SerializerProtocol | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        prices: Prices | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.hold_writes = hold_writes
+        self.prices: Prices = dict(prices or {})
+        """Model prices per million tokens, input and output (``langgraph_steps.usage``):
+        the cost of each node's model calls. Tokens are recorded without them."""
         self.url = url
         self.token = token
         self.session_id = session_id
@@ -732,7 +743,8 @@ class RunstateSaver(BaseCheckpointSaver[str]):
             }
             for idx, (channel, value) in enumerate(writes)
         ]
-        node = node_report(writes, task_id, task_path, namespace, self._seen.get(task_id))
+        seen = self._seen.get(task_id)
+        node = node_report(writes, task_id, task_path, namespace, seen, self.prices)
         if node is not None and node["status"] != "INTERRUPTED":
             self._seen.pop(task_id, None)  # ended: a resume starts it again
         reports = self._reports.get(thread_id)

@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -42,6 +42,8 @@ OUTPUT_CHARS = 16_000
 """The longest a step's output may be (the server takes 64 KB of JSON): past it,
 only the channels written are named."""
 ERROR_CHARS = 2000
+MODEL_CHARS = 200
+"""The longest model name a report may give (the server's limit)."""
 HOLD_MOST = 10.0
 """Seconds a node's end waits for its start held behind earlier nodes' ends."""
 
@@ -99,16 +101,56 @@ def error_text(error: Any) -> str:
     return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
 
 
+Prices = Mapping[str, tuple[float, float]]
+"""Per model name: its price in the server's currency per million input tokens and
+per million output tokens (which is its price in millionths per token)."""
+
+
+def usage(writes: Sequence[tuple[str, Any]], prices: Prices) -> dict[str, Any] | None:
+    """What a node's model calls spent, as ``SpendInput``: the ``usage_metadata`` of
+    the AI messages it returned (LangChain's standard usage: ``input_tokens``,
+    ``output_tokens``), summed, the first model named (``response_metadata``'s
+    ``model_name`` or ``model``), priced by ``prices`` when it names the model (no
+    price is guessed: 0 otherwise). None when no message carried usage."""
+    spent = [0, 0, 0.0]
+    model: str | None = None
+    found = False
+    for channel, value in writes:
+        if channel.startswith(("__", NEXT)):
+            continue
+        for message in _listed(value):
+            counted = getattr(message, "usage_metadata", None)
+            if not isinstance(counted, Mapping):
+                continue
+            found = True
+            tokens_in = int(counted.get("input_tokens") or 0)
+            tokens_out = int(counted.get("output_tokens") or 0)
+            meta = getattr(message, "response_metadata", None) or {}
+            name = meta.get("model_name") or meta.get("model")
+            name = name if isinstance(name, str) and name.strip() else None
+            model = model or name
+            price_in, price_out = prices.get(name or "", (0.0, 0.0))
+            spent[0] += tokens_in
+            spent[1] += tokens_out
+            spent[2] += tokens_in * price_in + tokens_out * price_out
+    if not found:
+        return None
+    report = {"inputTokens": spent[0], "outputTokens": spent[1], "costMicros": round(spent[2])}
+    return report if model is None else report | {"model": model[:MODEL_CHARS]}
+
+
 def node_report(
     writes: Sequence[tuple[str, Any]],
     task_id: str,
     task_path: str,
     namespace: str,
     seen: Node | None,
+    prices: Prices | None = None,
 ) -> dict[str, Any] | None:
-    """What a LangGraph task's writes say of its node's run, as ``GraphNodeInput``;
-    None for writes that are no node's (the input, a resume's answer) and for a
-    node whose name is not known (a ``Send``'s, without the watcher)."""
+    """What a LangGraph task's writes say of its node's run, as ``GraphNodeInput``,
+    with what its model calls spent (``usage``); None for writes that are no node's
+    (the input, a resume's answer) and for a node whose name is not known (a
+    ``Send``'s, without the watcher)."""
     if task_id == NULL_TASK:
         return None
     name = seen.name if seen is not None else None
@@ -120,6 +162,9 @@ def node_report(
     report: dict[str, Any] = {"graphTaskId": task_id, "name": name, "namespace": namespace}
     if seen is not None and seen.super_step is not None:
         report["superStep"] = seen.super_step
+    spent = usage(writes, prices or {})
+    if spent is not None:
+        report["spend"] = spent
     if ERROR in channels:
         error = next(v for c, v in writes if c == ERROR)
         return report | {"status": "FAILED", "error": error_text(error)}

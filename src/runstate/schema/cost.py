@@ -60,7 +60,7 @@ from runstate.services.read.lookups import TaskSize
 SHORT_TEXT = 2 + 6 * 255
 """A name (tool, holder, user) or a message encoded at its longest: 255 characters,
 each escaped as ``\\u00XX``."""
-LEAF_BYTES = {"Int": 11, "Float": 24, "Boolean": 5, "DateTime": 34, "ID": 270}
+LEAF_BYTES = {"Int": 11, "Long": 17, "Float": 24, "Boolean": 5, "DateTime": 34, "ID": 270}
 """The longest encoding of a scalar (an ID is up to 255 characters of a plain
 alphabet; a step's is its task's and an index)."""
 KEY_BYTES = 4
@@ -114,6 +114,7 @@ def payload_caps(limits: ContentLimits) -> dict[tuple[str, str], int]:
         ("Step", "input"): limits.json_bytes,
         ("Step", "output"): limits.json_bytes,
         ("Step", "error"): limits.error_chars * text,
+        ("Step", "models"): validation.MODELS_PER_STEP * (validation.MODEL_CHARS * text + 3),
         ("ToolState", "lastResult"): limits.json_bytes,
         ("ToolState", "lastError"): limits.error_chars * text,
         ("TaskEvent", "note"): validation.NOTE_CHARS * text,

@@ -21,6 +21,7 @@ from runstate.schema.problems import (
     RateLimited,
     SessionExpired,
 )
+from runstate.schema.spending import SpendInput, report_of
 from runstate.services.domain.errors import InvalidInputError
 from runstate.services.threads import nodes
 from runstate.services.threads.checkpoints import (
@@ -168,6 +169,10 @@ class GraphNodeInput:
     super_step: int | None = None
     output: JSON | None = None
     error: str | None = None
+    spend: SpendInput | None = strawberry.field(
+        default=None,
+        description="At its end: what the node's model calls spent (added to its step once).",
+    )
 
     def run(self) -> nodes.NodeRun:
         return nodes.NodeRun(
@@ -178,6 +183,7 @@ class GraphNodeInput:
             super_step=self.super_step,
             output=self.output,
             error=self.error,
+            spend=report_of(self.spend),
         )
 
 

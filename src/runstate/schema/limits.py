@@ -47,6 +47,9 @@ from runstate.services.domain.validation import MAX_PAGE, storable_text
 UNPAGED_LIST = 100
 """What a list without ``first`` (a task's steps or tool states) counts for in the
 estimate: about the most a task has in practice."""
+PARTS = frozenset({"Spend", "Budget"})
+"""Objects that are columns of the row around them, read with it: no node of their
+own (a step's spend is four numbers of the step's row)."""
 
 
 def limit_rules(
@@ -156,7 +159,7 @@ def estimate_nodes(
         if definition is None or field.selection_set is None:
             continue
         child = get_named_type(definition.type)
-        if not is_composite_type(child):
+        if not is_composite_type(child) or child.name in PARTS:
             continue
         size = _list_size(field, definition, parent_type)
         inner = estimate_nodes(context, child, field.selection_set, seen)

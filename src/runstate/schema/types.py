@@ -116,6 +116,9 @@ class AgentSession(FromView):
     )
     metadata: JSON | None
     ttl_seconds: int
+    budget: Budget | None = strawberry.field(
+        description="What its tasks may spend together; null: no limit."
+    )
 
     @strawberry.field(description="The session's tasks, newest first.")
     async def tasks(
@@ -132,9 +135,10 @@ class AgentSession(FromView):
     async def spend(self, info: Info) -> Spend:
         return Spend.of(await info.context.loaders.session_spend.load(self.view.pk))
 
-    @strawberry.field(description="What its tasks may spend together; null: no limit.")
-    def budget(self) -> Budget | None:
-        return Budget.of(self.view.budget)
+    @classmethod
+    def of(cls, view: SessionView, **given: Any) -> AgentSession:
+        """The GraphQL object for a session view."""
+        return super().of(view, budget=Budget.of(view.budget), **given)
 
 
 @strawberry.type
@@ -246,6 +250,10 @@ class Task(FromView):
             "taskAt answers the figure as it stands now."
         )
     )
+    spend: Spend = strawberry.field(description="Sum of its steps' spend.")
+    budget: Budget | None = strawberry.field(
+        description="What the task may spend; null: no limit of its own."
+    )
 
     @strawberry.field
     async def steps(self, info: Info) -> list[Step]:
@@ -266,13 +274,10 @@ class Task(FromView):
     async def session(self, info: Info) -> AgentSession:
         return AgentSession.of(await info.context.loaders.sessions.load(self.view.session_pk))
 
-    @strawberry.field(description="Sum of its steps' spend.")
-    def spend(self) -> Spend:
-        return Spend.of(self.view.spend)
-
-    @strawberry.field(description="What the task may spend; null: no limit of its own.")
-    def budget(self) -> Budget | None:
-        return Budget.of(self.view.budget)
+    @classmethod
+    def of(cls, view: TaskView, **given: Any) -> Task:
+        """The GraphQL object for a task view."""
+        return super().of(view, spend=Spend.of(view.spend), budget=Budget.of(view.budget), **given)
 
     @strawberry.field(
         description=(

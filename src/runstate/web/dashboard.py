@@ -8,7 +8,11 @@ A field added here is drawn by the page only where ``app.js`` draws it, but for
 
 from __future__ import annotations
 
-STEP_DRAWN = "index action status idempotent attempts error output startedAt completedAt"
+SPEND = "spend { inputTokens outputTokens costMicros calls }"
+BUDGET = "budget { maxTokens maxCostMicros }"
+STEP_DRAWN = (
+    f"index action status idempotent attempts error output startedAt completedAt {SPEND} models"
+)
 STEP_REPORTED = ""
 """Fields a step reports beyond those drawn (``app.js`` shows each under its step)."""
 STEP_FIELDS = f"{STEP_DRAWN} {STEP_REPORTED}".strip()
@@ -17,10 +21,12 @@ LOCK_FIELDS = "holderId fencingToken expiresAt"
 TASK_FIELDS = (
     "id goal status version currentStep totalSteps eventSeq stalled origin { taskId seq }"
     f" steps {{ {STEP_FIELDS} }} toolStates {{ {TOOL_FIELDS} }} lock {{ {LOCK_FIELDS} }}"
+    f" {BUDGET}"
 )
 DELTA_FIELDS = (
     "seq kind taskVersion stepIndex toolName at status stalled actor holder note epoch"
     f" steps {{ {STEP_FIELDS} }} toolState {{ {TOOL_FIELDS} }} lock {{ {LOCK_FIELDS} }}"
+    f" {BUDGET} budgetCrossed"
 )
 PROBLEM = "... on Problem { message }"
 
@@ -49,6 +55,16 @@ PAGE_GOAL = "query pageGoal($id: ID!) { task(id: $id) { __typename ... on Task {
 PAGE_LEASE = (
     "query pageLease($id: ID!) { task(id: $id) {"
     f" ... on Task {{ stalled lock {{ {LOCK_FIELDS} }} }} }} }}"
+)
+PAGE_SPEND = (
+    "query pageSpend($id: ID!) { usage { currency } task(id: $id) { ... on Task {"
+    f" version overBudget {SPEND} {BUDGET} session {{ id version {SPEND} {BUDGET} }} }} }} }}"
+)
+"""What a task and its session spent, against their budgets (read after each
+event: a session's spend is its tasks', which no event of this task carries)."""
+PAGE_BUDGET = (
+    "mutation pageBudget($input: SetBudgetInput!) { setBudget(input: $input) {"
+    f" __typename {PROBLEM} }} }}"
 )
 PAGE_FORK = (
     "mutation pageFork($input: ForkTaskInput!) { forkTask(input: $input) {"

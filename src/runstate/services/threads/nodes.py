@@ -32,7 +32,7 @@ from runstate.basics.enums import (
 )
 from runstate.models import GRAPH_NAMESPACE_LENGTH, KEY_LENGTH, GraphNode, Step, box
 from runstate.services.domain.errors import InvalidInputError, InvalidTransitionError
-from runstate.services.domain.validation import ContentLimits
+from runstate.services.domain.validation import ContentLimits, Report
 from runstate.services.domain.views import TaskView, Written
 from runstate.services.read.history import AS_ADDED
 from runstate.services.write.engine import (
@@ -62,6 +62,8 @@ class NodeRun:
     super_step: int | None = None
     output: Any = None
     error: str | None = None
+    spend: Report | None = None
+    """What the node's model calls spent (its end's report only)."""
 
     def checked(self, limits: ContentLimits, field: str) -> NodeRun:
         """The report, or InvalidInput naming ``field`` and what is wrong with it."""
@@ -80,6 +82,8 @@ class NodeRun:
             limits.error_text(self.error, f"{field}.error")
         if self.status is N.FAILED and self.error is None:
             raise InvalidInputError(f"{field}.error", "a FAILED node needs its error")
+        if self.spend is not None:
+            self.spend.checked(f"{field}.spend")
         return self
 
 
@@ -179,10 +183,12 @@ def _move(draft: Draft, step: Step, run: NodeRun, interrupted: bool) -> bool:
     if run.status is N.SUCCESS:
         draft.move_step(step, S.SUCCESS, jump=True)
         _set(draft, step, output=box(run.output))
+        _spent(draft, step, run)
         return False
     if run.status is N.FAILED:
         draft.move_step(step, S.FAILED, jump=True)
         _set(draft, step, error=run.error)
+        _spent(draft, step, run)
         return False
     if old is S.PENDING and not interrupted:  # first seen at its interrupt: it ran
         draft.move_step(step, S.RUNNING)
@@ -190,6 +196,13 @@ def _move(draft: Draft, step: Step, run: NodeRun, interrupted: bool) -> bool:
         draft.move_step(step, S.PENDING)
     _set(draft, step, output=box({"interrupt": run.output}))
     return True
+
+
+def _spent(draft: Draft, step: Step, run: NodeRun) -> None:
+    """Add what the node's run spent to its step: once, as the step reaches its
+    end (a report sent again finds it there and adds nothing)."""
+    if run.spend is not None:
+        draft.spend(step, run.spend)
 
 
 def _set(draft: Draft, step: Step, **values: Any) -> None:

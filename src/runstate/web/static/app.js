@@ -11,7 +11,7 @@ const TOKEN_KEY = "runstate-token";
 // The fields of a step the page draws; any other a step's documents ask for
 // (STEP_REPORTED in runstate/web/dashboard.py) is shown under it as "name: value".
 const STEP_DRAWN = new Set(["index", "action", "status", "idempotent", "attempts", "error", "output",
-  "startedAt", "completedAt"]);
+  "startedAt", "completedAt", "spend", "models"]);
 // The page's GraphQL documents (runstate/web/dashboard.py) from the server's manifest of
 // trusted documents: queries and mutations are named by id, the subscription sent as text.
 const DOCUMENTS = fetch("/static/documents.json").then((r) => r.json()).then((manifest) =>
@@ -27,6 +27,7 @@ const LEASE_CHECK_MS = 2000;
 const LEASE_GRACE_MS = 2000; // how long past its end a lease waits for the server's word
 const RENEWAL_SLACK_MS = 300; // how long after a renewal is due the page reads the lease
 const TICK_MS = 1000;
+const SPEND_READ_MS = 300; // a burst of events reads the task's and session's spend once
 const EMPTY_TASK = { status: "PLANNED", steps: [], toolStates: [], lock: null, stalled: false };
 
 const $ = (id) => document.getElementById(id);
@@ -307,10 +308,10 @@ function route() {
 }
 
 function select(taskId) {
-  if (current) clearTimeout(current.leaseTimer);
+  if (current) { clearTimeout(current.leaseTimer); clearTimeout(current.spendTimer); }
   current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], doubts: {}, runs: {}, leases: {},
     ttls: {}, leaseTimer: null, graph: false,
-    pending: null, past: null, source: null };
+    pending: null, past: null, source: null, spent: null, spendTimer: null };
   scrubTo = null;
   $("empty").hidden = true;
   $("missing").hidden = true;
@@ -321,6 +322,8 @@ function select(taskId) {
   $("complete-output").value = "";
   $("decision-why").value = "";
   $("decision-result").textContent = "";
+  $("raise-result").textContent = "";
+  $("raise-why").value = "";
   for (const link of document.querySelectorAll("#task-list a[data-task]")) {
     link.classList.toggle("current", link.dataset.task === taskId);
   }
@@ -406,6 +409,7 @@ function onEvent(watching, event) {
   render();
   markNeeds();
   if (LEASE_EVENTS.has(event.kind)) nextLeaseRead(watching);
+  nextSpendRead(watching);
 }
 
 // The task as of `event`, from the task as of the event before it (see TaskEvent).
@@ -422,7 +426,8 @@ function applyEvent(task, event) {
   return { ...task, status: event.status, version: event.taskVersion, eventSeq: event.seq,
     stalled: event.stalled, steps, toolStates, totalSteps: steps.length,
     currentStep: unfinished === -1 ? steps.length : unfinished,
-    lock: LEASE_EVENTS.has(event.kind) ? event.lock : task.lock };
+    lock: LEASE_EVENTS.has(event.kind) ? event.lock : task.lock,
+    budget: event.kind === "BUDGET_CHANGED" ? event.budget : task.budget };
 }
 
 // The log: the newest events up to the snapshot, each told against the task as it
@@ -579,6 +584,18 @@ function describe(before, after, event) {
     parts.push(`${event.actor ?? "someone"} decided: ${DECISIONS[decided.status] ?? words(decided.status)}` +
       (event.note ? ` (${event.note})` : ""));
   } else if (event.note) parts.push(`${event.actor ?? "someone"} said: ${event.note}`);
+  if (event.kind === "BUDGET_CHANGED") {
+    parts.push(`${event.actor ?? "someone"} ${event.budget ? "set the budget to " + limits(event.budget) : "removed the budget"}` +
+      (event.note ? ` (${event.note})` : ""));
+  }
+  for (const step of event.steps) {
+    const was = before.steps[step.index];
+    const added = spentBetween(was ? was.spend : null, step.spend);
+    if (added) parts.push(`${stepName(step)} spent ${added}`);
+  }
+  if (event.budgetCrossed) {
+    parts.push(`${event.budgetCrossed === "TASK" ? "its" : "its session's"} budget is spent: no new work`);
+  }
   if (event.kind !== "TASK_CREATED" && event.kind !== "STEPS_ADDED") {
     for (const step of event.steps) {
       const was = before.steps[step.index];
@@ -598,6 +615,171 @@ function describe(before, after, event) {
 }
 
 const DECISIONS = { PENDING: "retry", SKIPPED: "skip", SUCCESS: "it happened" };
+
+// ------------------------------------------------------------- spend and budgets
+
+const NO_SPEND = { inputTokens: 0, outputTokens: 0, costMicros: 0, calls: 0 };
+const count = (n) => n.toLocaleString();
+
+/** Millionths of the deployment's currency as money: "$4.10", "$0.0051" below a cent. */
+function money(micros) {
+  const currency = (current && current.spent && current.spent.currency) || "USD";
+  const digits = micros > 0 && micros < 10000 ? 4 : 2;
+  return new Intl.NumberFormat(undefined, { style: "currency", currency,
+    minimumFractionDigits: digits, maximumFractionDigits: digits }).format(micros / 1e6);
+}
+
+/** "1,540 tokens · $0.0051": what a spend adds up to, shown in words. */
+function spentText(spend) {
+  const tokens = spend.inputTokens + spend.outputTokens;
+  return `${count(tokens)} token${tokens === 1 ? "" : "s"} · ${money(spend.costMicros)}`;
+}
+
+/** What a step's spend grew by in one event, in words (null: nothing). */
+function spentBetween(before, after) {
+  if (!after || !after.calls || (before && before.calls === after.calls)) return null;
+  const was = before || NO_SPEND;
+  return spentText({ inputTokens: after.inputTokens - was.inputTokens,
+    outputTokens: after.outputTokens - was.outputTokens, costMicros: after.costMicros - was.costMicros });
+}
+
+/** A budget's limits in words: "$4.00", "50,000 tokens", or both. */
+function limits(budget) {
+  const parts = [];
+  if (budget.maxCostMicros !== null) parts.push(money(budget.maxCostMicros));
+  if (budget.maxTokens !== null) parts.push(`${count(budget.maxTokens)} tokens`);
+  return parts.join(" and ");
+}
+
+/** The share of a budget spent (1: reached), by whichever limit is nearer. */
+function used(spend, budget) {
+  const shares = [];
+  if (budget.maxCostMicros !== null) shares.push(budget.maxCostMicros ? spend.costMicros / budget.maxCostMicros : 1);
+  if (budget.maxTokens !== null) {
+    shares.push(budget.maxTokens ? (spend.inputTokens + spend.outputTokens) / budget.maxTokens : 1);
+  }
+  return Math.max(0, ...shares);
+}
+
+function sumSpend(steps) {
+  return steps.reduce((total, step) => {
+    const spend = step.spend || NO_SPEND;
+    return { inputTokens: total.inputTokens + spend.inputTokens, outputTokens: total.outputTokens + spend.outputTokens,
+      costMicros: total.costMicros + spend.costMicros, calls: total.calls + spend.calls };
+  }, NO_SPEND);
+}
+
+// "stopped: spent $4.10 of its $4.00 budget": the budget that stops new work, if any.
+// The task's own is judged here, from its steps; its session's from the last read
+// of the session (pageSpend), since other tasks spend it too.
+function stoppedBy(task, spend) {
+  if (task.budget && used(spend, task.budget) >= 1) {
+    return { scope: "TASK", budget: task.budget, spend, version: task.version,
+      text: `stopped: spent ${spentOf(spend, task.budget)} of its ${limits(task.budget)} budget` };
+  }
+  const session = current.spent && current.spent.session;
+  if (session && session.budget && used(session.spend, session.budget) >= 1) {
+    return { scope: "SESSION", budget: session.budget, spend: session.spend, version: session.version,
+      text: `stopped: its session spent ${spentOf(session.spend, session.budget)} of its ` +
+        `${limits(session.budget)} budget` };
+  }
+  return null;
+}
+
+/** What was spent, in the unit of the budget's limits. */
+function spentOf(spend, budget) {
+  const parts = [];
+  if (budget.maxCostMicros !== null) parts.push(money(spend.costMicros));
+  if (budget.maxTokens !== null) parts.push(`${count(spend.inputTokens + spend.outputTokens)} tokens`);
+  return parts.join(" and ");
+}
+
+function renderSpend(task, live) {
+  const spend = sumSpend(task.steps);
+  const session = current.spent && current.spent.session;
+  const budget = task.budget || (session && session.budget) || null;
+  $("spend").hidden = !spend.calls && !budget;
+  if ($("spend").hidden) return;
+  $("spend-text").textContent = spend.calls
+    ? `Spent ${spentText(spend)} (${count(spend.inputTokens)} in, ${count(spend.outputTokens)} out) ` +
+      `in ${spend.calls} report${spend.calls === 1 ? "" : "s"}.`
+    : "Nothing spent yet.";
+  const shown = task.budget ? { spend, budget: task.budget, whose: "its" }
+    : session && session.budget ? { spend: session.spend, budget: session.budget, whose: "its session's" } : null;
+  $("budget-track").hidden = !shown;
+  $("budget-text").hidden = !shown;
+  if (shown) {
+    const share = used(shown.spend, shown.budget);
+    $("budget-bar").style.width = Math.min(100, share * 100) + "%";
+    $("budget-bar").dataset.over = String(share >= 1);
+    $("budget-text").textContent = `${spentOf(shown.spend, shown.budget)} of ${shown.whose} ` +
+      `${limits(shown.budget)} budget`;
+  }
+  const stop = live ? stoppedBy(task, spend) : null;
+  $("over-budget").hidden = !stop;
+  $("raise-form").hidden = !stop;
+  if (!stop) return;
+  $("over-budget").textContent = stop.text;
+  const form = $("raise-form");
+  if (form.dataset.for !== stop.scope + ":" + stop.version) {
+    form.dataset.for = stop.scope + ":" + stop.version;
+    form.dataset.scope = stop.scope;
+    form.dataset.version = stop.version;
+    const byCost = stop.budget.maxCostMicros !== null;
+    form.dataset.unit = byCost ? "cost" : "tokens";
+    $("raise-label").textContent = `New ${stop.scope === "TASK" ? "task" : "session"} budget ` +
+      `(${byCost ? current.spent?.currency ?? "USD" : "tokens"}):`;
+    const limit = byCost ? stop.budget.maxCostMicros / 1e6 : stop.budget.maxTokens;
+    $("raise-amount").value = String(Math.max(limit * 2, byCost ? 1 : 1000));
+  }
+}
+
+function nextSpendRead(watching) {
+  clearTimeout(watching.spendTimer);
+  watching.spendTimer = setTimeout(() => checkSpend(watching), SPEND_READ_MS);
+}
+
+async function checkSpend(watching) {
+  try {
+    const data = await graphql("pageSpend", { id: watching.id });
+    if (watching !== current || !data.task || data.task.version === undefined) return;
+    watching.spent = { currency: data.usage.currency, overBudget: data.task.overBudget,
+      session: data.task.session };
+    if (watching.task && !watching.past) render();
+  } catch (error) {
+    if (!(error instanceof Refused)) console.warn("spend:", error.message);
+  }
+}
+
+// A person's raise, as setBudget at the version the page shows: the limit that
+// stopped the work set to the amount typed in, the other kept.
+async function raiseBudget(event) {
+  event.preventDefault();
+  const watching = current;
+  const form = $("raise-form");
+  const amount = Number($("raise-amount").value);
+  if (!watching || !watching.task || !(amount >= 0)) return;
+  const task = watching.task;
+  const session = watching.spent && watching.spent.session;
+  const scope = form.dataset.scope;
+  const was = scope === "TASK" ? task.budget : session.budget;
+  const budget = { maxTokens: was.maxTokens, maxCostMicros: was.maxCostMicros };
+  if (form.dataset.unit === "cost") budget.maxCostMicros = Math.round(amount * 1e6);
+  else budget.maxTokens = Math.round(amount);
+  const input = { expectedVersion: Number(form.dataset.version), budget };
+  if (scope === "TASK") input.taskId = task.id; else input.sessionId = session.id;
+  const why = $("raise-why").value.trim();
+  if (why) input.note = why;
+  $("raise-result").textContent = "…";
+  try {
+    const problem = (await graphql("pageBudget", { input })).setBudget.message;
+    $("raise-result").textContent = problem ?? "";
+    if (!problem) $("raise-why").value = "";
+    checkSpend(watching);
+  } catch (error) {
+    $("raise-result").textContent = error.message;
+  }
+}
 
 function toolSentence(tool) {
   if (tool.rateLimitResetAt && tool.status === "RETRYING") {
@@ -656,6 +838,7 @@ function render() {
   $("version").textContent = task.version;
   renderOrigin(task);
   renderLease(task, now, live);
+  renderSpend(task, live);
   renderDecision(live ? task : null, now);
   renderInterrupt(live ? task : null);
   renderSteps(task, now, live);
@@ -832,6 +1015,8 @@ function renderSteps(task, now, live) {
       el("div", { class: "step-foot" },
         el("span", { class: "time", "data-testid": "time-" + step.index }, timing.text),
         step.attempts > 1 ? el("span", {}, `${step.attempts} attempts`) : null,
+        step.spend && step.spend.calls ? el("span", { class: "spent", "data-testid": "spend-" + step.index },
+          spentText(step.spend) + (step.models && step.models.length ? " · " + step.models.join(", ") : "")) : null,
         ...reported(step),
         detail ? el("code", { class: step.error ? "out err" : "out", "data-testid": "output-" + step.index }, detail) : null));
   }));
@@ -1065,6 +1250,7 @@ $("scrub").addEventListener("input", onScrub);
 $("live").addEventListener("click", backToLive);
 $("fork").addEventListener("click", fork);
 $("interrupt-form").addEventListener("submit", answerInterrupt);
+$("raise-form").addEventListener("submit", raiseBudget);
 window.addEventListener("hashchange", route);
 setInterval(tick, TICK_MS);
 

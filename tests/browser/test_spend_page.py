@@ -1,0 +1,113 @@
+"""What a task spent, seen in Chromium: each step's tokens, cost and model, the
+task's total against its budget as a bar, the over-budget state in words, and
+the budget raised from the page. Screenshots land in test-artifacts/browser/."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playwright.async_api import Browser, expect
+
+from tests.browser.pages import ARTIFACTS, DESK, PHONE, assert_fits_the_screen, open_dashboard
+from tests.support import Api, Server, mutate
+
+ANSWER = "__typename ... on Task { version } ... on Problem { code }"
+
+
+def write(api: Api, name: str, input_type: str, **input: Any) -> dict[str, Any]:
+    return mutate(api, name, input_type, ANSWER, **input)
+
+
+def over_budget_task(api: Api) -> str:
+    """A task of three steps with a $4.00 budget, two steps done for $2.60 and $1.50:
+    its third start refused."""
+    session = mutate(api, "startSession", "StartSessionInput", "... on AgentSession { id }")
+    task = mutate(
+        api,
+        "createTask",
+        "CreateTaskInput",
+        "... on Task { id }",
+        sessionId=session["id"],
+        goal="write the quarterly report",
+        steps=[{"action": "research"}, {"action": "draft"}, {"action": "send"}],
+        budget={"maxCostMicros": 4_000_000},
+    )
+    version = 1
+    spends = [
+        {"inputTokens": 12_000, "outputTokens": 3_000, "costMicros": 2_600_000, "model": "gpt-4o"},
+        {"inputTokens": 4_000, "outputTokens": 500, "costMicros": 1_500_000, "model": "gpt-4o"},
+    ]
+    for index, spend in enumerate(spends):
+        ref = {"taskId": task["id"], "stepIndex": index}
+        version = write(api, "startStep", "StepRefInput", **ref, expectedVersion=version)["version"]
+        version = write(
+            api, "completeStep", "CompleteStepInput", **ref, expectedVersion=version, spend=spend
+        )["version"]
+    refused = write(
+        api, "startStep", "StepRefInput", taskId=task["id"], stepIndex=2, expectedVersion=version
+    )
+    assert refused == {"__typename": "BudgetExceeded", "code": "BUDGET_EXCEEDED"}
+    return str(task["id"])
+
+
+async def test_spend_and_the_budget_are_shown_and_raised_from_the_page(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the page's spend (``app.js`` ``renderSpend``, ``raiseBudget``): without
+    it a task stopped by its budget looked like one whose agent is merely slow."""
+    server, token = dashboard
+    task_id = over_budget_task(api)
+    page = await open_dashboard(browser, f"{server.url}/#token={token}&task={task_id}", DESK)
+    await expect(page.get_by_test_id("spend-0")).to_have_text("15,000 tokens · $2.60 · gpt-4o")
+    await expect(page.get_by_test_id("spend-1")).to_have_text("4,500 tokens · $1.50 · gpt-4o")
+    await expect(page.get_by_test_id("spend-2")).to_have_count(0)
+    await expect(page.get_by_test_id("spend-text")).to_have_text(
+        "Spent 19,500 tokens · $4.10 (16,000 in, 3,500 out) in 2 reports."
+    )
+    await expect(page.get_by_test_id("budget-text")).to_have_text("$4.10 of its $4.00 budget")
+    await expect(page.get_by_test_id("over-budget")).to_have_text(
+        "stopped: spent $4.10 of its $4.00 budget"
+    )
+    await expect(page.get_by_test_id("budget-bar")).to_have_attribute("data-over", "true")
+    await expect(page.get_by_test_id("raise-amount")).to_have_value("8")
+    await page.screenshot(path=ARTIFACTS / "spend-over-budget.png")
+    await page.get_by_test_id("raise-amount").fill("10")
+    await page.get_by_test_id("raise-why").fill("the client approved more")
+    await page.get_by_test_id("raise").click()
+    await expect(page.get_by_test_id("over-budget")).to_be_hidden()
+    await expect(page.get_by_test_id("budget-text")).to_have_text("$4.10 of its $10.00 budget")
+    await expect(page.get_by_test_id("events")).to_contain_text(
+        "watcher set the budget to $10.00 (the client approved more)"
+    )
+    task = api(
+        "query($id: ID!) { task(id: $id) { ... on Task { version overBudget"
+        " budget { maxCostMicros } } } }",
+        id=task_id,
+    )["task"]
+    assert task["budget"] == {"maxCostMicros": 10_000_000}
+    assert task["overBudget"] is False
+    assert (
+        write(
+            api,
+            "startStep",
+            "StepRefInput",
+            taskId=task_id,
+            stepIndex=2,
+            expectedVersion=task["version"],
+        )["__typename"]
+        == "Task"
+    )
+    await page.close()
+
+
+async def test_the_spend_panel_fits_a_phone(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the panel's layout on a 390 px screen: nothing sticks out sideways."""
+    server, token = dashboard
+    task_id = over_budget_task(api)
+    page = await open_dashboard(browser, f"{server.url}/#token={token}&task={task_id}", PHONE)
+    await expect(page.get_by_test_id("over-budget")).to_be_visible()
+    await assert_fits_the_screen(page, "spend", "raise-form", "over-budget")
+    await page.screenshot(path=ARTIFACTS / "spend-phone.png")
+    await page.close()
