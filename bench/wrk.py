@@ -10,9 +10,10 @@ same run:
   each wrk connection drives its own task, startStep then completeStep, each
   with the version the previous answer gave (``bench/wrk_writes.lua``), from 1
   and from 16 connections, the SDK's documents named by id as the SDK sends them
-  (the lean path, ``resolvers.lean``), and once more sent as text (the standard
-  path). Writes are counted from the tasks' versions afterwards, not from
-  answers;
+  (the lean path, ``resolvers.lean``), once more with each completeStep
+  reporting spend (tokens, cost and model), and once more sent as text (the
+  standard path). Writes are counted from the tasks' versions afterwards, not
+  from answers;
 - LangGraph ``AsyncSqliteSaver.aput``, in this process, 16 coroutines on their
   own threads;
 - on PostgreSQL: ``runstate serve --workers 2`` (two processes, Redis between
@@ -62,9 +63,14 @@ QUIET = ("--log-level", "warning", "--no-access-log")
 """uvicorn's options for the floors: as quiet as ``runstate serve``."""
 
 
-def bodies(by_id: bool) -> dict[str, str]:
+SPEND = ',"spend":{"inputTokens":1200,"outputTokens":340,"costMicros":5100,"model":"gpt-4o-mini"}'
+"""What a completeStep with spend reports: one model call's tokens, cost and model."""
+
+
+def bodies(by_id: bool, spend: bool = False) -> dict[str, str]:
     """The request bodies of the SDK's startStep and completeStep, by id (the lean
-    path) or as text (the standard path), as wrk_writes.lua's templates."""
+    path) or as text (the standard path), as wrk_writes.lua's templates; with
+    ``spend``, each completeStep reports what the step spent."""
 
     def body(document: str, output: str) -> str:
         named = {"documentId": doc.document_id(document)} if by_id else {"query": document}
@@ -73,7 +79,9 @@ def bodies(by_id: bool) -> dict[str, str]:
 
     return {
         "BENCH_START": body(doc.START_STEP, ""),
-        "BENCH_COMPLETE": body(doc.COMPLETE_STEP, ',"output":{"answer":"42","tokens":512}'),
+        "BENCH_COMPLETE": body(
+            doc.COMPLETE_STEP, ',"output":{"answer":"42","tokens":512}' + (SPEND if spend else "")
+        ),
     }
 
 
@@ -163,13 +171,21 @@ async def versions(url: str, token: str, tasks: list[str]) -> int:
 
 
 def written(
-    name: str, url: str, pid: int, connections: int, token: str, *, by_id: bool = True
+    name: str,
+    url: str,
+    pid: int,
+    connections: int,
+    token: str,
+    *,
+    by_id: bool = True,
+    spend: bool = False,
 ) -> dict[str, Any]:
     """One wrk run of single-step writes on new tasks of the server at ``url``, the
-    SDK's documents sent by id (or as text), its line printed: wrk's figures, the
-    writes the tasks took, their rate and the server's CPU per write."""
+    SDK's documents sent by id (or as text), each completeStep with spend if
+    ``spend``, its line printed: wrk's figures, the writes the tasks took, their
+    rate and the server's CPU per write."""
     tasks = asyncio.run(tasks_of(url, token, connections))
-    figures, cpu = measured(url, pid, connections, tasks, token, bodies(by_id))
+    figures, cpu = measured(url, pid, connections, tasks, token, bodies(by_id, spend))
     writes = asyncio.run(versions(url, token, tasks))
     rate = writes / SECONDS
     line(name, rate, figures, cpu, writes)
@@ -204,6 +220,8 @@ def main() -> None:
         for connections in CONNECTIONS:
             name = f"runstate single-step writes, {connections} conn."
             results[f"runstate_{connections}"] = written(name, url, pid, connections, token)
+        name = "the same, each completeStep with spend, 16 conn."
+        results["runstate_spend_16"] = written(name, url, pid, 16, token, spend=True)
         name = "the same, sent as text: the standard path, 16 conn."
         results["runstate_text_16"] = written(name, url, pid, 16, token, by_id=False)
     postgres(results)
@@ -228,6 +246,11 @@ def main() -> None:
     )
     rate = results["runstate_16"]["rate"]
     print(f"  runstate single-step writes / aput, 16: {rate / aput:.2f}x (target >= 0.6x)")
+    spent = results["runstate_spend_16"]
+    print(
+        f"  with spend / without, 16 conn.: {spent['rate'] / rate:.2f}x the writes a second,"
+        f" {spent['cpu_per_write'] / cpu:.2f}x the server CPU per write"
+    )
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
 

@@ -17,7 +17,15 @@ from typing import Any, cast
 
 import httpx
 import pytest
-from agents import Agent, RunConfig, Runner, RunState, SessionSettings, TResponseInputItem
+from agents import (
+    Agent,
+    RunConfig,
+    Runner,
+    RunState,
+    SessionSettings,
+    TResponseInputItem,
+    Usage,
+)
 from agents.memory import Session
 from agents.testing import ScriptedModel, assistant_message, function_call
 
@@ -593,3 +601,59 @@ async def test_a_handed_out_run_keeps_its_lease_while_it_goes_on(
         session._loop.call_soon_threadsafe(running.stop_renewing)
         stalled = lambda: api(LEASE, id=task_id)["task"]["stalled"]  # noqa: E731
         await asyncio.to_thread(wait_until, stalled, 10, "the run stalled without renewal")
+
+
+SPENT = """query($id: ID!) { task(id: $id) { ... on Task {
+  spend { inputTokens outputTokens costMicros calls }
+  steps { action models spend { inputTokens outputTokens costMicros calls } } } } }"""
+
+
+async def test_a_runs_usage_is_recorded_on_its_steps(
+    served: tuple[Server, str], open_session: Any, tmp_path: Path
+) -> None:
+    """Guards the run's spend (``RunstateSession._spent``): the tokens a run used up
+    to its stop are its run step's, what the resumed run used after that is its
+    resume step's (not counted twice, though the resumed state's usage includes
+    the first part), each priced by the session's ``prices``."""
+    server, token = served
+    session = open_session(prices={"gpt-4o": (2.5, 10.0)})
+    ran = tmp_path / "ran.log"
+    first = ScriptedModel(
+        [[function_call("send_mail", {"to": "bob"}, call_id="call-1")]],
+        default_usage=Usage(requests=1, input_tokens=1000, output_tokens=100, total_tokens=1100),
+    )
+    agent = mailer(ran, first)
+    agent.model = "gpt-4o"  # the name the prices know; the scripted model answers
+    stopped = await Runner.run(
+        agent, "mail bob", run_config=RunConfig(model=first), session=session
+    )
+    task_id = await session.save_run_state(stopped.to_state())
+    with Api(server.url, token) as api:
+        version = api(TASK, id=task_id)["task"]["version"]
+        assert decide(api, task_id, "RETRY", version)["__typename"] == "Task"
+    second = ScriptedModel(
+        [[assistant_message("sent")]],
+        default_usage=Usage(requests=1, input_tokens=300, output_tokens=40, total_tokens=340),
+    )
+    resumed_agent = mailer(ran, second)
+    resumed = await session.load_run_state(resumed_agent)
+    assert resumed is not None
+    result = await Runner.run(resumed_agent, resumed, session=session)
+    await session.finish_run(
+        output=result.final_output, usage=result.context_wrapper.usage, model="gpt-4o"
+    )
+    with Api(server.url, token) as api:
+        task = api(SPENT, id=task_id)["task"]
+    spends = {s["action"]: (s["spend"], s["models"]) for s in task["steps"]}
+    assert spends["openai-agents run"] == (
+        {"inputTokens": 1000, "outputTokens": 100, "costMicros": 3500, "calls": 1},
+        ["gpt-4o"],
+    )
+    resumed_step = task["steps"][-1]
+    assert resumed_step["spend"] == {
+        "inputTokens": 300,
+        "outputTokens": 40,
+        "costMicros": 1150,
+        "calls": 1,
+    }
+    assert task["spend"]["inputTokens"] == 1300

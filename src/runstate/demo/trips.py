@@ -25,7 +25,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from runstate.client import WAIT, EveryStep, Runstate, RunstateError, TaskRunner
+from runstate.client import WAIT, EveryStep, Runstate, RunstateError, SpendReport, TaskRunner
 
 PLAN: list[str | dict[str, Any]] = [
     "search flights",
@@ -92,6 +92,18 @@ ACTIONS: dict[str, Callable[[TaskRunner], Awaitable[Any]]] = {
 }
 
 
+MODEL = "gpt-4o"
+SPENT = {
+    "search flights": SpendReport(900, 120, 3_450, MODEL),
+    "search hotels": SpendReport(1_100, 160, 4_350, MODEL),
+    "compare options": SpendReport(2_400, 380, 9_800, MODEL),
+    "send confirmation": SpendReport(1_300, 420, 7_450, MODEL),
+}
+"""What the agent's model calls spend per step, as a real agent would report them
+(prices of gpt-4o: 2.50 and 10 USD per million input and output tokens)."""
+BUDGET = {"max_cost_micros": 50_000}
+"""Each trip's budget, 0.05 USD: its spend shows against it in the dashboard."""
+
 LEASE_TTL = 5
 STARTUP_TTL = 60
 """The lease the demo holds for a trip's first agent while that process starts."""
@@ -109,7 +121,8 @@ async def work(run: TaskRunner, crash_at: str | None = None) -> None:
         if step.action == crash_at:
             print("crash-point", flush=True)
             await asyncio.Event().wait()  # killed here by the demo
-        await run.succeed(step.index, await ACTIONS[step.action](run))
+        output = await ACTIONS[step.action](run)
+        await run.succeed(step.index, output, spend=SPENT.get(step.action))
 
 
 async def agent(url: str, token: str, task_id: str, holder: str, crash_at: str) -> None:
@@ -183,7 +196,7 @@ async def trips(url: str, token: str, session_id: str, opened: asyncio.Event) ->
                 # the lease over, at LEASE_TTL): a PLANNED task with no live lease is
                 # the pool's to claim, the moment it exists.
                 task = await rs.create_task(
-                    session.id, goal, PLAN, holder=holder, lease_ttl=STARTUP_TTL
+                    session.id, goal, PLAN, holder=holder, lease_ttl=STARTUP_TTL, budget=BUDGET
                 )
                 first = await _spawn(url, token, task.id, holder, "--crash-at", CRASH_AT)
                 agents.append(first)

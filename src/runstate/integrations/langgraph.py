@@ -53,12 +53,12 @@ from runstate.client.exceptions import NotFound, ProblemError, RunstateError
 from runstate.client.ids import checked_id, is_id
 from runstate.integrations.langgraph_steps import (
     Node,
-    Prices,
     Reports,
     Send,
     Watcher,
     node_report,
 )
+from runstate.integrations.pricing import Prices
 
 log = logging.getLogger(__name__)
 

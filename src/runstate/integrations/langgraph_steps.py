@@ -22,6 +22,8 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.errors import GraphBubbleUp
 
 from runstate.client.exceptions import RunstateError
+from runstate.client.records import SpendReport
+from runstate.integrations.pricing import Prices, priced
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +44,6 @@ OUTPUT_CHARS = 16_000
 """The longest a step's output may be (the server takes 64 KB of JSON): past it,
 only the channels written are named."""
 ERROR_CHARS = 2000
-MODEL_CHARS = 200
-"""The longest model name a report may give (the server's limit)."""
 HOLD_MOST = 10.0
 """Seconds a node's end waits for its start held behind earlier nodes' ends."""
 
@@ -101,20 +101,13 @@ def error_text(error: Any) -> str:
     return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
 
 
-Prices = Mapping[str, tuple[float, float]]
-"""Per model name: its price in the server's currency per million input tokens and
-per million output tokens (which is its price in millionths per token)."""
-
-
 def usage(writes: Sequence[tuple[str, Any]], prices: Prices) -> dict[str, Any] | None:
     """What a node's model calls spent, as ``SpendInput``: the ``usage_metadata`` of
     the AI messages it returned (LangChain's standard usage: ``input_tokens``,
     ``output_tokens``), summed, the first model named (``response_metadata``'s
-    ``model_name`` or ``model``), priced by ``prices`` when it names the model (no
-    price is guessed: 0 otherwise). None when no message carried usage."""
-    spent = [0, 0, 0.0]
-    model: str | None = None
-    found = False
+    ``model_name`` or ``model``), priced by ``prices`` per model
+    (``pricing.priced``). None when no message carried usage."""
+    reports: list[SpendReport] = []
     for channel, value in writes:
         if channel.startswith(("__", NEXT)):
             continue
@@ -122,21 +115,22 @@ def usage(writes: Sequence[tuple[str, Any]], prices: Prices) -> dict[str, Any] |
             counted = getattr(message, "usage_metadata", None)
             if not isinstance(counted, Mapping):
                 continue
-            found = True
-            tokens_in = int(counted.get("input_tokens") or 0)
-            tokens_out = int(counted.get("output_tokens") or 0)
             meta = getattr(message, "response_metadata", None) or {}
             name = meta.get("model_name") or meta.get("model")
-            name = name if isinstance(name, str) and name.strip() else None
-            model = model or name
-            price_in, price_out = prices.get(name or "", (0.0, 0.0))
-            spent[0] += tokens_in
-            spent[1] += tokens_out
-            spent[2] += tokens_in * price_in + tokens_out * price_out
-    if not found:
+            tokens_in = int(counted.get("input_tokens") or 0)
+            tokens_out = int(counted.get("output_tokens") or 0)
+            reports.append(
+                priced(tokens_in, tokens_out, name if isinstance(name, str) else None, prices)
+            )
+    if not reports:
         return None
-    report = {"inputTokens": spent[0], "outputTokens": spent[1], "costMicros": round(spent[2])}
-    return report if model is None else report | {"model": model[:MODEL_CHARS]}
+    model = next((r.model for r in reports if r.model is not None), None)
+    return SpendReport(
+        sum(r.input_tokens for r in reports),
+        sum(r.output_tokens for r in reports),
+        sum(r.cost_micros for r in reports),
+        model,
+    ).wire()
 
 
 def node_report(

@@ -14,6 +14,11 @@ dashboard's buttons do the same). ``load_run_state`` hands a decided run out
 once (``claimTask``: one winner), with the server's decisions applied over any
 the client made; ``finish_run`` records its end.
 
+Spend: the run's ``Usage`` (tokens of every model request) is recorded as the
+spend of its steps: what it used up to its stop on the run's step, what the
+resumed run used after it on the resume step (``finish_run(usage=...)``), each
+priced by the session's ``prices``.
+
 Installed with the extra ``runstate[openai-agents]``.
 """
 
@@ -28,14 +33,15 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
 
-from agents import Agent, RunState
+from agents import Agent, RunState, Usage
 from agents.items import ToolApprovalItem, TResponseInputItem
 from agents.memory import SessionSettings
 from agents.memory.session_settings import resolve_session_limit
 
 from runstate.client import Runstate, RunstateError
 from runstate.client.ids import checked_id
-from runstate.client.records import Step, Task
+from runstate.client.records import SpendReport, Step, Task
+from runstate.integrations.pricing import Prices, priced
 
 RUN_ACTION = "openai-agents run"
 """The first step of a run's task: its input holds ``RunState.to_json()``."""
@@ -74,8 +80,14 @@ class RunstateSession:
         session_settings: SessionSettings | None = None,
         ttl_seconds: int | None = None,
         lease_ttl: int = LEASE_TTL,
+        prices: Prices | None = None,
     ) -> None:
         self.session_id = checked_id(session_id, "session id")
+        self.prices: Prices = dict(prices or {})
+        """Model prices per million tokens, input and output: the cost of a run's usage."""
+        self._used: dict[str, Any] = {}
+        """The usage the run handed out had used before (its saved state's): what
+        its task's run step holds already, taken off what it reports at its end."""
         self.lease_ttl = lease_ttl
         self.session_settings: SessionSettings | None = session_settings or SessionSettings()
         self.url = url
@@ -172,16 +184,36 @@ class RunstateSession:
         interruptions = state.get_interruptions()
         if not interruptions:
             raise ValueError("the run waits for no approval: nothing to decide")
+        before = self._used  # a run handed out here: what its saved state had used
         await self.finish_run(output={"stopped": "waits for approvals again"})
-        plan: list[dict[str, Any]] = [
-            {"action": RUN_ACTION, "input": {"runState": state.to_json()}}
-        ]
+        saved = state.to_json()
+        plan: list[dict[str, Any]] = [{"action": RUN_ACTION, "input": {"runState": saved}}]
         plan += [_approval_step(item) for item in interruptions]
         plan.append({"action": RESUME_ACTION, "idempotent": False})
         goal = f"{_agent_name(interruptions[0])}: {len(interruptions)} tool call(s) to approve"
-        return await self._on_loop(lambda client: self._keep(client, goal, plan))
+        used = self._spent(saved["context"]["usage"], _model_name(interruptions[0]), before)
+        return await self._on_loop(lambda client: self._keep(client, goal, plan, used))
 
-    async def _keep(self, client: Runstate, goal: str, plan: list[dict[str, Any]]) -> str:
+    def _spent(
+        self, usage: dict[str, Any], model: str | None, before: dict[str, Any]
+    ) -> SpendReport | None:
+        """What a run used (``usage``: serialized ``Usage``, as a state keeps it) past
+        what it had used when handed out (``before``), priced; None when it made no
+        model request since."""
+        requests = int(usage.get("requests") or 0) - int(before.get("requests") or 0)
+        if requests <= 0:
+            return None
+        tokens_in = int(usage.get("input_tokens") or 0) - int(before.get("input_tokens") or 0)
+        tokens_out = int(usage.get("output_tokens") or 0) - int(before.get("output_tokens") or 0)
+        return priced(tokens_in, tokens_out, model, self.prices)
+
+    async def _keep(
+        self,
+        client: Runstate,
+        goal: str,
+        plan: list[dict[str, Any]],
+        used: SpendReport | None,
+    ) -> str:
         """The run's task, its approval steps in doubt: created under a lease and
         released only once they are, so that no loader sees it before."""
         task = await client.create_task(
@@ -189,7 +221,12 @@ class RunstateSession:
         )
         token = _token(task)
         approvals = range(1, len(plan) - 1)
-        waiting = [{"index": 0, "status": "SUCCESS", "output": {"waitsFor": len(approvals)}}]
+        ran: dict[str, Any] = {
+            "index": 0,
+            "status": "SUCCESS",
+            "output": {"waitsFor": len(approvals)},
+        }
+        waiting = [ran if used is None else ran | {"spend": used}]
         waiting += [{"index": i, "status": "RUNNING"} for i in approvals]
         task = await client.checkpoint(task.id, task.version, waiting, fencing_token=token)
         await client.resume(task.id, fencing_token=token)  # RUNNING, not idempotent: in doubt
@@ -204,7 +241,9 @@ class RunstateSession:
         decided = await self._on_loop(self._claim_decided)
         if decided is None:
             return None
-        state = await RunState.from_json(agent, decided.steps[0].input["runState"])
+        saved = decided.steps[0].input["runState"]
+        state = await RunState.from_json(agent, saved)
+        self._used = saved.get("context", {}).get("usage") or {}
         by_call = {step.input["callId"]: step for step in decided.approvals}
         for item in state.get_interruptions():
             step = by_call.get(_call_id(item))
@@ -236,12 +275,26 @@ class RunstateSession:
             await client.resume(task.id, fencing_token=lock.fencing_token)
             await client.release_lock(task.id, self._holder)
 
-    async def finish_run(self, output: Any = None) -> None:
+    async def finish_run(
+        self, output: Any = None, *, usage: Usage | None = None, model: str | None = None
+    ) -> None:
         """Record the end of the run ``load_run_state`` handed out (its resume step
-        SUCCESS with ``output``, the task COMPLETED) and give up its lease."""
+        SUCCESS with ``output``, the task COMPLETED) and give up its lease. With
+        ``usage`` (``result.context_wrapper.usage``), what the resumed run used
+        after its saved state is that step's spend, of ``model`` if named."""
         running, self._running = self._running, None
-        if running is not None:
-            await self._on_loop(lambda client: running.finish(client, self._holder, output))
+        if running is None:
+            return
+        spent = None
+        if usage is not None:
+            counted = {
+                "requests": usage.requests,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+            }
+            spent = self._spent(counted, model, self._used)
+        self._used = {}
+        await self._on_loop(lambda client: running.finish(client, self._holder, output, spent))
 
 
 class _Decided:
@@ -296,11 +349,15 @@ class _Running:
         if self.renewing is not None:
             self.renewing.cancel()
 
-    async def finish(self, client: Runstate, holder: str, output: Any) -> None:
-        """The resume step SUCCESS with ``output``, the task COMPLETED, the lease given up."""
+    async def finish(
+        self, client: Runstate, holder: str, output: Any, spent: SpendReport | None
+    ) -> None:
+        """The resume step SUCCESS with ``output`` (and what the run ``spent``), the
+        task COMPLETED, the lease given up."""
         self.stop_renewing()
         task = await client.task(self.task_id)
-        done = [{"index": self.resume_index, "status": "SUCCESS", "output": output}]
+        step: dict[str, Any] = {"index": self.resume_index, "status": "SUCCESS", "output": output}
+        done = [step if spent is None else step | {"spend": spent}]
         await client.checkpoint(
             task.id, task.version, done, status="COMPLETED", fencing_token=self.token
         )
@@ -328,6 +385,12 @@ def _call_id(item: ToolApprovalItem) -> str:
     if call_id is None:
         raise ValueError(f"an approval of {item.tool_name} carries no call id")
     return str(call_id)
+
+
+def _model_name(item: ToolApprovalItem) -> str | None:
+    """The model the stopped run's agent names, when it names one by name."""
+    model = getattr(item.agent, "model", None)
+    return model if isinstance(model, str) else None
 
 
 def _agent_name(item: ToolApprovalItem) -> str:
