@@ -110,3 +110,34 @@ def test_without_prices_tokens_are_recorded_at_no_cost(served: tuple[Server, str
         builder.compile(checkpointer=saver).invoke({"messages": []}, config)
     task = spent_task(server, token, config)
     assert task["spend"] == {"inputTokens": 1000, "outputTokens": 200, "costMicros": 0, "calls": 1}
+
+
+def echo(state: MessagesState) -> dict[str, Any]:
+    """Returns the last message again, as a subgraph used as a node returns its
+    inner nodes' messages."""
+    return {"messages": [state["messages"][-1]]}
+
+
+def test_a_message_returned_again_is_counted_once(served: tuple[Server, str]) -> None:
+    """Guards the saver's counted ids (``langgraph_steps.Counted``): an AI message
+    that a later node returns again (with its id) adds nothing to that node's step."""
+    server, token = served
+    builder = StateGraph(MessagesState)
+    builder.add_node("plan", lambda state: {"messages": [identified()]})
+    builder.add_node("echo", echo)
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "echo")
+    builder.add_edge("echo", END)
+    config: RunnableConfig = {"configurable": {"thread_id": str(uuid.uuid4())}}
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        builder.compile(checkpointer=saver).invoke({"messages": []}, config)
+    task = spent_task(server, token, config)
+    calls = {s["action"]: s["spend"]["inputTokens"] for s in task["steps"]}
+    assert calls == {"plan": 1000, "echo": 0}
+    assert task["spend"]["inputTokens"] == 1000
+
+
+def identified() -> AIMessage:
+    message = answer(1000, 200, "gpt-4o-mini", "model_name")
+    message.id = "run-1"
+    return message

@@ -494,3 +494,56 @@ def test_reports_are_recorded_past_the_budget(alice: Api) -> None:
     for _ in range(3):
         assert record(alice, task_id, 0, costMicros=5)["__typename"] == "Task"
     assert task(alice, task_id)["spend"]["costMicros"] == 15
+
+
+def test_a_checkpoint_starting_a_step_is_refused_past_the_budget(alice: Api) -> None:
+    """Guards checkpointTask's budget check: past the budget a patch starting a step
+    (PENDING -> RUNNING) refuses the batch, BudgetExceeded and nothing written,
+    while a patch reporting a step done (PENDING -> SUCCESS) is taken."""
+    session = start_session(alice)
+    task_id = create_task(alice, session["id"], steps=3, budget={"maxTokens": 10})["id"]
+    version = start(alice, task_id, 0, 1)["version"]
+    version = write(
+        alice,
+        "completeStep",
+        "CompleteStepInput",
+        taskId=task_id,
+        stepIndex=0,
+        expectedVersion=version,
+        spend={"inputTokens": 10},
+    )["version"]
+    starting = write(
+        alice,
+        "checkpointTask",
+        "CheckpointTaskInput",
+        taskId=task_id,
+        expectedVersion=version,
+        steps=[{"index": 1, "status": "RUNNING"}],
+    )
+    assert (starting["__typename"], starting["scope"]) == ("BudgetExceeded", "TASK")
+    done = write(
+        alice,
+        "checkpointTask",
+        "CheckpointTaskInput",
+        taskId=task_id,
+        expectedVersion=version,
+        steps=[{"index": 1, "status": "SUCCESS", "spend": {"outputTokens": 3}}],
+    )
+    assert done["__typename"] == "Task"
+    assert done["spend"]["outputTokens"] == 3
+
+
+def test_creating_an_existing_task_again_answers_it_past_the_budget(alice: Api) -> None:
+    """Guards createTask's retry in a session past its budget: a client-chosen id
+    that exists with the same content answers the task, as a repeat always does;
+    a new one is refused."""
+    session = start_session(alice, budget={"maxTokens": 5})
+    task_id = uid("kept")
+    made = create_task(alice, session["id"], steps=1, id=task_id)
+    version = start(alice, task_id, 0, 1)["version"]
+    record(alice, task_id, 0, inputTokens=5)
+    again = create_task(alice, session["id"], steps=1, id=task_id)
+    assert (again["__typename"], again["id"]) == ("Task", made["id"])
+    assert again["version"] == version
+    other = create_task(alice, session["id"], steps=1, id=uid("new"))
+    assert other["__typename"] == "BudgetExceeded"

@@ -101,7 +101,7 @@ TOOL = mutation(
     "RecordToolCallInput",
     "... on ToolState {" + TOOL_FIELDS + "}" + TASK_PROBLEMS,
 )
-FORK = mutation("forkTask", "ForkTaskInput", TASK)
+FORK = mutation("forkTask", "ForkTaskInput", TASK + TASK_PROBLEMS)
 CLAIM = mutation("claimTask", "ClaimTaskInput", "... on TaskLock {" + LOCK_FIELDS + "}")
 TASK_QUERY = "query task($id: ID!) { task(id: $id) { " + PROBLEM + TASK + " } }"
 TASK_AT_QUERY = (
@@ -150,7 +150,7 @@ PUT_GRAPH_WRITES = mutation("putGraphWrites", "PutGraphWritesInput", HEAD + TASK
 RECORD_GRAPH_RUN = mutation("recordGraphRun", "RecordGraphRunInput", HEAD + TASK_PROBLEMS)
 CLEAR_GRAPH = mutation("clearGraph", "ClearGraphInput", HEAD + TASK_PROBLEMS)
 PRUNE_GRAPH = mutation("pruneGraph", "PruneGraphInput", HEAD + TASK_PROBLEMS)
-COPY_GRAPH = mutation("copyGraph", "CopyGraphInput", HEAD)
+COPY_GRAPH = mutation("copyGraph", "CopyGraphInput", HEAD + TASK_PROBLEMS)
 DELETE_GRAPH_RUNS = mutation(
     "deleteGraphRuns", "DeleteGraphRunsInput", "... on GraphRunsDeleted { checkpoints }"
 )

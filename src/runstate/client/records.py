@@ -221,6 +221,7 @@ class Task(Answer):
             stalled=event.stalled,
             spend=_summed(s.spend for s in steps),
             budget=event.budget if event.kind is TaskEventKind.BUDGET_CHANGED else self.budget,
+            over_budget=self.over_budget or event.budget_crossed is not None,
         )
 
     def updated(self, head: Task, changed: Mapping[int, Mapping[str, Any]]) -> Task:

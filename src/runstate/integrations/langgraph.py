@@ -52,6 +52,7 @@ from runstate.client import Runstate
 from runstate.client.exceptions import NotFound, ProblemError, RunstateError
 from runstate.client.ids import checked_id, is_id
 from runstate.integrations.langgraph_steps import (
+    Counted,
     Node,
     Reports,
     Send,
@@ -206,6 +207,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         self.hold_writes = hold_writes
         self.prices: Prices = dict(prices or {})
+        self._counted = Counted()
         """Model prices per million tokens, input and output (``langgraph_steps.usage``):
         the cost of each node's model calls. Tokens are recorded without them."""
         self.url = url
@@ -744,7 +746,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
             for idx, (channel, value) in enumerate(writes)
         ]
         seen = self._seen.get(task_id)
-        node = node_report(writes, task_id, task_path, namespace, seen, self.prices)
+        node = node_report(writes, task_id, task_path, namespace, seen, self.prices, self._counted)
         if node is not None and node["status"] != "INTERRUPTED":
             self._seen.pop(task_id, None)  # ended: a resume starts it again
         reports = self._reports.get(thread_id)

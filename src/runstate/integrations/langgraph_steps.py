@@ -101,24 +101,53 @@ def error_text(error: Any) -> str:
     return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
 
 
-def usage(writes: Sequence[tuple[str, Any]], prices: Prices) -> dict[str, Any] | None:
+COUNTED_IDS = 10_000
+"""How many AI messages' ids a saver remembers having counted."""
+
+
+class Counted:
+    """The ids of the AI messages whose usage a saver reported, the newest
+    ``COUNTED_IDS``: a message a node returns again (a subgraph used as a node
+    returns its inner nodes' messages, a node may return earlier turns') is
+    counted once."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, None] = {}
+
+    def first(self, message_id: str | None) -> bool:
+        """Whether a message is counted for the first time (one without an id always is)."""
+        if message_id is None:
+            return True
+        if message_id in self._ids:
+            return False
+        self._ids[message_id] = None
+        if len(self._ids) > COUNTED_IDS:
+            del self._ids[next(iter(self._ids))]
+        return True
+
+
+def usage(
+    writes: Sequence[tuple[str, Any]], prices: Prices, counted: Counted | None = None
+) -> dict[str, Any] | None:
     """What a node's model calls spent, as ``SpendInput``: the ``usage_metadata`` of
     the AI messages it returned (LangChain's standard usage: ``input_tokens``,
-    ``output_tokens``), summed, the first model named (``response_metadata``'s
-    ``model_name`` or ``model``), priced by ``prices`` per model
-    (``pricing.priced``). None when no message carried usage."""
+    ``output_tokens``) and not counted before (``counted``), summed, the first
+    model named (``response_metadata``'s ``model_name`` or ``model``), priced by
+    ``prices`` per model (``pricing.priced``). None when no message carried usage."""
     reports: list[SpendReport] = []
     for channel, value in writes:
         if channel.startswith(("__", NEXT)):
             continue
         for message in _listed(value):
-            counted = getattr(message, "usage_metadata", None)
-            if not isinstance(counted, Mapping):
+            tokens = getattr(message, "usage_metadata", None)
+            if not isinstance(tokens, Mapping):
+                continue
+            if counted is not None and not counted.first(getattr(message, "id", None)):
                 continue
             meta = getattr(message, "response_metadata", None) or {}
             name = meta.get("model_name") or meta.get("model")
-            tokens_in = int(counted.get("input_tokens") or 0)
-            tokens_out = int(counted.get("output_tokens") or 0)
+            tokens_in = int(tokens.get("input_tokens") or 0)
+            tokens_out = int(tokens.get("output_tokens") or 0)
             reports.append(
                 priced(tokens_in, tokens_out, name if isinstance(name, str) else None, prices)
             )
@@ -140,6 +169,7 @@ def node_report(
     namespace: str,
     seen: Node | None,
     prices: Prices | None = None,
+    counted: Counted | None = None,
 ) -> dict[str, Any] | None:
     """What a LangGraph task's writes say of its node's run, as ``GraphNodeInput``,
     with what its model calls spent (``usage``); None for writes that are no node's
@@ -156,7 +186,7 @@ def node_report(
     report: dict[str, Any] = {"graphTaskId": task_id, "name": name, "namespace": namespace}
     if seen is not None and seen.super_step is not None:
         report["superStep"] = seen.super_step
-    spent = usage(writes, prices or {})
+    spent = usage(writes, prices or {}, counted)
     if spent is not None:
         report["spend"] = spent
     if ERROR in channels:

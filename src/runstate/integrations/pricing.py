@@ -19,10 +19,22 @@ MODEL_CHARS = 200
 """The longest model name a report may give (the server's limit)."""
 
 
+def price_of(model: str | None, prices: Prices) -> tuple[float, float]:
+    """The price of ``model``: its own, else that of the longest name it starts
+    with (APIs answer a dated snapshot, ``gpt-4o-mini-2024-07-18``, for the
+    ``gpt-4o-mini`` asked for), else 0."""
+    if not model:
+        return (0.0, 0.0)
+    if model in prices:
+        return prices[model]
+    named = [name for name in prices if name and model.startswith(name)]
+    return prices[max(named, key=len)] if named else (0.0, 0.0)
+
+
 def priced(tokens_in: int, tokens_out: int, model: str | None, prices: Prices) -> SpendReport:
     """A report of ``tokens_in`` and ``tokens_out`` spent with ``model``, its cost
-    from ``prices`` (0 for a model they do not name)."""
-    price_in, price_out = prices.get(model or "", (0.0, 0.0))
+    from ``prices`` (``price_of``)."""
+    price_in, price_out = price_of(model, prices)
     cost = round(tokens_in * price_in + tokens_out * price_out)
     name = model[:MODEL_CHARS] if model and model.strip() else None
     return SpendReport(tokens_in, tokens_out, cost, name)

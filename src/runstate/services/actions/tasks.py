@@ -250,6 +250,10 @@ async def _insert_task(
             await quota.charge(conn, house.limits, user_id, stored, field)
     except IntegrityError:
         return Written(await _existing(user_id, public_id, session_id, goal, steps, origin))
+    except BudgetExceededError:
+        if client_id is not None and await Task.exists(user_id=user_id, public_id=client_id):
+            return Written(await _existing(user_id, client_id, session_id, goal, steps, origin))
+        raise
     except UnmatchedWriteError:
         if client_id is not None and await Task.exists(user_id=user_id, public_id=client_id):
             return Written(await _existing(user_id, client_id, session_id, goal, steps, origin))
@@ -432,8 +436,11 @@ async def checkpoint_task(
     """Several step changes and an optional task status as one write (CHECKPOINT).
 
     A patch may jump along an allowed path (PENDING -> SUCCESS); one refused patch
-    refuses the whole batch. Without an explicit status the task follows its steps:
-    FAILED when a patch fails a step, RUNNING once work starts, COMPLETED when done.
+    refuses the whole batch. A patch starting a step (PENDING -> RUNNING) is new
+    work: refused, with the batch, once the task's or its session's spend reached
+    its budget; one reporting a step done (PENDING -> SUCCESS) never is. Without
+    an explicit status the task follows its steps: FAILED when a patch fails a
+    step, RUNNING once work starts, COMPLETED when done.
     """
     seen: set[int] = set()
     for i, patch in enumerate(patches):
@@ -454,8 +461,10 @@ async def checkpoint_task(
         for i, patch in enumerate(patches):
             validation.step_index(patch.index, draft.total, f"steps[{i}].index")
         await draft.load(p.index for p in patches)
+        starts = False
         for i, patch in enumerate(patches):
             step = await draft.step(patch.index, f"steps[{i}].index")
+            starts |= step.status is StepStatus.PENDING and patch.status is StepStatus.RUNNING
             draft.move_step(step, patch.status, jump=True)
             if patch.set_output:
                 step.output = box(patch.output)
@@ -475,6 +484,8 @@ async def checkpoint_task(
         if target is not None:
             draft.move_task(target, jump=True)
         draft.complete_when_done = target not in (TaskStatus.FAILED, TaskStatus.CANCELLED)
+        if starts:  # a patch starting a step is new work, as startStep is
+            await draft.refuse_over_budget()
         return Change(TaskEventKind.CHECKPOINT)
 
     return await write_task(

@@ -90,7 +90,14 @@ async def spent_by(
 
 
 async def session_spent(conn: BaseDBAsyncClient, session_pk: int) -> SpendView:
-    """The spend of one session's tasks, as this transaction sees them."""
+    """The spend of one session's tasks, read under a lock of the session's row
+    (PostgreSQL's ``FOR UPDATE``; SQLite's writes hold the whole database), which
+    every write that starts work or reports spend in a session with a budget takes
+    before it sums: such writes of the session's tasks are serialized, so a start
+    never passes on a sum a report is about to raise past the budget. Taken after
+    the task's row, as every task write takes its locks (``quota``)."""
+    lock = "" if conn.capabilities.dialect == "sqlite" else " FOR UPDATE"
+    await sql.fetch(conn, f'SELECT "id" FROM "sessions" WHERE "id" = ?{lock}', [session_pk])
     return (await spent_by(conn, "session_id", [session_pk]))[session_pk]
 
 

@@ -190,6 +190,8 @@ def _move(draft: Draft, step: Step, run: NodeRun, interrupted: bool) -> bool:
         _set(draft, step, error=run.error)
         _spent(draft, step, run)
         return False
+    if not interrupted:  # the first report of this interrupt: what the node spent
+        _spent(draft, step, run)
     if old is S.PENDING and not interrupted:  # first seen at its interrupt: it ran
         draft.move_step(step, S.RUNNING)
     if step.status is S.RUNNING:
@@ -200,7 +202,7 @@ def _move(draft: Draft, step: Step, run: NodeRun, interrupted: bool) -> bool:
 
 def _spent(draft: Draft, step: Step, run: NodeRun) -> None:
     """Add what the node's run spent to its step: once, as the step reaches its
-    end (a report sent again finds it there and adds nothing)."""
+    end or its interrupt (a report sent again finds it there and adds nothing)."""
     if run.spend is not None:
         draft.spend(step, run.spend)
 

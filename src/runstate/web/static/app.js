@@ -583,7 +583,7 @@ function describe(before, after, event) {
   } else if (decided) {
     parts.push(`${event.actor ?? "someone"} decided: ${DECISIONS[decided.status] ?? words(decided.status)}` +
       (event.note ? ` (${event.note})` : ""));
-  } else if (event.note) parts.push(`${event.actor ?? "someone"} said: ${event.note}`);
+  } else if (event.note && event.kind !== "BUDGET_CHANGED") parts.push(`${event.actor ?? "someone"} said: ${event.note}`);
   if (event.kind === "BUDGET_CHANGED") {
     parts.push(`${event.actor ?? "someone"} ${event.budget ? "set the budget to " + limits(event.budget) : "removed the budget"}` +
       (event.note ? ` (${event.note})` : ""));
@@ -673,6 +673,7 @@ function sumSpend(steps) {
 // The task's own is judged here, from its steps; its session's from the last read
 // of the session (pageSpend), since other tasks spend it too.
 function stoppedBy(task, spend) {
+  if (FINAL.has(task.status)) return null; // nothing left to start
   if (task.budget && used(spend, task.budget) >= 1) {
     return { scope: "TASK", budget: task.budget, spend, version: task.version,
       text: `stopped: spent ${spentOf(spend, task.budget)} of its ${limits(task.budget)} budget` };
@@ -725,7 +726,8 @@ function renderSpend(task, live) {
     form.dataset.for = stop.scope + ":" + stop.version;
     form.dataset.scope = stop.scope;
     form.dataset.version = stop.version;
-    const byCost = stop.budget.maxCostMicros !== null;
+    // The limit that stopped the work: cost when it is reached, else tokens.
+    const byCost = stop.budget.maxCostMicros !== null && stop.spend.costMicros >= stop.budget.maxCostMicros;
     form.dataset.unit = byCost ? "cost" : "tokens";
     $("raise-label").textContent = `New ${stop.scope === "TASK" ? "task" : "session"} budget ` +
       `(${byCost ? current.spent?.currency ?? "USD" : "tokens"}):`;
