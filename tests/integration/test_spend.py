@@ -67,6 +67,11 @@ def start(api: Api, task_id: str, index: int, version: int) -> dict[str, Any]:
     )
 
 
+def complete(api: Api, task_id: str, index: int, version: int, **input: Any) -> dict[str, Any]:
+    ref = {"taskId": task_id, "stepIndex": index, "expectedVersion": version}
+    return write(api, "completeStep", "CompleteStepInput", **ref, **input)
+
+
 def set_budget(api: Api, version: int, budget: dict[str, Any], **target: Any) -> dict[str, Any]:
     fields = f"... on Task {{ id version overBudget {BUDGET} }} {SPENT_SESSION}"
     return mutate(
@@ -104,13 +109,11 @@ def test_spend_adds_up_per_step_task_session_and_caller(alice: Api, bob: Api) ->
     first = record(alice, task_id, 0, inputTokens=100, outputTokens=20, costMicros=300, model="m-a")
     assert first["version"] == version  # spend never conflicts with the step's writes
     record(alice, task_id, 0, inputTokens=50, model="m-b")
-    done = write(
+    done = complete(
         alice,
-        "completeStep",
-        "CompleteStepInput",
-        taskId=task_id,
-        stepIndex=0,
-        expectedVersion=version,
+        task_id,
+        0,
+        version,
         output="ok",
         spend={"outputTokens": 7, "costMicros": 11, "model": "m-a"},
     )
@@ -216,13 +219,11 @@ def test_a_task_budget_stops_new_work_until_raised(alice: Api) -> None:
     )["task"]["events"]
     assert log[0]["budget"] == {"maxTokens": 100}
     assert [(e["kind"], e["budgetCrossed"]) for e in log[-1:]] == [("SPEND_RECORDED", "TASK")]
-    done = write(
+    done = complete(
         alice,
-        "completeStep",
-        "CompleteStepInput",
-        taskId=task_id,
-        stepIndex=0,
-        expectedVersion=version,
+        task_id,
+        0,
+        version,
         spend={"inputTokens": 5},
     )
     assert done["__typename"] == "Task"  # finishing a running step is never refused
@@ -287,13 +288,11 @@ def test_a_session_budget_holds_across_its_tasks(alice: Api) -> None:
     two = create_task(alice, session["id"], steps=2)
     version = start(alice, one["id"], 0, 1)["version"]
     record(alice, one["id"], 0, costMicros=600)
-    crossing = write(
+    crossing = complete(
         alice,
-        "completeStep",
-        "CompleteStepInput",
-        taskId=one["id"],
-        stepIndex=0,
-        expectedVersion=version,
+        one["id"],
+        0,
+        version,
         spend={"costMicros": 400},
     )
     assert crossing["overBudget"] is True
@@ -369,13 +368,11 @@ def test_bad_spend_is_invalid_input_naming_the_field(
     version = start(alice, task_id, 0, 1)["version"]
     answer = record(alice, task_id, 0, **spend)
     assert (answer["__typename"], answer["field"]) == ("InvalidInput", field)
-    done = write(
+    done = complete(
         alice,
-        "completeStep",
-        "CompleteStepInput",
-        taskId=task_id,
-        stepIndex=0,
-        expectedVersion=version,
+        task_id,
+        0,
+        version,
         spend=spend,
     )
     assert (done["__typename"], done["field"]) == ("InvalidInput", field)
@@ -393,13 +390,11 @@ def test_spend_that_would_overflow_a_step_or_lands_nowhere_is_refused(alice: Api
     record(alice, task_id, 0, inputTokens=2**53 - 1)
     over = record(alice, task_id, 0, inputTokens=1)
     assert (over["__typename"], over["field"]) == ("InvalidInput", "spend")
-    write(
+    complete(
         alice,
-        "completeStep",
-        "CompleteStepInput",
-        taskId=task_id,
-        stepIndex=0,
-        expectedVersion=version,
+        task_id,
+        0,
+        version,
     )
     finished = record(alice, task_id, 0, inputTokens=1)
     assert (finished["__typename"], finished["field"]) == ("InvalidInput", "stepIndex")
@@ -458,13 +453,11 @@ def test_a_fork_has_spent_nothing(alice: Api) -> None:
     session = start_session(alice)
     task_id = create_task(alice, session["id"], steps=2)["id"]
     version = start(alice, task_id, 0, 1)["version"]
-    done = write(
+    done = complete(
         alice,
-        "completeStep",
-        "CompleteStepInput",
-        taskId=task_id,
-        stepIndex=0,
-        expectedVersion=version,
+        task_id,
+        0,
+        version,
         spend={"inputTokens": 40, "model": "m"},
     )
     fork = write(alice, "forkTask", "ForkTaskInput", taskId=task_id, atSeq=done["eventSeq"])
@@ -503,13 +496,11 @@ def test_a_checkpoint_starting_a_step_is_refused_past_the_budget(alice: Api) -> 
     session = start_session(alice)
     task_id = create_task(alice, session["id"], steps=3, budget={"maxTokens": 10})["id"]
     version = start(alice, task_id, 0, 1)["version"]
-    version = write(
+    version = complete(
         alice,
-        "completeStep",
-        "CompleteStepInput",
-        taskId=task_id,
-        stepIndex=0,
-        expectedVersion=version,
+        task_id,
+        0,
+        version,
         spend={"inputTokens": 10},
     )["version"]
     starting = write(

@@ -246,7 +246,7 @@ class Draft:
         transaction. The task row is locked by the opening UPDATE; a session's
         spend is summed from its tasks' rows only when it has a budget."""
         before = self.task_spend
-        task_budget = BudgetView.of(self.task.budget_max_tokens, self.task.budget_max_cost_micros)
+        task_budget = self.task_budget
         if task_budget is not None and task_budget.reached(before):
             raise BudgetExceededError(BudgetScope.TASK, task_budget, before)
         if self.session_budget is not None:
@@ -265,6 +265,11 @@ class Draft:
             task.spent_calls,
         )
 
+    @property
+    def task_budget(self) -> BudgetView | None:
+        """The task's own budget as stored before this write."""
+        return BudgetView.of(self.task.budget_max_tokens, self.task.budget_max_cost_micros)
+
     async def crossed(self) -> BudgetScope | None:
         """The budget this write's spend reached, if it was not reached before: the
         task's, else its session's (summed from its tasks' rows only when it has a
@@ -272,8 +277,7 @@ class Draft:
         if not self.spent.calls:
             return None
         before = self.task_spend
-        task_budget = BudgetView.of(self.task.budget_max_tokens, self.task.budget_max_cost_micros)
-        if spend.crossed(task_budget, before, before + self.spent):
+        if spend.crossed(self.task_budget, before, before + self.spent):
             return BudgetScope.TASK
         if self.session_budget is None:
             return None
