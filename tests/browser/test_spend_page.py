@@ -111,3 +111,50 @@ async def test_the_spend_panel_fits_a_phone(
     await assert_fits_the_screen(page, "spend", "raise-form", "over-budget")
     await page.screenshot(path=ARTIFACTS / "spend-phone.png")
     await page.close()
+
+
+async def test_a_sessions_budget_is_shown_and_raised_on_its_other_tasks(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the session's side of the panel (``stoppedBy``, ``raiseBudget`` with
+    ``sessionId``): a task that spent nothing, stopped because its session's other
+    task spent the session's budget, says so and raises the session's budget."""
+    server, token = dashboard
+    fields = "... on AgentSession { id version }"
+    session = mutate(
+        api, "startSession", "StartSessionInput", fields, budget={"maxCostMicros": 1_000_000}
+    )
+    plan = [{"action": "draft"}]
+    made = "... on Task { id }"
+    spender = mutate(
+        api, "createTask", "CreateTaskInput", made, sessionId=session["id"], goal="a", steps=plan
+    )
+    waiting = mutate(
+        api, "createTask", "CreateTaskInput", made, sessionId=session["id"], goal="b", steps=plan
+    )
+    ref = {"taskId": spender["id"], "stepIndex": 0}
+    version = write(api, "startStep", "StepRefInput", **ref, expectedVersion=1)["version"]
+    spend = {"costMicros": 1_200_000, "inputTokens": 5000}
+    write(api, "completeStep", "CompleteStepInput", **ref, expectedVersion=version, spend=spend)
+    url = f"{server.url}/#token={token}&task={waiting['id']}"
+    page = await open_dashboard(browser, url, DESK)
+    await expect(page.get_by_test_id("spend-text")).to_have_text("Nothing spent yet.")
+    await expect(page.get_by_test_id("budget-text")).to_have_text(
+        "$1.20 of its session's $1.00 budget"
+    )
+    await expect(page.get_by_test_id("over-budget")).to_have_text(
+        "stopped: its session spent $1.20 of its $1.00 budget"
+    )
+    await page.get_by_test_id("raise-amount").fill("5")
+    await page.get_by_test_id("raise").click()
+    await expect(page.get_by_test_id("over-budget")).to_be_hidden()
+    await expect(page.get_by_test_id("budget-text")).to_have_text(
+        "$1.20 of its session's $5.00 budget"
+    )
+    raised = api(
+        "query($id: ID!) { session(id: $id) { ... on AgentSession { version"
+        " budget { maxCostMicros } } } }",
+        id=session["id"],
+    )["session"]
+    assert raised == {"version": session["version"] + 1, "budget": {"maxCostMicros": 5_000_000}}
+    await page.close()

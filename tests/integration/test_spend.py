@@ -380,9 +380,9 @@ def test_bad_spend_is_invalid_input_naming_the_field(
 
 
 def test_spend_that_would_overflow_a_step_or_lands_nowhere_is_refused(alice: Api, bob: Api) -> None:
-    """Guards the other refusals: a sum past 2^53 - 1, spend on a finished step, a
-    tool report's spend with no step running, and someone else's task, each
-    answer a typed problem and write nothing; a budget below zero, or a Long that
+    """Guards the other refusals: a step's or a task's sum past 2^53 - 1, spend on a
+    finished step, a tool report's spend with no step running, and someone else's
+    task, each answer a typed problem and write nothing; a budget below zero, or a Long that
     is not an integer, never reaches a write."""
     session = start_session(alice)
     task_id = create_task(alice, session["id"], steps=2)["id"]
@@ -390,6 +390,15 @@ def test_spend_that_would_overflow_a_step_or_lands_nowhere_is_refused(alice: Api
     record(alice, task_id, 0, inputTokens=2**53 - 1)
     over = record(alice, task_id, 0, inputTokens=1)
     assert (over["__typename"], over["field"]) == ("InvalidInput", "spend")
+    other = create_task(alice, session["id"], steps=2)["id"]
+    version_other = start(alice, other, 0, 1)["version"]
+    record(alice, other, 0, outputTokens=2**53 - 1)
+    start(alice, other, 1, version_other)
+    across = record(alice, other, 1, outputTokens=1)  # a new step, the task's sum past it
+    assert (across["__typename"], across["message"]) == (
+        "InvalidInput",
+        f"spend: the task's spend would pass {2**53 - 1}",
+    )
     complete(
         alice,
         task_id,

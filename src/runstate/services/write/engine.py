@@ -33,6 +33,7 @@ from runstate.services.domain.conditions import no_live_lease_sql, session_expir
 from runstate.services.domain.errors import (
     BudgetExceededError,
     DomainError,
+    InvalidInputError,
     InvalidTransitionError,
     LockHeldError,
     NotFoundError,
@@ -48,7 +49,7 @@ from runstate.services.domain.moves import (
     check_step_move,
     check_task_move,
 )
-from runstate.services.domain.validation import ContentLimits, Report
+from runstate.services.domain.validation import MAX_LONG, ContentLimits, Report
 from runstate.services.domain.views import (
     BudgetView,
     EventView,
@@ -230,7 +231,11 @@ class Draft:
 
     def spend(self, step: Step, report: Report, field: str = "spend") -> None:
         """Add a report of spend to ``step`` and to the task's totals. Spend is
-        recorded whatever the budgets say: it has happened."""
+        recorded whatever the budgets say: it has happened. InvalidInput on
+        ``field`` when the step's or the task's spend would pass ``MAX_LONG``."""
+        total = self.task_spend + self.spent + report.spend
+        if max(total.input_tokens, total.output_tokens, total.cost_micros) > MAX_LONG:
+            raise InvalidInputError(field, f"the task's spend would pass {MAX_LONG}")
         spend.add(step, report, field)
         self.spent += report.spend
         if step.id is not None:  # an added step (no row yet) is inserted whole
