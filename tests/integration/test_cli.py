@@ -202,7 +202,8 @@ def test_the_demo_says_it_killed_its_agent_and_the_trip_stays_stalled_a_while(
     """Guards the demo's crash as a person sees it (``demo.trips``): the demo says
     which agent it killed, during which step, and the pool leaves the trip stalled
     (no agent) for seconds before taking it over (``STALLED_FOR``, claimTask's
-    ``stalledForSeconds``). Before, the pool took it over within a second of the
+    ``stalledForSeconds``); the steps before it show what they spent, against the
+    trip's budget. Before, the pool took it over within a second of the
     lease lapsing, and "no agent: lease lapsed" blinked on the page, if at all."""
     with Demo(tmp_path / "demo.db") as demo:
         assert demo.process.stdout is not None
@@ -217,6 +218,10 @@ def test_the_demo_says_it_killed_its_agent_and_the_trip_stays_stalled_a_while(
             return bool(trip["stalled"])
 
         wait_until(stalled, 30, "the trip to stall")
+        (trip,) = demo.tasks("spend { costMicros calls } budget { maxCostMicros }")
+        # The steps before the crash reported their model calls (demo.trips.SPENT).
+        assert trip["spend"] == {"costMicros": 3_450 + 4_350 + 9_800, "calls": 3}
+        assert trip["budget"] == {"maxCostMicros": 50_000}
         fields = "status events(first: 100) { kind at lock { holderId } }"
         wait_until(
             lambda: demo.tasks(fields)[0]["status"] == "AWAITING_DECISION",
