@@ -31,7 +31,7 @@ from runstate.services.live.messages import session_channel, task_channel
 from runstate.services.write.house import House
 from runstate.settings import Settings
 from runstate.transport.wsprotocol import Inbox, WebSocketProtocol
-from tests.support import GRAPHQL_WS, Subscriber, free_port, opened, settled
+from tests.support import GRAPHQL_WS, Subscriber, opened, settled
 
 USER = "watcher"
 BRIEF = "subscription($id: ID!) { taskProgress(taskId: $id) { seq kind status } }"
@@ -55,10 +55,11 @@ async def serve(
     EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
     database_url = f"sqlite://{tmp_path / 'fanout.db'}"
     settings = Settings(database_url=database_url, catch_up_seconds=60, **options)
-    port = free_port()
     app = create_app(settings)
     served = app if wrap is None else wrap(app)
-    config = uvicorn.Config(served, port=port, log_level="warning", **server_options(settings))
+    # Port 0: the kernel picks a free port as uvicorn binds it. A port picked before
+    # (free_port) could be taken by another test's server in between (seen once).
+    config = uvicorn.Config(served, port=0, log_level="warning", **server_options(settings))
     uv = uvicorn.Server(config)
     serving = asyncio.create_task(uv.serve())
     deadline = asyncio.get_running_loop().time() + 30
@@ -67,6 +68,7 @@ async def serve(
             serving.result()  # raises what stopped it
         assert asyncio.get_running_loop().time() < deadline, "uvicorn did not start"
         await asyncio.sleep(0.02)
+    port = uv.servers[0].sockets[0].getsockname()[1]
     try:
         with app.state.database.current():  # the test writes through the app's house
             yield f"http://127.0.0.1:{port}", app

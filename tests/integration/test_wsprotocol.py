@@ -15,7 +15,7 @@ from websockets.asyncio.client import connect
 from runstate.app import create_app, server_options
 from runstate.settings import Settings
 from runstate.transport.wsprotocol import WebSocketProtocol
-from tests.support import GRAPHQL_WS, free_port, settled
+from tests.support import GRAPHQL_WS, settled
 
 PING_SECONDS = 3.0
 
@@ -27,12 +27,16 @@ async def url(tmp_path: Path) -> AsyncIterator[str]:
     settings = Settings(
         database_url=f"sqlite://{tmp_path / 'ping.db'}", connection_init_seconds=600
     )
-    port = free_port()
     options = {**server_options(settings), "ws_ping_interval": PING_SECONDS}
-    config = uvicorn.Config(create_app(settings), port=port, log_level="warning", **options)
+    # Port 0: the kernel picks a free one as uvicorn binds it, never one another
+    # test's server took after it was picked.
+    config = uvicorn.Config(create_app(settings), port=0, log_level="warning", **options)
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
     await settled(lambda: server.started or serving.done(), "uvicorn started")
+    if serving.done():
+        serving.result()  # raises what stopped it
+    port = server.servers[0].sockets[0].getsockname()[1]
     try:
         yield f"ws://127.0.0.1:{port}/graphql"
     finally:
