@@ -36,6 +36,7 @@ from tests.support import (
     postgres_database,
     query_value,
     runstate,
+    settled,
 )
 
 HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
@@ -894,11 +895,11 @@ async def test_a_stopping_server_ends_its_runs_for_another_to_go_on(
         with Api(going_on.url, token) as api:
             task = started_task(api, steps=2)
             body = run_input(task["sessionId"])
-            started = asyncio.Event()
-            first = asyncio.create_task(
-                post(stopping.url, token, task["id"], body, started=started)
-            )
-            await asyncio.wait_for(started.wait(), 30)
+            heard = Answer(0, httpx.Headers())
+            first = asyncio.create_task(post(stopping.url, token, task["id"], body, into=heard))
+            # Stopped once the run's first frames are read: its headers alone may
+            # come before the server has written them (seen once: no frame at all).
+            await settled(lambda: len(heard.frames) >= 2, "the run's first frames")
             await asyncio.to_thread(stopping.stop)
             head = await asyncio.wait_for(first, 30)
             assert head.types == ["RUN_STARTED", "STATE_SNAPSHOT"]
