@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_api import create_task, start_session, uid
+from tests.integration.test_claim import claim
 from tests.support import PROBLEM, Api, Server, create_token, mutate
 
 SPEND = "spend { inputTokens outputTokens costMicros calls }"
@@ -303,16 +304,7 @@ def test_a_session_budget_holds_across_its_tasks(alice: Api) -> None:
     assert task(alice, two["id"])["overBudget"] is True
     another = create_task(alice, session["id"], steps=1)
     assert (another["__typename"], another["code"]) == ("BudgetExceeded", "BUDGET_EXCEEDED")
-    claim = mutate(
-        alice,
-        "claimTask",
-        "ClaimTaskInput",
-        "__typename ... on TaskLock { taskId }",
-        holderId="w",
-        ttlSeconds=30,
-        sessionId=session["id"],
-    )
-    assert claim["__typename"] == "NotFound"
+    assert claim(alice, "w", session["id"], ttl=30)["__typename"] == "NotFound"
     raised = set_budget(alice, session["version"], {"maxCostMicros": 5000}, sessionId=session["id"])
     assert raised["__typename"] == "AgentSession"
     assert raised["budget"] == {"maxTokens": None, "maxCostMicros": 5000}
@@ -336,16 +328,8 @@ def test_claim_passes_over_a_task_over_its_budget(alice: Api) -> None:
         steps=[{"index": 0, "status": "PENDING", "spend": {"inputTokens": 10}}],
     )
     fresh = create_task(alice, session["id"], steps=1)
-    claim = mutate(
-        alice,
-        "claimTask",
-        "ClaimTaskInput",
-        "__typename ... on TaskLock { taskId }",
-        holderId="w",
-        ttlSeconds=30,
-        sessionId=session["id"],
-    )
-    assert claim == {"__typename": "TaskLock", "taskId": fresh["id"]}
+    claimed = claim(alice, "w", session["id"], ttl=30)
+    assert (claimed["__typename"], claimed["taskId"]) == ("TaskLock", fresh["id"])
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from runstate.services.domain.views import (
     current_step,
 )
 from runstate.services.read.convert import from_row, step_view, task_view, to_row
-from runstate.services.read.history import AS_ADDED
+from runstate.services.read.history import AS_ADDED, UNSPENT
 from runstate.services.read.lookups import get_session, get_task, get_task_at
 from runstate.services.write.engine import (
     Change,
@@ -119,7 +119,7 @@ async def fork_task(
             completed_at=None
             if s.status in (StepStatus.RUNNING, StepStatus.IN_DOUBT)
             else s.completed_at,
-            **_UNSPENT,
+            **UNSPENT,  # the source paid for what it did: the fork has spent nothing
         )
         for s in source.steps
     ]
@@ -134,16 +134,6 @@ async def fork_task(
         steps=[_copied_step(s) for s in picked],
         origin=OriginView(source.id, at_seq),
     )
-
-
-_UNSPENT: dict[str, Any] = {
-    "input_tokens": 0,
-    "output_tokens": 0,
-    "cost_micros": 0,
-    "calls": 0,
-    "models": None,
-}
-"""A forked step's spend: the source paid for what it did, the fork has spent nothing."""
 
 
 def _forked_status(steps: Sequence[StepView]) -> TaskStatus:

@@ -54,14 +54,18 @@ _AT_FIELDS = ("status", "task_version", "at", "delta")
 _BOXED = frozenset(
     name for name in VERSIONED if isinstance(StepVersion._meta.fields_map[name], JSONField)
 )
-AS_ADDED: dict[str, Any] = dict.fromkeys(VERSIONED) | {
-    "status": StepStatus.PENDING,
-    "attempts": 0,
+UNSPENT: dict[str, Any] = {
     "input_tokens": 0,
     "output_tokens": 0,
     "cost_micros": 0,
     "calls": 0,
+    "models": None,
 }
+"""A step's spend columns as they stand before any report (and in a fork, whose
+source paid for what it copies)."""
+AS_ADDED: dict[str, Any] = (
+    dict.fromkeys(VERSIONED) | {"status": StepStatus.PENDING, "attempts": 0} | UNSPENT
+)
 """The changing fields of a step as a plan adds it: PENDING, no attempts, nothing
 spent, the rest None (a new versioned column starts as None unless named here)."""
 

@@ -139,6 +139,8 @@ class Draft:
     """The spend this write reported (``spend``), added to the task's totals."""
     new_budget: tuple[BudgetView | None] | None = None
     """The task's budget as this write sets it (``set_budget``; None: unchanged)."""
+    _session_spent: SpendView | None = None
+    """The session's spend before this write, once read (``session_spent``)."""
 
     @property
     def total(self) -> int:
@@ -255,7 +257,7 @@ class Draft:
         if task_budget is not None and task_budget.reached(before):
             raise BudgetExceededError(BudgetScope.TASK, task_budget, before)
         if self.session_budget is not None:
-            spent = await spend.session_spent(self.conn, self.task.session_id)
+            spent = await self.session_spent()
             if self.session_budget.reached(spent):
                 raise BudgetExceededError(BudgetScope.SESSION, self.session_budget, spent)
 
@@ -269,6 +271,14 @@ class Draft:
             task.spent_cost_micros,
             task.spent_calls,
         )
+
+    async def session_spent(self) -> SpendView:
+        """The session's spend before this write, locked and summed once
+        (``spend.session_spent``) though both the budget check and the crossing
+        ask (a checkpoint starting one step and reporting another's spend)."""
+        if self._session_spent is None:
+            self._session_spent = await spend.session_spent(self.conn, self.task.session_id)
+        return self._session_spent
 
     @property
     def task_budget(self) -> BudgetView | None:
@@ -286,7 +296,7 @@ class Draft:
             return BudgetScope.TASK
         if self.session_budget is None:
             return None
-        session = await spend.session_spent(self.conn, self.task.session_id)
+        session = await self.session_spent()
         if spend.crossed(self.session_budget, session, session + self.spent):
             return BudgetScope.SESSION
         return None
