@@ -26,11 +26,12 @@ async def test_a_graph_is_watched_node_by_node_and_its_question_shown(
 ) -> None:
     """Guards the dashboard on a thread: node steps named after their nodes, the
     running one RUNNING, the count of nodes run (not a share of a plan a graph does
-    not have), the thread's lack of a lease said plainly, the interrupt panel with
-    the node's question as text, answered on the page (``answerInterrupt``) with a
-    reason the log keeps beside who answered, the graph's process getting that
-    answer (``interrupt_answer``) and going on with it, and the panel hidden once
-    the thread goes on; on a phone without sideways scrolling."""
+    not have) in its header and in the list of tasks, the thread's lack of a lease
+    said plainly, the interrupt panel with the node's question as text, answered on
+    the page (``answerInterrupt``) with a reason the log keeps beside who answered,
+    the graph's process getting that answer (``interrupt_answer``) and going on with
+    it, and the panel hidden once the thread goes on; on a phone without sideways
+    scrolling."""
     server, token = dashboard
     release = threading.Event()
 
@@ -68,6 +69,9 @@ async def test_a_graph_is_watched_node_by_node_and_its_question_shown(
         await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "PENDING")
         await expect(page.get_by_test_id("decision")).to_be_hidden()
         await expect(page.get_by_test_id("progress")).to_have_text("1 node run")
+        await expect(page.get_by_test_id("progress-" + thread_id)).to_have_text(
+            "awaiting decision · 1 node run"
+        )
         await expect(page.get_by_test_id("lease")).to_contain_text(
             "This LangGraph thread runs without a lease"
         )

@@ -338,10 +338,11 @@ def test_bad_node_reports_are_refused_and_write_nothing(served: tuple[Server, st
 
 
 def test_no_claim_takes_a_thread_whose_graph_stopped(served: tuple[Server, str]) -> None:
-    """Guards claimTask passing LangGraph threads by (``leases._GRAPH``): a thread
-    whose owner let go mid-run (unwatched: still RUNNING, its lease released) is
-    stalled, as any task whose agent is gone, yet a claim takes the SDK's task
-    beside it, created later, and then finds nothing more."""
+    """Guards claimTask passing LangGraph threads by
+    (``conditions.GRAPH_THREAD_SQL``): a thread whose owner let go mid-run
+    (unwatched: still RUNNING, its lease released) is stalled, as any task whose
+    agent is gone, yet a claim takes the SDK's task beside it, created later, and
+    then finds nothing more."""
     server, token = served
     config = thread()
     session = f"s-{uuid.uuid4().hex[:8]}"
@@ -380,6 +381,46 @@ def test_no_claim_takes_a_thread_whose_graph_stopped(served: tuple[Server, str])
 
         assert claim() == {"__typename": "TaskLock", "taskId": made["id"]}
         assert claim() == {"__typename": "NotFound"}
+
+
+def test_a_thread_is_told_from_a_task_in_a_list(served: tuple[Server, str]) -> None:
+    """Guards ``Task.graphThread`` (``lookups.graph_threads``), which the
+    dashboard's list reads to count a thread's nodes run instead of a share of a
+    plan: true for a saver's thread, false for a task beside it in the same page of
+    the session's tasks, and true on ``taskAt`` before the thread's first node."""
+    server, token = served
+    config = thread()
+    session = f"s-{uuid.uuid4().hex[:8]}"
+    with RunstateSaver.from_url_sync(server.url, token, session_id=session) as saver:
+        builder = StateGraph(Trip)
+        builder.add_node("echo", lambda state: {"done": ["echo"]})
+        builder.add_edge(START, "echo")
+        builder.add_edge("echo", END)
+        builder.compile(checkpointer=saver).invoke({"done": [], "answer": ""}, config)
+    thread_id = config["configurable"]["thread_id"]
+    with Api(server.url, token) as api:
+        made = mutate(
+            api,
+            "createTask",
+            "CreateTaskInput",
+            "... on Task { id }",
+            sessionId=session,
+            goal="an SDK task",
+            steps=[{"action": "work"}],
+        )
+        listed = api(
+            "query($id: ID!) { session(id: $id) { ... on AgentSession {"
+            " tasks(first: 10) { edges { node { id graphThread } } } } } }",
+            id=session,
+        )["session"]["tasks"]["edges"]
+        assert sorted((e["node"]["id"], e["node"]["graphThread"]) for e in listed) == sorted(
+            [(thread_id, True), (made["id"], False)]
+        )
+        first = api(
+            "query($id: ID!) { taskAt(id: $id, seq: 1) { ... on Task { graphThread } } }",
+            id=thread_id,
+        )
+        assert first["taskAt"] == {"graphThread": True}
 
 
 async def test_a_subscriber_sees_the_nodes_run_live(served: tuple[Server, str]) -> None:

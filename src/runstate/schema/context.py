@@ -129,6 +129,11 @@ class Loaders:
         return DataLoader(_session_spend, cache=False)
 
     @cached_property
+    def graph_threads(self) -> DataLoader[int, bool]:
+        """Whether a task (by row id) is a LangGraph thread."""
+        return DataLoader(lookups.graph_threads, cache=False)
+
+    @cached_property
     def tool_states(self) -> DataLoader[tuple[int, str, int], tuple[ToolStateView, ...]]:
         """A task's tool states by (row id, public id, seq)."""
         return DataLoader(_tool_states, cache=False)

@@ -297,6 +297,16 @@ class Task(FromView):
 
     @strawberry.field(
         description=(
+            "A LangGraph thread (a RunstateSaver's): its steps are the node runs its graph "
+            "reported, added as they run, so it has no plan to count progress against. As "
+            "it stands now, on taskAt too."
+        )
+    )
+    async def graph_thread(self, info: Info) -> bool:
+        return await info.context.loaders.graph_threads.load(self.view.pk)
+
+    @strawberry.field(
+        description=(
             "Where a forked task came from (the source and the seq it was forked at), as its "
             "first event says; null for a task that is not a fork."
         )

@@ -35,7 +35,7 @@ PAGE_SIGN_IN = "query pageSignIn { sessions(first: 1) { edges { cursor } } }"
 PAGE_SESSIONS = (
     "query pageSessions { sessions(first: 20) { edges { node { id status"
     " tasks(first: 20) { edges { node { id goal status currentStep totalSteps stalled"
-    " createdAt origin { taskId seq } } } }"
+    " createdAt graphThread origin { taskId seq } } } }"
     " } } } }"
 )
 PAGE_PROGRESS = (

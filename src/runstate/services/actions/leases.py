@@ -18,6 +18,7 @@ from runstate.basics.enums import TaskEventKind, TaskStatus
 from runstate.models import USER_LENGTH, Task
 from runstate.services.domain import spend, validation
 from runstate.services.domain.conditions import (
+    GRAPH_THREAD_SQL,
     WORKING,
     at,
     no_live_lease,
@@ -219,7 +220,9 @@ with it). One probe of the checkpoints' unique index per task looked at."""
 def _still_claimable(now: datetime, grace: timedelta) -> sql.Fragment:
     """A task a worker may claim, as SQL on the task row: PLANNED with no live
     lease, or stalled since ``grace`` ago at least, in an open session
-    (``conditions``), no LangGraph thread, and neither it nor its session over
+    (``conditions``), no LangGraph thread (its graph runs it, never a worker of the
+    SDK: a crashed graph's thread is stalled, and only a graph process can go on
+    with it), and neither it nor its session over
     budget (``spend.OVER_BUDGET_SQL``). What the claim's UPDATE checks again
     of the task it picked."""
     live, live_params = no_live_lease_sql(now)
@@ -227,7 +230,7 @@ def _still_claimable(now: datetime, grace: timedelta) -> sql.Fragment:
     opened, opened_params = open_session_sql(now, "s")
     return (
         f'(("status" = ? AND ({live})) OR ({gone})) AND EXISTS (SELECT 1 FROM "sessions" s'
-        f' WHERE s."id" = "tasks"."session_id" AND {opened}) AND NOT {_GRAPH}'
+        f' WHERE s."id" = "tasks"."session_id" AND {opened}) AND NOT {GRAPH_THREAD_SQL}'
         f" AND NOT {spend.OVER_BUDGET_SQL}",
         [TaskStatus.PLANNED.value, *live_params, *gone_params, *opened_params],
     )
@@ -255,7 +258,7 @@ async def _oldest_claimable(
     for status in (TaskStatus.PLANNED, *WORKING):
         condition = no_live_lease(now) if status is TaskStatus.PLANNED else stalled(now - grace)
         oldest = _candidates(user_id, session_id, now).filter(condition, status=status)
-        oldest = oldest.annotate(graph=RawSQL(_GRAPH)).filter(graph=False)
+        oldest = oldest.annotate(graph=RawSQL(GRAPH_THREAD_SQL)).filter(graph=False)
         oldest = oldest.annotate(over=RawSQL(spend.OVER_BUDGET_SQL)).filter(over=False)
         found += [row["id"] for row in await oldest.order_by("id").limit(1).values("id")]
     return min(found, default=None)

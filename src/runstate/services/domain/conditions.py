@@ -10,7 +10,8 @@ holds the forms of each equal on every combination of the values they read.
 - an **open session**: ACTIVE or PAUSED and not past its expiry, which tasks may
   be created in and claimed from;
 - an **expired session**: marked EXPIRED, or past its expiry and not yet marked
-  (the sweep marks it later; every read and write treats it as expired at once).
+  (the sweep marks it later; every read and write treats it as expired at once);
+- a **LangGraph thread**: a task with a graph checkpoint (SQL alone: no row holds it).
 """
 
 from __future__ import annotations
@@ -51,6 +52,13 @@ def no_live_lease(now: datetime) -> Q:
 def no_live_lease_sql(now: datetime) -> sql.Fragment:
     """``no_live_lease`` on the "tasks" row."""
     return '"lock_expires_at" IS NULL OR "lock_expires_at" <= ?', [at(now)]
+
+
+# A LangGraph thread.
+
+GRAPH_THREAD_SQL = 'EXISTS (SELECT 1 FROM "graph_checkpoints" g WHERE g."task_id" = "tasks"."id")'
+"""A LangGraph thread, on the "tasks" row: one probe of the checkpoints' unique
+index per task."""
 
 
 # Stalled.

@@ -15,7 +15,12 @@ from tortoise.queryset import QuerySet
 from runstate.basics.enums import SessionStatus, TaskStatus
 from runstate.models import ID_LENGTH, Session, Task
 from runstate.services.domain import validation
-from runstate.services.domain.conditions import WORKING, expired_session, stalled
+from runstate.services.domain.conditions import (
+    GRAPH_THREAD_SQL,
+    WORKING,
+    expired_session,
+    stalled,
+)
 from runstate.services.domain.errors import InvalidInputError, NotFoundError, SessionExpiredError
 from runstate.services.domain.views import Page, SessionView, TaskView
 from runstate.services.read import history
@@ -223,6 +228,20 @@ async def session_task_pages(
             )
         )
     return pages
+
+
+async def graph_threads(pks: Sequence[int]) -> list[bool]:
+    """Whether each task (by row id) is a LangGraph thread, in one query per
+    ``sql.CHUNK`` of them."""
+    found: set[int] = set()
+    for chunk in sql.chunks(list(set(pks))):
+        rows = await sql.fetch(
+            connections.get("default"),
+            f'SELECT "id" FROM "tasks" WHERE "id" IN ({sql.marks(chunk)}) AND {GRAPH_THREAD_SQL}',
+            chunk,
+        )
+        found.update(row["id"] for row in rows)
+    return [pk in found for pk in pks]
 
 
 async def get_task_at(user_id: str, task_id: str, seq: int) -> TaskView:

@@ -197,7 +197,7 @@ function showList() {
 
 // What the list shows of a task.
 function listKey(task) {
-  return [task.id, task.status, task.currentStep, task.totalSteps, task.stalled].join();
+  return [task.id, task.status, task.currentStep, task.totalSteps, task.done, task.stalled].join();
 }
 
 // A listed task as the page knows it: the followed one as its events left it, with
@@ -205,8 +205,9 @@ function listKey(task) {
 // events come at once).
 function known(task) {
   if (!current || current.id !== task.id || !current.task) return task;
-  const { status, currentStep, totalSteps } = current.task;
-  return { ...task, status, currentStep, totalSteps, stalled: lapsed(current.task, Date.now()) };
+  const { status, currentStep, totalSteps, steps } = current.task;
+  const done = steps.filter((s) => FINISHED.has(s.status)).length;
+  return { ...task, status, currentStep, totalSteps, done, stalled: lapsed(current.task, Date.now()) };
 }
 
 function sessionItem(session) {
@@ -224,8 +225,12 @@ function needsYou(task) {
   return task.status === "AWAITING_DECISION";
 }
 
+// A listed task's progress: a share of its plan, or for a LangGraph thread (whose
+// steps are added as its nodes run) the nodes run, as its header says. A task not
+// followed counts the steps before its first unfinished one.
 function taskLink(task) {
-  const pct = percent(task.currentStep, task.totalSteps);
+  const done = task.done ?? task.currentStep;
+  const progress = task.graphThread ? nodesRun(done) : percent(done, task.totalSteps) + "%";
   const state = task.stalled ? "no agent" : words(task.status);
   return el("li", {}, el("a", {
     href: "#task=" + encodeURIComponent(task.id), "data-task": task.id,
@@ -233,7 +238,7 @@ function taskLink(task) {
   }, el("span", { class: "dot s-" + (task.stalled ? "STALLED" : task.status) }),
   el("span", { class: "goal" }, task.goal),
   needsYou(task) ? el("span", { class: "needs-mark" }, "needs you") : null,
-  el("small", {}, `${state} · ${pct}%`),
+  el("small", { "data-testid": "progress-" + task.id }, `${state} · ${progress}`),
   el("small", { class: "task-meta", "data-testid": "meta-" + task.id }, taskMeta(task))));
 }
 
@@ -249,6 +254,10 @@ function taskMeta(task) {
 
 function percent(done, total) {
   return total ? Math.round((100 * done) / total) : 0;
+}
+
+function nodesRun(done) {
+  return `${done} node${done === 1 ? "" : "s"} run`;
 }
 
 // What waits for a person, on this task or another, wherever the page says it: the
@@ -835,7 +844,7 @@ function render() {
   // share of a plan it does not have would grow and shrink as nodes appear.
   const graph = current.graph;
   $("bar").style.width = (graph ? (FINAL.has(task.status) ? 100 : 0) : pct) + "%";
-  $("percent").textContent = graph ? `${done} node${done === 1 ? "" : "s"} run` : pct + "%";
+  $("percent").textContent = graph ? nodesRun(done) : pct + "%";
   $("counts").textContent = graph ? "a LangGraph thread" : `${done} of ${task.totalSteps} steps done`;
   $("version").textContent = task.version;
   renderOrigin(task);
