@@ -198,7 +198,8 @@ async def test_a_link_with_a_session_follows_that_sessions_tasks_only(
     """Guards following one session (``#session=``, as ``runstate demo``'s link
     says: ``follow`` in app.js): an earlier session's trip waits for a decision,
     the followed session has no task yet; the page says it waits for that
-    session's first task and opens it once it exists, not the old one, and then
+    session's first task (and not how to start a demo agent: that run has one,
+    which once read as ``make run`` under ``make run-langgraph``) and opens it once it exists, not the old one, and then
     stays on it while a newer task of the session starts. The control: a page
     without ``#session=``, opened first, opens the old waiting trip."""
     server, token = dashboard
@@ -212,6 +213,7 @@ async def test_a_link_with_a_session_follows_that_sessions_tasks_only(
     page = await browser.new_page(viewport=DESK)
     await page.goto(f"{server.url}/#token={token}&session={fresh['id']}")
     await expect(page.get_by_test_id("empty-session")).to_contain_text(fresh["id"])
+    await expect(page.get_by_test_id("empty-any")).to_be_hidden()
     first = create_task(api, fresh["id"], STEPS, goal="Trip one")
     await expect(page.get_by_test_id("goal")).to_have_text("Trip one", timeout=10_000)
     await expect(page.get_by_test_id("conn")).to_have_attribute("data-state", "live")

@@ -302,6 +302,7 @@ function showEmpty() {
   $("task").hidden = true;
   $("empty").hidden = false;
   $("empty-session").hidden = followedSession === null;
+  $("empty-any").hidden = followedSession !== null; // a run of its own: nothing to start
   $("empty-session-id").textContent = followedSession ?? "";
 }
 
