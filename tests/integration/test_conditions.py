@@ -1,5 +1,6 @@
-"""The forms of each shared condition (``services/domain/conditions.py``) agree: Python, the
-ORM's Q and SQL pick the same rows on every combination of the values they read."""
+"""The forms of each shared condition (``services/domain/conditions.py``, and the
+budget rule of ``services/domain/spend.py``) agree: Python, the ORM's Q and SQL pick
+the same rows on every combination of the values they read."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from tortoise.queryset import QuerySet
 
 from runstate.basics.enums import SessionStatus, TaskStatus
 from runstate.models import Session, Task
-from runstate.services.domain import conditions
+from runstate.services.domain import conditions, spend
+from runstate.services.domain.views import BudgetView, SpendView
 from runstate.storage import sql
 from runstate.storage.clock import utcnow
 from tests.support import opened
@@ -137,3 +139,53 @@ async def test_expired_session_forms_agree() -> None:
     assert await ids(Session.filter(~conditions.expired_session(NOW))) == every - expected
     live = conditions.live_session_sql(NOW)
     assert await picked_by_sql("sessions", "s", live) == every - expected
+
+
+@pytest.mark.usefixtures("db")
+async def test_over_budget_forms_agree() -> None:
+    """Guards the budget rule's two forms: ``spend.OVER_BUDGET_SQL`` (what
+    ``claimTask`` passes over) picks exactly the tasks that ``BudgetView.reached``
+    says are stopped (what ``startStep`` refuses), by the task's own budget or by its
+    session's, summed over the session's tasks. Every budget (none, tokens, cost,
+    both) of task and session, against spends below, at and past each limit, input
+    and output tokens counted together. Seen failing with the SQL's ``>=`` made
+    ``>`` (a spend at the limit then passed), and with the session's sum taken over
+    the task alone."""
+    limits = (BudgetView(), BudgetView(10, None), BudgetView(None, 100), BudgetView(10, 100))
+    spends = (SpendView(2, 3, 40), SpendView(4, 6, 99), SpendView(1, 1, 100), SpendView(9, 9, 0))
+    expected: set[int] = set()
+    every: set[int] = set()
+    for n, (own, shared, spent, beside) in enumerate(
+        itertools.product(limits, limits, spends, spends[:2])
+    ):
+        home = await session(SessionStatus.ACTIVE, NOW + timedelta(hours=1), f"b{n}")
+        home.budget_max_tokens, home.budget_max_cost_micros = (
+            shared.max_tokens,
+            shared.max_cost_micros,
+        )
+        await home.save(update_fields=["budget_max_tokens", "budget_max_cost_micros"])
+        rows = []
+        for k, (budget, used) in enumerate(((own, spent), (BudgetView(), beside))):
+            rows.append(
+                await Task.create(
+                    public_id=f"b{n}-{k}",
+                    user_id="u",
+                    session=home,
+                    goal="g",
+                    status=TaskStatus.PLANNED,
+                    created_at=NOW,
+                    updated_at=NOW,
+                    spent_input_tokens=used.input_tokens,
+                    spent_output_tokens=used.output_tokens,
+                    spent_cost_micros=used.cost_micros,
+                    budget_max_tokens=budget.max_tokens,
+                    budget_max_cost_micros=budget.max_cost_micros,
+                )
+            )
+        summed = spent + beside
+        for row, budget, used in ((rows[0], own, spent), (rows[1], BudgetView(), beside)):
+            every.add(row.id)
+            if budget.reached(used) or shared.reached(summed):
+                expected.add(row.id)
+    assert 0 < len(expected) < len(every)
+    assert await picked_by_sql("tasks", "tasks", (spend.OVER_BUDGET_SQL, [])) == expected
