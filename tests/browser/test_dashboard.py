@@ -199,9 +199,10 @@ async def test_a_link_with_a_session_follows_that_sessions_tasks_only(
     says: ``follow`` in app.js): an earlier session's trip waits for a decision,
     the followed session has no task yet; the page says it waits for that
     session's first task (and not how to start a demo agent: that run has one,
-    which once read as ``make run`` under ``make run-langgraph``) and opens it once it exists, not the old one, and then
-    stays on it while a newer task of the session starts. The control: a page
-    without ``#session=``, opened first, opens the old waiting trip."""
+    which once read as ``make run`` under ``make run-langgraph``) and opens it
+    once it exists, not the old one, and then stays on it while a newer task of
+    the session starts. The control: a page without ``#session=``, opened first,
+    opens the old waiting trip."""
     server, token = dashboard
     old = at_second_step(api, "RUNNING", idempotent=False)["id"]
     resume(api, old)  # waits for a decision: what the page once opened on

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from tortoise.expressions import F
 from tortoise.transactions import in_transaction
 
-from runstate.models import Session
-from runstate.services.actions import tasks
+from runstate.services.actions import sessions, tasks
 from runstate.services.domain import validation
-from runstate.services.domain.conditions import expired_session
-from runstate.services.domain.errors import InvalidInputError, VersionConflictError
+from runstate.services.domain.errors import (
+    InvalidInputError,
+    UnmatchedWriteError,
+    VersionConflictError,
+)
 from runstate.services.domain.views import BudgetView, SessionView, TaskView, Written
 from runstate.services.read.convert import session_view
 from runstate.services.read.lookups import get_session
@@ -49,23 +50,14 @@ async def _set_session_budget(
     change of the session: its version grows by one)."""
     validation.known_id(session_id, "session")
     now = utcnow()
-    async with in_transaction() as conn:
-        matched = (
-            await Session.filter(
-                ~expired_session(now),
-                user_id=user_id,
-                public_id=session_id,
-                version=expected_version,
-            )
-            .using_db(conn)
-            .update(
-                version=F("version") + 1,
-                budget_max_tokens=None if budget is None else budget.max_tokens,
-                budget_max_cost_micros=None if budget is None else budget.max_cost_micros,
-            )
-        )
-        if matched:
-            row = await Session.filter(user_id=user_id, public_id=session_id).using_db(conn).get()
-            return session_view(row, now)
-    current = await get_session(user_id, session_id)  # NotFound, SessionExpired
-    raise VersionConflictError(expected_version, current.version)
+    limits = {
+        "budget_max_tokens": None if budget is None else budget.max_tokens,
+        "budget_max_cost_micros": None if budget is None else budget.max_cost_micros,
+    }
+    try:
+        async with in_transaction() as conn:
+            row = await sessions.versioned(conn, user_id, session_id, expected_version, now, limits)
+    except UnmatchedWriteError:
+        current = await get_session(user_id, session_id)  # NotFound, SessionExpired
+        raise VersionConflictError(expected_version, current.version) from None
+    return session_view(row, now)

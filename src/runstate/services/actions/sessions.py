@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import IntegrityError
 from tortoise.expressions import F, Q, Subquery
 from tortoise.transactions import in_transaction
@@ -87,7 +88,6 @@ async def update_session(
     room = MAX_COUNT - delta
     now = utcnow()
     changes: dict[str, Any] = {
-        "version": F("version") + 1,
         "last_active_at": now,
         "message_count": F("message_count") + delta,
     }
@@ -107,20 +107,9 @@ async def update_session(
         changes["stored_bytes"] = F("stored_bytes") + resized
     try:
         async with in_transaction() as conn:
-            matched = (
-                await Session.filter(
-                    ~expired_session(now),
-                    user_id=user_id,
-                    public_id=session_id,
-                    version=expected_version,
-                    message_count__lte=room,
-                )
-                .using_db(conn)
-                .update(**changes)
+            row = await versioned(
+                conn, user_id, session_id, expected_version, now, changes, message_count__lte=room
             )
-            if not matched:
-                raise UnmatchedWriteError
-            row = await Session.filter(user_id=user_id, public_id=session_id).using_db(conn).get()
             if status is not None:
                 check_session_move(row.status, status)
                 row.status = status
@@ -129,13 +118,43 @@ async def update_session(
             if resized:
                 await quota.charge(conn, house.limits, user_id, resized, "metadata")
     except UnmatchedWriteError:
-        current = await get_session(user_id, session_id)
+        current = await get_session(user_id, session_id)  # NotFound, SessionExpired
         if current.version == expected_version and current.message_count > room:
             raise InvalidInputError(
                 "messageCountDelta", f"would take messageCount past {MAX_COUNT}"
             ) from None
         raise VersionConflictError(expected_version, current.version) from None
     return session_view(row, now)
+
+
+async def versioned(
+    conn: BaseDBAsyncClient,
+    user_id: str,
+    session_id: str,
+    expected_version: int,
+    now: datetime,
+    changes: dict[str, Any],
+    **also: Any,
+) -> Session:
+    """Apply ``changes`` to the caller's session if it is live and still at
+    ``expected_version`` (and matches ``also``), its version growing by one, in
+    one compare-and-swap UPDATE; the row as it then stands. Raises
+    UnmatchedWriteError when nothing matched: the caller reads the session to say
+    why (NotFound, SessionExpired, VersionConflict)."""
+    matched = (
+        await Session.filter(
+            ~expired_session(now),
+            user_id=user_id,
+            public_id=session_id,
+            version=expected_version,
+            **also,
+        )
+        .using_db(conn)
+        .update(**changes, version=F("version") + 1)
+    )
+    if not matched:
+        raise UnmatchedWriteError
+    return await Session.filter(user_id=user_id, public_id=session_id).using_db(conn).get()
 
 
 MAX_COUNT = 2**31 - 1
