@@ -6,6 +6,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -123,11 +124,12 @@ def test_production_refuses_to_start_with_unsafe_settings(tmp_path: Path) -> Non
 
 
 class Demo:
-    """``runstate demo`` on a free port and a SQLite file, up to its signed-in link;
-    ``api`` is a client with the link's token; what it says on stderr goes to
+    """``runstate demo`` on a free port and a SQLite file, up to its signed-in link,
+    and (unless ``open_page`` is False) its dashboard loaded, which starts its first
+    trip; ``api`` is a client with the link's token; what it says on stderr goes to
     ``stderr``, a file beside the database."""
 
-    def __init__(self, database: Path, *options: str, **env: str) -> None:
+    def __init__(self, database: Path, *options: str, open_page: bool = True, **env: str) -> None:
         self.port = free_port()
         self.database_url = f"sqlite://{database}"
         env = {**os.environ, "RUNSTATE_DATABASE_URL": self.database_url, **env}
@@ -146,7 +148,8 @@ class Demo:
         self.base, _, fragment = line.strip().partition("/#token=")
         self.token, _, self.session = fragment.partition("&session=")
         self.api = Api(self.base, self.token)
-        assert httpx.get(self.base).status_code == 200  # the page opens: the first trip starts
+        if open_page:
+            assert httpx.get(self.base).status_code == 200  # the first trip starts
 
     def __enter__(self) -> Demo:
         return self
@@ -178,6 +181,29 @@ def test_demo_prints_a_signed_in_link_and_an_agent_starts_working(tmp_path: Path
         ["pgrep", "-f", f"runstate.demo.trips http://127.0.0.1:{demo.port}"], check=False
     )
     assert children.returncode == 1, "the demo's agent processes stop with it"
+
+
+def test_the_first_trip_waits_for_the_page_to_open(tmp_path: Path) -> None:
+    """Guards the demo's pacing (``trips.first_trip_when``, ``cli._noting_the_page``):
+    the demo's session exists (it is made before the wait), and for 3 s after that
+    no trip does, nor after a file of the page is fetched; the page itself (``GET
+    /``) starts the first trip. Before, the first decision came 16 s after the link,
+    often before the page was open. Seen failing with the wait removed (a trip
+    existed within the 3 s), and with any request taken for the page's."""
+    with Demo(tmp_path / "demo.db", open_page=False) as demo:
+        made = "query($id: ID!) { session(id: $id) { __typename } }"
+        wait_until(
+            lambda: demo.api(made, id=demo.session)["session"]["__typename"] == "AgentSession",
+            30,
+            "the demo's session",
+        )
+        assert httpx.get(f"{demo.base}/static/app.js").status_code == 200
+        quiet_until = time.monotonic() + 3
+        while time.monotonic() < quiet_until:
+            assert demo.tasks("id") == [], "a trip started before the page opened"
+            time.sleep(0.1)
+        assert httpx.get(demo.base).status_code == 200
+        wait_until(lambda: len(demo.tasks("id")) == 1, 30, "the first trip, the page open")
 
 
 def test_a_demo_that_fails_stops_with_one_line_and_its_status(tmp_path: Path) -> None:
