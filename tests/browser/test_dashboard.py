@@ -202,8 +202,14 @@ async def test_a_link_with_a_session_follows_that_sessions_tasks_only(
     which once read as ``make run`` under ``make run-langgraph``) and opens it
     once it exists, not the old one, and then stays on it while a newer task of
     the session starts. The control: a page without ``#session=``, opened first,
-    opens the old waiting trip."""
+    opens the old waiting trip; before any task, such a page says how to start
+    one."""
     server, token = dashboard
+    bare = await browser.new_page(viewport=DESK)
+    await bare.goto(f"{server.url}/#token={token}")
+    await expect(bare.get_by_test_id("empty-any")).to_be_visible(timeout=10_000)
+    await expect(bare.get_by_test_id("empty-session")).to_be_hidden()
+    await bare.close()
     old = at_second_step(api, "RUNNING", idempotent=False)["id"]
     resume(api, old)  # waits for a decision: what the page once opened on
     fresh = start_session(api, id="demo-20261204-120000")

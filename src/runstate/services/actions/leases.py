@@ -211,12 +211,6 @@ def _grant(holder_id: str, ttl_seconds: int) -> Callable[[datetime], sql.Fragmen
     return grant
 
 
-_GRAPH = 'EXISTS (SELECT 1 FROM "graph_checkpoints" g WHERE g."task_id" = "tasks"."id")'
-"""A LangGraph thread, which no claim takes: its graph runs it, never a worker of
-the SDK (a crashed graph's thread is stalled, and only a graph process can go on
-with it). One probe of the checkpoints' unique index per task looked at."""
-
-
 def _still_claimable(now: datetime, grace: timedelta) -> sql.Fragment:
     """A task a worker may claim, as SQL on the task row: PLANNED with no live
     lease, or stalled since ``grace`` ago at least, in an open session

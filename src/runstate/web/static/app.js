@@ -207,7 +207,9 @@ function known(task) {
   if (!current || current.id !== task.id || !current.task) return task;
   const { status, currentStep, totalSteps, steps } = current.task;
   const done = steps.filter((s) => FINISHED.has(s.status)).length;
-  return { ...task, status, currentStep, totalSteps, done, stalled: lapsed(current.task, Date.now()) };
+  const graphThread = task.graphThread || current.graph; // its events say so first
+  const stalled = lapsed(current.task, Date.now());
+  return { ...task, status, currentStep, totalSteps, done, graphThread, stalled };
 }
 
 function sessionItem(session) {
