@@ -337,6 +337,32 @@ def test_bad_node_reports_are_refused_and_write_nothing(served: tuple[Server, st
     assert task_of(server, token, config) == before
 
 
+def echo_thread(server: Server, token: str, session: str, **options: Any) -> str:
+    """A new thread in ``session`` that ran one node, unwatched (a saver made with
+    ``options``); its id."""
+    config = thread()
+    with RunstateSaver.from_url_sync(server.url, token, session_id=session, **options) as saver:
+        builder = StateGraph(Trip)
+        builder.add_node("echo", lambda state: {"done": ["echo"]})
+        builder.add_edge(START, "echo")
+        builder.add_edge("echo", END)
+        builder.compile(checkpointer=saver).invoke({"done": [], "answer": ""}, config)
+    return str(config["configurable"]["thread_id"])
+
+
+def sdk_task(api: Api, session: str) -> dict[str, Any]:
+    """A one-step task created in ``session`` beside its threads."""
+    return mutate(
+        api,
+        "createTask",
+        "CreateTaskInput",
+        "... on Task { id }",
+        sessionId=session,
+        goal="an SDK task",
+        steps=[{"action": "work"}],
+    )
+
+
 def test_no_claim_takes_a_thread_whose_graph_stopped(served: tuple[Server, str]) -> None:
     """Guards claimTask passing LangGraph threads by
     (``conditions.GRAPH_THREAD_SQL``): a thread whose owner let go mid-run
@@ -344,29 +370,15 @@ def test_no_claim_takes_a_thread_whose_graph_stopped(served: tuple[Server, str])
     agent is gone, yet a claim takes the SDK's task beside it, created later, and
     then finds nothing more."""
     server, token = served
-    config = thread()
     session = f"s-{uuid.uuid4().hex[:8]}"
-    with RunstateSaver.from_url_sync(server.url, token, session_id=session, holder="g1") as saver:
-        builder = StateGraph(Trip)
-        builder.add_node("echo", lambda state: {"done": ["echo"]})
-        builder.add_edge(START, "echo")
-        builder.add_edge("echo", END)
-        builder.compile(checkpointer=saver).invoke({"done": [], "answer": ""}, config)
+    thread_id = echo_thread(server, token, session, holder="g1")
     with Api(server.url, token) as api:
         stalled = api(
             "query($id: ID!) { task(id: $id) { ... on Task { status stalled } } }",
-            id=config["configurable"]["thread_id"],
+            id=thread_id,
         )["task"]
         assert stalled == {"status": "RUNNING", "stalled": True}
-        made = mutate(
-            api,
-            "createTask",
-            "CreateTaskInput",
-            "... on Task { id }",
-            sessionId=session,
-            goal="an SDK task",
-            steps=[{"action": "work"}],
-        )
+        made = sdk_task(api, session)
 
         def claim() -> dict[str, Any]:
             return mutate(
@@ -389,25 +401,10 @@ def test_a_thread_is_told_from_a_task_in_a_list(served: tuple[Server, str]) -> N
     plan: true for a saver's thread, false for a task beside it in the same page of
     the session's tasks, and true on ``taskAt`` before the thread's first node."""
     server, token = served
-    config = thread()
     session = f"s-{uuid.uuid4().hex[:8]}"
-    with RunstateSaver.from_url_sync(server.url, token, session_id=session) as saver:
-        builder = StateGraph(Trip)
-        builder.add_node("echo", lambda state: {"done": ["echo"]})
-        builder.add_edge(START, "echo")
-        builder.add_edge("echo", END)
-        builder.compile(checkpointer=saver).invoke({"done": [], "answer": ""}, config)
-    thread_id = config["configurable"]["thread_id"]
+    thread_id = echo_thread(server, token, session)
     with Api(server.url, token) as api:
-        made = mutate(
-            api,
-            "createTask",
-            "CreateTaskInput",
-            "... on Task { id }",
-            sessionId=session,
-            goal="an SDK task",
-            steps=[{"action": "work"}],
-        )
+        made = sdk_task(api, session)
         listed = api(
             "query($id: ID!) { session(id: $id) { ... on AgentSession {"
             " tasks(first: 10) { edges { node { id graphThread } } } } } }",
