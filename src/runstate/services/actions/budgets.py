@@ -11,7 +11,13 @@ from runstate.services.domain.errors import (
     UnmatchedWriteError,
     VersionConflictError,
 )
-from runstate.services.domain.views import BudgetView, SessionView, TaskView, Written
+from runstate.services.domain.views import (
+    BudgetView,
+    SessionView,
+    TaskView,
+    Written,
+    budget_columns,
+)
 from runstate.services.read.convert import session_view
 from runstate.services.read.lookups import get_session
 from runstate.services.write.house import House
@@ -50,10 +56,7 @@ async def _set_session_budget(
     change of the session: its version grows by one)."""
     validation.known_id(session_id, "session")
     now = utcnow()
-    limits = {
-        "budget_max_tokens": None if budget is None else budget.max_tokens,
-        "budget_max_cost_micros": None if budget is None else budget.max_cost_micros,
-    }
+    limits = budget_columns(budget)
     try:
         async with in_transaction() as conn:
             row = await sessions.versioned(conn, user_id, session_id, expected_version, now, limits)

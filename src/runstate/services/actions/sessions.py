@@ -21,7 +21,7 @@ from runstate.services.domain.errors import (
     VersionConflictError,
 )
 from runstate.services.domain.moves import check_session_move
-from runstate.services.domain.views import BudgetView, SessionView
+from runstate.services.domain.views import BudgetView, SessionView, budget_columns
 from runstate.services.read.convert import session_view
 from runstate.services.read.lookups import get_session
 from runstate.services.write.house import House
@@ -60,8 +60,7 @@ async def start_session(
                 last_active_at=now,
                 expires_at=now + timedelta(seconds=ttl),
                 stored_bytes=stored,
-                budget_max_tokens=None if budget is None else budget.max_tokens,
-                budget_max_cost_micros=None if budget is None else budget.max_cost_micros,
+                **budget_columns(budget),
                 using_db=conn,
             )
             await quota.charge(conn, house.limits, user_id, stored, "metadata")

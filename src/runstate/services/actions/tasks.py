@@ -29,6 +29,7 @@ from runstate.services.domain.views import (
     StepView,
     TaskView,
     Written,
+    budget_columns,
     current_step,
 )
 from runstate.services.read.convert import from_row, step_view, task_view, to_row
@@ -112,13 +113,9 @@ async def fork_task(
     assert source.steps is not None
     picked = [
         replace(
-            s,
-            status=StepStatus.PENDING
+            replace(s, status=StepStatus.PENDING, completed_at=None)
             if s.status in (StepStatus.RUNNING, StepStatus.IN_DOUBT)
-            else s.status,
-            completed_at=None
-            if s.status in (StepStatus.RUNNING, StepStatus.IN_DOUBT)
-            else s.completed_at,
+            else s,
             **UNSPENT,  # the source paid for what it did: the fork has spent nothing
         )
         for s in source.steps
@@ -198,13 +195,10 @@ async def _insert_task(
             session = (
                 await Session.filter(user_id=user_id, public_id=session_id).using_db(conn).get()
             )
-            session_budget = BudgetView.of(
-                session.budget_max_tokens, session.budget_max_cost_micros
-            )
-            if session_budget is not None:
+            limit = BudgetView.of(session.budget_max_tokens, session.budget_max_cost_micros)
+            if limit is not None:
                 spent = await spend.session_spent(conn, session.id)
-                if session_budget.reached(spent):
-                    raise BudgetExceededError(BudgetScope.SESSION, session_budget, spent)
+                spend.refuse_reached(BudgetScope.SESSION, limit, spent)
             session.expires_at = now + timedelta(seconds=session.ttl_seconds)
             await session.save(using_db=conn, update_fields=["expires_at"])
             task = await Task.create(
@@ -223,8 +217,7 @@ async def _insert_task(
                 created_at=now,
                 updated_at=now,
                 stored_bytes=stored,
-                budget_max_tokens=None if budget is None else budget.max_tokens,
-                budget_max_cost_micros=None if budget is None else budget.max_cost_micros,
+                **budget_columns(budget),
                 using_db=conn,
             )
             for step in steps:
@@ -366,7 +359,7 @@ async def complete_step(
     last one completes the task (STEP_SUCCEEDED)."""
     validation.non_negative(step_index, "stepIndex")
     house.limits.json_payload(output, "output")
-    spent = _checked(spend)
+    spent = validation.checked_report(spend)
 
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
@@ -397,7 +390,7 @@ async def fail_step(
     the task becomes FAILED (STEP_FAILED)."""
     validation.non_negative(step_index, "stepIndex")
     house.limits.error_text(error)
-    spent = _checked(spend)
+    spent = validation.checked_report(spend)
 
     async def apply(draft: Draft) -> Change:
         draft.refuse_if_final()
@@ -504,11 +497,6 @@ async def set_task_status(
     return await write_task(
         house, user_id, task_id, apply, versioned(expected_version, fencing_token)
     )
-
-
-def _checked(report: Report | None) -> Report | None:
-    """A write's report of spend (``spend`` input), checked."""
-    return None if report is None else report.checked("spend")
 
 
 async def record_spend(

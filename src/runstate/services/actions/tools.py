@@ -15,6 +15,7 @@ from tortoise.expressions import F
 
 from runstate.basics.enums import StepStatus, TaskEventKind, ToolOutcome, ToolStatus
 from runstate.models import ToolState, box
+from runstate.services.domain import validation
 from runstate.services.domain.errors import (
     InvalidInputError,
     InvalidTransitionError,
@@ -80,7 +81,7 @@ async def record_tool_call(
     """
     _check(house.limits, tool_name, outcome, error, retry_after_seconds, max_retries)
     house.limits.json_payload(result, "result")
-    report = None if spend is None else spend.checked("spend")
+    report = validation.checked_report(spend)
     written: list[ToolStateView] = []
 
     async def apply(draft: Draft) -> Change:

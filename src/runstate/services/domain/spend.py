@@ -21,8 +21,9 @@ from typing import Any
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 
+from runstate.basics.enums import BudgetScope
 from runstate.models import Step, box, unbox
-from runstate.services.domain.errors import InvalidInputError
+from runstate.services.domain.errors import BudgetExceededError, InvalidInputError
 from runstate.services.domain.validation import MAX_LONG, MODELS_PER_STEP, Report
 from runstate.services.domain.views import BudgetView, SpendView
 from runstate.storage import sql
@@ -55,6 +56,12 @@ def budget(
         if value is not None and not 0 <= value <= MAX_LONG:
             raise InvalidInputError(f"{field}.{name}", f"must be between 0 and {MAX_LONG}")
     return BudgetView.of(max_tokens, max_cost_micros)
+
+
+def refuse_reached(scope: BudgetScope, limit: BudgetView | None, spent: SpendView) -> None:
+    """BudgetExceeded for ``scope`` when ``spent`` reached ``limit`` (None: no limit)."""
+    if limit is not None and limit.reached(spent):
+        raise BudgetExceededError(scope, limit, spent)
 
 
 def crossed(limit: BudgetView | None, before: SpendView, after: SpendView) -> bool:

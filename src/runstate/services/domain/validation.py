@@ -172,6 +172,11 @@ class Report:
         return SpendView(self.input_tokens, self.output_tokens, self.cost_micros, 1)
 
 
+def checked_report(report: Report | None) -> Report | None:
+    """A write's optional report of spend (its ``spend`` input), checked."""
+    return None if report is None else report.checked("spend")
+
+
 @dataclass(frozen=True)
 class StepPatch:
     """One step change inside a checkpoint: the step's new status, with its output

@@ -86,6 +86,25 @@ class BudgetView:
         )
 
 
+def budget_columns(budget: BudgetView | None) -> dict[str, Any]:
+    """A budget as a task's or a session's columns (None: both limits cleared)."""
+    limits = budget or BudgetView()
+    return {
+        "budget_max_tokens": limits.max_tokens,
+        "budget_max_cost_micros": limits.max_cost_micros,
+    }
+
+
+def spent_columns(spent: SpendView) -> dict[str, Any]:
+    """A task's spend as its row's columns."""
+    return {
+        "spent_input_tokens": spent.input_tokens,
+        "spent_output_tokens": spent.output_tokens,
+        "spent_cost_micros": spent.cost_micros,
+        "spent_calls": spent.calls,
+    }
+
+
 @dataclass(frozen=True)
 class StepView:
     """One step of a task."""

@@ -40,7 +40,9 @@ from runstate.services.domain.views import (
     StepView,
     TaskView,
     ToolStateView,
+    budget_columns,
     current_step,
+    spent_columns,
 )
 from runstate.services.read.convert import from_row, step_view, tool_state_view
 from runstate.storage import sql
@@ -235,7 +237,7 @@ async def task_at(head: TaskView, seq: int) -> TaskView:
     if lock is not None and lock.expires_at <= event.at:
         lock = None
     spent = sum((s.spend for s in steps), SpendView())
-    budget = await budget_at(head.pk, seq) or BudgetView()
+    budget = await budget_at(head.pk, seq)
     return replace(  # what never changes comes from the task as it stands
         head,
         status=event.status,
@@ -248,12 +250,8 @@ async def task_at(head: TaskView, seq: int) -> TaskView:
         stalled=stalled_in(event.delta),
         steps=steps,
         tool_states=await tool_states_at(head.pk, head.id, seq),
-        spent_input_tokens=spent.input_tokens,
-        spent_output_tokens=spent.output_tokens,
-        spent_cost_micros=spent.cost_micros,
-        spent_calls=spent.calls,
-        budget_max_tokens=budget.max_tokens,
-        budget_max_cost_micros=budget.max_cost_micros,
+        **spent_columns(spent),
+        **budget_columns(budget),
     )
 
 

@@ -31,7 +31,6 @@ from runstate.services.domain import events, quota, spend, validation
 from runstate.services.domain.columns import CHANGING, REPORTED, VERSIONED
 from runstate.services.domain.conditions import no_live_lease_sql, session_expired
 from runstate.services.domain.errors import (
-    BudgetExceededError,
     DomainError,
     InvalidInputError,
     InvalidTransitionError,
@@ -57,6 +56,8 @@ from runstate.services.domain.views import (
     TaskView,
     ToolStateView,
     Written,
+    budget_columns,
+    spent_columns,
 )
 from runstate.services.read.convert import is_expired, lock_view, step_view, task_view
 from runstate.services.read.lookups import get_task, mark_expired
@@ -252,14 +253,11 @@ class Draft:
         budget: called by the writes that would start new work, in their
         transaction. The task row is locked by the opening UPDATE; a session's
         spend is summed from its tasks' rows only when it has a budget."""
-        before = self.task_spend
-        task_budget = self.task_budget
-        if task_budget is not None and task_budget.reached(before):
-            raise BudgetExceededError(BudgetScope.TASK, task_budget, before)
+        spend.refuse_reached(BudgetScope.TASK, self.task_budget, self.task_spend)
         if self.session_budget is not None:
-            spent = await self.session_spent()
-            if self.session_budget.reached(spent):
-                raise BudgetExceededError(BudgetScope.SESSION, self.session_budget, spent)
+            spend.refuse_reached(
+                BudgetScope.SESSION, self.session_budget, await self.session_spent()
+            )
 
     @property
     def task_spend(self) -> SpendView:
@@ -632,17 +630,9 @@ async def _settle(draft: Draft, stored_bytes: int) -> list[sql.Statement]:
         draft.move_task(TaskStatus.COMPLETED, jump=True)
     moved: dict[str, Any] = {"stored_bytes": stored_bytes}
     if draft.new_budget is not None:
-        (budget,) = draft.new_budget
-        moved["budget_max_tokens"] = None if budget is None else budget.max_tokens
-        moved["budget_max_cost_micros"] = None if budget is None else budget.max_cost_micros
+        moved |= budget_columns(draft.new_budget[0])
     if draft.spent.calls:
-        total = draft.task_spend + draft.spent
-        moved |= {
-            "spent_input_tokens": total.input_tokens,
-            "spent_output_tokens": total.output_tokens,
-            "spent_cost_micros": total.cost_micros,
-            "spent_calls": total.calls,
-        }
+        moved |= spent_columns(draft.task_spend + draft.spent)
     if draft.status is not task.status:
         moved["status"] = draft.status
     if current != task.current_step:
