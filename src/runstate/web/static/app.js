@@ -206,7 +206,7 @@ function listKey(task) {
 function known(task) {
   if (!current || current.id !== task.id || !current.task) return task;
   const { status, currentStep, totalSteps, steps } = current.task;
-  const done = steps.filter((s) => FINISHED.has(s.status)).length;
+  const done = finishedSteps(steps);
   const graphThread = task.graphThread || current.graph; // its events say so first
   const stalled = lapsed(current.task, Date.now());
   return { ...task, status, currentStep, totalSteps, done, graphThread, stalled };
@@ -256,6 +256,10 @@ function taskMeta(task) {
 
 function percent(done, total) {
   return total ? Math.round((100 * done) / total) : 0;
+}
+
+function finishedSteps(steps) {
+  return steps.filter((s) => FINISHED.has(s.status)).length;
 }
 
 function nodesRun(done) {
@@ -655,12 +659,23 @@ function spentBetween(before, after) {
     outputTokens: after.outputTokens - was.outputTokens, costMicros: after.costMicros - was.costMicros });
 }
 
-/** A budget's limits in words: "$4.00", "50,000 tokens", or both. */
-function limits(budget) {
+/** A cost and a count of tokens in the units a budget limits: "$4.00", "50,000
+ * tokens", or both. */
+function inUnitsOf(budget, costMicros, tokens) {
   const parts = [];
-  if (budget.maxCostMicros !== null) parts.push(money(budget.maxCostMicros));
-  if (budget.maxTokens !== null) parts.push(`${count(budget.maxTokens)} tokens`);
+  if (budget.maxCostMicros !== null) parts.push(money(costMicros));
+  if (budget.maxTokens !== null) parts.push(`${count(tokens)} tokens`);
   return parts.join(" and ");
+}
+
+/** A budget's limits in words. */
+function limits(budget) {
+  return inUnitsOf(budget, budget.maxCostMicros, budget.maxTokens);
+}
+
+/** What was spent, in the units of the budget's limits. */
+function spentOf(spend, budget) {
+  return inUnitsOf(budget, spend.costMicros, spend.inputTokens + spend.outputTokens);
 }
 
 /** The share of a budget spent (1: reached), by whichever limit is nearer. */
@@ -697,14 +712,6 @@ function stoppedBy(task, spend) {
         `${limits(session.budget)} budget` };
   }
   return null;
-}
-
-/** What was spent, in the unit of the budget's limits. */
-function spentOf(spend, budget) {
-  const parts = [];
-  if (budget.maxCostMicros !== null) parts.push(money(spend.costMicros));
-  if (budget.maxTokens !== null) parts.push(`${count(spend.inputTokens + spend.outputTokens)} tokens`);
-  return parts.join(" and ");
 }
 
 function renderSpend(task, live) {
@@ -837,7 +844,7 @@ function render() {
   if (!task) return;
   const now = Date.now();
   const live = !current.past;
-  const done = task.steps.filter((s) => FINISHED.has(s.status)).length;
+  const done = finishedSteps(task.steps);
   const pct = percent(done, task.totalSteps);
   $("task").dataset.seq = task.eventSeq;
   $("goal").textContent = task.goal;
