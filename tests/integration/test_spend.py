@@ -62,6 +62,20 @@ def record(api: Api, task_id: str, index: int, **spend: Any) -> dict[str, Any]:
     )
 
 
+def tool_call(api: Api, task_id: str, outcome: str, **input: Any) -> dict[str, Any]:
+    """A report of the tool "search" (``spend=`` among ``input``), as the API answers it."""
+    return mutate(
+        api,
+        "recordToolCall",
+        "RecordToolCallInput",
+        TOOL,
+        taskId=task_id,
+        toolName="search",
+        outcome=outcome,
+        **input,
+    )
+
+
 def start(api: Api, task_id: str, index: int, version: int) -> dict[str, Any]:
     return write(
         api, "startStep", "StepRefInput", taskId=task_id, stepIndex=index, expectedVersion=version
@@ -121,16 +135,7 @@ def test_spend_adds_up_per_step_task_session_and_caller(alice: Api, bob: Api) ->
     assert done["steps"][0]["spend"] == spent(150, 27, 311, 3)
     assert done["steps"][0]["models"] == ["m-a", "m-b"]
     version = start(alice, task_id, 1, done["version"])["version"]
-    tool = mutate(
-        alice,
-        "recordToolCall",
-        "RecordToolCallInput",
-        TOOL,
-        taskId=task_id,
-        toolName="search",
-        outcome="SUCCESS",
-        spend={"inputTokens": 9, "costMicros": 1},
-    )
+    tool = tool_call(alice, task_id, "SUCCESS", spend={"inputTokens": 9, "costMicros": 1})
     assert tool["__typename"] == "ToolState"
     version = write(
         alice,
@@ -238,15 +243,7 @@ def test_a_task_budget_stops_new_work_until_raised(alice: Api) -> None:
         "limit": {"maxTokens": 100, "maxCostMicros": None},
         "spend": spent(85, 30, 0, 2),
     }
-    calling = mutate(
-        alice,
-        "recordToolCall",
-        "RecordToolCallInput",
-        TOOL,
-        taskId=task_id,
-        toolName="search",
-        outcome="CALLING",
-    )
+    calling = tool_call(alice, task_id, "CALLING")
     assert calling["__typename"] == "BudgetExceeded"
     assert task(alice, task_id)["eventSeq"] == seq  # nothing written
     stale = set_budget(alice, done["version"] - 1, {"maxTokens": 1000}, taskId=task_id)
@@ -391,16 +388,7 @@ def test_spend_that_would_overflow_a_step_or_lands_nowhere_is_refused(alice: Api
     )
     finished = record(alice, task_id, 0, inputTokens=1)
     assert (finished["__typename"], finished["field"]) == ("InvalidInput", "stepIndex")
-    nowhere = mutate(
-        alice,
-        "recordToolCall",
-        "RecordToolCallInput",
-        TOOL,
-        taskId=task_id,
-        toolName="search",
-        outcome="SUCCESS",
-        spend={"inputTokens": 1},
-    )
+    nowhere = tool_call(alice, task_id, "SUCCESS", spend={"inputTokens": 1})
     assert (nowhere["__typename"], nowhere["field"]) == ("InvalidInput", "spend")
     assert record(bob, task_id, 0, inputTokens=1)["__typename"] == "NotFound"
     assert task(alice, task_id)["eventSeq"] == 4
