@@ -10,17 +10,13 @@ from collections.abc import Iterator
 import pytest
 
 from runstate.client import Budget, BudgetExceeded, EveryNSteps, Runstate, SpendReport, Task
-from tests.support import Server, create_token
+from tests.support import Server, create_token, sqlite_server
 
 
 @pytest.fixture(scope="module")
 def sdk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
-    tmp = tmp_path_factory.mktemp("sdk-spend")
-    url = f"sqlite://{tmp / 'sdk.db'}"
-    token = create_token(url, "spender")
-    server = Server(url, tmp / "server.log").start()
-    yield server, token
-    server.stop()
+    with sqlite_server(tmp_path_factory, "sdk-spend") as server:
+        yield server, create_token(server.database_url, "spender")
 
 
 async def test_spend_goes_with_results_and_through_run_spend(
