@@ -223,6 +223,21 @@ def server_on(
 
 
 @contextmanager
+def two_servers(
+    kind: str, tmp_path_factory: pytest.TempPathFactory, name: str, **env: str
+) -> Iterator[tuple[Server, Server]]:
+    """Two server processes on one fresh database of ``kind``, with ``env``: writers
+    racing through both, as several processes of one deployment do."""
+    tmp = tmp_path_factory.mktemp(f"{name}-{kind}")
+    with (
+        database(kind, tmp) as url,
+        Server(url, tmp / "one.log", **env) as one,
+        Server(url, tmp / "two.log", **env) as two,
+    ):
+        yield one, two
+
+
+@contextmanager
 def sqlite_server(
     tmp_path_factory: pytest.TempPathFactory, name: str, **env: str
 ) -> Iterator[Server]:

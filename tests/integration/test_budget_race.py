@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_api import create_task, events, start_session
-from tests.support import Api, Server, create_token, database, mutate, server_on
+from tests.support import Api, Server, create_token, mutate, server_on, two_servers
 
 WORKERS = 20
 STEPS = 150
@@ -37,16 +37,9 @@ def servers(
 ) -> Iterator[tuple[Server, Server]]:
     """Two server processes on one fresh database, rate limits off (twenty workers of
     one user write as fast as they can)."""
-    tmp = tmp_path_factory.mktemp(f"budget-{request.param}")
-    with database(request.param, tmp) as url:
-        env = {"RUNSTATE_RATE_LIMIT": "false"}
-        one = Server(url, tmp / "one.log", **env).start()
-        two = Server(url, tmp / "two.log", **env).start()
-        try:
-            yield one, two
-        finally:
-            one.stop()
-            two.stop()
+    unlimited = {"RUNSTATE_RATE_LIMIT": "false"}
+    with two_servers(request.param, tmp_path_factory, "budget", **unlimited) as both:
+        yield both
 
 
 def _state(api: Api, task_id: str) -> tuple[int, int, int | None]:

@@ -11,7 +11,7 @@ import pytest
 
 from tests.integration.test_api import create_task, start_session, step
 from tests.integration.test_lifecycle import acquire
-from tests.support import Api, Server, create_token, database, mutate, wait_until
+from tests.support import Api, Server, create_token, mutate, two_servers, wait_until
 
 LOCK = """
   __typename
@@ -27,15 +27,8 @@ def servers(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Server, Server]]:
     """Two server processes on one fresh database."""
-    tmp = tmp_path_factory.mktemp(f"claim-{request.param}")
-    with database(request.param, tmp) as url:
-        one = Server(url, tmp / "one.log").start()
-        two = Server(url, tmp / "two.log").start()
-        try:
-            yield one, two
-        finally:
-            one.stop()
-            two.stop()
+    with two_servers(request.param, tmp_path_factory, "claim") as both:
+        yield both
 
 
 def claim(api: Api, holder: str, session_id: str | None = None, ttl: int = 60) -> dict[str, Any]:
