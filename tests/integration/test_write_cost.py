@@ -18,6 +18,7 @@ from runstate.basics.enums import GraphNodeStatus, StepStatus
 from runstate.services.actions import sessions, tasks
 from runstate.services.domain.validation import ContentLimits, Report, StepPatch, StepPlan
 from runstate.services.domain.views import TaskView, Written
+from runstate.services.read import history, lookups
 from runstate.services.threads import checkpoints, nodes
 from runstate.services.write import engine, idempotency
 from runstate.services.write.house import House
@@ -170,6 +171,38 @@ async def test_the_opening_statement_reads_steps_by_index(house: House) -> None:
     details = [str(row[-1]) for row in plan]
     assert not [d for d in details if d.startswith("SCAN")], details
     assert any(d.startswith("SEARCH n USING INDEX") for d in details), details
+
+
+async def test_a_past_lease_and_budget_are_found_by_index(house: House) -> None:
+    """Guards ``history._latest_delta``, which ``taskAt`` reads a past lease and
+    budget through: SQLite's plan for each of its lookups searches the
+    (task, kind, tool, seq) index down to one seq, never the task's log by seq.
+    Seen failing without ``"tool_name" IS NULL`` (the plan then took the (task,
+    seq) index and walked the log back from the seq: 46 ms a lookup at 200,000
+    events, 0.007 ms with the index)."""
+    task_id = await long_task(house, 5)
+    version = 1
+    for index in range(5):
+        version = (
+            await tasks.start_step(house, USER, task_id, index, expected_version=version)
+        ).value.version
+        version = (
+            await tasks.complete_step(house, USER, task_id, index, expected_version=version)
+        ).value.version
+    row = await lookups.get_task(USER, task_id)
+    async with Statements() as statements:
+        await history.task_at(row, row.event_seq)
+    lookups_seen = [s for s in statements.seen if '"kind"=' in s.replace(" ", "")]
+    assert len(lookups_seen) == 2  # the lease, the budget
+    client = connections.get("default")
+    for statement in lookups_seen:
+        _, plan = await client.execute_query(f"EXPLAIN QUERY PLAN {statement}")
+        searches = [str(row[-1]) for row in plan if str(row[-1]).startswith("SEARCH")]
+        assert len(searches) == 2, (statement, searches)  # one probe for each kind
+        for search in searches:
+            assert "USING INDEX task_events_part" in search, (statement, searches)
+            assert "tool_name=?" in search, (statement, searches)
+            assert "seq<?" in search, (statement, searches)
 
 
 async def test_the_opening_statement_is_one_text_at_every_step(

@@ -191,35 +191,42 @@ async def _tools_at(task_pk: int, names: Sequence[str], seq: int) -> dict[str, T
     return earlier
 
 
-async def lock_at(task_pk: int, seq: int) -> LockView | None:
-    """The lease as the latest LOCK_ACQUIRED or LOCK_RELEASED at or before ``seq`` left
-    it (renewals write no event)."""
-    latest = 'SELECT "seq", "delta" FROM "task_events" WHERE "task_id" = ? AND "kind" = ?'
-    latest += ' AND "seq" <= ? ORDER BY "seq" DESC LIMIT 1'
+async def _latest_delta(
+    task_pk: int, seq: int, kinds: Sequence[TaskEventKind]
+) -> dict[str, Any] | None:
+    """The delta of the task's latest event of one of ``kinds`` (events that name no
+    tool) at or before ``seq``; None when there is none. One probe of the
+    (task, kind, tool, seq) index per kind: with ``"kind" IN`` or without the
+    tool named, SQLite walks the task's log back from ``seq`` instead (46 ms at
+    200,000 events, against 0.007 ms)."""
+    latest = (
+        'SELECT "seq", "delta" FROM "task_events" WHERE "task_id" = ? AND "kind" = ?'
+        ' AND "tool_name" IS NULL AND "seq" <= ? ORDER BY "seq" DESC LIMIT 1'
+    )
     rows = await sql.fetch(
         connections.get("default"),
-        f"SELECT * FROM ({latest}) a UNION ALL SELECT * FROM ({latest}) b",
-        [
-            *(task_pk, TaskEventKind.LOCK_ACQUIRED.value, seq),
-            *(task_pk, TaskEventKind.LOCK_RELEASED.value, seq),
-        ],
+        " UNION ALL ".join(f"SELECT * FROM ({latest}) k{i}" for i in range(len(kinds))),
+        [value for kind in kinds for value in (task_pk, kind.value, seq)],
     )
     if not rows:
         return None
     row = max(rows, key=lambda r: int(r["seq"]))
-    return lock_in(sql.decode(TaskEvent, row, ("delta",))["delta"])
+    kept: dict[str, Any] | None = sql.decode(TaskEvent, row, ("delta",))["delta"]
+    return kept
+
+
+async def lock_at(task_pk: int, seq: int) -> LockView | None:
+    """The lease as the latest LOCK_ACQUIRED or LOCK_RELEASED at or before ``seq`` left
+    it (renewals write no event)."""
+    kinds = (TaskEventKind.LOCK_ACQUIRED, TaskEventKind.LOCK_RELEASED)
+    return lock_in(await _latest_delta(task_pk, seq, kinds))
 
 
 async def budget_at(task_pk: int, seq: int) -> BudgetView | None:
     """The task's budget as the latest TASK_CREATED or BUDGET_CHANGED at or before
     ``seq`` left it."""
-    rows = await sql.fetch(
-        connections.get("default"),
-        'SELECT "delta" FROM "task_events" WHERE "task_id" = ? AND "kind" IN (?, ?)'
-        ' AND "seq" <= ? ORDER BY "seq" DESC LIMIT 1',
-        [task_pk, TaskEventKind.TASK_CREATED.value, TaskEventKind.BUDGET_CHANGED.value, seq],
-    )
-    return budget_in(sql.decode(TaskEvent, rows[0], ("delta",))["delta"]) if rows else None
+    kinds = (TaskEventKind.TASK_CREATED, TaskEventKind.BUDGET_CHANGED)
+    return budget_in(await _latest_delta(task_pk, seq, kinds))
 
 
 async def task_at(head: TaskView, seq: int) -> TaskView:
