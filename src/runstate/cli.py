@@ -10,6 +10,7 @@ import errno
 import importlib.util
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -212,6 +213,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 " pip install '/path/to/runstate[langgraph]' (your clone: runstate is not on PyPI)"
             )
         _require_free_port(args.host, args.port)
+        # uvicorn raises the signal it stopped on again once it has shut down. SIGTERM's
+        # own action (kill, docker stop) would then end the process before the demo
+        # stops its agents; as KeyboardInterrupt it unwinds as Ctrl-C does.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         failed = None
         with contextlib.suppress(KeyboardInterrupt):
             failed = asyncio.run(

@@ -157,7 +157,7 @@ class Demo:
     def __exit__(self, *exc: object) -> None:
         self.api.close()
         self.process.terminate()
-        self.process.communicate(timeout=30)
+        self.output, _ = self.process.communicate(timeout=30)
 
     def tasks(self, fields: str) -> list[dict[str, Any]]:
         edges = self.api("{ tasks { edges { node { " + fields + " } } } }")["tasks"]["edges"]
@@ -172,11 +172,17 @@ class Demo:
 
 
 def test_demo_prints_a_signed_in_link_and_an_agent_starts_working(tmp_path: Path) -> None:
+    """Also guards how the demo stops on SIGTERM (``kill``, ``docker stop``): as on
+    Ctrl-C, it stops its agent processes and waits for them, then says it stopped.
+    Seen failing with SIGTERM left to its own action (``cli.main``): uvicorn raises
+    it again after shutting down, the demo died with status -15 before stopping its
+    agents, and they ended only later, when their stdin closed."""
     with Demo(tmp_path / "demo.db") as demo:
         assert demo.base == f"http://127.0.0.1:{demo.port}"
         assert httpx.get(demo.base).status_code == 200
         demo.wait_for_work()
         assert demo.tasks("goal")[0]["goal"] == "Book a trip to Lisbon for Ana"
+    assert (demo.process.returncode, demo.output.splitlines()[-1]) == (0, "runstate: stopped")
     children = subprocess.run(
         ["pgrep", "-f", f"runstate.demo.trips http://127.0.0.1:{demo.port}"], check=False
     )
