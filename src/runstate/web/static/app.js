@@ -851,9 +851,12 @@ function render() {
   $("status").textContent = words(task.status);
   $("status").className = "badge s-" + task.status;
   // A LangGraph thread's steps are its node runs, added as the graph runs them: a
-  // share of a plan it does not have would grow and shrink as nodes appear.
+  // share of a plan it does not have would grow and shrink as nodes appear. While
+  // its graph runs, the bar says so by moving, with no end it cannot know.
   const graph = current.graph;
-  $("bar").style.width = (graph ? (FINAL.has(task.status) ? 100 : 0) : pct) + "%";
+  const busy = graph && task.status === "RUNNING";
+  $("bar").toggleAttribute("data-busy", busy);
+  $("bar").style.width = (graph ? (FINAL.has(task.status) || busy ? 100 : 0) : pct) + "%";
   $("percent").textContent = graph ? nodesRun(done) : pct + "%";
   $("counts").textContent = graph ? "a LangGraph thread" : `${done} of ${task.totalSteps} steps done`;
   $("version").textContent = task.version;
