@@ -28,12 +28,13 @@ async def test_a_graph_is_watched_node_by_node_and_its_question_shown(
     running one RUNNING, the count of nodes run (not a share of a plan a graph does
     not have) in its header and in the list of tasks, the thread's lack of a lease
     said plainly, a moving bar while its graph runs (it has no end to measure
-    against) and none while it waits, the interrupt panel with the node's question
-    as text, answered on the page (``answerInterrupt``) with a reason the log keeps
-    beside who answered, the graph's process getting that answer
-    (``interrupt_answer``) and going on with it, and the panel hidden once the
-    thread goes on; on a phone without sideways scrolling. The moving bar was seen
-    failing with ``data-busy`` never set, and with it set while the thread waits."""
+    against) and none while it waits or in its history, the interrupt panel with
+    the node's question as text, answered on the page (``answerInterrupt``) with a
+    reason the log keeps beside who answered, the graph's process getting that
+    answer (``interrupt_answer``) and going on with it, and the panel hidden once
+    the thread goes on; on a phone without sideways scrolling. The moving bar was
+    seen failing with ``data-busy`` never set, with it set while the thread waits,
+    and with it set in the history."""
     server, token = dashboard
     release = threading.Event()
 
@@ -60,6 +61,7 @@ async def test_a_graph_is_watched_node_by_node_and_its_question_shown(
         )
         await expect(page.get_by_test_id("step-0")).to_contain_text("search")
         await expect(page.locator("#bar")).to_have_attribute("data-busy", "")
+        running = await page.get_by_test_id("task").get_attribute("data-seq")  # a RUNNING seq
         await page.screenshot(path=ARTIFACTS / "graph-1-running-phone.png", full_page=True)
         release.set()
         await first
@@ -73,6 +75,14 @@ async def test_a_graph_is_watched_node_by_node_and_its_question_shown(
         await expect(page.get_by_test_id("decision")).to_be_hidden()
         await expect(page.get_by_test_id("progress")).to_have_text("1 node run")
         await expect(page.locator("#bar")).not_to_have_attribute("data-busy", "")
+        latest = await page.get_by_test_id("task").get_attribute("data-seq")
+        scrubber = page.get_by_test_id("scrubber")
+        await scrubber.fill(str(running))  # the history: a past, not a graph at work
+        await expect(page.get_by_test_id("task")).to_have_attribute("data-seq", str(running))
+        await expect(page.locator("#status")).to_have_text("running")
+        await expect(page.locator("#bar")).not_to_have_attribute("data-busy", "")
+        await scrubber.fill(str(latest))
+        await expect(page.get_by_test_id("past")).to_be_hidden()
         await expect(page.get_by_test_id("progress-" + thread_id)).to_have_text(
             "awaiting decision · 1 node run"
         )

@@ -852,9 +852,9 @@ function render() {
   $("status").className = "badge s-" + task.status;
   // A LangGraph thread's steps are its node runs, added as the graph runs them: a
   // share of a plan it does not have would grow and shrink as nodes appear. While
-  // its graph runs, the bar says so by moving, with no end it cannot know.
+  // its graph runs (live, not in the history), the bar moves: it has no end to show.
   const graph = current.graph;
-  const busy = graph && task.status === "RUNNING";
+  const busy = graph && live && task.status === "RUNNING";
   $("bar").toggleAttribute("data-busy", busy);
   $("bar").style.width = (graph ? (FINAL.has(task.status) || busy ? 100 : 0) : pct) + "%";
   $("percent").textContent = graph ? nodesRun(done) : pct + "%";
