@@ -12,7 +12,8 @@ from runstate.services.domain.errors import InvalidTransitionError
 from runstate.services.domain.moves import DECISION_MOVES, FINISHED_STEPS, RESUME_MOVES
 from runstate.services.domain.views import ResumePlanView, StepView, TaskView, Written
 from runstate.services.read.convert import step_view
-from runstate.services.write.engine import Change, Draft, Unchanged, versioned, write_task
+from runstate.services.write.engine import Change, Draft, versioned, write_task
+from runstate.services.write.group_commit import Unchanged
 from runstate.services.write.house import House
 
 

@@ -233,12 +233,14 @@ async def task_at(head: TaskView, seq: int) -> TaskView:
     """The task ``head`` (as it stands) exactly as it stood just after event ``seq``."""
     if not 1 <= seq <= head.event_seq:
         raise InvalidInputError("seq", f"must be between 1 and {head.event_seq}")
-    (found,) = await sql.fetch(
+    found = await sql.fetch(
         connections.get("default"),
         f'SELECT {sql.names(_AT_FIELDS)} FROM "task_events" WHERE "task_id" = ? AND "seq" = ?',
         [head.pk, seq],
     )
-    event = TaskEvent(**sql.decode(TaskEvent, found, _AT_FIELDS))
+    if not found:  # a hole (migration 0016 fills those of earlier releases)
+        raise InvalidInputError("seq", f"the task's log holds no event {seq}")
+    event = TaskEvent(**sql.decode(TaskEvent, found[0], _AT_FIELDS))
     steps = await steps_at(head.pk, seq)
     lock = await lock_at(head.pk, seq)
     if lock is not None and lock.expires_at <= event.at:

@@ -38,7 +38,8 @@ from runstate.services.domain.views import TaskView, Written
 from runstate.services.read import lookups
 from runstate.services.threads import nodes
 from runstate.services.threads.nodes import NodeRun
-from runstate.services.write.engine import Change, Draft, Unchanged
+from runstate.services.write.engine import Change, Draft
+from runstate.services.write.group_commit import Unchanged
 from runstate.services.write.house import House
 from runstate.storage import sql
 

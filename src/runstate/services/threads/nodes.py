@@ -39,10 +39,10 @@ from runstate.services.write.engine import (
     Apply,
     Change,
     Draft,
-    Unchanged,
     versioned,
     write_task,
 )
+from runstate.services.write.group_commit import Unchanged
 from runstate.services.write.house import House
 from runstate.storage import sql
 

@@ -61,6 +61,7 @@ from runstate.services.domain.views import (
 )
 from runstate.services.read.convert import is_expired, lock_view, step_view, task_view
 from runstate.services.read.lookups import get_task, mark_expired
+from runstate.services.write.group_commit import Unchanged
 from runstate.services.write.house import House
 from runstate.storage import sql
 from runstate.storage.clock import utcnow
@@ -321,10 +322,6 @@ class Change:
 Apply = Callable[[Draft], Awaitable[Change | None]]
 """Changes the draft (and, for tool states, their rows); returns the event to log,
 None for a heartbeat that logs nothing, or raises ``Unchanged`` to write nothing."""
-
-
-class Unchanged(Exception):  # noqa: N818 - a signal, not an error
-    """Raised by an ``Apply`` with nothing to change: the write rolls back quietly."""
 
 
 class _ExpiredSessionError(Exception):

@@ -11,7 +11,14 @@ answered. A write alone runs in a plain transaction, exactly as before.
 
 PostgreSQL writes keep transactions of their own: its pool runs them side by
 side. A write inside another's transaction (a task write inside the transaction
-of its idempotency key, which goes through the group itself) runs in it.
+of its idempotency key, which goes through the group itself) runs in it, with no
+savepoint of its own: a savepoint costs two statements, and a refused write fails
+the outer transaction anyway (a refused write keeps no key). The one write that
+must undo its own statements and let the outer transaction go on is one that
+found nothing to change (``Unchanged``): its opening statement already moved the
+task's version and seq. Then the outermost transaction is rolled back and run
+again, each inner write in a savepoint (``_SavepointNeeded``); a keyed no-op, rare,
+pays for it, and every other keyed write pays nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from functools import partial
 from typing import Any, TypeVar
 
 from tortoise import connections
@@ -30,6 +39,23 @@ from runstate.storage.database import fresh_context
 T = TypeVar("T")
 Work = Callable[[BaseDBAsyncClient], Awaitable[T]]
 """A write's statements, run on the connection (or savepoint) it is given."""
+
+
+class Unchanged(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a write that found nothing to change: every statement it ran is
+    rolled back (its transaction, or its savepoint in a shared one), and its
+    caller answers as things stand."""
+
+
+class _SavepointNeeded(Exception):  # noqa: N818 - a signal, not an error
+    """A write inside another's transaction, run with no savepoint of its own,
+    raised ``Unchanged``: the statements it ran are in the outer transaction, which
+    must roll back and run again with a savepoint around each inner write."""
+
+
+_SAVEPOINTS: ContextVar[bool] = ContextVar("runstate_inner_savepoints", default=False)
+"""Whether a write inside another's transaction gets a savepoint of its own (set
+while an outer write runs again after ``_SavepointNeeded``)."""
 
 
 class Group:
@@ -46,10 +72,21 @@ class Group:
         Inside another's transaction (a task write inside its idempotency key's),
         ``work`` runs on it, with no savepoint of its own: its failure fails the
         outer transaction as well, which is what that one wants (a refused write
-        keeps no key), and a savepoint cost two statements a keyed write."""
+        keeps no key), and a savepoint cost two statements a keyed write. When an
+        inner write finds nothing to change, the outer ``work`` runs again with a
+        savepoint around each inner write, so that the no-op writes nothing while
+        the outer transaction (the key's row) commits."""
         client = connections.get("default")
         if isinstance(client, TransactionalDBClient):
-            return await work(client)
+            return await _inside(client, work)
+        try:
+            return await self._outermost(work)
+        except _SavepointNeeded:
+            return await self._outermost(partial(_with_savepoints, work))
+
+    async def _outermost(self, work: Work[T]) -> T:
+        """``work`` in a transaction of its own, or in the SQLite batch's."""
+        client = connections.get("default")
         if client.capabilities.dialect != "sqlite":
             async with in_transaction() as conn:
                 return await work(conn)
@@ -93,6 +130,30 @@ class Group:
                 done.cancel()
             self._waiting.clear()
             self._leader = None
+
+
+async def _inside(client: TransactionalDBClient, work: Work[T]) -> T:
+    """``work`` inside the transaction ``client`` holds: in a savepoint of its own
+    while ``_SAVEPOINTS`` says so, else straight on it (``_SavepointNeeded`` when it
+    then finds nothing to change)."""
+    if _SAVEPOINTS.get():
+        async with in_transaction() as nested:  # inside the outer one: a SAVEPOINT
+            return await work(nested)
+    try:
+        return await work(client)
+    except Unchanged:
+        raise _SavepointNeeded from None
+
+
+async def _with_savepoints(work: Work[T], conn: BaseDBAsyncClient) -> T:
+    """``work`` on ``conn``, each write it runs inside its transaction in a
+    savepoint of its own. Set here, in the context the work runs in (SQLite's
+    batches run in the group's task, not the caller's)."""
+    token = _SAVEPOINTS.set(True)
+    try:
+        return await work(conn)
+    finally:
+        _SAVEPOINTS.reset(token)
 
 
 class _Failed(Exception):  # noqa: N818 - a signal, not an error

@@ -52,6 +52,7 @@ from runstate.services.domain.errors import (
     NotFoundError,
 )
 from runstate.services.domain.views import (
+    LockView,
     ResumePlanView,
     TaskView,
     Written,
@@ -219,8 +220,18 @@ async def _delete(conn: BaseDBAsyncClient, rows: QuerySet[IdempotencyKey]) -> in
     return len(gone)
 
 
-def _reference(view: TaskView) -> dict[str, int]:
-    return {"pk": view.pk, "seq": view.event_seq, "stored_bytes": view.stored_bytes}
+def _reference(view: TaskView) -> dict[str, Any]:
+    """A task answer as a key row keeps it: the task and its seq, and what ``taskAt``
+    of that seq cannot tell: the stored bytes then, and the lease as the answer
+    showed it (a renewal writes no event, so the history knows a lease only as
+    granted; a retry answered a lapsed lease where the first call showed it live)."""
+    return {
+        "pk": view.pk,
+        "seq": view.event_seq,
+        "stored_bytes": view.stored_bytes,
+        "lock": to_json(view.lock),
+        "stalled": view.stalled,
+    }
 
 
 async def _replay(row: IdempotencyKey, call: KeyedCall, kind: Any) -> Any:
@@ -237,15 +248,19 @@ async def _replay(row: IdempotencyKey, call: KeyedCall, kind: Any) -> Any:
     return ResumePlanView(task, plan["resume_from"], tuple(plan["steps_in_doubt"]))
 
 
-async def _task_as_written(user_id: str, reference: dict[str, int]) -> TaskView:
+async def _task_as_written(user_id: str, reference: dict[str, Any]) -> TaskView:
     """The task a keyed write answered: as it stood at the seq the write left it at,
-    with the stored bytes it had then."""
+    with the stored bytes and the lease it answered (a key kept before the lease
+    was kept answers the lease as the history knows it)."""
     row = await Task.get_or_none(id=reference["pk"], user_id=user_id).select_related("session")
     if row is None:
         raise NotFoundError("task", "(deleted since)")
     head = task_view(row, row.session.public_id, utcnow())
-    past = await task_at(head, reference["seq"])
-    return replace(past, stored_bytes=reference["stored_bytes"])
+    past = replace(await task_at(head, reference["seq"]), stored_bytes=reference["stored_bytes"])
+    if "lock" not in reference:
+        return past
+    lock = decode_as(LockView | None, reference["lock"])
+    return replace(past, lock=lock, stalled=reference["stalled"])
 
 
 async def sweep_keys(batch: int = 500) -> int:
