@@ -1,5 +1,6 @@
 """Work ends with its reason: a request whose client left is stopped, a request past
-the time limit is stopped and answered 503, and SIGTERM stops the server at once.
+the time limit is stopped and answered 503, and SIGTERM stops the server without
+waiting for the work.
 
 The work is one query that reads a 201-event task a thousand times over, by
 aliases; the limits that refuse it by default (aliases, tokens, nodes, answer
@@ -9,7 +10,6 @@ bytes, the rate limit) are raised here so that it runs, for half a minute or mor
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -59,7 +59,14 @@ def busy(pid: int, window: float = 0.5) -> float:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    srv = Server(f"sqlite://{tmp_path / 'runaway.db'}", tmp_path / "server.log", **UNLIMITED)
+    """A server that lets the work run to its end (about 28 CPU-seconds) unless it
+    is stopped for its client or the server: no time limit to speak of (600 s)."""
+    srv = Server(
+        f"sqlite://{tmp_path / 'runaway.db'}",
+        tmp_path / "server.log",
+        RUNSTATE_OPERATION_SECONDS="600",
+        **UNLIMITED,
+    )
     srv.start()
     try:
         yield srv
@@ -75,20 +82,36 @@ def big_task(server: Server) -> tuple[Api, str]:
 
 
 def test_a_client_that_leaves_stops_its_work(server: Server) -> None:
-    """Guards CancelOnDisconnect: the client gives up after a second; the server is
-    soon idle again and answers the next request (without it, the work ran on for
-    minutes at a full core), and logs the request as the client's leaving (499)."""
+    """Guards CancelOnDisconnect: the client gives up after a second; the server
+    stops the work, logs the request as the client's leaving (499), goes idle and
+    answers the next request. Without it the work ran on to its end at a full core
+    (about 28 CPU-seconds) and was logged 200.
+
+    Not timed: the server's CPU time, not the clock, shows the work was cut short.
+    From the request to idle it spends under 10 CPU-seconds, a third of the whole
+    work's; a loaded machine slows the work and the stopping alike, and spends
+    no more CPU on them."""
     api, task_id = big_task(server)
     assert server.process is not None
+    pid = server.process.pid
+    logged = len(server.log().splitlines())
+    before = cpu_seconds(pid)
     with pytest.raises(httpx.ReadTimeout):
         api.http.post("/graphql", json=costly(task_id), timeout=1)
-    wait_until(lambda: busy(server.process.pid) < 0.2, 10, "the server to stop the abandoned work")
+
+    def ended() -> list[str]:
+        """The log line of the request the client left, once it has ended."""
+        return [line for line in server.log().splitlines()[logged:] if "POST /graphql" in line]
+
+    wait_until(ended, 120, "the abandoned request to end")
+    wait_until(lambda: busy(pid) < 0.2, 120, "the server to be idle again")
+    spent = cpu_seconds(pid) - before
+    assert spent < 10, f"{spent:.1f} CPU-seconds: the work ran on after its client left"
     assert api("{ __typename }") == {"__typename": "Query"}
     api.close()
     # request_log.RequestLog: the request its client left is a 499, not a server failure.
-    log = server.log()
-    assert re.search(r"POST /graphql 499 \d+\.\d ms \(heavy\)", log), log
-    assert "POST /graphql 500" not in log
+    assert re.search(r"POST /graphql 499 \d+\.\d ms \(heavy\)", ended()[0]), ended()
+    assert "POST /graphql 500" not in server.log()
 
 
 def test_an_operation_past_the_time_limit_is_stopped_and_answered_503(tmp_path: Path) -> None:
@@ -149,28 +172,45 @@ async def over_websocket(
                 return answers
 
 
-def test_sigterm_during_costly_work_stops_the_server_within_5_seconds(server: Server) -> None:
-    """Guards uvicorn's graceful-shutdown timeout: without it the server waited for
-    the work to finish, minutes later, and needed SIGKILL."""
+def test_sigterm_during_costly_work_cuts_the_work_short(server: Server) -> None:
+    """Guards uvicorn's graceful-shutdown timeout (``app.server_options``): SIGTERM
+    during a request whose work would run for half a minute (about 28 s on an idle
+    machine) stops the server without waiting for it: the request is cancelled
+    ("timeout graceful shutdown exceeded"), its client is answered uvicorn's 500,
+    and the server exits by the signal. Seen failing with the timeout removed: the
+    server waited for the work to end, and its client got the work's 200.
+
+    What proves the work was cut short is that answer and uvicorn's line, not the
+    clock: "within a few seconds" (the 3 s timeout, then the cancellation and the
+    app's shutdown: 3.3 s on an idle machine, past the 5 s once asserted here on a
+    loaded one) is not timed. The wait for the exit has a deadline only so that a
+    server that never stops fails."""
     api, task_id = big_task(server)
     assert server.process is not None
-    started = threading.Event()
+    outcome: list[object] = []
 
     def ask() -> None:
-        started.set()
-        with contextlib.suppress(httpx.HTTPError):  # the server went away: expected
-            api.http.post("/graphql", json=costly(task_id), timeout=120)
+        try:
+            response = api.http.post("/graphql", json=costly(task_id), timeout=600)
+            outcome.append(response.status_code)
+        except httpx.HTTPError as gone:  # kept for the assertion's message
+            outcome.append(type(gone).__name__)
 
+    pid = server.process.pid
+    before = cpu_seconds(pid)
     client = threading.Thread(target=ask)
     client.start()
-    started.wait()
-    wait_until(lambda: busy(server.process.pid) > 0.5, 20, "the server to be busy")
+    # At the work: a CPU-second spent since it was asked for, which the idle server
+    # takes minutes to spend (a share of a core, once asked for here, is what a
+    # loaded machine withholds).
+    wait_until(lambda: cpu_seconds(pid) - before > 1, 120, "the server to be at the work")
     server.process.send_signal(signal.SIGTERM)
     # uvicorn shuts down, then raises the signal again so the exit status tells it.
-    assert server.process.wait(timeout=5) == -signal.SIGTERM
+    assert server.process.wait(timeout=300) == -signal.SIGTERM
     client.join()
+    assert outcome == [500], "the request ended otherwise than cancelled by the shutdown"
     log = server.log()
-    assert "timeout graceful shutdown exceeded" in log
+    assert "Cancel 1 running task(s), timeout graceful shutdown exceeded" in log
     assert "Application shutdown complete." in log
     api.close()
 
