@@ -2,7 +2,9 @@
 
 Queries and mutations go over HTTP (httpx); ``watch`` follows a task over
 graphql-transport-ws and reconnects by itself, resuming after the last seq it saw.
-A ``Problem`` answer becomes the matching exception of ``runstate.client.exceptions``.
+A ``Problem`` answer becomes the matching exception of ``runstate.client.exceptions``,
+and so does every other error, over HTTP or a WebSocket: a caller catches
+``RunstateError``, never gql's, httpx's or websockets' exceptions.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from urllib.parse import quote
 from gql import Client, GraphQLRequest
 from gql.client import AsyncClientSession
 from gql.transport.exceptions import (
+    TransportClosed,
     TransportConnectionFailed,
     TransportError,
     TransportProtocolError,
@@ -35,9 +38,9 @@ from runstate.client import documents as doc
 from runstate.client.exceptions import (
     PROBLEMS,
     NotFound,
-    ProblemError,
     RateLimited,
     RunstateError,
+    ServerError,
     ServerUnavailable,
     Unauthorized,
 )
@@ -60,7 +63,9 @@ RATE_LIMIT_WAIT = 60.0
 """The longest a call waits, in all, for the caller's rate limit before it raises."""
 FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 3.0
-_TRANSIENT = (TransportConnectionFailed, TransportProtocolError, TransportServerError)
+_TRANSIENT = (TransportConnectionFailed, TransportProtocolError, TransportServerError, TimeoutError)
+"""The failures after which a request is sent again: no answer, a broken one, a 5xx
+(a 4xx is a ServerError), none within the client's ``timeout`` (TimeoutError)."""
 
 StepPlan = str | Mapping[str, Any]
 """A step to plan: its action, or ``{"action", "input", "idempotent"}``."""
@@ -119,32 +124,34 @@ def _budget(budget: Mapping[str, int | None] | None) -> dict[str, Any] | None:
     return None if budget is None else wire(budget)
 
 
-def _unauthenticated(error: TransportQueryError) -> bool:
-    """Whether the server answered 401: the token was refused."""
-    return any(
-        (e.get("extensions") or {}).get("code") == "UNAUTHENTICATED" for e in error.errors or []
-    )
-
-
-def _rate_limited(error: TransportQueryError) -> float | None:
-    """The wait a RATE_LIMITED error asks for (None: another error)."""
-    for e in error.errors or []:
-        extensions = e.get("extensions") or {}
-        if extensions.get("code") == "RATE_LIMITED":
-            return float(extensions["retryAfterSeconds"])
-    return None
-
-
-def _ended_by(error: TransportQueryError) -> ProblemError:
-    """The Problem a subscription's GraphQL error stands for, by its ``code``
-    (SessionExpired when the session expired, NotFound for an unknown task)."""
-    first = (error.errors or [{}])[0]
-    extensions = first.get("extensions") or {}
-    problem = _BY_CODE.get(str(extensions.get("code")), NotFound)
-    return problem({"message": first.get("message", str(error)), **extensions})
-
-
 _BY_CODE = {cls.code: cls for cls in PROBLEMS.values()}
+
+
+def _errors(error: TransportQueryError) -> list[dict[str, Any]]:
+    """The GraphQL ``errors`` entries behind gql's exception (its text as one entry,
+    should it carry none)."""
+    return list(error.errors or [{"message": str(error)}])
+
+
+def _refusal(url: str, operation: str, errors: list[dict[str, Any]]) -> RunstateError:
+    """The SDK's exception for GraphQL ``errors`` answered to ``operation``, by the
+    first entry's ``extensions.code``: Unauthorized for a refused token (401,
+    UNAUTHENTICATED); the Problem's exception for a Problem's code (a subscription's
+    SessionExpired or NotFound, the 429 of a spent rate budget: RateLimited, its
+    ``retryAfterSeconds`` with it); else ServerError."""
+    first = errors[0] if errors else {}
+    extensions = first.get("extensions") or {}
+    code = str(extensions.get("code"))
+    if code == "UNAUTHENTICATED":
+        return Unauthorized(
+            f"{url} refused the token (wrong, revoked or missing); "
+            "make one with `runstate token create USER`"
+        )
+    problem = _BY_CODE.get(code)
+    if problem is not None:
+        return problem({"message": first.get("message", code), **extensions})
+    return ServerError(operation, errors)
+
 
 FORBIDDEN = 4403
 """The close code of a WebSocket whose token the server refused."""
@@ -183,7 +190,9 @@ class Calls:
     sent again, for up to ``RATE_LIMIT_WAIT`` seconds in all.
 
     A refused token raises ``Unauthorized``; a server that never answers raises
-    ``ServerUnavailable`` once the retries are spent. Neither is gql's exception.
+    ``ServerUnavailable`` once the retries are spent; any other error it answers
+    (GraphQL ``errors``, a 4xx) raises ``ServerError``, unless its code names a
+    Problem. None is gql's exception. ``timeout`` bounds each request, in seconds.
     """
 
     def __init__(
@@ -203,7 +212,8 @@ class Calls:
                 url=f"{self.url}/graphql",
                 headers={**(headers or {}), "Authorization": f"Bearer {token}"},
                 timeout=timeout,
-            )
+            ),
+            execute_timeout=timeout,  # gql's own default, 10 s, would cut in first
         )
         self._session: AsyncClientSession | None = None
 
@@ -233,43 +243,36 @@ class Calls:
         while True:
             try:
                 data: dict[str, Any] = (await self._send(request, name))[name]
-            except TransportQueryError as error:
-                wait = _rate_limited(error)
-                if wait is None:
+                problem = PROBLEMS.get(data["__typename"])
+                if problem is not None:
+                    raise problem(data)
+                return data
+            except RateLimited as refused:
+                if waited >= RATE_LIMIT_WAIT:
                     raise
-                if waited >= RATE_LIMIT_WAIT:  # RateLimited, as when a resolver refuses
-                    raise _ended_by(error) from None
-                waited += await _pause(name, wait)
-                continue
-            problem = PROBLEMS.get(data["__typename"])
-            if problem is RateLimited and waited < RATE_LIMIT_WAIT:
-                waited += await _pause(name, float(data["retryAfterSeconds"]))
-                continue
-            if problem is not None:
-                raise problem(data)
-            return data
+                waited += await _pause(name, refused.retry_after)
 
     async def _send(self, request: GraphQLRequest, name: str) -> dict[str, Any]:
-        """One request; a transport failure (no answer, a broken one, a 5xx) is tried
-        again after a jittered, growing pause, up to ``retries`` times in all, then
-        raised as ``ServerUnavailable``. A refused token is ``Unauthorized``."""
-        if self._session is None:
+        """One request; a transport failure (no answer, a broken one, a 5xx, a
+        timeout) is tried again after a jittered, growing pause, up to ``retries``
+        times in all, then raised as ``ServerUnavailable``. An answer with GraphQL
+        ``errors`` raises what ``_refusal`` makes of them (a refused token is
+        ``Unauthorized``), and a 4xx without a GraphQL body a ``ServerError``."""
+        session = self._session
+        if session is None:
             raise RunstateError("use Runstate as `async with Runstate(url, token) as rs:`")
         for attempt in itertools.count(1):
             try:
-                answer = await self._session.execute(request)
+                answer = await session.execute(request)
                 break
             except TransportQueryError as error:
-                if _unauthenticated(error):
-                    raise Unauthorized(
-                        f"{self.url} refused the token (wrong, revoked or missing); "
-                        "make one with `runstate token create USER`"
-                    ) from None
-                raise
+                raise _refusal(self.url, name, _errors(error)) from None
+            except TransportClosed:  # closed while a retry waited
+                raise RunstateError(f"{name} was not sent: this Runstate was closed") from None
             except _TRANSIENT as error:
-                lasting = isinstance(error, TransportServerError) and (error.code or 500) < 500
-                if lasting:
-                    raise
+                if isinstance(error, TransportServerError) and (error.code or 500) < 500:
+                    refusal = str(error).splitlines()[0]  # httpx's "Client error '404 ...'"
+                    raise ServerError(name, [{"message": refusal}]) from error
                 if attempt >= self.retries:
                     raise ServerUnavailable(
                         f"{self.url} did not answer {name} ({error}), {attempt} tries"
@@ -815,10 +818,10 @@ class Watch:
                         last, epoch = event.seq, event.epoch
                         yield event
             except TransportQueryError as error:
-                wait = _rate_limited(error)
-                if wait is None:
-                    raise _ended_by(error) from error
-                await _pause("taskProgress", wait)  # then resume after the last seq
+                refused = _refusal(api.url, "taskProgress", _errors(error))
+                if not isinstance(refused, RateLimited):
+                    raise refused from error
+                await _pause("taskProgress", refused.retry_after)  # then resume after the last seq
                 continue
             except (TransportError, OSError, WebSocketException) as error:
                 if _close_code(error) == FORBIDDEN:

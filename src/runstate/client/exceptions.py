@@ -1,7 +1,10 @@
-"""Typed errors of the SDK: one per ``Problem`` member, plus the runner's own."""
+"""Typed errors of the SDK: one per ``Problem`` member, one for any other error the
+server answers (``ServerError``), plus the runner's own. The SDK raises no other
+library's exception for what a server says or fails to say."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runstate.client.records import Budget, Spend
@@ -19,6 +22,30 @@ class Unauthorized(RunstateError):  # noqa: N818 - named after what the server s
 class ServerUnavailable(RunstateError):  # noqa: N818
     """The server did not answer, or answered 5xx, through every one of the SDK's own
     retries (``Runstate(retries=...)``): it is down, or not at that URL."""
+
+
+class ServerError(RunstateError):
+    """The server answered with GraphQL ``errors`` instead of an answer, or refused the
+    request outside GraphQL (a 4xx without a GraphQL body): a failure of its own
+    ("Unexpected error."), a document or a variable it refused, a body over its limit
+    (413), a read stopped at its time limit (503), an answer too large. An answer
+    came, so unlike ``ServerUnavailable`` the request was not sent again; unlike a
+    ``ProblemError`` it is no member of the operation's result.
+
+    ``operation`` is the field the SDK asked for (``taskAt``), ``errors`` the entries
+    as the server sent them, ``messages`` their messages, and ``code`` and ``path``
+    the first entry's ``extensions.code`` and ``path`` (None without one). Its text
+    is ``"<operation>: <message>"``, the messages joined by "; "."""
+
+    def __init__(self, operation: str, errors: Sequence[Mapping[str, Any]]) -> None:
+        self.operation = operation
+        self.errors = [dict(error) for error in errors]
+        self.messages = [str(error.get("message", "")) for error in self.errors]
+        first = self.errors[0] if self.errors else {}
+        code = (first.get("extensions") or {}).get("code")
+        self.code: str | None = None if code is None else str(code)
+        self.path: list[str | int] | None = first.get("path")
+        super().__init__(f"{operation}: {'; '.join(self.messages)}")
 
 
 class ProblemError(RunstateError):

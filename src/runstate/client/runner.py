@@ -29,8 +29,6 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
-from gql.transport.exceptions import TransportError
-
 from runstate.basics.enums import StepStatus, ToolStatus
 from runstate.client.exceptions import (
     BudgetExceeded,
@@ -39,6 +37,7 @@ from runstate.client.exceptions import (
     LockNotHeld,
     NeedsDecision,
     ProblemError,
+    ServerError,
     ServerUnavailable,
     StaleFencingToken,
 )
@@ -141,7 +140,7 @@ class TaskRunner:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._renewer
             if not self.lost.is_set():
-                with contextlib.suppress(ServerUnavailable, TransportError, OSError):  # it lapses
+                with contextlib.suppress(ServerUnavailable, ServerError):  # it lapses
                     await self._release()
 
     async def _acquire(self) -> None:
@@ -215,7 +214,7 @@ class TaskRunner:
                 log.warning("lease on %s lost: %s", self.task_id, error)
                 self.lost.set()
                 return
-            except (ServerUnavailable, TransportError, OSError, TimeoutError) as error:
+            except (ServerUnavailable, ServerError, TimeoutError) as error:
                 if time.monotonic() >= valid_until - margin:
                     log.warning("lease on %s given up: no renewal (%s)", self.task_id, error)
                     self.lost.set()

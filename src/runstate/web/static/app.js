@@ -32,7 +32,7 @@ const EMPTY_TASK = { status: "PLANNED", steps: [], toolStates: [], lock: null, s
 
 const $ = (id) => document.getElementById(id);
 let token = null;
-let current = null; // { id, task, lastSeq, epoch, entries, doubts, runs, pending, past, source }
+let current = null; // { id, task, lastSeq, epoch, entries, told, holes, doubts, runs, pending, past, source }
 let following = false; // opened on no task in particular: follow the newest active one
 let followedSession = null; // following the tasks of this session only (#session=)
 let socket = null;
@@ -59,7 +59,7 @@ function el(tag, attrs, ...children) {
 
 // ------------------------------------------------------------- words and times
 
-const clock = (time) => new Date(time).toLocaleTimeString(); // an ISO string or ms
+const clock = (time) => (time === null ? "" : new Date(time).toLocaleTimeString()); // an ISO string or ms
 const ms = (iso) => (iso ? Date.parse(iso) : null);
 const held = (lock, now) => Boolean(lock) && ms(lock.expiresAt) > now; // a live lease
 
@@ -325,7 +325,8 @@ function route() {
 
 function select(taskId) {
   if (current) { clearTimeout(current.leaseTimer); clearTimeout(current.spendTimer); }
-  current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], doubts: {}, runs: {}, leases: {},
+  current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], told: 0, holes: new Set(),
+    doubts: {}, runs: {}, leases: {},
     ttls: {}, leaseTimer: null, graph: false,
     pending: null, past: null, source: null, spent: null, spendTimer: null };
   scrubTo = null;
@@ -413,6 +414,7 @@ function onEvent(watching, event) {
     watching.task = event.task;
     noteLease(watching, event.task.lock, ms(event.at));
     watching.pending = [];
+    watching.holes = new Set(); // the log is told again, its holes found again
     loadLog(watching, event);
   } else if (watching.pending) {
     // Shown now, told in the log once the events before it are (loadLog).
@@ -449,31 +451,37 @@ function applyEvent(task, event) {
 // The log: the newest events up to the snapshot, each told against the task as it
 // stood just before it (taskAt of the seq before the first one shown), then the
 // events that came live meanwhile. Told in seq order, so a step decided while the
-// log loads keeps the time its decision took.
+// log loads keeps the time its decision took; a seq the log lacks is told as missing.
 async function loadLog(watching, snapshot) {
   const pending = watching.pending;
   const from = Math.max(0, snapshot.seq - LOG_LINES);
   const older = [];
+  let told = from; // the log tells what follows this seq
   let task = EMPTY_TASK;
   try {
-    if (from > 0) {
-      const data = await graphql("pageTaskAt", { id: watching.id, seq: from });
-      if (data.taskAt.__typename === "Task") task = data.taskAt;
-    }
-    for (let after = from; after < snapshot.seq; after += PAGE) {
-      const data = await graphql("pageLog", { id: watching.id, after, first: Math.min(PAGE, snapshot.seq - after) });
+    if (from > 0) task = (await pastAt(watching, from)).task;
+    // Paged by the last seq read: after a hole, a page's events reach past its end.
+    for (let after = from; after < snapshot.seq;) {
+      const first = Math.min(PAGE, snapshot.seq - after);
+      const data = await graphql("pageLog", { id: watching.id, after, first });
       if (watching !== current) return;
-      older.push(...data.task.events);
+      const events = data.task.events;
+      older.push(...events.filter((e) => e.seq <= snapshot.seq)); // later ones came live
+      if (events.length < first) break;
+      after = events[events.length - 1].seq;
     }
   } catch (error) {
     console.warn("event log:", error.message);
-    older.length = 0; // no log with a hole in it: it starts at the snapshot instead
+    older.length = 0; // a log it could not read: it starts at the snapshot instead
+    told = snapshot.seq;
   }
   if (watching !== current || watching.pending !== pending) return; // left, or a newer snapshot
   watching.pending = null;
   watching.entries = [];
+  watching.told = told;
   watching.doubts = {};
   for (const event of older) task = record(watching, task, event);
+  missingUpTo(watching, snapshot.seq);
   task = snapshot.task;
   for (const event of pending) task = record(watching, task, event);
   renderLog(watching);
@@ -481,9 +489,29 @@ async function loadLog(watching, snapshot) {
   nextLeaseRead(watching);
 }
 
+// A seq the log lacks though the task's eventSeq passed it: a server's fault (a
+// write that counted an event it never stored). The log and the history slider say
+// so where they reach it, rather than step over it as if its neighbours were one
+// event apart.
+const missingText = (seq) => `seq ${seq} is missing from this task's log`;
+
+// An entry for each seq after the last one the log told, up to `seq`: none of them
+// came, so each is missing.
+function missingUpTo(watching, seq) {
+  for (let missing = watching.told + 1; missing <= seq; missing++) {
+    watching.holes.add(missing);
+    watching.entries.push({ seq: missing, at: null, kind: "MISSING", who: null, subject: "the log",
+      text: missingText(missing), delta: { seq: missing, stored: false } });
+    if (watching.entries.length > LOG_LINES) watching.entries.shift();
+  }
+  watching.told = Math.max(watching.told, seq);
+}
+
 // One log entry for `event`, and what it means for a step's decision time; the
 // task as of `event`.
 function record(watching, before, event) {
+  missingUpTo(watching, event.seq - 1);
+  watching.told = event.seq;
   const after = applyEvent(before, event);
   heard(watching, before, event);
   for (const step of event.steps) {
@@ -1114,11 +1142,15 @@ function renderScrubber() {
   const latest = current.task ? current.task.eventSeq : 1;
   const scrub = $("scrub");
   scrub.max = Math.max(latest, 1);
-  const seq = current.past ? current.past.seq : latest;
+  const past = current.past;
+  const seq = past ? past.asked : latest;
   if (scrubTo === null) scrub.value = seq;
   const entry = current.entries.find((e) => e.seq === seq);
-  $("scrub-label").textContent = `event ${seq} of ${latest}` + (entry ? ` · ${clock(entry.at)} · ${entry.text}` : "") +
-    (current.past ? "" : " (live)");
+  let said = entry ? ` · ${clock(entry.at)} · ${entry.text}` : "";
+  if (current.holes.has(seq)) {
+    said = ` · ${missingText(seq)}` + (past ? `: shown as it stood after event ${past.seq}` : "");
+  }
+  $("scrub-label").textContent = `event ${seq} of ${latest}${said}` + (past ? "" : " (live)");
 }
 
 function onScrub() {
@@ -1133,13 +1165,12 @@ async function showPast(seq) {
   if (!watching || !watching.task) return;
   if (seq >= watching.task.eventSeq) { scrubTo = null; backToLive(); return; }
   try {
-    const data = await graphql("pageTaskAt", { id: watching.id, seq });
+    const past = await pastAt(watching, seq);
     if (watching !== current || scrubTo !== seq) return; // moved on since
     scrubTo = null;
-    if (data.taskAt.__typename !== "Task") throw new Error(data.taskAt.message);
-    watching.past = { seq, task: data.taskAt };
-    const entry = watching.entries.find((e) => e.seq === seq);
-    $("past-seq").textContent = seq;
+    watching.past = past;
+    const entry = watching.entries.find((e) => e.seq === past.seq);
+    $("past-seq").textContent = past.seq;
     $("past-at").textContent = entry ? clock(entry.at) : `of ${watching.task.eventSeq}`;
     $("fork-result").textContent = "";
     $("past").hidden = false;
@@ -1148,6 +1179,37 @@ async function showPast(seq) {
     scrubTo = null;
     $("scrub-label").textContent = "could not read the past: " + error.message;
   }
+}
+
+// The task as it stood after event `seq`: { seq, asked, task }. At a seq missing from
+// the log (known, or found when taskAt fails there), the task after the nearest
+// event before it that the log holds: `seq` is the event shown, `asked` the one
+// the slider is at, and the page says both.
+async function pastAt(watching, asked) {
+  for (let seq = asked; seq >= 1; seq--) {
+    if (watching.holes.has(seq)) continue;
+    try {
+      return { seq, asked, task: await taskAt(watching.id, seq) };
+    } catch (error) {
+      if (error instanceof Refused || !(await missingFromLog(watching, seq).catch(() => false))) throw error;
+      watching.holes.add(seq);
+    }
+  }
+  throw new Error(`no event up to ${asked} is in this task's log`);
+}
+
+async function taskAt(id, seq) {
+  const data = await graphql("pageTaskAt", { id, seq });
+  if (data.taskAt.__typename !== "Task") throw new Error(data.taskAt.message);
+  return data.taskAt;
+}
+
+// Whether the log lacks event `seq`: the first event it holds after seq - 1 is a
+// later one, or there is none though the task's eventSeq passed seq.
+async function missingFromLog(watching, seq) {
+  const data = await graphql("pageLog", { id: watching.id, after: seq - 1, first: 1 });
+  const next = data.task.events[0];
+  return next ? next.seq > seq : seq <= watching.task.eventSeq;
 }
 
 function backToLive() {
