@@ -23,9 +23,10 @@ At the end of each run, a ``taskProgress`` subscriber from seq 0 receives exactl
 each task's stored log. ``test_the_machine_sends_every_mutation`` fails the day
 a mutation joins the schema without joining the machine.
 
-Examples per backend: ``RUNSTATE_PROPERTY_EXAMPLES`` (default 8, 16 under CI=true,
-each up to 40 steps: about 15 and 30 s); ``RUNSTATE_PROPERTY_EXAMPLES=200`` for a
-long run. Each example is a user of its own, so examples share nothing.
+Examples per backend: ``RUNSTATE_PROPERTY_EXAMPLES`` (default 6, 10 under CI=true,
+each up to 40 steps: about 15 and 25 s a backend in ``make test``);
+``RUNSTATE_PROPERTY_EXAMPLES=200`` for a long run (about 8 minutes a backend).
+Each example is a user of its own, so examples share nothing.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ from tests.support import IN_CI, Api, Server, Subscriber, create_token, server_o
 SCHEMA = build_schema(runstate.resolvers.build.build_schema().as_str())
 MUTATION_TYPE = SCHEMA.mutation_type
 assert MUTATION_TYPE is not None
-EXAMPLES = int(os.environ.get("RUNSTATE_PROPERTY_EXAMPLES", "16" if IN_CI else "8"))
+EXAMPLES = int(os.environ.get("RUNSTATE_PROPERTY_EXAMPLES", "10" if IN_CI else "6"))
 STEPS = 40
 ENV = {
     "RUNSTATE_RATE_LIMIT": "false",
