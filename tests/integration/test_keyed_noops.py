@@ -115,18 +115,6 @@ async def test_keyed_thread_writes_that_change_nothing_write_nothing(house: Hous
     one hole per call."""
     for task_id in ("t", "empty", "target"):
         await tasks.create_task(house, USER, "s", goal="thread", steps=[], task_id=task_id)
-    await checkpoints.put_checkpoint(
-        house,
-        USER,
-        "t",
-        namespace="",
-        checkpoint_id="c1",
-        parent_id=None,
-        checkpoint=blob("c1"),
-        metadata={},
-        channel_versions={"a": "1"},
-        channels=[checkpoints.ChannelValue("a", "1", blob("1"))],
-    )
 
     def put() -> Awaitable[Written[TaskView]]:
         return checkpoints.put_checkpoint(
@@ -147,6 +135,7 @@ async def test_keyed_thread_writes_that_change_nothing_write_nothing(house: Hous
             house, USER, "t", namespace="", checkpoint_id="c1", writes=[pending("n", 0, "x")]
         )
 
+    await put()
     await writes()
     noops: dict[str, tuple[str, Callable[[], Awaitable[Written[TaskView]]]]] = {
         "clearGraph": ("empty", lambda: checkpoints.clear(house, USER, "empty")),

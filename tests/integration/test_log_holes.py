@@ -18,18 +18,12 @@ every seq from 1 to ``eventSeq`` has its event and ``taskAt`` answers each.
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
 import pytest
 from tortoise.backends.base.executor import EXECUTOR_CACHE
-from tortoise.context import TortoiseContext
-from tortoise.migrations.api.migrate import migrate
 
 from runstate.basics.enums import TaskEventKind, TaskStatus
 from runstate.models import Task, TaskEvent
@@ -37,8 +31,8 @@ from runstate.services.domain.errors import InvalidInputError
 from runstate.services.read import history
 from runstate.services.read.convert import task_views
 from runstate.storage.clock import utcnow
-from runstate.storage.database import open_database, tortoise_config
-from tests.support import postgres_database
+from runstate.storage.database import open_database
+from tests.integration.test_migration import copy_to_postgres, fixture_database
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "holes.sqlite3"
 TABLES = (
@@ -65,66 +59,18 @@ def _holes_in_fixture() -> dict[str, list[int]]:
     return found
 
 
-async def _copy_to_postgres(url: str) -> None:
-    """The fixture's rows in a PostgreSQL database migrated to 0015, the schema the
-    fixture's release wrote."""
-    EXECUTOR_CACHE.clear()
-    async with TortoiseContext():
-        await migrate(config=tortoise_config(url), target="runstate.0015_spend")
-    conn = await asyncpg.connect(url.replace("postgres://", "postgresql://", 1))
-    try:
-        with sqlite3.connect(FIXTURE) as db:
-            for table in TABLES:
-                kinds = dict(
-                    await conn.fetch(
-                        "SELECT column_name, data_type FROM information_schema.columns"
-                        " WHERE table_name = $1",
-                        table,
-                    )
-                )
-                cursor = db.execute(f"SELECT * FROM {table}")
-                names = [c[0] for c in cursor.description]
-                marks = ", ".join(f"${i}" for i in range(1, len(names) + 1))
-                columns = ", ".join(f'"{n}"' for n in names)
-                for row in cursor.fetchall():
-                    values = [_pg(kinds[n], v) for n, v in zip(names, row, strict=True)]
-                    await conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", *values)
-                if "id" in names:
-                    await conn.execute(
-                        f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), MAX(id))"
-                        f" FROM {table}"
-                    )
-    finally:
-        await conn.close()
-
-
-def _pg(kind: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if kind.startswith("timestamp"):
-        return datetime.fromisoformat(value)
-    if kind == "boolean":
-        return bool(value)
-    return value
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def empty(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database of each backend: a copy of the fixture, or an empty PostgreSQL."""
-    if request.param == "sqlite":
-        path = tmp_path / "holes.sqlite3"
-        shutil.copy(FIXTURE, path)
-        yield f"sqlite://{path}"
-    else:
-        with postgres_database() as url:
-            yield url
+    with fixture_database(request.param, FIXTURE, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture
 async def migrated(empty: str) -> AsyncIterator[str]:
     """The fixture's rows on each backend, opened as a server opens them (0016 runs)."""
     if empty.startswith("postgres"):
-        await _copy_to_postgres(empty)
+        await copy_to_postgres(empty, FIXTURE, TABLES, "runstate.0015_spend")
     EXECUTOR_CACHE.clear()
     database = await open_database(empty)
     try:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -65,16 +66,22 @@ def v1_snapshots(path: Path) -> dict[str, dict[int, TaskView]]:
     return found
 
 
-async def _copy_to_postgres(url: str) -> None:
-    """The fixture's rows in a PostgreSQL database migrated to release 1's schema
-    (0002): the same data, as release 1 would have written it there."""
+async def copy_to_postgres(
+    url: str,
+    fixture: Path = FIXTURE,
+    tables: Sequence[str] = ("sessions", "tasks", "steps", "tool_states", "task_events"),
+    target: str = "runstate.0002_installation",
+) -> None:
+    """A SQLite fixture's rows in a PostgreSQL database migrated to ``target``, the
+    schema the fixture's release wrote (release 1's, 0002, by default): the same
+    data, as that release would have written it there."""
     EXECUTOR_CACHE.clear()
     async with TortoiseContext():  # closed on leaving, as the test's own
-        await migrate(config=tortoise_config(url), target="runstate.0002_installation")
+        await migrate(config=tortoise_config(url), target=target)
     conn = await asyncpg.connect(url.replace("postgres://", "postgresql://", 1))
     try:
-        with sqlite3.connect(FIXTURE) as db:
-            for table in ("sessions", "tasks", "steps", "tool_states", "task_events"):
+        with sqlite3.connect(fixture) as db:
+            for table in tables:
                 kinds = dict(
                     await conn.fetch(
                         "SELECT column_name, data_type FROM information_schema.columns"
@@ -89,9 +96,11 @@ async def _copy_to_postgres(url: str) -> None:
                 for row in cursor.fetchall():
                     values = [_pg(kinds[n], v) for n, v in zip(names, row, strict=True)]
                     await conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", *values)
-                await conn.execute(
-                    f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), MAX(id)) FROM {table}"
-                )
+                if "id" in names:
+                    await conn.execute(
+                        f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), MAX(id))"
+                        f" FROM {table}"
+                    )
     finally:
         await conn.close()
 
@@ -106,16 +115,24 @@ def _pg(kind: str, value: Any) -> Any:
     return value
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def empty(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database of each backend: the SQLite fixture itself, or an empty PostgreSQL."""
-    if request.param == "sqlite":
-        path = tmp_path / "v1.sqlite3"
-        shutil.copy(FIXTURE, path)
+@contextmanager
+def fixture_database(kind: str, fixture: Path, tmp_path: Path) -> Iterator[str]:
+    """A database of ``kind`` for a SQLite ``fixture``: a copy of the file, or an
+    empty PostgreSQL database (``copy_to_postgres`` fills it)."""
+    if kind == "sqlite":
+        path = tmp_path / fixture.name
+        shutil.copy(fixture, path)
         yield f"sqlite://{path}"
     else:
         with postgres_database() as url:
             yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of each backend: the SQLite fixture itself, or an empty PostgreSQL."""
+    with fixture_database(request.param, FIXTURE, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture
@@ -123,7 +140,7 @@ async def migrated(empty: str) -> AsyncIterator[str]:
     """The release-1 data on each backend, then opened the way a server opens it
     (which applies migration 0003)."""
     if empty.startswith("postgres"):
-        await _copy_to_postgres(empty)
+        await copy_to_postgres(empty)
     EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
     database = await open_database(empty)
     try:
