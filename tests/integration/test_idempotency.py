@@ -228,3 +228,32 @@ def test_keys_on_a_big_task_hold_a_reference_not_the_task(alice: Api, server: Se
     assert stored < 100 * 100, f"{stored} bytes for 100 keys"
     replayed = set_status(alice, task["id"], 1, "RUNNING", idempotencyKey=keys[0])
     assert (replayed["version"], replayed["status"], replayed["goal"]) == (2, "RUNNING", goal)
+
+
+def test_a_keyed_resume_that_changes_nothing_leaves_no_hole(alice: Api) -> None:
+    """Guards the keyed no-op over HTTP, as a user first met it: a task resumed (seq
+    2), then resumed again under a key, which changes nothing. It must answer version
+    and seq 2, as its unkeyed twin does, and its repeat likewise; the log stays 1, 2
+    and taskAt answers both. Before the fix the keyed call answered 3 and 3, the log
+    held [1, 2], and taskAt(3) answered "Unexpected error."."""
+    task = new_task(alice, steps=1)
+    plan = "... on ResumePlan { task { version eventSeq } }"
+    document = f"mutation($input: ResumeTaskInput!) {{ resumeTask(input: $input) {{ {plan} }} }}"
+
+    def resume(**input: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = alice(document, input={"taskId": task["id"], **input})
+        shown: dict[str, Any] = answer["resumeTask"]["task"]
+        return shown
+
+    assert resume() == {"version": 2, "eventSeq": 2}
+    assert resume() == {"version": 2, "eventSeq": 2}, "unkeyed, it changes nothing"
+    k = key()
+    assert resume(idempotencyKey=k) == {"version": 2, "eventSeq": 2}
+    assert resume(idempotencyKey=k) == {"version": 2, "eventSeq": 2}
+    assert [e["seq"] for e in events(alice, task["id"])] == [1, 2]
+    at = alice(
+        "query($id: ID!) { a: taskAt(id: $id, seq: 2) { __typename }"
+        " b: taskAt(id: $id, seq: 3) { __typename ... on InvalidInput { field } } }",
+        id=task["id"],
+    )
+    assert at == {"a": {"__typename": "Task"}, "b": {"__typename": "InvalidInput", "field": "seq"}}
