@@ -25,7 +25,7 @@ a mutation joins the schema without joining the machine.
 
 Examples per backend: ``RUNSTATE_PROPERTY_EXAMPLES`` (default 6, 10 under CI=true,
 each up to 40 steps: about 15 and 25 s a backend in ``make test``);
-``RUNSTATE_PROPERTY_EXAMPLES=200`` for a long run (about 8 minutes a backend).
+``RUNSTATE_PROPERTY_EXAMPLES=200`` for a long run (about 5 minutes a backend).
 Each example is a user of its own, so examples share nothing.
 """
 
