@@ -15,6 +15,8 @@ as it stood at the seq before, with that version. Each filled row counts toward
 the task's and its user's stored bytes as any event row does (100 bytes).
 """
 
+from json import loads
+
 from tortoise import migrations
 from tortoise.migrations import operations as ops
 
@@ -114,9 +116,8 @@ def _stalled_only(previous):
     if previous is None or previous["delta"] is None:
         return None
     delta = previous["delta"]
-    if isinstance(delta, str):
-        return '{"stalled":true}' if '"stalled":true' in delta.replace(" ", "") else None
-    return '{"stalled":true}' if delta.get("stalled") else None
+    kept = loads(delta) if isinstance(delta, str) else delta
+    return '{"stalled":true}' if kept.get("stalled") else None
 
 
 class Migration(migrations.Migration):
