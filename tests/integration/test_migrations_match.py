@@ -1,0 +1,78 @@
+"""The migrations match the models, and the log's guard survives them all.
+
+Step 1 of "Adding a field" (docs/architecture.md) is ``make migrations``: it must
+write the new field alone. A change the migrations never recorded comes along in
+that file, and on SQLite Tortoise carries out an ``AlterField`` by rebuilding the
+table without its unique indexes (0006 and 0017 say how ``task_events`` lost
+UNIQUE (task_id, seq) that way).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from tortoise.context import TortoiseContext
+from tortoise.migrations.autodetector import MigrationAutodetector
+
+from runstate.services.actions import sessions, tasks
+from runstate.services.domain.validation import StepPlan
+from runstate.storage.database import tortoise_config
+from tests.support import database, opened
+
+
+async def test_the_models_need_no_new_migration(tmp_path: Path) -> None:
+    """Guards the migration state (0017 recorded ``TaskEvent.kind``'s description):
+    on a clean tree Tortoise's own autodetector, the one ``make migrations`` runs,
+    finds nothing to write. Seen failing with 0017 removed (it proposed
+    ``AlterField(TaskEvent.kind)``)."""
+    config = tortoise_config(f"sqlite://{tmp_path / 'detect.db'}")
+    async with TortoiseContext() as ctx:
+        await ctx.init(config=config)
+        assert ctx.apps is not None
+        detector = MigrationAutodetector(ctx.apps, config["apps"])
+        writers = await detector.changes()
+    assert [w.operations for w in writers] == []
+
+
+INSERT_TWICE = (
+    "INSERT INTO task_events (task_id, seq, task_version, kind, at, status)"
+    " SELECT task_id, seq, task_version, kind, at, status FROM task_events WHERE seq = 1"
+)
+"""A second event at a (task, seq) that already holds one, in plain SQL."""
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of each backend."""
+    with database(request.param, tmp_path) as url:
+        yield url
+
+
+async def test_after_every_migration_a_second_event_at_one_seq_is_refused(fresh: str) -> None:
+    """Guards the gap-free log's constraint as the migrations leave it: after all
+    of them (a server's first start), on each backend, a second ``task_events`` row
+    at a (task_id, seq) is refused by the database itself, and the
+    ``task_events_part`` index is there. Seen failing on SQLite with 0017 as
+    ``make migrations`` first wrote it (a real ``AlterField``: the duplicate was
+    stored and the index gone)."""
+    async with opened(fresh) as house:
+        session = await sessions.start_session(house, "m", default_ttl=3600, session_id="s")
+        await tasks.create_task(house, "m", session.id, goal="g", steps=[StepPlan("a")])
+    if fresh.startswith("sqlite"):
+        with sqlite3.connect(fresh.removeprefix("sqlite://")) as conn:
+            with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+                conn.execute(INSERT_TWICE)
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    else:
+        conn = await asyncpg.connect(fresh.replace("postgres://", "postgresql://", 1))
+        try:
+            with pytest.raises(asyncpg.UniqueViolationError):
+                await conn.execute(INSERT_TWICE)
+            names = {r[0] for r in await conn.fetch("SELECT indexname FROM pg_indexes")}
+        finally:
+            await conn.close()
+    assert "task_events_part" in names
