@@ -1,8 +1,9 @@
 """What every resolver of a union does the same way: refusals answered as Problem
 members (``AnswerProblems``, applied by ``answered`` and ``answered_mutation``),
 and a write charged and run under its idempotency key, its events published
-after commit (``once``). ``write`` makes a whole write mutation from its service
-function: the resolvers of ``mutations`` are one table of them."""
+after commit (``once``, through ``services.write.door``). ``write`` makes a whole
+write mutation from its service function: the resolvers of ``mutations`` are one
+table of them."""
 
 from __future__ import annotations
 
@@ -16,9 +17,8 @@ import strawberry
 from runstate.schema.context import Info
 from runstate.schema.problems import AnswerProblems
 from runstate.services.domain.columns import REPORTED
-from runstate.services.domain.ratelimit import WRITE_COST
 from runstate.services.domain.views import Written, unpublished
-from runstate.services.write import idempotency
+from runstate.services.write import door
 
 V = TypeVar("V")
 
@@ -36,22 +36,19 @@ def answered_mutation(**options: Any) -> Any:
 async def once(
     info: Info, input: Any, kind: type[Any], write: Callable[[], Awaitable[Written[V]]]
 ) -> V:
-    """The service's answer to a mutation, charged to the caller's budget: with
-    ``input.idempotencyKey``, a repeat answers as the first call did and writes
-    nothing (``write.idempotency``). The operation is the mutation's name; its
-    fingerprint covers the input without the key. ``kind`` is the type of the
-    service's answer, to read a stored one back. Once the write has committed, its
-    events are published through the app's house (``idempotency.once``): the one
-    place a mutation's events are published."""
-    await info.context.charge(WRITE_COST)
-    call = None
-    if input.idempotency_key is not None:  # the fingerprint, only for a key to keep it under
-        payload = {k: v for k, v in dataclasses.asdict(input).items() if k != "idempotency_key"}
-        call = idempotency.keyed(
-            info.context.user_id, input.idempotency_key, info.field_name, payload
-        )
-    ttl = info.context.settings.idempotency_ttl
-    return await idempotency.once(info.context.house, call, ttl, kind, write)
+    """The service's answer to a mutation, through the one door every write takes
+    (``door.enter``): charged, run once per ``input.idempotencyKey`` (the
+    operation is the mutation's name, the fingerprint the input without its key),
+    its events published after commit. ``kind`` is the type of the service's
+    answer, to read a stored one back."""
+    context = info.context
+    ttl = context.settings.idempotency_ttl
+    caller = door.Caller(context.house, context.user_id, context.charge, ttl)
+
+    def fields() -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(input).items() if k != "idempotency_key"}
+
+    return await door.enter(caller, info.field_name, input.idempotency_key, fields, kind, write)
 
 
 WRITES: set[Callable[..., Awaitable[Any]]] = set()

@@ -54,6 +54,7 @@ def checked(holder_id: str, ttl_seconds: int | None = None) -> None:
     """InvalidInput unless ``holder_id`` and ``ttl_seconds`` can make a lease."""
     if not holder_id.strip() or len(holder_id) > USER_LENGTH:
         raise InvalidInputError("holderId", f"must be 1 to {USER_LENGTH} characters")
+    validation.storable(holder_id, "holderId")
     if ttl_seconds is not None and not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
         raise InvalidInputError("ttlSeconds", f"must be between 1 and {MAX_TTL_SECONDS}")
 

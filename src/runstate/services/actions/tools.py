@@ -43,6 +43,7 @@ def _check(
 ) -> None:
     if not tool_name.strip() or len(tool_name) > TOOL_NAME_LENGTH:
         raise InvalidInputError("toolName", f"must be 1 to {TOOL_NAME_LENGTH} characters")
+    validation.storable(tool_name, "toolName")
     if max_retries is not None and not 0 <= max_retries <= MAX_RETRY_BUDGET:
         raise InvalidInputError("maxRetries", f"must be between 0 and {MAX_RETRY_BUDGET}")
     if outcome is ToolOutcome.RATE_LIMITED and (

@@ -50,6 +50,7 @@ class ContentLimits:
         """A task goal: some text, not too long."""
         if not value.strip():
             raise InvalidInputError("goal", "must not be empty")
+        storable(value, "goal")
         if len(value) > self.goal_chars:
             raise InvalidInputError("goal", f"must be at most {self.goal_chars} characters")
         return value
@@ -65,6 +66,7 @@ class ContentLimits:
                 raise InvalidInputError(
                     f"steps[{i}].action", f"must be at most {self.action_chars} characters"
                 )
+            storable(plan.action, f"steps[{i}].action")
             self.json_payload(plan.input, f"steps[{i}].input")
         return plans
 
@@ -74,11 +76,12 @@ class ContentLimits:
             raise InvalidInputError(field, "must not be empty")
         if len(value) > self.error_chars:
             raise InvalidInputError(field, f"must be at most {self.error_chars} characters")
-        return value
+        return storable(value, field)
 
     def json_payload(self, value: Any, field: str) -> Any:
-        """A client's JSON value: at most ``json_depth`` levels deep and
-        ``json_bytes`` bytes as compact JSON."""
+        """A client's JSON value: at most ``json_depth`` levels deep, numbers both
+        databases store (finite, integers within 64 bits), text they store
+        (``storable``, keys too) and ``json_bytes`` bytes as compact JSON."""
         if value is None:
             return None
         depth, stack = 0, [(value, 1)]
@@ -89,8 +92,11 @@ class ContentLimits:
                 raise InvalidInputError(field, f"must nest at most {self.json_depth} levels deep")
             if isinstance(item, dict):
                 stack.extend((v, level + 1) for v in item.values())
+                stack.extend((k, level) for k in item)
             elif isinstance(item, list):
                 stack.extend((v, level + 1) for v in item)
+            elif isinstance(item, str):
+                storable(item, field)
             elif isinstance(item, float) and not math.isfinite(item):
                 # json.loads reads 1e309 as infinity, which would be stored as null.
                 raise InvalidInputError(field, "holds a number too large to store as JSON")
@@ -193,6 +199,20 @@ class StepPatch:
     """What the step spent since its last report, or None."""
 
 
+UNSTORABLE = "must not hold a NUL character or an unpaired surrogate"
+"""What a refused text is told: neither database could store it alike."""
+
+
+def storable(value: str, field: str) -> str:
+    """``value``, or InvalidInput on ``field`` when it is text PostgreSQL cannot
+    store (``storable_text``). Every text check of a service calls it, so a value
+    is held to it whichever door it came in by (GraphQL, AG-UI, a call in
+    process), not only where a body is parsed (``transport.strict_json``)."""
+    if not storable_text(value):
+        raise InvalidInputError(field, UNSTORABLE)
+    return value
+
+
 def storable_text(text: str) -> bool:
     """False for text with a NUL character or an unpaired surrogate: PostgreSQL
     stores neither and SQLite would, so both are refused before either sees them."""
@@ -207,8 +227,9 @@ def storable_text(text: str) -> bool:
 
 def known_id(value: str, kind: str) -> str:
     """An id to look up. One longer than any id can be is NotFound at once: Tortoise
-    refuses to put it in a query at all."""
-    if len(value) > ID_LENGTH:
+    refuses to put it in a query at all; so is one no column could hold
+    (``storable_text``): PostgreSQL would refuse the query."""
+    if len(value) > ID_LENGTH or not storable_text(value):
         raise NotFoundError(kind, value)
     return value
 
@@ -245,7 +266,7 @@ def note(value: str | None, field: str = "note") -> str | None:
         return None
     if len(value) > NOTE_CHARS:
         raise InvalidInputError(field, f"must be at most {NOTE_CHARS} characters")
-    return value
+    return storable(value, field)
 
 
 def step_index(value: int, total: int, field: str = "stepIndex") -> int:

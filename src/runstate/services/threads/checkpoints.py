@@ -119,7 +119,7 @@ def encoded_bytes(payload: bytes, *texts: str | None) -> int:
 def _text(value: str, field: str, most: int, *, empty: bool = False) -> str:
     if (not value and not empty) or len(value) > most:
         raise InvalidInputError(field, f"must be {0 if empty else 1} to {most} characters")
-    return value
+    return validation.storable(value, field)
 
 
 def _blob(blob: Blob, field: str) -> int:

@@ -32,7 +32,7 @@ from runstate.basics.enums import (
 )
 from runstate.models import GRAPH_NAMESPACE_LENGTH, KEY_LENGTH, GraphNode, Step, box
 from runstate.services.domain.errors import InvalidInputError, InvalidTransitionError
-from runstate.services.domain.validation import ContentLimits, Report
+from runstate.services.domain.validation import ContentLimits, Report, storable
 from runstate.services.domain.views import TaskView, Written
 from runstate.services.read.history import AS_ADDED
 from runstate.services.write.engine import (
@@ -69,6 +69,9 @@ class NodeRun:
         """The report, or InvalidInput naming ``field`` and what is wrong with it."""
         if len(self.namespace) > GRAPH_NAMESPACE_LENGTH:
             raise InvalidInputError(f"{field}.namespace", "is too long")
+        storable(self.namespace, f"{field}.namespace")
+        storable(self.task_key, f"{field}.graphTaskId")
+        storable(self.name, f"{field}.name")
         if not self.task_key or len(self.task_key) > KEY_LENGTH:
             raise InvalidInputError(f"{field}.graphTaskId", f"must be 1 to {KEY_LENGTH} characters")
         if not self.name.strip() or len(self.name) > limits.action_chars:

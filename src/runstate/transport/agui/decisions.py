@@ -25,12 +25,12 @@ from pydantic import ValidationError
 
 from runstate.basics.enums import StepDecision, StepStatus
 from runstate.services.actions import recovery
-from runstate.services.domain.errors import DomainError
-from runstate.services.domain.validation import NOTE_CHARS
+from runstate.services.domain import validation
+from runstate.services.domain.errors import DomainError, InvalidInputError
+from runstate.services.domain.validation import ContentLimits
 from runstate.services.domain.views import TaskView
 from runstate.services.read import history
-from runstate.services.write import idempotency
-from runstate.services.write.house import House
+from runstate.services.write import door
 
 KEY_PREFIX = "agui:"
 """How the idempotency keys of answers begin."""
@@ -72,8 +72,12 @@ def _invalid(message: str) -> RefusedError:
     return RefusedError("INVALID_INPUT", f"resume: {message}")
 
 
-def _decision(entry: ResumeEntry) -> tuple[StepDecision | None, Any, str | None]:
-    """What a resolved entry's payload decides, checked against ``RESPONSE_SCHEMA``."""
+def _decision(
+    entry: ResumeEntry, limits: ContentLimits
+) -> tuple[StepDecision | None, Any, str | None]:
+    """What a resolved entry's payload decides, checked against ``RESPONSE_SCHEMA``,
+    its output and note by the rules ``decideStep`` holds them to (``validation``),
+    so that no entry is applied before every one is known to pass."""
     if entry.status == "cancelled":
         return None, None, None
     payload = entry.payload
@@ -86,14 +90,17 @@ def _decision(entry: ResumeEntry) -> tuple[StepDecision | None, Any, str | None]
     if not isinstance(decision, str) or decision not in StepDecision.__members__:
         raise _invalid(f"{entry.interrupt_id}: decision must be RETRY, SKIP or COMPLETE")
     note = payload.get("note")
-    if note is not None and (not isinstance(note, str) or len(note) > NOTE_CHARS):
-        raise _invalid(
-            f"{entry.interrupt_id}: note must be text of at most {NOTE_CHARS} characters"
-        )
-    return StepDecision[decision], payload.get("output"), note
+    if note is not None and not isinstance(note, str):
+        raise _invalid(f"{entry.interrupt_id}: note must be text")
+    try:
+        output = limits.json_payload(payload.get("output"), "output")
+        note = validation.note(note)
+    except InvalidInputError as bad:
+        raise _invalid(f"{entry.interrupt_id}: {bad.message}") from None
+    return StepDecision[decision], output, note
 
 
-def answers(task_id: str, raw: list[Any]) -> tuple[int, list[Answer]]:
+def answers(task_id: str, raw: list[Any], limits: ContentLimits) -> tuple[int, list[Answer]]:
     """The version the entries answer and the checked entries in step order;
     RefusedError INVALID_INPUT naming what is wrong."""
     pattern = re.compile(re.escape(task_id) + r":(\d{1,9})@(\d{1,15})")
@@ -113,17 +120,17 @@ def answers(task_id: str, raw: list[Any]) -> tuple[int, list[Answer]]:
         if index in checked:
             raise _invalid(f"step {index} is answered twice")
         versions.add(version)
-        checked[index] = Answer(entry, index, *_decision(entry))
+        checked[index] = Answer(entry, index, *_decision(entry, limits))
     if len(versions) != 1:
         raise _invalid("every entry must answer the same interrupts (one version)")
     return versions.pop(), [checked[i] for i in sorted(checked)]
 
 
-async def decide(house: House, user_id: str, task: TaskView, raw: list[Any], ttl: int) -> None:
+async def decide(caller: door.Caller, task: TaskView, raw: list[Any]) -> None:
     """Apply a resume's answers to ``task`` (as the request read it) through
     ``decideStep``; RefusedError when it is refused, naming the decisions this
     request applied before the refusal (they stay)."""
-    version, checked = answers(task.id, raw)
+    version, checked = answers(task.id, raw, caller.house.limits)
     if task.version == version:
         steps = await history.steps_at(task.pk, task.event_seq)
         doubted = {s.index for s in steps if s.status is StepStatus.IN_DOUBT}
@@ -138,7 +145,7 @@ async def decide(house: House, user_id: str, task: TaskView, raw: list[Any], ttl
             continue
         expected = version + len(applied)
         try:
-            await _decide(house, user_id, task.id, answer, answer.decision, expected, ttl)
+            await _decide(caller, task.id, answer, answer.decision, expected)
         except DomainError as refused:
             done = f" (applied before it: {', '.join(applied)})" if applied else ""
             raise RefusedError(
@@ -148,15 +155,10 @@ async def decide(house: House, user_id: str, task: TaskView, raw: list[Any], ttl
 
 
 async def _decide(
-    house: House,
-    user_id: str,
-    task_id: str,
-    answer: Answer,
-    decision: StepDecision,
-    expected: int,
-    ttl: int,
+    caller: door.Caller, task_id: str, answer: Answer, decision: StepDecision, expected: int
 ) -> None:
-    """One answer as ``decideStep``, at most once per derived key."""
+    """One answer as ``decideStep``, through the door every write takes, under the
+    key derived from the entry (its fingerprint the fields GraphQL's would be)."""
     fields = {
         "task_id": task_id,
         "step_index": answer.index,
@@ -165,11 +167,10 @@ async def _decide(
         "output": answer.output,
         "note": answer.note,
     }
-    call = idempotency.keyed(user_id, answer.key(task_id), "decideStep", fields)
     write = partial(
         recovery.decide_step,
-        house,
-        user_id,
+        caller.house,
+        caller.user_id,
         task_id,
         answer.index,
         decision,
@@ -177,4 +178,4 @@ async def _decide(
         output=answer.output,
         note=answer.note,
     )
-    await idempotency.once(house, call, ttl, TaskView, write)
+    await door.enter(caller, "decideStep", answer.key(task_id), lambda: fields, TaskView, write)

@@ -38,12 +38,12 @@ from runstate.services.domain.ratelimit import (
     REPLAYED_EVENTS_PER_POINT,
     SPENT,
     SUBSCRIBE_COST,
-    WRITE_COST,
     RateLimiter,
     Spending,
 )
 from runstate.services.live.streams import Pay
 from runstate.services.read.lookups import get_task
+from runstate.services.write import door
 from runstate.services.write.house import House
 from runstate.settings import Settings
 from runstate.transport.agui import decisions
@@ -60,6 +60,7 @@ from runstate.transport.agui.frames import (
 from runstate.transport.connections import Connection, Connections, TooManyConnectionsError
 from runstate.transport.deadline import WRITING
 from runstate.transport.refusals import refusal
+from runstate.transport.strict_json import strict_json
 
 KEEPALIVE = b": keepalive\n\n"
 SERVER_STOPPING = b": server stopping\n\n"
@@ -105,12 +106,15 @@ def _not_found(task_id: str) -> Response:
 
 def _run_input(body: bytes) -> dict[str, Any]:
     """The ``RunAgentInput`` fields the endpoint reads, checked; BadRequestError else.
+    The body is read by the parser every body is read by (``strict_json``): what it
+    refuses (NUL, unpaired surrogates, NaN, nesting past the recursion limit) is
+    refused here in the same words.
     ``messages``, ``tools``, ``context``, ``state`` and ``forwardedProps`` are taken
     and ignored: the agent runs elsewhere."""
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequestError("body", "the body must be a JSON RunAgentInput") from None
+        data = strict_json(body)
+    except ValueError as bad:  # the words /graphql answers the same body with
+        raise BadRequestError("body", str(bad)) from None
     if not isinstance(data, dict):
         raise BadRequestError("body", "the body must be a JSON object (a RunAgentInput)")
     for name in ("threadId", "runId"):
@@ -191,7 +195,7 @@ class AguiRuns:
         if task.session_id != thread_id:
             return _not_found(task_id)
         try:
-            await self._charge(request, SUBSCRIBE_COST + WRITE_COST * len(resume))
+            await self._charge(request, SUBSCRIBE_COST + door.price(len(resume)))
         except RateLimitedError as limited:  # answered as on every route (``BearerAuth``)
             retry = {"Retry-After": str(math.ceil(limited.retry_after))}
             return refusal(429, limited.message, extensions=limited.extensions, headers=retry)
@@ -211,9 +215,10 @@ class AguiRuns:
                 if writing is not None:  # decisions are writes: never stopped half-way
                     writing.write = True
                 try:
-                    await decisions.decide(
-                        self.house, principal.user_id, task, resume, self.settings.idempotency_ttl
-                    )
+                    paid = door.Prepaid(door.price(len(resume)))
+                    ttl = self.settings.idempotency_ttl
+                    caller = door.Caller(self.house, principal.user_id, paid, ttl)
+                    await decisions.decide(caller, task, resume)
                 except decisions.RefusedError as no:
                     return _frames(refused(run, no.code, no.message))
                 try:
