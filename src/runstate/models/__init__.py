@@ -9,7 +9,7 @@ integer primary keys.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from tortoise import fields
 from tortoise.indexes import Index
@@ -20,6 +20,22 @@ from runstate.basics.enums import SessionStatus, StepStatus, TaskEventKind, Task
 ID_LENGTH = 64
 USER_LENGTH = 128
 KEY_LENGTH = 255
+
+F = TypeVar("F", bound=fields.Field[Any])
+
+LIMIT = "runstate_limit"
+"""The attribute of a field that names its content limit (``bounded``)."""
+
+
+def bounded(field: F, limit: str) -> F:
+    """``field``, declared with the content limit that bounds what a client may store
+    in it: the name of a ``ContentLimits`` setting, ``..._chars`` (characters of
+    text) or ``..._bytes`` (bytes of compact JSON). A step column an agent reports
+    must declare one, or ``services.domain.columns`` fails to import; the check of
+    a reported value and the answer's size estimate (``schema.cost``) both read it.
+    Nothing of it reaches the database or the migrations."""
+    setattr(field, LIMIT, limit)
+    return field
 
 
 def box(value: Any) -> dict[str, Any] | None:
@@ -179,10 +195,10 @@ class StepState(Model):
     after each event that changed them, so a field declared here is saved by every
     write, kept in the history and read back by ``taskAt`` with no other edit."""
 
-    output = fields.JSONField[object](null=True)
+    output = bounded(fields.JSONField[object](null=True), "json_bytes")
     status = fields.CharEnumField(StepStatus, max_length=16)
     attempts = fields.IntField(default=0)
-    error: str | None = fields.TextField(null=True)
+    error: str | None = bounded(fields.TextField(null=True), "error_chars")
     started_at: datetime | None = fields.DatetimeField(null=True)
     completed_at: datetime | None = fields.DatetimeField(null=True)
     input_tokens = fields.BigIntField(default=0, db_default=0)

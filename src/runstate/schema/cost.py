@@ -52,7 +52,7 @@ from graphql import (
 
 from runstate.models import GRAPH_NAMESPACE_LENGTH
 from runstate.schema.limits import field_definition, selected_fields
-from runstate.services.domain import validation
+from runstate.services.domain import columns, validation
 from runstate.services.domain.quota import ROW_BYTES
 from runstate.services.domain.validation import ContentLimits
 from runstate.services.read.lookups import TaskSize
@@ -105,15 +105,30 @@ TASK_TYPES = frozenset(
 for a write naming none, the task it creates)."""
 
 
-def payload_caps(limits: ContentLimits) -> dict[tuple[str, str], int]:
-    """The payload leaves, with the most one item's may hold when encoded."""
-    text = 6  # bytes a character may take encoded (``\\u00XX``)
-    return {
+TEXT = 6
+"""Bytes a character may take encoded (``\\u00XX``)."""
+
+
+def encoded_cap(limits: ContentLimits, limit: str) -> int:
+    """The most a value held to the content limit named ``limit`` may take encoded:
+    a ``..._chars`` limit's characters at ``TEXT`` bytes each, a ``..._bytes``
+    limit's bytes of compact JSON."""
+    most: int = getattr(limits, limit)
+    return most * TEXT if limit.endswith("_chars") else most
+
+
+def payload_caps(
+    limits: ContentLimits, bounds: Mapping[str, str] = columns.BOUNDS
+) -> dict[tuple[str, str], int]:
+    """The payload leaves, with the most one item's may hold when encoded. A step's
+    versioned columns are derived from what each declares (``columns.BOUNDS``,
+    ``bounds``), so a column added there is estimated at its own limit."""
+    text = TEXT
+    steps = {("Step", columns.camel(n)): encoded_cap(limits, b) for n, b in bounds.items()}
+    return steps | {
         ("Task", "goal"): limits.goal_chars * text,
         ("Step", "action"): limits.action_chars * text,
         ("Step", "input"): limits.json_bytes,
-        ("Step", "output"): limits.json_bytes,
-        ("Step", "error"): limits.error_chars * text,
         ("Step", "models"): validation.MODELS_PER_STEP * (validation.MODEL_CHARS * text + 3),
         ("ToolState", "lastResult"): limits.json_bytes,
         ("ToolState", "lastError"): limits.error_chars * text,

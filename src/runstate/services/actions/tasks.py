@@ -13,7 +13,7 @@ from tortoise.transactions import in_transaction
 from runstate.basics.enums import BudgetScope, StepStatus, TaskEventKind, TaskStatus
 from runstate.models import Session, Step, Task, TaskEvent, box
 from runstate.services.actions import leases
-from runstate.services.domain import events, quota, spend, validation
+from runstate.services.domain import columns, events, quota, spend, validation
 from runstate.services.domain.conditions import open_session
 from runstate.services.domain.errors import (
     BudgetExceededError,
@@ -359,6 +359,7 @@ async def complete_step(
     last one completes the task (STEP_SUCCEEDED)."""
     validation.non_negative(step_index, "stepIndex")
     house.limits.json_payload(output, "output")
+    columns.checked_reported(house.limits, reported)
     spent = validation.checked_report(spend)
 
     async def apply(draft: Draft) -> Change:
@@ -434,6 +435,7 @@ async def checkpoint_task(
         if patch.error is not None:
             house.limits.error_text(patch.error, f"steps[{i}].error")
         house.limits.json_payload(patch.output, f"steps[{i}].output")
+        columns.checked_reported(house.limits, patch.reported, f"steps[{i}].")
         if patch.spend is not None:
             patch.spend.checked(f"steps[{i}].spend")
     if not patches and status is None:

@@ -78,10 +78,11 @@ class ContentLimits:
             raise InvalidInputError(field, f"must be at most {self.error_chars} characters")
         return storable(value, field)
 
-    def json_payload(self, value: Any, field: str) -> Any:
+    def json_payload(self, value: Any, field: str, most: int | None = None) -> Any:
         """A client's JSON value: at most ``json_depth`` levels deep, numbers both
         databases store (finite, integers within 64 bits), text they store
-        (``storable``, keys too) and ``json_bytes`` bytes as compact JSON."""
+        (``storable``, keys too) and ``json_bytes`` (or ``most``) bytes as compact
+        JSON."""
         if value is None:
             return None
         depth, stack = 0, [(value, 1)]
@@ -106,11 +107,9 @@ class ContentLimits:
                 and not (INT64_MIN <= item <= INT64_MAX)
             ):
                 raise InvalidInputError(field, "holds an integer past 64 bits")
-        size = json_size(value)
-        if size > self.json_bytes:
-            raise InvalidInputError(
-                field, f"is {size} bytes of JSON, more than the {self.json_bytes} allowed"
-            )
+        size, most = json_size(value), self.json_bytes if most is None else most
+        if size > most:
+            raise InvalidInputError(field, f"is {size} bytes of JSON, more than the {most} allowed")
         return value
 
 
