@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8000
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off
 
-.PHONY: run run-langgraph test bench lint fmt clean migrations
+.PHONY: run run-langgraph test test-fast bench lint fmt clean migrations
 
 $(RUNTIME): pyproject.toml
 	@echo "runstate: setting up $(VENV) (first run only; about a minute)"
@@ -38,6 +38,12 @@ run-langgraph: $(RUNTIME)
 # servers start once: about 20 minutes on two cores once set up, as the README says.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadscope
+
+# The unit tier: tests/unit and the contract (tests/test_contract.py), nothing that
+# needs a server, Redis or PostgreSQL (SQLite files at most; they pass with no network
+# at all). About 15 seconds: the loop while editing, `make test` before a commit.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit tests/test_contract.py
 
 # Figures side by side with their baselines; never part of `make test`.
 bench: $(STAMP)

@@ -1,5 +1,5 @@
 """The ``runstate`` command: serve, demo, token create/link/revoke, migrate,
-restore-mark, sweep, export-schema."""
+restore-mark, sweep, export-schema, export-writes."""
 
 from __future__ import annotations
 
@@ -93,6 +93,10 @@ def _parser() -> argparse.ArgumentParser:
         "--possible-types",
         action="store_true",
         help="print each union's and interface's types as JSON (Apollo's possibleTypes)",
+    )
+    commands.add_parser(
+        "export-writes",
+        help="print each mutation's service and what feeds its parameters (docs/writes.md)",
     )
     return parser
 
@@ -236,6 +240,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(json.dumps(possible_types(build_schema(schema.as_str())), indent=2))
         else:
             print(schema.as_str())
+    elif args.command == "export-writes":
+        from runstate.resolvers import build, listing
+
+        print(listing.writes(build.build_schema()), end="")
     elif args.command == "migrate":
         _with_database(settings, _noop)
         print("migrations applied")

@@ -65,6 +65,28 @@ Given = Mapping[str, Callable[[Info, Any], Any]]
 """Service parameters computed from the context and the input, by name."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One row of the mutation table as ``write`` bound it, and as its resolver
+    calls the service: what ``resolvers.listing`` prints (``runstate
+    export-writes``, docs/writes.md)."""
+
+    service: Callable[..., Awaitable[Any]]
+    input_type: type[Any]
+    answer: Callable[[Any], Any]
+    by_name: tuple[str, ...]
+    """Parameters given the input field of their own name (``reported`` too)."""
+    reported: tuple[str, ...]
+    """Of those, the reported columns a service's ``**reported`` takes."""
+    computed: Given
+    from_caller: tuple[str, ...]
+    """Parameters given the caller's house and user id (``CALLER``)."""
+
+
+ROWS: dict[Callable[..., Awaitable[Any]], Row] = {}
+"""Each resolver ``write`` made, with its row."""
+
+
 def write(
     service: Callable[..., Awaitable[Any]],
     input_type: type[Any],
@@ -118,13 +140,21 @@ def write(
     untaken = left - set(reported)
     if untaken:
         raise TypeError(f"{input_type.__name__}: no parameter of {name} takes {sorted(untaken)}")
-    by_name += reported
-    from_caller = [n for n in parameters if n in CALLER]
+    row = Row(
+        service,
+        input_type,
+        answer,
+        by_name=(*by_name, *reported),
+        reported=tuple(reported),
+        computed=computed,
+        from_caller=tuple(n for n in parameters if n in CALLER),
+    )
+    taken, from_caller = row.by_name, row.from_caller
 
     async def resolver(root: Any, info: Info, input: Any) -> Any:
         async def call() -> Written[Any]:
             # Inside ``once``: the key is checked before any input is decoded.
-            arguments = {n: getattr(input, n) for n in by_name}
+            arguments = {n: getattr(input, n) for n in taken}
             arguments |= {n: make(info, input) for n, make in computed.items()}
             caller = {"house": info.context.house, "user_id": info.context.user_id}
             arguments |= {n: caller[n] for n in from_caller}
@@ -136,4 +166,5 @@ def write(
     resolver.__annotations__ = {"info": Info, "input": input_type, "return": result}
     resolver.__name__ = resolver.__qualname__ = name
     WRITES.add(resolver)
+    ROWS[resolver] = row
     return answered_mutation(**options)(resolver)

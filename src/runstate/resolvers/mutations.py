@@ -4,7 +4,8 @@ Each row names the service that does the write, the input and result types, and
 how the service's value is answered; the service's parameters are taken from the
 input's fields of the same names, or given where they are computed. A new input
 field reaches its service with no edit here, and one that no parameter takes
-fails as the schema is built."""
+fails as the schema is built. docs/writes.md (``runstate export-writes``) lists
+every row with what feeds each parameter."""
 
 from __future__ import annotations
 
@@ -79,10 +80,6 @@ from runstate.services.threads import checkpoints, interrupts, nodes
 
 def _deleted(session_id: str) -> Deleted:
     return Deleted(id=strawberry.ID(session_id))
-
-
-def _lease(input: CreateTaskInput) -> tuple[str, int] | None:
-    return None if input.lease is None else (input.lease.holder_id, input.lease.ttl_seconds)
 
 
 _PLANS = {"steps": lambda _, input: [s.plan() for s in input.steps]}
@@ -172,7 +169,9 @@ class Mutation:
             **_PLANS,
             **_BUDGET,
             "task_id": lambda _, input: input.id,
-            "lease": lambda _, i: _lease(i),
+            "lease": lambda _, input: (
+                None if input.lease is None else (input.lease.holder_id, input.lease.ttl_seconds)
+            ),
         },
         reads=("id", "lease"),
     )

@@ -166,115 +166,186 @@ async def put_checkpoint(
         _text(parent_id, "parentId", ID_LENGTH)
     metadata = _metadata(house.limits, metadata)
     size = _blob(checkpoint, "checkpoint") + validation.json_size(metadata)
-    for channel, version in channel_versions.items():
-        _text(channel, "channelVersions", KEY_LENGTH)
-        _text(version, "channelVersions", VERSION_LENGTH)
-    size += validation.json_size(dict(channel_versions))
-    for i, value in enumerate(channels):
-        _text(value.channel, f"channels[{i}].channel", KEY_LENGTH)
-        _text(value.version, f"channels[{i}].version", VERSION_LENGTH)
-        size += _blob(value.value, f"channels[{i}]") + len(value.channel) + len(value.version)
-    if held and parent_id is None:
-        raise InvalidInputError("writes", "are stored against the parent: give parentId")
-    for i, group in enumerate(held):
-        size += _writes_size(group.writes, f"writes[{i}].writes")
+    size += _versions_size(channel_versions) + _channels_size(channels)
+    size += _held_size(held, parent_id)
     _within(house.limits, size, "checkpoint")
     runs = [
         group.node.checked(house.limits, f"writes[{i}].node")
         for i, group in enumerate(held)
         if group.node is not None
     ]
-    run_id = metadata.get("run_id")
-    versions = dict(channel_versions)
-
-    def _as_given(row: GraphCheckpoint) -> bool:
-        """Whether a stored row is this very checkpoint."""
-        return (
-            row.parent_id,
-            row.type,
-            bytes(row.payload),
-            row.metadata,
-            row.channel_versions,
-        ) == (
-            parent_id,
-            checkpoint.type,
-            checkpoint.payload,
-            metadata,
-            versions,
-        )
 
     async def apply(draft: Draft) -> Change:
-        conn, pk = draft.conn, draft.task.id
-        wrote, stored = False, 0
-        inserts: list[tuple[str, sql.Statement]] = []
-        for group in held:
-            assert parent_id is not None
-            if any(w.idx < 0 for w in group.writes):  # a special write replaces what it finds
-                added = await _store_writes(draft, namespace, parent_id, group.writes)
-                wrote, stored = wrote or added is not None, stored + (added or 0)
-                continue
-            inserts += [("writes", i) for i in _new_writes(pk, namespace, parent_id, group.writes)]
-        blobs: list[dict[str, Any]] = [
-            {
-                "task_id": pk,
-                "namespace": namespace,
-                "channel": c.channel,
-                "version": c.version,
-                "type": c.value.type,
-                "payload": c.value.payload,
-                "stored_bytes": encoded_bytes(
-                    c.value.payload, namespace, c.channel, c.version, c.value.type
-                ),
-            }
-            for c in {(c.channel, c.version): c for c in channels}.values()
-        ]
-        inserts += [("blobs", i) for i in _new_rows(GraphBlob, blobs)]
-        row_bytes = encoded_bytes(
-            checkpoint.payload, namespace, checkpoint_id, parent_id, checkpoint.type
+        pk = draft.task.id
+        wrote, stored, inserts = await _held_writes(draft, namespace, parent_id, held)
+        inserts += [("blobs", i) for i in _new_rows(GraphBlob, _blob_rows(pk, namespace, channels))]
+        made = _checkpoint_row(
+            pk,
+            draft.task.event_seq,
+            namespace,
+            checkpoint_id,
+            parent_id,
+            checkpoint,
+            metadata,
+            channel_versions,
         )
-        row_bytes += validation.json_size(metadata) + validation.json_size(dict(channel_versions))
-        made: dict[str, Any] = {
-            "task_id": pk,
-            "namespace": namespace,
-            "checkpoint_id": checkpoint_id,
-            "parent_id": parent_id,
-            "type": checkpoint.type,
-            "payload": checkpoint.payload,
-            "metadata": metadata,
-            "channel_versions": dict(channel_versions),
-            "run_id": str(run_id)[:KEY_LENGTH] if run_id is not None else None,
-            "seq": draft.task.event_seq,
-            "stored_bytes": row_bytes,
-        }
         inserts += [("checkpoint", i) for i in _new_rows(GraphCheckpoint, [made])]
-        # Each row stored unless its key is held (a value at a version never
-        # changes; a write at an index is kept): one trip for all of them.
-        new: dict[str, int | None] = {"writes": None, "blobs": None, "checkpoint": None}
-        found_each = await sql.stored_each(conn, [i for _, i in inserts])
-        for (part, _), found in zip(inserts, found_each, strict=True):
-            if found is not None:
-                new[part] = (new[part] or 0) + found
+        new = await _inserted(draft.conn, inserts)
         wrote = wrote or new["writes"] is not None
         stored += (new["writes"] or 0) + (new["blobs"] or 0) + (new["checkpoint"] or 0)
         shown = await nodes.record(draft, runs) if runs and wrote else None
         if new["checkpoint"] is None:
-            # An id stored already: the same checkpoint sent again (a retry), or
-            # another one, which replaces it.
-            same = '"task_id" = ? AND "namespace" = ? AND "checkpoint_id" = ?'
-            rows = await _rows(conn, GraphCheckpoint, same, [pk, namespace, checkpoint_id])
-            if new["blobs"] is None and not wrote and any(_as_given(row) for row in rows):
-                raise Unchanged  # stored already, nothing to write
-            stored += row_bytes - sum(row.stored_bytes for row in rows)
-            await sql.execute(
-                conn,
-                f'DELETE FROM "graph_checkpoints" WHERE {same}',
-                [pk, namespace, checkpoint_id],
-            )
-            await sql.execute(conn, *sql.insert_rows(GraphCheckpoint, [made]))
+            stored += await _replaced(draft, made, nothing_new=new["blobs"] is None and not wrote)
         draft.stored = stored
         return Change(TaskEventKind.GRAPH_CHECKPOINT, step_index=shown)
 
     return await nodes.write_thread(house, user_id, task_id, apply, fencing_token, progress=True)
+
+
+def _versions_size(channel_versions: Mapping[str, str]) -> int:
+    """A checkpoint's channel versions checked (each channel and version a text
+    within its length), and what they count."""
+    for channel, version in channel_versions.items():
+        _text(channel, "channelVersions", KEY_LENGTH)
+        _text(version, "channelVersions", VERSION_LENGTH)
+    return validation.json_size(dict(channel_versions))
+
+
+def _channels_size(channels: Sequence[ChannelValue]) -> int:
+    """The channel values checked (each channel, version and value type a text
+    within its length), and what they count."""
+    size = 0
+    for i, value in enumerate(channels):
+        _text(value.channel, f"channels[{i}].channel", KEY_LENGTH)
+        _text(value.version, f"channels[{i}].version", VERSION_LENGTH)
+        size += _blob(value.value, f"channels[{i}]") + len(value.channel) + len(value.version)
+    return size
+
+
+def _held_size(held: Sequence[TaskWrites], parent_id: str | None) -> int:
+    """What the held writes count; refused without the parent they are stored
+    against."""
+    if held and parent_id is None:
+        raise InvalidInputError("writes", "are stored against the parent: give parentId")
+    return sum(_writes_size(group.writes, f"writes[{i}].writes") for i, group in enumerate(held))
+
+
+async def _held_writes(
+    draft: Draft, namespace: str, parent_id: str | None, held: Sequence[TaskWrites]
+) -> tuple[bool, int, list[tuple[str, sql.Statement]]]:
+    """The held LangGraph tasks' writes against the parent checkpoint. A group with
+    a special write (a negative index) replaces what it finds, so it is stored at
+    once, as ``put_writes`` stores it; the others' rows come back as statements, to
+    be inserted with the checkpoint's. Answers whether anything was stored, its
+    bytes, and the statements."""
+    wrote, stored = False, 0
+    inserts: list[tuple[str, sql.Statement]] = []
+    for group in held:
+        assert parent_id is not None
+        if any(w.idx < 0 for w in group.writes):  # a special write replaces what it finds
+            added = await _store_writes(draft, namespace, parent_id, group.writes)
+            wrote, stored = wrote or added is not None, stored + (added or 0)
+            continue
+        writes = _new_writes(draft.task.id, namespace, parent_id, group.writes)
+        inserts += [("writes", i) for i in writes]
+    return wrote, stored, inserts
+
+
+def _blob_rows(pk: int, namespace: str, channels: Sequence[ChannelValue]) -> list[dict[str, Any]]:
+    """The rows of the channel values, one per channel and version (the last one
+    sent of each), with their bytes."""
+    return [
+        {
+            "task_id": pk,
+            "namespace": namespace,
+            "channel": c.channel,
+            "version": c.version,
+            "type": c.value.type,
+            "payload": c.value.payload,
+            "stored_bytes": encoded_bytes(
+                c.value.payload, namespace, c.channel, c.version, c.value.type
+            ),
+        }
+        for c in {(c.channel, c.version): c for c in channels}.values()
+    ]
+
+
+def _checkpoint_row(
+    pk: int,
+    seq: int,
+    namespace: str,
+    checkpoint_id: str,
+    parent_id: str | None,
+    checkpoint: Blob,
+    metadata: dict[str, Any],
+    channel_versions: Mapping[str, str],
+) -> dict[str, Any]:
+    """The checkpoint's row, at the event ``seq`` of the write, with its bytes (the
+    payload, its texts, its metadata and channel versions)."""
+    run_id = metadata.get("run_id")
+    row_bytes = encoded_bytes(
+        checkpoint.payload, namespace, checkpoint_id, parent_id, checkpoint.type
+    )
+    row_bytes += validation.json_size(metadata) + validation.json_size(dict(channel_versions))
+    return {
+        "task_id": pk,
+        "namespace": namespace,
+        "checkpoint_id": checkpoint_id,
+        "parent_id": parent_id,
+        "type": checkpoint.type,
+        "payload": checkpoint.payload,
+        "metadata": metadata,
+        "channel_versions": dict(channel_versions),
+        "run_id": str(run_id)[:KEY_LENGTH] if run_id is not None else None,
+        "seq": seq,
+        "stored_bytes": row_bytes,
+    }
+
+
+async def _inserted(
+    conn: BaseDBAsyncClient, inserts: Sequence[tuple[str, sql.Statement]]
+) -> dict[str, int | None]:
+    """Each row stored unless its key is held (a value at a version never changes;
+    a write at an index is kept), in one trip for all of them: the bytes each part
+    (writes, blobs, checkpoint) stored, None for a part that stored nothing."""
+    new: dict[str, int | None] = {"writes": None, "blobs": None, "checkpoint": None}
+    found_each = await sql.stored_each(conn, [i for _, i in inserts])
+    for (part, _), found in zip(inserts, found_each, strict=True):
+        if found is not None:
+            new[part] = (new[part] or 0) + found
+    return new
+
+
+async def _replaced(draft: Draft, made: dict[str, Any], *, nothing_new: bool) -> int:
+    """A checkpoint whose id is stored already: the same one sent again (a retry:
+    ``Unchanged`` when ``nothing_new`` else was stored by the write), or another
+    one, which replaces the stored row. Answers the bytes it adds (or gives back)."""
+    conn, key = draft.conn, [made["task_id"], made["namespace"], made["checkpoint_id"]]
+    same = '"task_id" = ? AND "namespace" = ? AND "checkpoint_id" = ?'
+    rows = await _rows(conn, GraphCheckpoint, same, key)
+    if nothing_new and any(_as_given(row, made) for row in rows):
+        raise Unchanged  # stored already, nothing to write
+    added: int = made["stored_bytes"] - sum(row.stored_bytes for row in rows)
+    await sql.execute(conn, f'DELETE FROM "graph_checkpoints" WHERE {same}', key)
+    await sql.execute(conn, *sql.insert_rows(GraphCheckpoint, [made]))
+    return added
+
+
+def _as_given(row: GraphCheckpoint, made: Mapping[str, Any]) -> bool:
+    """Whether a stored row is this very checkpoint."""
+    return (
+        row.parent_id,
+        row.type,
+        bytes(row.payload),
+        row.metadata,
+        row.channel_versions,
+    ) == (
+        made["parent_id"],
+        made["type"],
+        made["payload"],
+        made["metadata"],
+        made["channel_versions"],
+    )
 
 
 async def put_writes(

@@ -134,7 +134,7 @@ class Draft:
     """The lease holder whose fencing token let the write through (None: no token)."""
     stored: int = 0
     """Bytes of rows the write stored beside the task's own (a LangGraph
-    checkpoint's, ``services.graphs``), negative for rows it deleted."""
+    checkpoint's, ``services.threads.checkpoints``), negative for rows it deleted."""
     session_budget: BudgetView | None = None
     """The budget of the task's session, as the opening statement read it."""
     spent: SpendView = field(default_factory=SpendView)
