@@ -14,7 +14,7 @@ real server for the writes' successes and the refusals a real task gives.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -97,7 +97,7 @@ def sample(kind: GraphQLInputType) -> Any:
 
 def variables_of(write: LeanWrite) -> dict[str, Any]:
     """The write's one variable (``$input``), sampled from its type."""
-    (definition,) = write.operation.variable_definitions
+    (definition,) = write.operation.variable_definitions or ()
     kind = SCHEMA._schema.get_type(_named(definition.type))
     assert isinstance(kind, GraphQLInputObjectType)
     return {definition.variable.name.value: sample(kind)}
@@ -126,8 +126,8 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    yield f"sqlite://{Path(tmp_path_factory.mktemp('twins')) / 'runstate.db'}"
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite://{Path(tmp_path_factory.mktemp('twins')) / 'runstate.db'}"
 
 
 @pytest.fixture
@@ -196,7 +196,8 @@ async def test_a_lean_write_given_bad_variables_answers_as_the_standard_path(
     """Guards the request errors: an input that is no object is the same error
     (graphql-core's coercion) on both paths, and no data."""
     write = LEAN.writes[body]
-    (definition,) = write.operation.variable_definitions
+    (definition,) = write.operation.variable_definitions or ()
     lean, standard = await both(write, context, {definition.variable.name.value: [5]})
     assert lean == standard
-    assert lean[0] == "null" and lean[1]
+    assert lean[0] == "null"
+    assert lean[1]
