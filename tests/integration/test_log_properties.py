@@ -710,6 +710,66 @@ class LogMachine(RuleBasedStateMachine):
             **self.versioned(data, task_id),
         )
 
+    @rule(
+        data=st.data(),
+        decision=st.sampled_from(["RETRY", "SKIP", "COMPLETE"]),
+        note=st.sampled_from([None, "checked", "n" * 1001]),
+    )
+    def decide_through_agui(self, data: st.DataObject, decision: str, note: str | None) -> None:
+        """The AG-UI door: a resume answering one step's interrupt at a version. A
+        refusal by ``decideStep``'s rules (``step N: ...``, or a value refused before
+        any is applied, ``resume: <interrupt>: ...``) is the refusal GraphQL gives
+        the same decision, in the same words; AG-UI's own checks of the resume (the
+        steps in doubt at that version) are its own. Rate limits are off here."""
+        task_id = self.task(data)
+        known = self.tasks.get(task_id)
+        session = known.session if known and known.session else "s-none"
+        index = self.step_index(data, task_id)
+        version = self.version(data, known.version if known else 1)
+        payload = {"decision": decision, "note": note}
+        entry = {"interruptId": f"{task_id}:{index}@{version}", "status": "resolved"}
+        body = {
+            "threadId": session,
+            "runId": "r",
+            "messages": [],
+            "resume": [entry | {"payload": payload}],
+        }
+        refusal = self.agui(self.door(data), task_id, body)
+        checked = (f"step {index}: ", f"resume: {entry['interruptId']}: ")
+        if refusal is None or not refusal["message"].startswith(checked):
+            return
+        input = {"taskId": task_id, "stepIndex": index, "decision": decision, "note": note}
+        twin = {**input, "output": None, "expectedVersion": version}
+        raw = self.post(self.door(data), "decideStep", {"input": twin}, False)
+        other = json.loads(raw)["data"]["decideStep"]
+        message = refusal["message"].removeprefix(checked[0]).removeprefix(checked[1])
+        if refusal["code"] in TIMED and other.get("code") != refusal["code"]:
+            self.note(other)
+            return
+        assert (other.get("code"), other.get("message")) == (refusal["code"], message), (
+            body,
+            refusal,
+            other,
+        )
+
+    def agui(self, door: Door, task_id: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """A run of ``task_id`` posted with ``body``, read up to its opening state or
+        its end: the RUN_ERROR's code and message, or None for a run that began (or a
+        404 of a task or session it does not know)."""
+        with door.api.http.stream("POST", f"/agui/tasks/{task_id}", json=body) as response:
+            if response.status_code == 404:
+                return None
+            assert response.status_code == 200, (response.status_code, response.read())
+            for line in response.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line.removeprefix("data: "))
+                if event["type"] == "RUN_ERROR":
+                    return {"code": event["code"], "message": event["message"]}
+                if event["type"] in ("STATE_SNAPSHOT", "RUN_FINISHED"):
+                    return None
+        return None
+
     @rule(data=st.data(), value=json_values.filter(lambda v: v is not None))
     def answer_interrupt(self, data: st.DataObject, value: Any) -> None:
         task_id = self.task(data)
