@@ -322,11 +322,14 @@ class Calls:
         holder: str | None = None,
         lease_ttl: int = 30,
         budget: Mapping[str, int | None] | None = None,
+        run_of: str | None = None,
     ) -> Task:
         """Create a task with its plan (or get the one with this client-chosen id).
         With ``holder`` it is created leased to that holder for ``lease_ttl`` seconds,
         so no worker's ``claim`` takes it before ``run(task.id, holder=...)`` does.
-        ``budget`` (``max_tokens``, ``max_cost_micros``) limits what it may spend."""
+        ``budget`` (``max_tokens``, ``max_cost_micros``) limits what it may spend.
+        ``run_of`` names the framework whose run the task holds: only a ``claim``
+        naming it hands the task out, never a worker's ordinary one."""
         if id is not None:
             checked_id(id, "task id")
         lease = None if holder is None else {"holderId": holder, "ttlSeconds": lease_ttl}
@@ -339,6 +342,7 @@ class Calls:
             id=id,
             lease=lease,
             budget=_budget(budget),
+            runOf=run_of,
         )
         return Task.of(data)
 
@@ -622,9 +626,11 @@ class Calls:
         *,
         session_id: str | None = None,
         stalled_for_seconds: int = 0,
+        run_of: str | None = None,
     ) -> Lock | None:
         """Lease the oldest task that needs a worker (PLANNED, or stalled: its agent
-        died, at least ``stalled_for_seconds`` ago), or None when none does."""
+        died, at least ``stalled_for_seconds`` ago), or None when none does: an
+        ordinary task, or with ``run_of`` a run of that framework only."""
         try:
             data = await self._mutate(
                 doc.CLAIM,
@@ -633,6 +639,7 @@ class Calls:
                 ttlSeconds=ttl_seconds,
                 sessionId=session_id,
                 stalledForSeconds=stalled_for_seconds or None,
+                runOf=run_of,
             )
         except NotFound:
             return None

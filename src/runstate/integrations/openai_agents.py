@@ -8,11 +8,13 @@ whole, in one order every reader agrees on; every write carries an idempotency
 key, so a retry after a lost answer stores nothing twice.
 
 Approvals: ``save_run_state`` keeps a run stopped at tool approvals as a task of
-the session, one step per approval waiting for a person (``IN_DOUBT``:
+the session, marked on the server as a run of this framework (``runOf:
+"openai-agents"``), one step per approval waiting for a person (``IN_DOUBT``:
 ``decideStep`` RETRY approves, SKIP rejects, with its actor and note; the
 dashboard's buttons do the same). ``load_run_state`` hands a decided run out
-once (``claimTask``: one winner), with the server's decisions applied over any
-the client made; ``finish_run`` records its end.
+once (``claimTask`` of this kind of task alone: one winner, never an ordinary
+task of the session, and no ordinary claim ever gets a run), with the server's
+decisions applied over any the client made; ``finish_run`` records its end.
 
 Spend: the run's ``Usage`` (tokens of every model request) is recorded as the
 spend of its steps: what it used up to its stop on the run's step, what the
@@ -43,6 +45,9 @@ from runstate.client.ids import checked_id
 from runstate.client.records import SpendReport, Step, Task
 from runstate.integrations.pricing import Prices, priced
 
+RUN_OF = "openai-agents"
+"""The kind of task a run is on the server (``createTask``'s and ``claimTask``'s
+``runOf``): only this integration's loader claims it."""
 RUN_ACTION = "openai-agents run"
 """The first step of a run's task: its input holds ``RunState.to_json()``."""
 RESUME_ACTION = "resume run"
@@ -217,7 +222,12 @@ class RunstateSession:
         """The run's task, its approval steps in doubt: created under a lease and
         released only once they are, so that no loader sees it before."""
         task = await client.create_task(
-            self.session_id, goal, plan, holder=self._holder, lease_ttl=self.lease_ttl
+            self.session_id,
+            goal,
+            plan,
+            holder=self._holder,
+            lease_ttl=self.lease_ttl,
+            run_of=RUN_OF,
         )
         token = _token(task)
         approvals = range(1, len(plan) - 1)
@@ -256,16 +266,20 @@ class RunstateSession:
         return state
 
     async def _claim_decided(self, client: Runstate) -> _Decided | None:
-        """Lease the session's decided run (``claimTask``: one winner), its steps and
-        the notes of its decisions; None when there is none."""
+        """Lease the session's decided run (``claimTask`` of runs of this framework
+        alone: one winner, and never an ordinary task of the session), its steps
+        and the notes of its decisions; None when there is none."""
         while True:
-            lock = await client.claim(self._holder, self.lease_ttl, session_id=self.session_id)
+            lock = await client.claim(
+                self._holder, self.lease_ttl, session_id=self.session_id, run_of=RUN_OF
+            )
             if lock is None:
                 return None
             task = await client.task(lock.task_id)
             steps = list(task.steps or ())
             if not steps or steps[0].action != RUN_ACTION:
-                await client.release_lock(task.id, self._holder)  # not a run of ours
+                # Marked as a run of this framework by another client, not made here.
+                await client.release_lock(task.id, self._holder)
                 return None
             if steps[-1].status == "PENDING":
                 notes = await _decision_notes(client, task.id)
