@@ -1,21 +1,30 @@
 """OpenAI Agents runs as a kind of task on the server (``runOf: "openai-agents"``),
-against a real ``runstate serve`` on SQLite and PostgreSQL.
+and what every ``RunstateSession`` of a process shares, against a real ``runstate
+serve`` on SQLite and PostgreSQL.
 
 A run saved by ``save_run_state`` is marked on the server as a run of this
 framework: ``load_run_state`` claims only such tasks of its session, so an older
 ordinary task neither hides a decided run nor gets a lease event from the
-loader, and an ordinary ``claimTask`` (an SDK worker's) never gets a run.
+loader, and an ordinary ``claimTask`` (an SDK worker's) never gets a run. Every
+session of a process sends through one loop thread and one HTTP client, so
+sessions made and dropped leave no thread or connection behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agents.testing import ScriptedModel, assistant_message
 
 from runstate.client import Runstate
+from runstate.client.calls import _GQL_HTTPX
+from runstate.integrations import openai_agents
 from runstate.integrations.openai_agents import RUN_OF, RunstateSession
 from tests.agents.openai_agent import mailer
 from tests.integration.test_openai_agents import TASK, decide, open_session, stopped_run
@@ -103,7 +112,7 @@ async def test_an_ordinary_claim_never_gets_a_run(
             assert await worker.claim("worker", 60, session_id=sid) is None  # handed out
             running = session._running
             assert running is not None
-            session._loop.call_soon_threadsafe(running.stop_renewing)  # the loader dies
+            running.stop_soon()  # the loader dies while the run goes on
             stalled = lambda: api(LEASE, id=task_id)["task"]["stalled"]  # noqa: E731
             await asyncio.to_thread(wait_until, stalled, 10, "the handed-out run stalled")
             assert await worker.claim("worker", 60, session_id=sid) is None  # stalled
@@ -143,3 +152,98 @@ async def test_a_claim_for_runs_gets_only_runs(
         assert (plain.task_id, plain.fencing_token) == (older.id, 1)
         assert (await rs.task(task_id)).run_of == RUN_OF
         assert (await rs.task(older.id)).run_of is None
+
+
+def connections_to(port: int) -> int:
+    """This process's open TCP sockets whose peer is ``port`` on this machine."""
+    inodes = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = fd.readlink().name
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    found = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            remote, inode = fields[2], fields[9]
+            if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == port:
+                found += 1
+    return found
+
+
+def alive(kind: type) -> int:
+    """How many objects of ``kind`` are alive once garbage is collected."""
+    gc.collect()
+    return sum(isinstance(o, kind) for o in gc.get_objects())
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="counts sockets through /proc")
+async def test_sessions_made_and_never_closed_leave_nothing_behind(
+    served: tuple[Server, str], open_session: Any
+) -> None:
+    """Guards the process's one loop thread and one HTTP client (``_Shared``): after
+    one session has sent (so that they exist), 200 more are made, each sends
+    (starting its session and reading its items) and is dropped without
+    ``close``; the process then runs exactly as many threads as before, holds no
+    more connections to the server, and exactly as many HTTP clients and
+    ``Runstate`` clients are alive (nothing keeps a dropped session's). Closing a
+    session leaves the shared client serving the others. Seen failing with a
+    loop, thread and HTTP client per session, as before: 202 threads against 2,
+    and, with the thread count left unchecked, 41 connections to the server
+    against 1 (the clients' objects were collected with their sessions, their
+    sockets left to the collector)."""
+    server, token = served
+    port = int(server.url.rsplit(":", 1)[1])
+    first = open_session()
+    await first.get_items()
+    threads, sockets = threading.active_count(), connections_to(port)
+    clients, runstates = alive(_GQL_HTTPX.AsyncClient), alive(Runstate)
+    assert sockets >= 1
+    for n in range(200):
+        session = RunstateSession(
+            f"dropped-{n}-{uuid.uuid4().hex[:6]}", url=server.url, token=token
+        )
+        assert await session.get_items() == []
+        del session
+    assert threading.active_count() == threads
+    assert connections_to(port) <= sockets
+    assert (alive(_GQL_HTTPX.AsyncClient), alive(Runstate)) == (clients, runstates)
+    closed = open_session()
+    await closed.add_items([{"role": "user", "content": "hi"}])
+    await closed.close()
+    assert await first.get_items() == []  # the shared client still serves the others
+    with pytest.raises(RuntimeError, match="closed"):
+        await closed.get_items()
+    shared = openai_agents._shared
+    assert shared is not None
+    assert shared.thread.is_alive()
+
+
+async def test_a_dropped_session_stops_renewing_the_run_it_handed_out(
+    served: tuple[Server, str], tmp_path: Path
+) -> None:
+    """Guards ``RunstateSession._unheld``: a session that handed a run out and is
+    then dropped without ``finish_run`` or ``close`` (nothing can finish that run
+    any more) stops renewing its lease on the shared loop, which outlives it: the
+    run stalls once its 2 s lease lapses, and the next loader puts its resume
+    step in doubt. Seen failing with the finalizer left out (the run was still
+    held, renewed, 10 s later)."""
+    server, token = served
+    ran = tmp_path / "ran.log"
+    name = f"dropped-run-{uuid.uuid4().hex[:8]}"
+    session = RunstateSession(name, url=server.url, token=token, lease_ttl=2)
+    sid = session.session_id
+    task_id = await decided_run(served, session, ran)
+    assert await session.load_run_state(mailer(ran, ScriptedModel())) is not None
+    del session
+    gc.collect()
+    with Api(server.url, token) as api:
+        stalled = lambda: api(LEASE, id=task_id)["task"]["stalled"]  # noqa: E731
+        await asyncio.to_thread(wait_until, stalled, 10, "the dropped session's run stalled")
+        later = RunstateSession(sid, url=server.url, token=token)
+        assert await later.load_run_state(mailer(ran, ScriptedModel())) is None
+        steps = api(TASK, id=task_id)["task"]["steps"]
+        assert [s["status"] for s in steps] == ["SUCCESS", "SUCCESS", "IN_DOUBT"]
