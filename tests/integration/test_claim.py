@@ -195,3 +195,106 @@ def test_a_claim_may_leave_a_task_stalled_for_a_while(servers: tuple[Server, Ser
         )
         assert refused == {"__typename": "InvalidInput", "field": "stalledForSeconds"}
     api.close()
+
+
+RUN = "openai-agents"
+KIND = "... on Task { id runOf }"
+
+
+def claim_kind(api: Api, holder: str, run_of: str, session_id: str | None = None) -> Any:
+    return mutate(
+        api,
+        "claimTask",
+        "ClaimTaskInput",
+        LOCK + " ... on InvalidInput { field }",
+        holderId=holder,
+        ttlSeconds=60,
+        sessionId=session_id,
+        runOf=run_of,
+    )
+
+
+def test_a_claim_hands_out_only_tasks_of_the_kind_it_names(
+    servers: tuple[Server, Server],
+) -> None:
+    """Guards ``runOf`` on the server (``leases.claim_task``: the kind in its pick and
+    in its UPDATE's check): in one session an ordinary task, a run of one framework,
+    a run of another and a second ordinary task, made in that order. Ordinary claims
+    take the two ordinary tasks, oldest first, then find nothing (the runs left
+    PLANNED and free); a claim naming a framework takes its run alone, by session
+    or user-wide, then finds nothing; each task answers the ``runOf`` it was made
+    with. Seen failing with the kind left out of ``_oldest_claimable`` and
+    ``_still_claimable`` (the first ordinary claims took the runs in turn)."""
+    one, two = servers
+    token = create_token(one.database_url, "kinds")
+    api, other = Api(one.url, token), Api(two.url, token)
+    session = start_session(api)["id"]
+    old = create_task(api, session, steps=1)
+    run = create_task(api, session, steps=2, runOf=RUN)
+    elsewhere = create_task(api, session, steps=1, runOf="another-framework")
+    new = create_task(api, session, steps=1)
+    assert [claim(api, "w1", session)["taskId"], claim(other, "w2")["taskId"]] == [
+        old["id"],
+        new["id"],
+    ]
+    assert claim(api, "w3", session)["__typename"] == "NotFound"
+    assert claim(other, "w3")["__typename"] == "NotFound"
+    taken = claim_kind(other, "loader", RUN)
+    assert (taken["taskId"], taken["fencingToken"]) == (run["id"], 1)
+    assert claim_kind(api, "loader", RUN, session)["__typename"] == "NotFound"
+    assert claim_kind(api, "other", "another-framework", session)["taskId"] == elsewhere["id"]
+    answered = api(
+        "query($a: ID!, $b: ID!, $c: ID!) { a: task(id: $a) { " + KIND + " }"
+        " b: task(id: $b) { " + KIND + " } c: task(id: $c) { " + KIND + " } }",
+        a=old["id"],
+        b=run["id"],
+        c=elsewhere["id"],
+    )
+    assert answered == {
+        "a": {"id": old["id"], "runOf": None},
+        "b": {"id": run["id"], "runOf": RUN},
+        "c": {"id": elsewhere["id"], "runOf": "another-framework"},
+    }
+    api.close()
+    other.close()
+
+
+def test_a_kind_that_cannot_be_is_refused_and_a_run_keeps_its_kind(
+    servers: tuple[Server, Server],
+) -> None:
+    """Guards ``leases.run_kind`` and the kind as part of a task's content: a blank
+    or 65-character ``runOf`` is InvalidInput on ``runOf`` at createTask (no task
+    written) and at claimTask (nothing claimed), 64 characters are taken; a create
+    repeated under its client-chosen id answers the task when the kind is the same
+    and is InvalidInput on ``id`` when it is not (another task); a fork of a run is
+    a run of the same framework, a fork of an ordinary task is ordinary. Seen
+    failing with ``run_kind`` checking nothing (a blank kind was stored) and with
+    ``tasks._existing`` comparing the asked kind with itself (the other kind's
+    create answered the run)."""
+    one, _ = servers
+    api = Api(one.url, create_token(one.database_url, "names"))
+    session = start_session(api)["id"]
+    for bad in ("", "   ", "x" * 65):
+        refused = create_task(api, session, steps=1, runOf=bad)
+        assert (refused["__typename"], refused["field"]) == ("InvalidInput", "runOf")
+        refused = claim_kind(api, "w", bad, session)
+        assert (refused["__typename"], refused["field"]) == ("InvalidInput", "runOf")
+    tasks = api("query($s: ID!) { tasks(sessionId: $s) { edges { node { id } } } }", s=session)
+    assert tasks["tasks"]["edges"] == []
+    longest = create_task(api, session, steps=1, runOf="x" * 64)
+    assert longest["__typename"] == "Task"
+
+    run = create_task(api, session, steps=1, id="run-1", runOf=RUN)
+    again = create_task(api, session, steps=1, id="run-1", runOf=RUN)
+    assert (again["id"], again["version"]) == (run["id"], 1)
+    for kind in (None, "another-framework"):
+        other = create_task(api, session, steps=1, id="run-1", runOf=kind)
+        assert (other["__typename"], other["field"]) == ("InvalidInput", "id")
+
+    plain = create_task(api, session, steps=1)
+    forks = [
+        mutate(api, "forkTask", "ForkTaskInput", KIND, taskId=source, atSeq=1)
+        for source in (run["id"], plain["id"])
+    ]
+    assert [f["runOf"] for f in forks] == [RUN, None]
+    api.close()

@@ -99,6 +99,29 @@ async def test_lease_and_stalled_forms_agree() -> None:
 
 
 @pytest.mark.usefixtures("db")
+async def test_kind_forms_agree() -> None:
+    """Guards ``conditions``' kind rule (what ``claimTask`` hands out): for every
+    kind asked (ordinary, a framework's runs, another framework's), the Q and the
+    SQL pick the same tasks: those of that kind alone. Seen failing with
+    ``of_kind_sql(None)`` written ``"run_of" = ?`` (SQL's NULL then matched
+    nothing: no ordinary task was picked)."""
+    home = await session(SessionStatus.ACTIVE, NOW + timedelta(hours=1), "kinds")
+    kinds = (None, "openai-agents", "other", "openai-agents", None)
+    made = {}
+    for n, kind in enumerate(kinds):
+        task = await Task.create(
+            public_id=f"k{n}", user_id="u", session=home, goal="g", status=TaskStatus.PLANNED,
+            created_at=NOW, updated_at=NOW, run_of=kind,
+        )  # fmt: skip
+        made[task.id] = kind
+    for asked in (None, "openai-agents", "other", "nobody's"):
+        expected = {pk for pk, kind in made.items() if kind == asked}
+        assert await ids(Task.filter(conditions.of_kind(asked))) == expected
+        assert await picked_by_sql("tasks", "tasks", conditions.of_kind_sql(asked)) == expected
+    assert len({pk for pk, kind in made.items() if kind is None}) == 2
+
+
+@pytest.mark.usefixtures("db")
 async def test_open_session_forms_agree() -> None:
     """Guards ``conditions``' session rule: for every status and expiry, the Python
     test, the Q (on sessions, and on tasks through their session) and the SQL pick

@@ -143,7 +143,7 @@ TIMED = frozenset({"LOCK_HELD", "LOCK_NOT_HELD", "NOT_FOUND", "SESSION_EXPIRED"}
 """Refusals that a lease or a session lapsing between two calls may turn into a
 write (a lease of 1 s; claimTask's NotFound once a leased task stalls)."""
 TASK_HEAD = (
-    "... on Task { id version eventSeq status currentStep totalSteps goal updatedAt"
+    "... on Task { id version eventSeq status currentStep totalSteps goal runOf updatedAt"
     " steps { index status attempts output error startedAt completedAt }"
     " toolStates { toolName status version retryCount lastResult lastError }"
     " spend { inputTokens outputTokens costMicros calls } budget { maxTokens maxCostMicros }"
@@ -151,7 +151,7 @@ TASK_HEAD = (
     " ... on Problem { code message }"
 )
 AT = (
-    "... on Task { version eventSeq status currentStep totalSteps goal updatedAt"
+    "... on Task { version eventSeq status currentStep totalSteps goal runOf updatedAt"
     " steps { index status attempts output error startedAt completedAt }"
     " toolStates { toolName status version retryCount lastResult lastError }"
     " spend { inputTokens outputTokens costMicros calls } budget { maxTokens maxCostMicros } }"
@@ -225,6 +225,9 @@ plans = st.lists(
     ),
     max_size=3,
 )
+RUN_KINDS = [None, None, "openai-agents", ""]
+"""A task's or a claim's ``runOf``: mostly none (ordinary), a framework's runs, and
+one the server refuses (blank: InvalidInput)."""
 step_statuses = st.sampled_from(["PENDING", "RUNNING", "SUCCESS", "FAILED", "SKIPPED", "IN_DOUBT"])
 task_statuses = st.sampled_from(
     ["PLANNED", "RUNNING", "WAITING_TOOL", "AWAITING_DECISION", "COMPLETED", "FAILED", "CANCELLED"]
@@ -591,6 +594,7 @@ class LogMachine(RuleBasedStateMachine):
             steps=steps,
             budget=budget,
             lease=lease,
+            runOf=data.draw(st.sampled_from(RUN_KINDS), label="run of"),
         )
         if answer["__typename"] == "Task":
             self.tasks[task_id].session = session
@@ -840,6 +844,7 @@ class LogMachine(RuleBasedStateMachine):
             ttlSeconds=ttl,
             sessionId=session,
             stalledForSeconds=0,
+            runOf=data.draw(st.sampled_from(RUN_KINDS), label="run of"),
         )
 
     # ------------------------------------------------------------ LangGraph threads

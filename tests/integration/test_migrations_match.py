@@ -15,9 +15,12 @@ from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
+from tortoise.backends.base.executor import EXECUTOR_CACHE
 from tortoise.context import TortoiseContext
+from tortoise.migrations.api.migrate import migrate
 from tortoise.migrations.autodetector import MigrationAutodetector
 
+from runstate.models import Task
 from runstate.services.actions import sessions, tasks
 from runstate.services.domain.validation import StepPlan
 from runstate.storage.database import tortoise_config
@@ -76,3 +79,55 @@ async def test_after_every_migration_a_second_event_at_one_seq_is_refused(fresh:
         finally:
             await conn.close()
     assert "task_events_part" in names
+
+
+STORED_BEFORE_0018 = [
+    "INSERT INTO sessions (id, public_id, user_id, status, version, message_count, ttl_seconds,"
+    " created_at, last_active_at, expires_at)"
+    " VALUES (1, 's', 'm', 'ACTIVE', 1, 0, 3600, {now}, {now}, {now})",
+    *(
+        "INSERT INTO tasks (id, public_id, user_id, session_id, goal, status, version,"
+        " current_step, total_steps, event_seq, lock_token, created_at, updated_at)"
+        f" VALUES ({n}, 't{n}', 'm', 1, 'g', 'RUNNING', 1, 0, 2, 1, 0, {{now}}, {{now}})"
+        for n in (1, 2, 3)
+    ),
+    *(
+        "INSERT INTO steps (task_id, position, action, status, idempotent, attempts)"
+        f" VALUES ({task}, {position}, '{action}', 'PENDING', {{yes}}, 0)"
+        for task, position, action in (
+            (1, 0, "openai-agents run"),
+            (1, 1, "resume run"),
+            (2, 0, "search"),
+            (2, 1, "openai-agents run"),
+            (3, 0, "openai-agents runs"),
+        )
+    ),
+]
+"""A run of the OpenAI Agents integration (task 1: its first step's action), as
+stored before 0018, and two ordinary tasks whose steps name it elsewhere or
+almost."""
+
+
+async def test_0018_marks_the_runs_stored_before_it(fresh: str) -> None:
+    """Guards 0018's data step: a run the OpenAI Agents integration saved before the
+    upgrade (first step ``openai-agents run``) is marked ``openai-agents``, so its
+    loader still finds it and ordinary claims pass it over; a task with that
+    action at another position, or another action, stays ordinary. Seen failing
+    with the ``RunSQL`` left out (every ``run_of`` NULL)."""
+    EXECUTOR_CACHE.clear()
+    async with TortoiseContext():
+        await migrate(config=tortoise_config(fresh), target="runstate.0017_event_kind_descriptions")
+    if fresh.startswith("sqlite"):
+        with sqlite3.connect(fresh.removeprefix("sqlite://")) as db:
+            for statement in STORED_BEFORE_0018:
+                db.execute(statement.format(now="CURRENT_TIMESTAMP", yes=1))
+    else:
+        conn = await asyncpg.connect(fresh.replace("postgres://", "postgresql://", 1))
+        try:
+            for statement in STORED_BEFORE_0018:
+                await conn.execute(statement.format(now="now()", yes="true"))
+        finally:
+            await conn.close()
+    async with opened(fresh):  # migrates to the head, as a server's start does
+        kinds = dict(await Task.all().order_by("id").values_list("public_id", "run_of"))
+    assert kinds == {"t1": "openai-agents", "t2": None, "t3": None}

@@ -598,7 +598,7 @@ async def test_a_handed_out_run_keeps_its_lease_while_it_goes_on(
 
         running = session._running
         assert running is not None
-        session._loop.call_soon_threadsafe(running.stop_renewing)
+        running.stop_soon()
         stalled = lambda: api(LEASE, id=task_id)["task"]["stalled"]  # noqa: E731
         await asyncio.to_thread(wait_until, stalled, 10, "the run stalled without renewal")
 

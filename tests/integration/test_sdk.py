@@ -393,6 +393,9 @@ class LossyProxy:
         self.dark = False
         """Set: the server is unreachable (every connection is cut)."""
         self._server: asyncio.Server | None = None
+        self._open: set[asyncio.StreamWriter] = set()
+        """Both ends of every connection forwarded: cut on ``close``, since a client
+        keeping connections in a pool (``RunstateSession``'s) leaves them open."""
 
     async def start(self) -> str:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -403,6 +406,8 @@ class LossyProxy:
         self.drops = count
 
     async def close(self) -> None:
+        for writer in self._open:
+            writer.transport.abort()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -411,7 +416,9 @@ class LossyProxy:
         if self.dark:
             writer.transport.abort()
             return
+        self._open.add(writer)
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self._open.add(up_writer)
 
         async def upstream() -> None:
             while data := await reader.read(65536):

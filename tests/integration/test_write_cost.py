@@ -4,6 +4,7 @@ step write (SQLite and PostgreSQL), and the bytes the history of a long task kee
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timedelta
@@ -15,7 +16,7 @@ import pytest
 from tortoise import connections
 
 from runstate.basics.enums import GraphNodeStatus, StepStatus
-from runstate.services.actions import sessions, tasks
+from runstate.services.actions import leases, sessions, tasks
 from runstate.services.domain.validation import ContentLimits, Report, StepPatch, StepPlan
 from runstate.services.domain.views import TaskView, Written
 from runstate.services.read import history, lookups
@@ -203,6 +204,39 @@ async def test_a_past_lease_and_budget_are_found_by_index(house: House) -> None:
             assert "USING INDEX task_events_part" in search, (statement, searches)
             assert "tool_name=?" in search, (statement, searches)
             assert "seq<?" in search, (statement, searches)
+
+
+async def test_a_claim_finds_tasks_of_its_kind_by_index(house: House) -> None:
+    """Guards the claim's lookups (``leases._oldest_claimable``, one per claimable
+    status): SQLite searches the tasks by an index naming the user and the status,
+    never scans them, ordinary claims or claims for a framework's runs, with a
+    session or without; and a claim for runs searches by the (user, run_of, status)
+    index, so it never walks past the user's ordinary working tasks to find a run.
+    Seen failing with ``tasks_user_kind_status`` left out of migration 0018 (the
+    plans then named ``tasks_user_status`` alone, the kind checked row by row)."""
+    session = await sessions.start_session(house, USER, default_ttl=3600)
+    for n in range(12):  # two claimable of each kind, and leased ones of both
+        kind = "openai-agents" if n % 3 == 0 else None
+        await tasks.create_task(
+            house, USER, session.id, goal="g", steps=[StepPlan("a")], run_of=kind,
+            lease=("w", 600) if n % 2 else None,
+        )  # fmt: skip
+    client = connections.get("default")
+    for session_id, kind in itertools.product((None, session.id), (None, "openai-agents")):
+        async with Statements() as statements:
+            await leases.claim_task(house, USER, "h", 60, session_id=session_id, run_of=kind)
+        lookups_seen = [s for s in statements.seen if s.startswith('SELECT "tasks"')]
+        assert len(lookups_seen) == 3, statements.seen  # PLANNED, RUNNING, WAITING_TOOL
+        for statement in lookups_seen:
+            _, plan = await client.execute_query(f"EXPLAIN QUERY PLAN {statement}")
+            details = [str(row[-1]) for row in plan]
+            assert not [d for d in details if d.startswith("SCAN")], (kind, details)
+            (search,) = [d for d in details if d.startswith("SEARCH tasks ")]
+            assert "user_id=?" in search, (kind, details)
+            assert "status=?" in search, (kind, details)
+            if kind is not None:
+                assert "USING INDEX tasks_user_kind_status" in search, details
+                assert "run_of=?" in search, details
 
 
 async def test_the_opening_statement_is_one_text_at_every_step(

@@ -5,6 +5,7 @@ See docs/sdk.md for a complete agent loop.
 """
 
 from runstate.client.api import Runstate
+from runstate.client.calls import Connections
 from runstate.client.exceptions import (
     BudgetExceeded,
     InvalidInput,
@@ -45,6 +46,7 @@ __all__ = [
     "Budget",
     "BudgetExceeded",
     "CheckpointPolicy",
+    "Connections",
     "Event",
     "EveryNSteps",
     "EveryStep",

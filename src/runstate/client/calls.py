@@ -19,6 +19,7 @@ from functools import cache
 from typing import Any, Self
 from urllib.parse import quote
 
+import gql.transport.httpx as gql_httpx
 from gql import Client, GraphQLRequest
 from gql.client import AsyncClientSession
 from gql.transport.exceptions import (
@@ -31,7 +32,7 @@ from gql.transport.exceptions import (
 )
 from gql.transport.httpx import HTTPXAsyncTransport
 from gql.transport.websockets import WebsocketsTransport
-from graphql import DocumentNode, parse
+from graphql import DocumentNode, ExecutionResult, parse
 from websockets.exceptions import WebSocketException
 
 from runstate.client import documents as doc
@@ -124,6 +125,53 @@ def _budget(budget: Mapping[str, int | None] | None) -> dict[str, Any] | None:
     return None if budget is None else wire(budget)
 
 
+_GQL_HTTPX = gql_httpx.httpx  # type: ignore[attr-defined]
+"""The HTTP library gql's transport sends with (httpx2 where installed, else httpx):
+it reads the answers and the errors of that library's client, so a pool is one."""
+
+
+class Connections:
+    """One pool of HTTP connections for any number of ``Runstate`` clients, of any
+    tokens (``Runstate(url, token, connections=pool)``): each sends its own token
+    and timeout with each request, and closing one closes no connection. Its owner
+    closes it, once (``await pool.aclose()``). It belongs to the event loop that
+    first sends through it: use it on that loop only."""
+
+    def __init__(self) -> None:
+        self.http = _GQL_HTTPX.AsyncClient()
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+class _Borrowing(HTTPXAsyncTransport):
+    """gql's HTTP transport on a pool its owner opened, and closes (``Connections``):
+    this caller's headers (its token) and timeout go with each request."""
+
+    def __init__(
+        self, url: str, connections: Connections, headers: dict[str, str], timeout: float
+    ) -> None:
+        super().__init__(url=url)
+        self._connections = connections
+        self._sent: dict[str, Any] = {"headers": headers, "timeout": timeout}
+
+    async def connect(self) -> None:
+        self.client = self._connections.http
+
+    async def close(self) -> None:
+        self.client = None  # the owner's to close
+
+    async def execute(
+        self,
+        request: GraphQLRequest,
+        *,
+        extra_args: dict[str, Any] | None = None,
+        upload_files: bool = False,
+    ) -> ExecutionResult:
+        sent = {**self._sent, **(extra_args or {})}
+        return await super().execute(request, extra_args=sent, upload_files=upload_files)
+
+
 _BY_CODE = {cls.code: cls for cls in PROBLEMS.values()}
 
 
@@ -189,6 +237,12 @@ class Calls:
     more so that writers refused together do not come back together) and the call
     sent again, for up to ``RATE_LIMIT_WAIT`` seconds in all.
 
+    With ``connections`` (a ``Connections`` pool its caller owns and closes),
+    requests go through that pool, with this client's token and timeout on each:
+    any number of clients, of any tokens, share its connections, and leaving one
+    closes none. Without it, the client opens connections of its own on entering
+    and closes them on leaving.
+
     A refused token raises ``Unauthorized``; a server that never answers raises
     ``ServerUnavailable`` once the retries are spent; any other error it answers
     (GraphQL ``errors``, a 4xx) raises ``ServerError``, unless its code names a
@@ -203,16 +257,20 @@ class Calls:
         timeout: float = 30.0,
         retries: int = RETRIES,
         headers: Mapping[str, str] | None = None,
+        connections: Connections | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.retries = retries
+        sent = {**(headers or {}), "Authorization": f"Bearer {token}"}
+        endpoint = f"{self.url}/graphql"
+        transport = (
+            HTTPXAsyncTransport(url=endpoint, headers=sent, timeout=timeout)
+            if connections is None
+            else _Borrowing(endpoint, connections, sent, timeout)
+        )
         self._client = Client(
-            transport=HTTPXAsyncTransport(
-                url=f"{self.url}/graphql",
-                headers={**(headers or {}), "Authorization": f"Bearer {token}"},
-                timeout=timeout,
-            ),
+            transport=transport,
             execute_timeout=timeout,  # gql's own default, 10 s, would cut in first
         )
         self._session: AsyncClientSession | None = None
@@ -322,11 +380,14 @@ class Calls:
         holder: str | None = None,
         lease_ttl: int = 30,
         budget: Mapping[str, int | None] | None = None,
+        run_of: str | None = None,
     ) -> Task:
         """Create a task with its plan (or get the one with this client-chosen id).
         With ``holder`` it is created leased to that holder for ``lease_ttl`` seconds,
         so no worker's ``claim`` takes it before ``run(task.id, holder=...)`` does.
-        ``budget`` (``max_tokens``, ``max_cost_micros``) limits what it may spend."""
+        ``budget`` (``max_tokens``, ``max_cost_micros``) limits what it may spend.
+        ``run_of`` names the framework whose run the task holds: only a ``claim``
+        naming it hands the task out, never a worker's ordinary one."""
         if id is not None:
             checked_id(id, "task id")
         lease = None if holder is None else {"holderId": holder, "ttlSeconds": lease_ttl}
@@ -339,6 +400,7 @@ class Calls:
             id=id,
             lease=lease,
             budget=_budget(budget),
+            runOf=run_of,
         )
         return Task.of(data)
 
@@ -622,9 +684,11 @@ class Calls:
         *,
         session_id: str | None = None,
         stalled_for_seconds: int = 0,
+        run_of: str | None = None,
     ) -> Lock | None:
         """Lease the oldest task that needs a worker (PLANNED, or stalled: its agent
-        died, at least ``stalled_for_seconds`` ago), or None when none does."""
+        died, at least ``stalled_for_seconds`` ago), or None when none does: an
+        ordinary task, or with ``run_of`` a run of that framework only."""
         try:
             data = await self._mutate(
                 doc.CLAIM,
@@ -633,6 +697,7 @@ class Calls:
                 ttlSeconds=ttl_seconds,
                 sessionId=session_id,
                 stalledForSeconds=stalled_for_seconds or None,
+                runOf=run_of,
             )
         except NotFound:
             return None

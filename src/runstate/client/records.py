@@ -191,6 +191,8 @@ class Task(Answer):
     budget: Budget | None = None
     over_budget: bool = False
     """Its spend, or its session's, reached a budget: new work is refused."""
+    run_of: str | None = None
+    """The framework whose run it holds (``"openai-agents"``); None: an ordinary task."""
 
     def apply(self, event: Event) -> Task:
         """The task as of ``event``, from this task as of the event before it: steps

@@ -8,11 +8,18 @@ whole, in one order every reader agrees on; every write carries an idempotency
 key, so a retry after a lost answer stores nothing twice.
 
 Approvals: ``save_run_state`` keeps a run stopped at tool approvals as a task of
-the session, one step per approval waiting for a person (``IN_DOUBT``:
+the session, marked on the server as a run of this framework (``runOf:
+"openai-agents"``), one step per approval waiting for a person (``IN_DOUBT``:
 ``decideStep`` RETRY approves, SKIP rejects, with its actor and note; the
 dashboard's buttons do the same). ``load_run_state`` hands a decided run out
-once (``claimTask``: one winner), with the server's decisions applied over any
-the client made; ``finish_run`` records its end.
+once (``claimTask`` of this kind of task alone: one winner, never an ordinary
+task of the session, and no ordinary claim ever gets a run), with the server's
+decisions applied over any the client made; ``finish_run`` records its end.
+
+One process, one loop: every ``RunstateSession`` of a process sends through one
+HTTP client on one event loop, in one thread (``_Shared``), made when the first
+session sends and closed at the interpreter's exit; a session holds none of
+them, so one made per request and never closed leaves nothing behind.
 
 Spend: the run's ``Usage`` (tokens of every model request) is recorded as the
 spend of its steps: what it used up to its stop on the run's step, what the
@@ -25,10 +32,12 @@ Installed with the extra ``runstate[openai-agents]``.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -38,11 +47,14 @@ from agents.items import ToolApprovalItem, TResponseInputItem
 from agents.memory import SessionSettings
 from agents.memory.session_settings import resolve_session_limit
 
-from runstate.client import Runstate, RunstateError
+from runstate.client import Connections, Runstate, RunstateError
 from runstate.client.ids import checked_id
 from runstate.client.records import SpendReport, Step, Task
 from runstate.integrations.pricing import Prices, priced
 
+RUN_OF = "openai-agents"
+"""The kind of task a run is on the server (``createTask``'s and ``claimTask``'s
+``runOf``): only this integration's loader claims it."""
 RUN_ACTION = "openai-agents run"
 """The first step of a run's task: its input holds ``RunState.to_json()``."""
 RESUME_ACTION = "resume run"
@@ -57,6 +69,83 @@ LEASE_TTL = 60
 every third of that while the run goes on, so a process that dies while running
 it leaves the run, once its lease lapsed, to a person (its resume step in
 doubt), never to a second run."""
+CLOSE_WITHIN = 5.0
+"""Seconds the process's exit waits for the shared loop to close its HTTP client."""
+
+
+class _Shared:
+    """What every ``RunstateSession`` of the process shares: one event loop, run in
+    one daemon thread, and one HTTP client on it (one pool of connections, sending
+    each session's own token). Any caller's loop reaches it
+    (``run_coroutine_threadsafe``): ``Runner.run_sync`` shuts down the async
+    generators of the loop it runs on after each run, which an HTTP client on that
+    loop would need for the next one."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="runstate-sessions", daemon=True
+        )
+        self.thread.start()
+        self._connections: Connections | None = None
+
+    def connections(self) -> Connections:
+        """The HTTP client, made on first use; call it on the loop, which owns it."""
+        if self._connections is None:
+            self._connections = Connections()
+        return self._connections
+
+    def close(self) -> None:
+        """Stop what still runs on the loop (lease renewals), close the HTTP client,
+        then the loop and its thread."""
+        if not self.thread.is_alive():
+            return
+
+        async def shut() -> None:
+            left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in left:
+                task.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
+            if self._connections is not None:
+                await self._connections.aclose()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(CLOSE_WITHIN)
+        except Exception as error:  # the process is leaving anyway
+            log.warning("runstate sessions' HTTP client not closed: %r", error)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(CLOSE_WITHIN)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+_shared: _Shared | None = None
+_sharing = threading.Lock()
+
+
+def _process() -> _Shared:
+    """The process's ``_Shared``, made on first use."""
+    global _shared
+    with _sharing:
+        if _shared is None:
+            _shared = _Shared()
+        return _shared
+
+
+def _close_shared() -> None:
+    if _shared is not None:
+        _shared.close()
+
+
+def _forget_shared() -> None:
+    """In a child forked from a process that had made it: the thread did not come
+    along, so the child makes its own on first use."""
+    global _shared, _sharing
+    _shared, _sharing = None, threading.Lock()
+
+
+atexit.register(_close_shared)
+os.register_at_fork(after_in_child=_forget_shared)
 
 
 class RunstateSession:
@@ -65,10 +154,11 @@ class RunstateSession:
 
     ``session_id`` is the runstate session's id (1 to 64 ASCII letters, digits or
     ``_.:@-``), started on first use when missing; ``ttl_seconds`` its inactivity
-    timeout then. Its HTTP client runs on an event loop of its own, in a thread of
-    its own, so that any loop may call it: ``Runner.run_sync`` shuts down the async
-    generators of the loop it runs on after each run, which an HTTP client on that
-    loop would need for the next one. ``close`` (or ``async with``) stops it.
+    timeout then. It sends through the process's one HTTP client, on the process's
+    one loop in a thread of its own (``_Shared``), so that any loop may call it and
+    a session costs no thread or connection of its own: it needs no closing.
+    ``close`` (or ``async with``) stops renewing its run's lease and refuses
+    further calls; what the process shares stays open for the other sessions.
     """
 
     def __init__(
@@ -92,50 +182,58 @@ class RunstateSession:
         self.session_settings: SessionSettings | None = session_settings or SessionSettings()
         self.url = url
         self.ttl_seconds = ttl_seconds
-        self._client = Runstate(url, token)
-        self._opening: asyncio.Task[None] | None = None
-        """The client opened and the session started, once, on the session's loop."""
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="runstate-session", daemon=True
-        )
-        self._thread.start()
+        self._token = token
+        self._opening: asyncio.Future[Runstate] | None = None
+        """The session's client, on the shared HTTP client, opened and the session
+        started, once, on the shared loop."""
+        self._closed = False
         self._holder = f"openai-agents-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._running: _Running | None = None
+        self._unheld: weakref.finalize[Any, Any] | None = None
+        """Stops renewing the handed-out run's lease once this session is gone
+        (nobody can finish the run then)."""
 
     async def _on_loop(self, work: Callable[[Runstate], Awaitable[T]]) -> T:
-        """``work(client)`` on the session's own loop, awaited from the caller's."""
-        if self._loop.is_closed():
+        """``work(client)`` on the shared loop, awaited from the caller's."""
+        if self._closed:
             raise RuntimeError("the session is closed")
+        process = _process()
 
         async def there() -> T:
             if self._opening is None:
-                self._opening = asyncio.ensure_future(self._open())
-            await self._opening
-            return await work(self._client)
+                self._opening = asyncio.ensure_future(self._open(process.connections()))
+            return await work(await self._opening)
 
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(there(), self._loop))
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(there(), process.loop))
 
-    async def _open(self) -> None:
-        await self._client.__aenter__()
-        await self._client.start_session(self.session_id, ttl_seconds=self.ttl_seconds)
+    async def _open(self, connections: Connections) -> Runstate:
+        client = Runstate(self.url, self._token, connections=connections)
+        await client.__aenter__()
+        await client.start_session(self.session_id, ttl_seconds=self.ttl_seconds)
+        return client
 
     async def close(self) -> None:
-        """Close the HTTP client and stop the session's loop; idempotent. A run
-        handed out and not finished keeps its lease until it lapses."""
-        if self._loop.is_closed():
+        """Stop renewing the lease of a run handed out here and refuse further
+        calls; idempotent. The process's loop and HTTP client stay open for its
+        other sessions (they close at its exit). A run handed out and not finished
+        keeps its lease until it lapses."""
+        if self._closed:
             return
-        if self._running is not None:
-            self._loop.call_soon_threadsafe(self._running.stop_renewing)
-        if self._opening is not None:
+        self._closed = True
+        if self._unheld is not None:
+            self._unheld()
+        opening, self._opening = self._opening, None
+        if opening is None or _shared is None or _shared.loop.is_closed():
+            return
 
-            async def shut(client: Runstate) -> None:
-                await client.__aexit__(None, None, None)
+        async def shut() -> None:
+            try:
+                client = await opening
+            except Exception:  # never opened: nothing to close
+                return
+            await client.__aexit__(None, None, None)
 
-            await self._on_loop(shut)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        await asyncio.to_thread(self._thread.join)
-        self._loop.close()
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(shut(), _shared.loop))
 
     async def __aenter__(self) -> RunstateSession:
         return self
@@ -217,7 +315,12 @@ class RunstateSession:
         """The run's task, its approval steps in doubt: created under a lease and
         released only once they are, so that no loader sees it before."""
         task = await client.create_task(
-            self.session_id, goal, plan, holder=self._holder, lease_ttl=self.lease_ttl
+            self.session_id,
+            goal,
+            plan,
+            holder=self._holder,
+            lease_ttl=self.lease_ttl,
+            run_of=RUN_OF,
         )
         token = _token(task)
         approvals = range(1, len(plan) - 1)
@@ -252,20 +355,25 @@ class RunstateSession:
             else:  # SKIP, a step marked done by a person, or a call the server never saw
                 state.reject(item, rejection_message=_rejection(step, decided.notes))
         hand_out = partial(decided.hand_out, holder=self._holder, ttl=self.lease_ttl)
-        self._running = await self._on_loop(hand_out)
+        self._running = running = await self._on_loop(hand_out)
+        self._unheld = weakref.finalize(self, running.stop_soon)
         return state
 
     async def _claim_decided(self, client: Runstate) -> _Decided | None:
-        """Lease the session's decided run (``claimTask``: one winner), its steps and
-        the notes of its decisions; None when there is none."""
+        """Lease the session's decided run (``claimTask`` of runs of this framework
+        alone: one winner, and never an ordinary task of the session), its steps
+        and the notes of its decisions; None when there is none."""
         while True:
-            lock = await client.claim(self._holder, self.lease_ttl, session_id=self.session_id)
+            lock = await client.claim(
+                self._holder, self.lease_ttl, session_id=self.session_id, run_of=RUN_OF
+            )
             if lock is None:
                 return None
             task = await client.task(lock.task_id)
             steps = list(task.steps or ())
             if not steps or steps[0].action != RUN_ACTION:
-                await client.release_lock(task.id, self._holder)  # not a run of ours
+                # Marked as a run of this framework by another client, not made here.
+                await client.release_lock(task.id, self._holder)
                 return None
             if steps[-1].status == "PENDING":
                 notes = await _decision_notes(client, task.id)
@@ -285,6 +393,9 @@ class RunstateSession:
         running, self._running = self._running, None
         if running is None:
             return
+        if self._unheld is not None:
+            self._unheld.detach()
+            self._unheld = None
         spent = None
         if usage is not None:
             counted = {
@@ -333,7 +444,8 @@ class _Running:
         self.resume_index = resume_index
         self.token = token
         self.renewing: asyncio.Future[None] | None = None
-        """Renewing the lease, on the session's loop, until the run finishes."""
+        """Renewing the lease, on the shared loop, until the run finishes."""
+        self.loop = asyncio.get_running_loop()
 
     async def renew(self, client: Runstate, holder: str, ttl: int) -> None:
         """Renew the run's lease every third of ``ttl``; stop once it is lost."""
@@ -348,6 +460,11 @@ class _Running:
     def stop_renewing(self) -> None:
         if self.renewing is not None:
             self.renewing.cancel()
+
+    def stop_soon(self) -> None:
+        """``stop_renewing`` from any thread (on the loop, when it still runs)."""
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.stop_renewing)
 
     async def finish(
         self, client: Runstate, holder: str, output: Any, spent: SpendReport | None

@@ -19,6 +19,8 @@ from runstate.basics.enums import SessionStatus, StepStatus, TaskEventKind, Task
 
 ID_LENGTH = 64
 USER_LENGTH = 128
+RUN_KIND_LENGTH = 64
+"""The longest name of a framework whose runs a task holds (``Task.run_of``)."""
 KEY_LENGTH = 255
 
 F = TypeVar("F", bound=fields.Field[Any])
@@ -175,6 +177,11 @@ class Task(Model):
     budget_max_tokens = fields.BigIntField(null=True)
     """The task's own budget: input plus output tokens; None, no limit."""
     budget_max_cost_micros = fields.BigIntField(null=True)
+    run_of = fields.CharField(max_length=RUN_KIND_LENGTH, null=True)
+    """The framework whose run the task holds (``"openai-agents"``), set at its
+    creation and never changed; None: an ordinary task. ``claimTask`` hands a run
+    out only to a claim naming its framework, and an ordinary task only to one
+    naming none."""
 
     class Meta:
         table = "tasks"
@@ -182,6 +189,9 @@ class Task(Model):
         indexes = (
             Index(fields=("user_id", "id"), name="tasks_user_newest"),
             Index(fields=("user_id", "status", "id"), name="tasks_user_status"),
+            # A claim's lookups: the oldest task of one kind (runs of a framework, or
+            # ordinary tasks: run_of NULL) in one status, walked from its oldest.
+            Index(fields=("user_id", "run_of", "status", "id"), name="tasks_user_kind_status"),
             Index(fields=("session_id", "id"), name="tasks_session_newest"),
             Index(fields=("session_id", "status", "id"), name="tasks_session_status"),
             # A quiet sessionActivity stream's catch-up: its tasks changed lately.

@@ -108,6 +108,14 @@ class CreateTaskInput:
             "so that no claimTask hands it to a worker before its creator runs it."
         ),
     )
+    run_of: str | None = strawberry.field(
+        default=None,
+        description=(
+            "The framework whose run the task holds (1 to 64 characters, e.g. "
+            '"openai-agents"): only a claimTask naming it (ClaimTaskInput.runOf) hands '
+            "the task out, never an ordinary claim. Null: an ordinary task."
+        ),
+    )
 
 
 @strawberry.input
@@ -326,6 +334,13 @@ class ClaimTaskInput:
             "A stalled task is claimed only once its lease lapsed at least this long ago"
             " (0 to 3600; 0, the default: at once). Leaves a dead agent's task visibly"
             " stalled for a while, or gives a slow agent's renewal a grace."
+        ),
+    )
+    run_of: str | None = strawberry.field(
+        default=None,
+        description=(
+            "Only runs of this framework (tasks created with this CreateTaskInput.runOf),"
+            " for its loader. Null, the default: only ordinary tasks, never a run."
         ),
     )
 

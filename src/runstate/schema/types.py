@@ -254,6 +254,13 @@ class Task(FromView):
     budget: Budget | None = strawberry.field(
         description="What the task may spend; null: no limit of its own."
     )
+    run_of: str | None = strawberry.field(
+        description=(
+            'The framework whose run the task holds (e.g. "openai-agents"), as createTask '
+            "named it; null: an ordinary task. claimTask hands a run out only to a claim "
+            "naming its framework (ClaimTaskInput.runOf), never to an ordinary one."
+        )
+    )
 
     @strawberry.field
     async def steps(self, info: Info) -> list[Step]:

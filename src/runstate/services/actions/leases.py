@@ -15,7 +15,7 @@ from tortoise.expressions import RawSQL
 from tortoise.queryset import QuerySet
 
 from runstate.basics.enums import TaskEventKind, TaskStatus
-from runstate.models import USER_LENGTH, Task
+from runstate.models import RUN_KIND_LENGTH, USER_LENGTH, Task
 from runstate.services.domain import spend, validation
 from runstate.services.domain.conditions import (
     GRAPH_THREAD_SQL,
@@ -23,6 +23,8 @@ from runstate.services.domain.conditions import (
     at,
     no_live_lease,
     no_live_lease_sql,
+    of_kind,
+    of_kind_sql,
     open_session,
     open_session_sql,
     stalled,
@@ -57,6 +59,17 @@ def checked(holder_id: str, ttl_seconds: int | None = None) -> None:
     validation.storable(holder_id, "holderId")
     if ttl_seconds is not None and not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
         raise InvalidInputError("ttlSeconds", f"must be between 1 and {MAX_TTL_SECONDS}")
+
+
+def run_kind(run_of: str | None) -> str | None:
+    """``run_of`` (the framework whose runs a task holds, or a claim asks for), or
+    InvalidInput on ``runOf`` unless it is 1 to ``RUN_KIND_LENGTH`` characters, not
+    blank, of storable text; None (an ordinary task) as it is."""
+    if run_of is not None and (
+        not run_of.strip() or len(run_of) > RUN_KIND_LENGTH or not validation.storable_text(run_of)
+    ):
+        raise InvalidInputError("runOf", f"must be 1 to {RUN_KIND_LENGTH} characters")
+    return run_of
 
 
 def _live_for(holder_id: str, now: datetime) -> sql.Fragment:
@@ -156,11 +169,14 @@ async def claim_task(
     *,
     session_id: str | None = None,
     stalled_for_seconds: int = 0,
+    run_of: str | None = None,
 ) -> Written[LockView]:
     """Lease the caller's oldest claimable task (of one session, if given) to
     ``holder_id``, with the next fencing token (LOCK_ACQUIRED); NotFound when no
     task needs a worker. A stalled task counts only once its lease lapsed
-    ``stalled_for_seconds`` ago.
+    ``stalled_for_seconds`` ago. Only tasks of one kind are claimable: without
+    ``run_of`` ordinary tasks, with it the runs of that framework
+    (``Task.run_of``), never the other.
 
     The oldest candidate is picked first (``_oldest_claimable``), then one
     conditional UPDATE leases it, checking again in its WHERE that it is still
@@ -170,6 +186,7 @@ async def claim_task(
     each round some claim wins, so the rounds are bounded by the claims racing.
     """
     checked(holder_id, ttl_seconds)
+    run_kind(run_of)
     if session_id is not None:
         validation.known_id(session_id, "session")
     if not 0 <= stalled_for_seconds <= MAX_STALLED_FOR:
@@ -180,12 +197,12 @@ async def claim_task(
         raise _Taken
 
     for _ in range(CLAIM_ATTEMPTS):
-        pick = await _oldest_claimable(user_id, session_id, utcnow(), grace)
+        pick = await _oldest_claimable(user_id, session_id, run_of, utcnow(), grace)
         if pick is None:
             raise NotFoundError("task", "(none to claim)")
 
         guard = Guard(
-            where=lambda now: _still_claimable(now, grace),
+            where=lambda now: _still_claimable(now, grace, run_of),
             sets=_grant(holder_id, ttl_seconds),
             refusal=_not_held,
         )
@@ -212,22 +229,25 @@ def _grant(holder_id: str, ttl_seconds: int) -> Callable[[datetime], sql.Fragmen
     return grant
 
 
-def _still_claimable(now: datetime, grace: timedelta) -> sql.Fragment:
+def _still_claimable(now: datetime, grace: timedelta, run_of: str | None) -> sql.Fragment:
     """A task a worker may claim, as SQL on the task row: PLANNED with no live
     lease, or stalled since ``grace`` ago at least, in an open session
-    (``conditions``), no LangGraph thread (its graph runs it, never a worker of the
-    SDK: a crashed graph's thread is stalled, and only a graph process can go on
-    with it), and neither it nor its session over
+    (``conditions``), of the kind the claim asks for (a run of the framework
+    ``run_of``, or with None an ordinary task: a run is driven by its framework's
+    loader, never by a worker of the SDK), no LangGraph thread (its graph runs it,
+    never a worker of the SDK: a crashed graph's thread is stalled, and only a
+    graph process can go on with it), and neither it nor its session over
     budget (``spend.OVER_BUDGET_SQL``). What the claim's UPDATE checks again
     of the task it picked."""
     live, live_params = no_live_lease_sql(now)
     gone, gone_params = stalled_sql(now - grace)
     opened, opened_params = open_session_sql(now, "s")
+    kind, kind_params = of_kind_sql(run_of)
     return (
-        f'(("status" = ? AND ({live})) OR ({gone})) AND EXISTS (SELECT 1 FROM "sessions" s'
-        f' WHERE s."id" = "tasks"."session_id" AND {opened}) AND NOT {GRAPH_THREAD_SQL}'
-        f" AND NOT {spend.OVER_BUDGET_SQL}",
-        [TaskStatus.PLANNED.value, *live_params, *gone_params, *opened_params],
+        f'(("status" = ? AND ({live})) OR ({gone})) AND {kind} AND EXISTS (SELECT 1 FROM'
+        f' "sessions" s WHERE s."id" = "tasks"."session_id" AND {opened})'
+        f" AND NOT {GRAPH_THREAD_SQL} AND NOT {spend.OVER_BUDGET_SQL}",
+        [TaskStatus.PLANNED.value, *live_params, *gone_params, *kind_params, *opened_params],
     )
 
 
@@ -242,17 +262,23 @@ def _candidates(user_id: str, session_id: str | None, now: datetime) -> QuerySet
 
 
 async def _oldest_claimable(
-    user_id: str, session_id: str | None, now: datetime, grace: timedelta
+    user_id: str, session_id: str | None, run_of: str | None, now: datetime, grace: timedelta
 ) -> int | None:
-    """The id of the oldest claimable task: the oldest of one lookup per status
-    (PLANNED with no live lease, RUNNING and WAITING_TOOL stalled), each walking the
-    (user, status, id) index from its oldest task. One lookup for all three would
-    walk every task of the user in id order, finished ones and all (SQLite picks
-    that plan), so a claim would cost more the longer the user's history."""
+    """The id of the oldest claimable task of the kind ``run_of`` names: the oldest
+    of one lookup per status (PLANNED with no live lease, RUNNING and WAITING_TOOL
+    stalled), each walking an index of the user's tasks in that status from its
+    oldest. One lookup for all three would walk every task of the user in id
+    order, finished ones and all (SQLite picks that plan), so a claim would cost
+    more the longer the user's history. A claim for runs walks the (user, kind,
+    status, id) index, so it never walks past the user's ordinary working tasks
+    (``test_write_cost`` reads SQLite's plans); an ordinary claim may walk (user,
+    status, id) past the few runs in that status."""
     found: list[int] = []
     for status in (TaskStatus.PLANNED, *WORKING):
         condition = no_live_lease(now) if status is TaskStatus.PLANNED else stalled(now - grace)
-        oldest = _candidates(user_id, session_id, now).filter(condition, status=status)
+        oldest = _candidates(user_id, session_id, now).filter(
+            condition, of_kind(run_of), status=status
+        )
         oldest = oldest.annotate(graph=RawSQL(GRAPH_THREAD_SQL)).filter(graph=False)
         oldest = oldest.annotate(over=RawSQL(spend.OVER_BUDGET_SQL)).filter(over=False)
         found += [row["id"] for row in await oldest.order_by("id").limit(1).values("id")]

@@ -58,17 +58,20 @@ async def create_task(
     task_id: str | None = None,
     lease: tuple[str, int] | None = None,
     budget: BudgetView | None = None,
+    run_of: str | None = None,
 ) -> Written[TaskView]:
     """Create a PLANNED task with its plan; an existing client-chosen id returns that
     task. With ``lease`` (holder, ttl seconds) the task is created leased to that
     holder (fencing token 1, a LOCK_ACQUIRED event at seq 2) in the same transaction:
     no ``claimTask`` can hand it to a worker before its creator runs it, as one could
     between a create and an ``acquireTaskLock``. With ``budget``, the task's own
-    (its TASK_CREATED event carries it). A session whose spend reached its budget
-    takes no new task (BudgetExceeded)."""
+    (its TASK_CREATED event carries it). With ``run_of``, the task holds a run of
+    that framework (``"openai-agents"``): only a claim naming it hands the task out.
+    A session whose spend reached its budget takes no new task (BudgetExceeded)."""
     public_id = validation.object_id(task_id)
     house.limits.goal(goal)
     house.limits.step_plans(steps)
+    leases.run_kind(run_of)
     if lease is not None:
         leases.checked(*lease)
 
@@ -84,6 +87,7 @@ async def create_task(
         steps=plan,
         lease=lease,
         budget=budget,
+        run_of=run_of,
     )
 
 
@@ -100,11 +104,12 @@ async def fork_task(
     after ``at_seq``, RUNNING and IN_DOUBT ones turned PENDING (nobody is running them
     in the fork).
 
-    Outputs, errors and attempts carry over; tool states and the lease do not. The
-    fork is PLANNED, so that ``claimTask`` hands it to a worker and a runner resumes
-    it at its first unfinished step (a FAILED step is reset by that resume), or
-    COMPLETED when every step is finished. Its TASK_CREATED event names the source
-    and seq as its ``origin``.
+    Outputs, errors and attempts carry over; tool states and the lease do not; the
+    kind does (a fork of a framework's run is a run of it too, claimed by its
+    loader). The fork is PLANNED, so that ``claimTask`` hands it to a worker and a
+    runner resumes it at its first unfinished step (a FAILED step is reset by that
+    resume), or COMPLETED when every step is finished. Its TASK_CREATED event names
+    the source and seq as its ``origin``.
     """
     public_id = validation.object_id(new_id)
     if goal is not None:
@@ -130,6 +135,7 @@ async def fork_task(
         status=_forked_status(picked),
         steps=[_copied_step(s) for s in picked],
         origin=OriginView(source.id, at_seq),
+        run_of=source.run_of,
     )
 
 
@@ -165,6 +171,7 @@ async def _insert_task(
     origin: OriginView | None = None,
     lease: tuple[str, int] | None = None,
     budget: BudgetView | None = None,
+    run_of: str | None = None,
 ) -> Written[TaskView]:
     """Insert a task, its ``steps`` (their task filled in here) and its TASK_CREATED
     event (seq 1), with ``lease`` its lease and LOCK_ACQUIRED event (seq 2), in one
@@ -217,6 +224,7 @@ async def _insert_task(
                 created_at=now,
                 updated_at=now,
                 stored_bytes=stored,
+                run_of=run_of,
                 **budget_columns(budget),
                 using_db=conn,
             )
@@ -232,14 +240,17 @@ async def _insert_task(
                 await log_event(conn, event)
             await quota.charge(conn, house.limits, user_id, stored, field)
     except IntegrityError:
-        return Written(await _existing(user_id, public_id, session_id, goal, steps, origin))
+        made = await _existing(user_id, public_id, session_id, goal, steps, origin, run_of)
+        return Written(made)
     except BudgetExceededError:
         if client_id is not None and await Task.exists(user_id=user_id, public_id=client_id):
-            return Written(await _existing(user_id, client_id, session_id, goal, steps, origin))
+            made = await _existing(user_id, client_id, session_id, goal, steps, origin, run_of)
+            return Written(made)
         raise
     except UnmatchedWriteError:
         if client_id is not None and await Task.exists(user_id=user_id, public_id=client_id):
-            return Written(await _existing(user_id, client_id, session_id, goal, steps, origin))
+            made = await _existing(user_id, client_id, session_id, goal, steps, origin, run_of)
+            return Written(made)
         session_view = await get_session(user_id, session_id)  # NotFound, SessionExpired
         raise InvalidInputError(
             "sessionId", f"session is {session_view.status}; it takes no new tasks"
@@ -254,11 +265,13 @@ async def _existing(
     goal: str,
     steps: Sequence[Step],
     origin: OriginView | None,
+    run_of: str | None,
 ) -> TaskView:
     """The task a create (or fork) with a client-chosen id that exists answers: that
     task, if it was made with the same content (session, goal, the plan's steps as
-    first planned, the fork's origin), so a retry is idempotent; else InvalidInput
-    on ``id``, since another content under the same id is another task."""
+    first planned, the fork's origin, the kind of run), so a retry is idempotent;
+    else InvalidInput on ``id``, since another content under the same id is another
+    task."""
     task = await get_task(user_id, task_id)
     planned = await Step.filter(task_id=task.pk, created_seq=1).order_by("position")
     created = await TaskEvent.get(task_id=task.pk, seq=1)
@@ -267,16 +280,20 @@ async def _existing(
         task.goal,
         [_fixed(s) for s in planned],
         events.origin_in(created.delta),
+        task.run_of,
     )
     asked = (
         session_id,
         goal,
         [_fixed(s) for s in steps],
         origin,
+        run_of,
     )
     if made != asked:
         raise InvalidInputError(
-            "id", f"task {task_id!r} exists with another session, goal or plan; choose another id"
+            "id",
+            f"task {task_id!r} exists with another session, goal, plan or kind of run;"
+            " choose another id",
         )
     return task
 

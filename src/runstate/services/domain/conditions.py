@@ -11,7 +11,9 @@ holds the forms of each equal on every combination of the values they read.
   be created in and claimed from;
 - an **expired session**: marked EXPIRED, or past its expiry and not yet marked
   (the sweep marks it later; every read and write treats it as expired at once);
-- a **LangGraph thread**: a task with a graph checkpoint (SQL alone: no row holds it).
+- a **LangGraph thread**: a task with a graph checkpoint (SQL alone: no row holds it);
+- a **kind** of task: the runs of one framework (``Task.run_of``), or ordinary
+  tasks (no run), which is what a claim hands out.
 """
 
 from __future__ import annotations
@@ -59,6 +61,20 @@ def no_live_lease_sql(now: datetime) -> sql.Fragment:
 GRAPH_THREAD_SQL = 'EXISTS (SELECT 1 FROM "graph_checkpoints" g WHERE g."task_id" = "tasks"."id")'
 """A LangGraph thread, on the "tasks" row: one probe of the checkpoints' unique
 index per task."""
+
+
+# A kind of task.
+
+
+def of_kind(run_of: str | None) -> Q:
+    """Tasks of one kind: the runs of the framework ``run_of``, or with None the
+    ordinary tasks (no framework's run)."""
+    return Q(run_of__isnull=True) if run_of is None else Q(run_of=run_of)
+
+
+def of_kind_sql(run_of: str | None) -> sql.Fragment:
+    """``of_kind`` on the "tasks" row."""
+    return ('"run_of" IS NULL', []) if run_of is None else ('"run_of" = ?', [run_of])
 
 
 # Stalled.

@@ -200,6 +200,8 @@ class TaskView:
     spent_calls: int = 0
     budget_max_tokens: int | None = None
     budget_max_cost_micros: int | None = None
+    run_of: str | None = None
+    """The framework whose run the task holds; None: an ordinary task."""
 
     @property
     def spend(self) -> SpendView:
