@@ -749,8 +749,8 @@ async def follow_to_the_end(watch: AsyncIterable[Event], kinds: list[str]) -> No
 
 @pytest.fixture(scope="module")
 def small_budget(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
-    """A server with a budget of 10 points regained at 5 a second."""
-    yield from budget_server(tmp_path_factory, 10, 5)
+    """A server with a budget of 10 points regained at 1 a second."""
+    yield from budget_server(tmp_path_factory, 10, 1)
 
 
 async def test_a_rate_limited_watch_waits_and_then_follows(
@@ -770,11 +770,14 @@ async def test_a_rate_limited_watch_waits_and_then_follows(
     monkeypatch.setattr(api_module, "_pause", recorded)
     async with Runstate(server.url, token) as client:
         session = await client.start_session()
-        task = await client.create_task(session.id, "watched", ["a"])
-        await client.start_step(task.id, 0, 1)  # 6 of 10 points spent, 4 left
+        task = await client.create_task(session.id, "watched", ["a", "b"])
+        task = await client.start_step(task.id, 0, task.version)
+        task = await client.complete_step(task.id, 0, task.version)
+        await client.start_step(task.id, 1, task.version)  # all 10 points spent
+        # Refused unless the five writes took 5 s: 1 point a second is regained.
         async with contextlib.aclosing(aiter(client.watch(task.id))) as events:
             first = await anext(events)
-        assert (first.kind, first.seq) == ("SNAPSHOT", 2)
+        assert (first.kind, first.seq) == ("SNAPSHOT", 4)
     assert waits, "the first subscription was refused and waited out"
     assert all(w > 0 for w in waits)
 
