@@ -28,7 +28,6 @@ from runstate.schema.extensions import (
     Schema,
     Shared,
     SmallValidationCache,
-    should_mask,
 )
 from runstate.schema.fanout import SharedEventExecutor
 from runstate.schema.limits import limit_rules
@@ -64,14 +63,13 @@ def build_schema(
     )
     # Classes or factories, never instances: Strawberry builds a fresh one per request.
     metrics = metrics or Metrics()
-    masking = partial(MaskUnexpectedErrors, should_mask_error=should_mask)
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         ParseOnce,
         SmallValidationCache,
         partial(AddValidationRules, rules),
         partial(MaxTokensLimiter, max_token_count=settings.max_tokens),
         partial(BoundedAnswers, bounds),
-        masking,
+        MaskUnexpectedErrors,
         partial(Measured, known, metrics),
     ]
     if not settings.introspection:
@@ -91,7 +89,6 @@ def build_schema(
         bounds=bounds,
         rules=rules,
         max_tokens=settings.max_tokens,
-        masking=masking(),
         metrics=metrics,
         known=known,
     )

@@ -19,7 +19,7 @@ type's fields, names and defaults looked up once, not per value), calls the
 resolver (which charges the write, applies idempotency, writes, publishes),
 answers a refusal as its Problem member (``to_problem``), serializes the answer
 through the plan with the schema's own scalars and enums, logs and masks an
-unexpected error (``Schema.process_errors``, ``MaskUnexpectedErrors``) and
+unexpected error (``Schema.process_errors``; ``masked``, as ``MaskUnexpectedErrors``) and
 counts the operation (``counted``). What it returns is an ``ExecutionResult``
 that the view turns into bytes, status and media type as it does every other:
 errors, masking, media types and status codes are one implementation.
@@ -30,7 +30,7 @@ the bytes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass
 from typing import Any
 
@@ -58,20 +58,23 @@ from graphql import (
 from graphql.execution.values import get_argument_values, get_variable_values
 from graphql.pyutils import Undefined
 from strawberry.relay.types import GlobalID
+from strawberry.scalars import is_scalar
 from strawberry.types import ExecutionResult
-from strawberry.types.arguments import _is_leaf_type, _is_optional_leaf_type, convert_argument
+from strawberry.types.arguments import convert_argument
 from strawberry.types.base import (
     StrawberryList,
     StrawberryMaybe,
     StrawberryObjectDefinition,
     StrawberryOptional,
 )
+from strawberry.types.enum import StrawberryEnumDefinition
 from strawberry.types.field import StrawberryField
+from strawberry.types.lazy_type import LazyType
 from strawberry.types.unset import UNSET
 
 from runstate.resolvers.answers import WRITES
 from runstate.schema.context import Context
-from runstate.schema.extensions import Schema, Shared, counted
+from runstate.schema.extensions import Schema, Shared, counted, masked
 from runstate.schema.problems import AnswerProblems, to_problem
 from runstate.services.domain.errors import DomainError
 
@@ -155,7 +158,7 @@ class Lean:
             result = await self._run(write, context, variables, coerced)
         if result.errors:
             self.schema.process_errors(result.errors)
-            result.errors = self.shared.masking._process_errors(result.errors)
+            result.errors = masked(result.errors)
         counted(
             self.shared.metrics,
             self.shared.known,
@@ -279,15 +282,16 @@ class Lean:
         if isinstance(kind, StrawberryOptional):
             return self._converter(kind.of_type)
         if isinstance(kind, StrawberryList):
-            if _is_leaf_type(kind.of_type, registry, skip_classes=(GlobalID,)) or (
-                _is_optional_leaf_type(kind.of_type, registry, skip_classes=(GlobalID,))
-            ):
+            item_kind = kind.of_type
+            if isinstance(item_kind, StrawberryOptional):
+                item_kind = item_kind.of_type
+            if _leaf(item_kind, registry, skip=(GlobalID,)):
                 return lambda value: value if value is None or value is UNSET else list(value)
             item = self._converter(kind.of_type)
             return lambda value: (
                 value if value is None or value is UNSET else [item(v) for v in value]
             )
-        if _is_leaf_type(kind, registry):
+        if _leaf(kind, registry):
             return lambda value: value
         definition = getattr(kind, "__strawberry_definition__", None)
         if not isinstance(definition, StrawberryObjectDefinition) or definition.from_input:
@@ -423,6 +427,20 @@ class Lean:
         return isinstance(named, GraphQLAbstractType) and self.schema._schema.is_sub_type(
             named, kind
         )
+
+
+def _leaf(kind: Any, registry: Mapping[object, Any], skip: tuple[type, ...] = ()) -> bool:
+    """Whether ``convert_argument`` takes a value of Strawberry type ``kind`` as it
+    is: a scalar of ``registry`` (the schema's) or an enum, not one of ``skip``.
+    The test of Strawberry's ``convert_argument`` (its private ``_is_leaf_type``),
+    made here of public parts."""
+    if kind in skip:
+        return False
+    if is_scalar(kind, registry) or isinstance(kind, StrawberryEnumDefinition):
+        return True
+    if isinstance(kind, LazyType):
+        return _leaf(kind.resolve_type(), registry)
+    return False
 
 
 def _constant(value: str) -> Complete:
