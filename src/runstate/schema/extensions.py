@@ -1,13 +1,15 @@
 """The Schema class and its extensions: parser and validation caches, error masking,
-metrics. The schema itself is assembled above the resolvers, in ``runstate.resolvers.build``."""
+metrics; and the form of the one list of them that both paths read (``Duty``: an
+extension, and what the lean path does in its place). The schema itself is
+assembled above the resolvers, in ``runstate.resolvers.build``."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence, Set
+from collections.abc import Callable, Iterator, Sequence, Set
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import strawberry
 from graphql import (
@@ -217,16 +219,82 @@ def _top_fields(document: DocumentNode | None) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Shared:
-    """What the schema's extensions hold that the lean path uses as they do: the
-    bounds (``BoundedAnswers``), the validation rules past graphql-core's own and
-    the token limit, and the metrics (``Measured``)."""
+class WithinTokens:
+    """The lean path parses each document within ``max_tokens`` (once, when it
+    compiles it)."""
+
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class WithRules:
+    """The lean path validates each document with ``rules`` too, past
+    graphql-core's own (once, when it compiles it)."""
+
+    rules: Sequence[type[ASTValidationRule]]
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """The lean path bounds and charges each request of a caller with ``bounds``
+    (``Bounds.bound``) before its resolver runs."""
 
     bounds: Bounds
-    rules: Sequence[type[ASTValidationRule]]
-    max_tokens: int
+
+
+@dataclass(frozen=True)
+class Masked:
+    """The lean path masks the unexpected errors of each answer (``masked``)."""
+
+
+@dataclass(frozen=True)
+class Counted:
+    """The lean path counts and times each operation (``counted``) in ``metrics``."""
+
     metrics: Metrics
     known: Set[str]
+
+
+@dataclass(frozen=True)
+class NotNeeded:
+    """The lean path has nothing to do in the extension's place, for ``why``."""
+
+    why: str
+
+
+Counterpart = WithinTokens | WithRules | Bounded | Masked | Counted | NotNeeded
+"""What the lean path (``resolvers.lean``) does in an extension's place: at
+compile time (``WithinTokens``, ``WithRules``), per request (``Bounded``,
+``Masked``, ``Counted``), or nothing, with the reason (``NotNeeded``)."""
+
+Extension = type[SchemaExtension] | Callable[[], SchemaExtension]
+"""An extension as Strawberry takes it: its class, or a factory of it (a
+``partial`` with its arguments), never an instance: Strawberry makes a fresh one
+per request."""
+
+
+@dataclass(frozen=True)
+class Duty:
+    """One row of the schema's one list of extensions: the extension the standard
+    path runs (``extension``) and what the lean path does in its place (``lean``).
+    ``resolvers.build`` declares the rows; the schema runs their extensions, and
+    the lean path derives its steps from their counterparts, refusing to start
+    (``TypeError``) for an extension of the schema that no row declares."""
+
+    extension: Extension
+    lean: Counterpart
+
+    @property
+    def name(self) -> str:
+        """The extension's class name."""
+        return extension_name(self.extension)
+
+
+def extension_name(extension: object) -> str:
+    """The class name of an extension as a schema holds it (a class, a ``partial``
+    of one, or anything else a schema was given)."""
+    made = extension.func if isinstance(extension, partial) else extension
+    return str(getattr(made, "__qualname__", made))
 
 
 class Schema(strawberry.Schema):
@@ -236,11 +304,11 @@ class Schema(strawberry.Schema):
     transition or syntax error a client caused filled the log; those are answers,
     not faults. Unexpected errors are logged in full (and masked for the client).
 
-    ``shared`` holds what its extensions share with the lean path
-    (``resolvers.lean``), set where the schema is built.
+    ``duties`` is the list its extensions are made of, each with what the lean
+    path (``resolvers.lean``) does in its place; set where the schema is built.
     """
 
-    shared: Shared | None = None
+    duties: tuple[Duty, ...] = ()
 
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
