@@ -17,7 +17,7 @@ from strawberry.asgi import ASGIWebSocketAdapter
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
-    _OperationStreamClosed,
+    _OperationStreamClosed,  # private, as _send_result_stream: test_strawberry_private.py
 )
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     CompleteMessage,
