@@ -4,7 +4,6 @@ nothing from here (``make lint``'s import contracts)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 
 from graphql.validation import NoSchemaIntrospectionCustomRule
@@ -12,7 +11,6 @@ from strawberry.extensions import (
     AddValidationRules,
     DisableIntrospection,
     MaxTokensLimiter,
-    SchemaExtension,
 )
 from strawberry.schema.config import StrawberryConfig
 
@@ -22,13 +20,18 @@ from runstate.resolvers.queries import Query
 from runstate.resolvers.subscriptions import Subscription
 from runstate.schema.bounds import BoundedAnswers, Bounds
 from runstate.schema.extensions import (
+    Bounded,
+    Counted,
+    Duty,
+    Masked,
     MaskUnexpectedErrors,
     Measured,
+    NotNeeded,
     ParseOnce,
     Schema,
-    Shared,
     SmallValidationCache,
-    should_mask,
+    WithinTokens,
+    WithRules,
 )
 from runstate.schema.fanout import SharedEventExecutor
 from runstate.schema.limits import limit_rules
@@ -62,37 +65,41 @@ def build_schema(
         burst=settings.rate_burst,
         turns=turns,
     )
-    # Classes or factories, never instances: Strawberry builds a fresh one per request.
     metrics = metrics or Metrics()
-    masking = partial(MaskUnexpectedErrors, should_mask_error=should_mask)
-    extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
-        ParseOnce,
-        SmallValidationCache,
-        partial(AddValidationRules, rules),
-        partial(MaxTokensLimiter, max_token_count=settings.max_tokens),
-        partial(BoundedAnswers, bounds),
-        masking,
-        partial(Measured, known, metrics),
+    # The one list of the schema's extensions, each with what the lean path
+    # (``resolvers.lean``) does in its place: Strawberry runs the extensions, the
+    # lean path derives its steps from the counterparts, and refuses to start for
+    # an extension of the schema no row declares. Classes or partials, never
+    # instances: Strawberry builds a fresh extension per request.
+    duties = [
+        Duty(
+            ParseOnce,
+            NotNeeded("a trusted write is parsed once, when the app starts: no parse to cache"),
+        ),
+        Duty(
+            SmallValidationCache,
+            NotNeeded("a trusted write is validated once, when the app starts: none to cache"),
+        ),
+        Duty(partial(AddValidationRules, rules), WithRules(rules)),
+        Duty(
+            partial(MaxTokensLimiter, max_token_count=settings.max_tokens),
+            WithinTokens(settings.max_tokens),
+        ),
+        Duty(partial(BoundedAnswers, bounds), Bounded(bounds)),
+        Duty(MaskUnexpectedErrors, Masked()),
+        Duty(partial(Measured, known, metrics), Counted(metrics, known)),
     ]
     if not settings.introspection:
-        extensions.append(DisableIntrospection)
-        rules = [*rules, NoSchemaIntrospectionCustomRule]
+        duties.append(Duty(DisableIntrospection, WithRules([NoSchemaIntrospectionCustomRule])))
     built = Schema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,
-        extensions=extensions,
+        extensions=[duty.extension for duty in duties],
         execution_context_class=SharedEventExecutor,
         config=StrawberryConfig(scalar_map={Long: LONG}),
     )
+    built.duties = tuple(duties)
     roots = (built._schema.query_type, built._schema.mutation_type, built._schema.subscription_type)
     known.update(name for root in roots if root is not None for name in root.fields)
-    built.shared = Shared(
-        bounds=bounds,
-        rules=rules,
-        max_tokens=settings.max_tokens,
-        masking=masking(),
-        metrics=metrics,
-        known=known,
-    )
     return built

@@ -4,37 +4,48 @@ answers them.
 
 A trusted document (``transport.trusted``) that is one write mutation made by
 ``answers.write`` (``mutation name($input: XInput!) { field(input: $input) {
-... } }``) is compiled once, when the app starts: parsed within the token limit,
-validated with every rule the schema runs (depth, aliases, nodes, literals), and
-its answer's selection turned into a plan, per type the answer may be, of which
+... } }``) is compiled once, when the app starts: parsed, validated, and its
+answer's selection turned into a plan, per type the answer may be, of which
 attribute each key reads and how its value is serialized. A document that is
 anything else (a query, a selection reading a field through a resolver, a
 fragment spread, a directive) stays on the standard path.
 
+What the schema's extensions do on the standard path, the lean path does from
+the same list (``Schema.duties``, declared in ``resolvers.build``): each row
+names an extension and its counterpart here. At compile time, a document is
+parsed within the token limit (``WithinTokens``) and validated with every rule
+the schema runs (``WithRules``: depth, aliases, nodes, literals, introspection
+when it is off); per request, the operation is bounded and charged
+(``Bounded``: ``Bounds.bound``), an unexpected error masked (``Masked``:
+``masked``) and the operation counted (``Counted``: ``counted``); the caches
+have nothing to do (``NotNeeded``, with the reason). An extension of the schema
+that no row declares, or a counterpart this module does not know, stops the app
+from starting (``TypeError`` from ``Lean``, naming it): never skipped.
+
 Per request, the lean path does what must be done per request and no more: it
 coerces the variables (graphql-core's ``get_variable_values``, so a bad input is
-the same request error), bounds and charges the operation (``Bounds.bound``),
-converts the input as Strawberry's ``convert_arguments`` does (each input
-type's fields, names and defaults looked up once, not per value), calls the
-resolver (which charges the write, applies idempotency, writes, publishes),
+the same request error), runs the per-request counterparts above around the
+resolver, converts the input as Strawberry's ``convert_arguments`` does (each
+input type's fields, names and defaults looked up once, not per value), calls
+the resolver (which charges the write, applies idempotency, writes, publishes),
 answers a refusal as its Problem member (``to_problem``), serializes the answer
-through the plan with the schema's own scalars and enums, logs and masks an
-unexpected error (``Schema.process_errors``, ``MaskUnexpectedErrors``) and
-counts the operation (``counted``). What it returns is an ``ExecutionResult``
+through the plan with the schema's own scalars and enums, and logs an unexpected
+error (``Schema.process_errors``). What it returns is an ``ExecutionResult``
 that the view turns into bytes, status and media type as it does every other:
 errors, masking, media types and status codes are one implementation.
 ``tests/integration/test_trusted.py`` sends each write both ways and compares
-the bytes.
+the bytes; ``tests/unit/test_lean_extensions.py`` holds the two lists one.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass
-from typing import Any
+from typing import Any, assert_never
 
 from graphql import (
+    ASTValidationRule,
     DocumentNode,
     FieldNode,
     GraphQLAbstractType,
@@ -58,20 +69,37 @@ from graphql import (
 from graphql.execution.values import get_argument_values, get_variable_values
 from graphql.pyutils import Undefined
 from strawberry.relay.types import GlobalID
+from strawberry.scalars import is_scalar
 from strawberry.types import ExecutionResult
-from strawberry.types.arguments import _is_leaf_type, _is_optional_leaf_type, convert_argument
+from strawberry.types.arguments import convert_argument
 from strawberry.types.base import (
     StrawberryList,
     StrawberryMaybe,
     StrawberryObjectDefinition,
     StrawberryOptional,
 )
+from strawberry.types.enum import StrawberryEnumDefinition
 from strawberry.types.field import StrawberryField
+from strawberry.types.lazy_type import LazyType
 from strawberry.types.unset import UNSET
 
 from runstate.resolvers.answers import WRITES
+from runstate.schema.bounds import Bounds
 from runstate.schema.context import Context
-from runstate.schema.extensions import Schema, Shared, counted
+from runstate.schema.extensions import (
+    Bounded,
+    Counted,
+    Counterpart,
+    Duty,
+    Masked,
+    NotNeeded,
+    Schema,
+    WithinTokens,
+    WithRules,
+    counted,
+    extension_name,
+    masked,
+)
 from runstate.schema.problems import AnswerProblems, to_problem
 from runstate.services.domain.errors import DomainError
 
@@ -120,9 +148,21 @@ class Lean:
     """The compiled write documents of a schema, by their text."""
 
     def __init__(self, schema: Schema, bodies: Iterable[str]) -> None:
-        assert schema.shared is not None, "a schema of resolvers.build"
         self.schema = schema
-        self.shared: Shared = schema.shared
+        self.duties = _duties(schema)
+        """The schema's extensions, each with what this path does in its place."""
+        self.max_tokens: int | None = None
+        """The fewest tokens a document may have (``WithinTokens``; None: no limit)."""
+        self.rules: list[type[ASTValidationRule]] = [*specified_rules]
+        """The rules a document is validated with: graphql-core's and ``WithRules``'."""
+        self.bounds: list[Bounds] = []
+        """What bounds and charges a request of a caller (``Bounded``)."""
+        self.masks: list[Callable[[list[GraphQLError]], list[GraphQLError]]] = []
+        """What an answer's errors go through (``Masked``)."""
+        self.counts: list[Counted] = []
+        """Where an operation is counted (``Counted``)."""
+        for duty in self.duties:
+            self._take(duty)
         self.writes: dict[str, LeanWrite] = {}
         self.skipped: dict[str, str] = {}
         """Documents left to the standard path, and why."""
@@ -131,6 +171,24 @@ class Lean:
                 self.writes[body] = self._compile(body)
             except NotLean as why:
                 self.skipped[body] = str(why)
+
+    def _take(self, duty: Duty) -> None:
+        """This path's step in place of ``duty``'s extension."""
+        match duty.lean:
+            case WithinTokens(max_tokens=limit):
+                self.max_tokens = limit if self.max_tokens is None else min(self.max_tokens, limit)
+            case WithRules(rules=rules):
+                self.rules.extend(rules)
+            case Bounded(bounds=bounds):
+                self.bounds.append(bounds)
+            case Masked():
+                self.masks.append(masked)
+            case Counted() as count:
+                self.counts.append(count)
+            case NotNeeded():
+                pass
+            case _:
+                assert_never(duty.lean)
 
     def get(self, query: str | None, operation_name: str | None) -> LeanWrite | None:
         """The compiled write of a request's document, if it has one and the request
@@ -155,15 +213,17 @@ class Lean:
             result = await self._run(write, context, variables, coerced)
         if result.errors:
             self.schema.process_errors(result.errors)
-            result.errors = self.shared.masking._process_errors(result.errors)
-        counted(
-            self.shared.metrics,
-            self.shared.known,
-            OperationType.MUTATION.value,
-            write.document,
-            bool(result.errors),
-            began,
-        )
+            for mask in self.masks:
+                result.errors = mask(result.errors)
+        for count in self.counts:
+            counted(
+                count.metrics,
+                count.known,
+                OperationType.MUTATION.value,
+                write.document,
+                bool(result.errors),
+                began,
+            )
         return result
 
     async def _run(
@@ -176,9 +236,10 @@ class Lean:
         gschema = self.schema._schema
         try:
             if context.principal is not None:
-                await self.shared.bounds.bound(
-                    gschema, write.document, write.name, variables, context, write.body
-                )
+                for bounds in self.bounds:
+                    await bounds.bound(
+                        gschema, write.document, write.name, variables, context, write.body
+                    )
         except GraphQLError as error:
             return ExecutionResult(data=None, errors=[error])
         except Exception as error:  # as Strawberry answers an extension's error
@@ -203,10 +264,10 @@ class Lean:
     def _compile(self, body: str) -> LeanWrite:
         gschema = self.schema._schema
         try:
-            document = parse(body, max_tokens=self.shared.max_tokens)
+            document = parse(body, max_tokens=self.max_tokens)
         except GraphQLError as error:
             raise NotLean(f"does not parse: {error.message}") from None
-        if validate(gschema, document, [*specified_rules, *self.shared.rules]):
+        if validate(gschema, document, self.rules):
             raise NotLean("is not valid against the schema and its limits")
         operation = document.definitions[0]
         if (
@@ -279,15 +340,16 @@ class Lean:
         if isinstance(kind, StrawberryOptional):
             return self._converter(kind.of_type)
         if isinstance(kind, StrawberryList):
-            if _is_leaf_type(kind.of_type, registry, skip_classes=(GlobalID,)) or (
-                _is_optional_leaf_type(kind.of_type, registry, skip_classes=(GlobalID,))
-            ):
+            item_kind = kind.of_type
+            if isinstance(item_kind, StrawberryOptional):
+                item_kind = item_kind.of_type
+            if _leaf(item_kind, registry, skip=(GlobalID,)):
                 return lambda value: value if value is None or value is UNSET else list(value)
             item = self._converter(kind.of_type)
             return lambda value: (
                 value if value is None or value is UNSET else [item(v) for v in value]
             )
-        if _is_leaf_type(kind, registry):
+        if _leaf(kind, registry):
             return lambda value: value
         definition = getattr(kind, "__strawberry_definition__", None)
         if not isinstance(definition, StrawberryObjectDefinition) or definition.from_input:
@@ -423,6 +485,45 @@ class Lean:
         return isinstance(named, GraphQLAbstractType) and self.schema._schema.is_sub_type(
             named, kind
         )
+
+
+def _duties(schema: Schema) -> tuple[Duty, ...]:
+    """The schema's duties, once it is sure that each extension the schema runs is
+    the extension of one, and that this path knows each one's counterpart; a
+    ``TypeError`` naming the extension otherwise, so the app does not start."""
+    declared = [duty.extension for duty in schema.duties]
+    undeclared = [extension_name(e) for e in schema.extensions if not any(e is d for d in declared)]
+    if undeclared:
+        raise TypeError(
+            f"the schema runs {', '.join(undeclared)} on every request, with no counterpart"
+            " on the lean path (resolvers.lean) declared: add it to the schema's list of"
+            " extensions (a Duty in resolvers.build) with what the lean path does in its"
+            " place, or NotNeeded and why"
+        )
+    unrun = [d.name for d in schema.duties if not any(e is d.extension for e in schema.extensions)]
+    if unrun:
+        raise TypeError(f"the schema does not run {', '.join(unrun)}, which its duties list")
+    unknown = [duty.name for duty in schema.duties if not isinstance(duty.lean, Counterpart)]
+    if unknown:
+        raise TypeError(
+            f"the lean path (resolvers.lean) knows no counterpart of {', '.join(unknown)}:"
+            " declare one it knows (schema.extensions.Counterpart)"
+        )
+    return schema.duties
+
+
+def _leaf(kind: Any, registry: Mapping[object, Any], skip: tuple[type, ...] = ()) -> bool:
+    """Whether ``convert_argument`` takes a value of Strawberry type ``kind`` as it
+    is: a scalar of ``registry`` (the schema's) or an enum, not one of ``skip``.
+    The test of Strawberry's ``convert_argument`` (its private ``_is_leaf_type``),
+    made here of public parts."""
+    if kind in skip:
+        return False
+    if is_scalar(kind, registry) or isinstance(kind, StrawberryEnumDefinition):
+        return True
+    if isinstance(kind, LazyType):
+        return _leaf(kind.resolve_type(), registry)
+    return False
 
 
 def _constant(value: str) -> Complete:

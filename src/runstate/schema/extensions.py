@@ -1,12 +1,15 @@
 """The Schema class and its extensions: parser and validation caches, error masking,
-metrics. The schema itself is assembled above the resolvers, in ``runstate.resolvers.build``."""
+metrics; and the form of the one list of them that both paths read (``Duty``: an
+extension, and what the lean path does in its place). The schema itself is
+assembled above the resolvers, in ``runstate.resolvers.build``."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence, Set
+from collections.abc import Callable, Iterator, Sequence, Set
 from dataclasses import dataclass
+from functools import lru_cache, partial
 
 import strawberry
 from graphql import (
@@ -17,13 +20,7 @@ from graphql import (
     OperationDefinitionNode,
     parse,
 )
-from strawberry.extensions import (
-    MaskErrors,
-    ParserCache,
-    SchemaExtension,
-    ValidationCache,
-)
-from strawberry.extensions.parser_cache import DEFAULT_MAXSIZE, _get_parse_cache
+from strawberry.extensions import SchemaExtension, ValidationCache
 from strawberry.types import ExecutionContext
 
 from runstate.observe.metrics import Metrics
@@ -37,15 +34,53 @@ def should_mask(error: GraphQLError) -> bool:
     return original is not None and not isinstance(original, DomainError | GraphQLError)
 
 
+MASKED = "Unexpected error."
+"""What a client reads in place of an unexpected error's message."""
+
+
+def masked(errors: list[GraphQLError]) -> list[GraphQLError]:
+    """``errors`` as a client sees them: each unexpected one (``should_mask``)
+    replaced by ``MASKED`` at its place (its locations and path kept, its cause
+    dropped), the others as they are. The one masking of both paths:
+    ``MaskUnexpectedErrors`` and the lean path (``resolvers.lean``)."""
+    return [_anonymised(error) if should_mask(error) else error for error in errors]
+
+
+def _anonymised(error: GraphQLError) -> GraphQLError:
+    return GraphQLError(
+        message=MASKED,
+        nodes=error.nodes,
+        source=error.source,
+        positions=error.positions,
+        path=error.path,
+        original_error=None,
+    )
+
+
 CACHED_DOCUMENT_CHARS = 16_384
 """Documents longer than this are parsed and validated each time, never cached:
 the caches hold 128 entries each, so their size stays bounded in bytes too
 (about 128 x 16 KiB of text, with the parsed trees), whatever clients send."""
 
 
-class ParseOnce(ParserCache):
-    """Strawberry's ParserCache, leaving a document it cannot parse (or a long one)
-    to Strawberry.
+PARSED_DOCUMENTS = 128
+"""How many parsed documents the parser cache keeps (Strawberry's ParserCache's
+default)."""
+
+_parsed = lru_cache(maxsize=PARSED_DOCUMENTS)(parse)
+"""graphql-core's ``parse``, remembering the latest ``PARSED_DOCUMENTS``
+documents: the cache ``ParseOnce`` and ``parse_document`` share, so a document
+is parsed once whichever of them sees it first."""
+
+
+class ParseOnce(SchemaExtension):
+    """A parser cache as Strawberry's ParserCache, leaving a document it cannot
+    parse (or a long one) to Strawberry.
+
+    The cache is runstate's own (``_parsed``), not ParserCache's, whose shared
+    cache is reached only through a private function of Strawberry's; the
+    document a repeat gets is the same object, so the validation cache
+    (``SmallValidationCache``) hits on it as before.
 
     ParserCache raises the syntax error (or "more than N tokens") from its hook,
     where the HTTP path catches it but the WebSocket path does not: the operation
@@ -60,9 +95,7 @@ class ParseOnce(ParserCache):
             yield
             return
         with contextlib.suppress(GraphQLError):
-            context.graphql_document = self.cached_parse_document(
-                context.query, **context.parse_options
-            )
+            context.graphql_document = _parsed(context.query, **context.parse_options)
         yield
 
 
@@ -72,7 +105,7 @@ def parse_document(query: str, max_tokens: int) -> DocumentNode:
     before executing it; raises GraphQLError as the parser does."""
     if len(query) > CACHED_DOCUMENT_CHARS:
         return parse(query, max_tokens=max_tokens)
-    document: DocumentNode = _get_parse_cache(DEFAULT_MAXSIZE)(query, max_tokens=max_tokens)
+    document: DocumentNode = _parsed(query, max_tokens=max_tokens)
     return document
 
 
@@ -88,20 +121,46 @@ class SmallValidationCache(ValidationCache):
         yield from super().on_validate()
 
 
-class MaskUnexpectedErrors(MaskErrors):
-    """Strawberry's MaskErrors, finding a result's errors by attribute.
+class MaskUnexpectedErrors(SchemaExtension):
+    """Masks the unexpected errors (``masked``) of every result: an operation's
+    answer, and each result of a stream (every message of a subscription, an
+    operation over a WebSocket), as Strawberry's MaskErrors does.
 
-    MaskErrors runs for every message of every subscription, and tests each
-    result with ``isinstance`` against a runtime-checkable Protocol, which is slow:
-    8% of a server's time with 100 watchers of one task (py-spy). Overrides a
-    private method of MaskErrors; ``tests/unit/test_masking.py`` checks that
-    unexpected errors are still masked.
+    Not MaskErrors itself: it runs for every message of every subscription, and
+    tests each result with ``isinstance`` against a runtime-checkable Protocol,
+    which is slow (8% of a server's time with 100 watchers of one task, py-spy);
+    speeding it up meant overriding a private method of it. This one finds a
+    result's errors by attribute, on Strawberry's public hooks alone.
+    ``tests/unit/test_masking.py`` checks that unexpected errors are masked in
+    answers and in subscription messages.
     """
 
-    def _process_result(self, result: object) -> None:
-        errors = getattr(result, "errors", None)
-        if errors:
-            result.errors = self._process_errors(errors)  # type: ignore[attr-defined]
+    def __init__(self) -> None:
+        self.streamed = False
+        """Whether the operation's results were masked as its stream yielded them."""
+
+    def on_operation(self) -> Iterator[None]:
+        self.streamed = False
+        yield
+        if not self.streamed:  # a stream's results were each masked as it went
+            result = self.execution_context.result
+            _mask(getattr(result, "initial_result", result))
+
+    def on_stream_result(self, result: object) -> Iterator[None]:
+        self.streamed = True
+        _mask(result)
+        for part in getattr(result, "incremental", None) or ():  # @defer, @stream
+            _mask(part)
+        for part in getattr(result, "completed", None) or ():
+            _mask(part)
+        yield
+
+
+def _mask(result: object) -> None:
+    """Mask the unexpected errors of a result (of any kind: found by attribute)."""
+    errors = getattr(result, "errors", None)
+    if errors:
+        result.errors = masked(errors)  # type: ignore[attr-defined]
 
 
 class Measured(SchemaExtension):
@@ -160,17 +219,82 @@ def _top_fields(document: DocumentNode | None) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Shared:
-    """What the schema's extensions hold that the lean path uses as they do: the
-    bounds (``BoundedAnswers``), the validation rules past graphql-core's own and
-    the token limit, the masking, and the metrics (``Measured``)."""
+class WithinTokens:
+    """The lean path parses each document within ``max_tokens`` (once, when it
+    compiles it)."""
+
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class WithRules:
+    """The lean path validates each document with ``rules`` too, past
+    graphql-core's own (once, when it compiles it)."""
+
+    rules: Sequence[type[ASTValidationRule]]
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """The lean path bounds and charges each request of a caller with ``bounds``
+    (``Bounds.bound``) before its resolver runs."""
 
     bounds: Bounds
-    rules: Sequence[type[ASTValidationRule]]
-    max_tokens: int
-    masking: MaskUnexpectedErrors
+
+
+@dataclass(frozen=True)
+class Masked:
+    """The lean path masks the unexpected errors of each answer (``masked``)."""
+
+
+@dataclass(frozen=True)
+class Counted:
+    """The lean path counts and times each operation (``counted``) in ``metrics``."""
+
     metrics: Metrics
     known: Set[str]
+
+
+@dataclass(frozen=True)
+class NotNeeded:
+    """The lean path has nothing to do in the extension's place, for ``why``."""
+
+    why: str
+
+
+Counterpart = WithinTokens | WithRules | Bounded | Masked | Counted | NotNeeded
+"""What the lean path (``resolvers.lean``) does in an extension's place: at
+compile time (``WithinTokens``, ``WithRules``), per request (``Bounded``,
+``Masked``, ``Counted``), or nothing, with the reason (``NotNeeded``)."""
+
+Extension = type[SchemaExtension] | Callable[[], SchemaExtension]
+"""An extension as Strawberry takes it: its class, or a factory of it (a
+``partial`` with its arguments), never an instance: Strawberry makes a fresh one
+per request."""
+
+
+@dataclass(frozen=True)
+class Duty:
+    """One row of the schema's one list of extensions: the extension the standard
+    path runs (``extension``) and what the lean path does in its place (``lean``).
+    ``resolvers.build`` declares the rows; the schema runs their extensions, and
+    the lean path derives its steps from their counterparts, refusing to start
+    (``TypeError``) for an extension of the schema that no row declares."""
+
+    extension: Extension
+    lean: Counterpart
+
+    @property
+    def name(self) -> str:
+        """The extension's class name."""
+        return extension_name(self.extension)
+
+
+def extension_name(extension: object) -> str:
+    """The class name of an extension as a schema holds it (a class, a ``partial``
+    of one, or anything else a schema was given)."""
+    made = extension.func if isinstance(extension, partial) else extension
+    return str(getattr(made, "__qualname__", made))
 
 
 class Schema(strawberry.Schema):
@@ -180,11 +304,11 @@ class Schema(strawberry.Schema):
     transition or syntax error a client caused filled the log; those are answers,
     not faults. Unexpected errors are logged in full (and masked for the client).
 
-    ``shared`` holds what its extensions share with the lean path
-    (``resolvers.lean``), set where the schema is built.
+    ``duties`` is the list its extensions are made of, each with what the lean
+    path (``resolvers.lean``) does in its place; set where the schema is built.
     """
 
-    shared: Shared | None = None
+    duties: tuple[Duty, ...] = ()
 
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None

@@ -17,7 +17,7 @@ from strawberry.asgi import ASGIWebSocketAdapter
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
-    _OperationStreamClosed,
+    _OperationStreamClosed,  # private, as _send_result_stream: test_strawberry_private.py
 )
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     CompleteMessage,
@@ -219,7 +219,7 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             self._resumed(operation, context, sending),
             context=began.copy(),  # each run its own, as each task of Strawberry's has
         )
-        operation.task.add_done_callback(self._task_done)
+        operation.task.add_done_callback(_retrieved)
 
     async def _resumed(
         self,
@@ -274,3 +274,11 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         finally:
             if self.connection is not None:
                 await self.host.connections.remove(self.connection)
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """Take a finished task's exception, so that asyncio does not report it as
+    never retrieved (``handle_task_exception`` logged it): what Strawberry does
+    for its own operation tasks, in a private method of its handler."""
+    if not task.cancelled():
+        task.exception()
