@@ -47,15 +47,16 @@ from runstate.services.write.house import House
 from runstate.storage import sql
 from runstate.storage.clock import utcnow
 
-MAX_TTL_SECONDS = 24 * 3600
+MAX_LEASE_SECONDS = 24 * 3600
+"""The longest lease a holder may take or renew (``ttlSeconds``): a day."""
 
 
 def checked(holder_id: str, ttl_seconds: int | None = None) -> None:
     """InvalidInput unless ``holder_id`` and ``ttl_seconds`` can make a lease."""
     if not holder_id.strip() or len(holder_id) > USER_LENGTH:
         raise InvalidInputError("holderId", f"must be 1 to {USER_LENGTH} characters")
-    if ttl_seconds is not None and not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
-        raise InvalidInputError("ttlSeconds", f"must be between 1 and {MAX_TTL_SECONDS}")
+    if ttl_seconds is not None and not 1 <= ttl_seconds <= MAX_LEASE_SECONDS:
+        raise InvalidInputError("ttlSeconds", f"must be between 1 and {MAX_LEASE_SECONDS}")
 
 
 def _live_for(holder_id: str, now: datetime) -> sql.Fragment:
