@@ -117,6 +117,21 @@ def _log_format(env: Mapping[str, str], name: str, default: str) -> str:
     return _choice(env, name, FORMATS, default)
 
 
+def _request_log(env: Mapping[str, str], name: str, default: int) -> int:
+    """``on`` (1), ``off`` (0) or ``sample:N`` (N): a line for one request in that many."""
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    kind, _, every = raw.lower().partition(":")
+    if (kind, every) == ("on", ""):
+        return 1
+    if (kind, every) == ("off", ""):
+        return 0
+    if kind == "sample" and every.isascii() and every.isdigit() and 1 <= int(every) <= MAX_INT:
+        return int(every)
+    raise SettingsError(f"{name} must be on, off or sample:N (N from 1), not {raw!r}")
+
+
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -241,6 +256,10 @@ class Settings:
     is off."""
     log_format: str = field(default="text", metadata={"read": _log_format, "production": "json"})
     """``text`` for people, ``json`` (one object per line) for log collectors."""
+    request_log: int = field(default=1, metadata={"read": _request_log})
+    """One in how many requests and WebSocket connections the request log writes a line
+    for (``transport.request_log``): 1 each (``on``), 0 none (``off``), N
+    (``sample:N``)."""
     currency: str = field(default="USD", metadata={"read": _currency})
     """The ISO 4217 code of the currency spend is reported in (``costMicros``: its
     millionths); the dashboard shows costs in it."""

@@ -133,6 +133,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "metrics_token": ("a-token-long-enough-for-prod", "a-token-long-enough-for-prod"),
     "log_format": ("json", "json"),
     "currency": ("EUR", "EUR"),
+    "request_log": ("sample:10", 10),
 }
 """A value to set, and the value read, for each setting whose type gives none of its
 own (whole numbers, seconds and flags are sampled by ``sample``)."""
@@ -232,3 +233,24 @@ def test_each_variable_sets_its_setting(name: str) -> None:
     raw, _value, expected = variables()[name]
     environ: Mapping[str, str] = {name: raw}
     assert Settings.from_env(environ) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "every"),
+    [("", 1), ("on", 1), ("off", 0), ("OFF", 0), ("sample:1", 1), ("sample:50", 50)],
+)
+def test_the_request_log_is_on_off_or_one_in_n(raw: str, every: int) -> None:
+    """Guards ``RUNSTATE_REQUEST_LOG``'s shapes: on (the default, every request's
+    line), off (none), ``sample:N`` (one in N). Seen failing with ``off`` read as 1."""
+    assert Settings.from_env({"RUNSTATE_REQUEST_LOG": raw}).request_log == every
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["yes", "sample", "sample:", "sample:0", "sample:-2", "sample:x", "on:3", f"sample:{2**31}"],
+)
+def test_the_request_log_refuses_other_shapes(raw: str) -> None:
+    """Guards the refusal of anything but on, off and ``sample:N`` with N from 1 to
+    the API's Int, naming the variable. Seen failing with ``sample:0`` taken (as off)."""
+    with pytest.raises(SettingsError, match=r"^RUNSTATE_REQUEST_LOG must be on, off or sample:N"):
+        Settings.from_env({"RUNSTATE_REQUEST_LOG": raw})
