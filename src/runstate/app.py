@@ -278,7 +278,7 @@ def _middleware(parts: _Parts) -> list[Middleware]:
                 max_age=600,
             ),
         )
-    middleware.insert(0, Middleware(RequestLog))  # it sees every answer
+    middleware.insert(0, Middleware(RequestLog, every=settings.request_log))  # sees every answer
     # Outermost: everything below runs in the app's own database context.
     middleware.insert(0, Middleware(InDatabase, database=parts.database))
     return middleware

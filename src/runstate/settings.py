@@ -1,11 +1,17 @@
-"""Configuration read once from ``RUNSTATE_*`` variables; CLI flags override it."""
+"""Configuration read once from ``RUNSTATE_*`` variables; CLI flags override it.
+
+Each setting is a field of ``Settings``, declared there once with its default; the
+field ``name`` is read from ``RUNSTATE_NAME`` (``content``'s limits from
+``RUNSTATE_MAX_`` and theirs), by the reader its type calls for (``_READERS``) or
+the one its metadata names (``read``). A field whose default differs in production
+says so in its metadata (``production``)."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from runstate.observe.logs import FORMATS
@@ -19,6 +25,149 @@ class SettingsError(ValueError):
     """A configuration value that cannot be used."""
 
 
+MAX_INT = 2**31 - 1
+"""GraphQL's Int: the largest setting, since some (quotas) are answered by the API."""
+
+Reader = Callable[[Mapping[str, str], str, Any], Any]
+"""How a setting is read: from the environment, its variable's name and its default."""
+
+
+def variable(name: str) -> str:
+    """The variable a field of ``Settings`` is read from."""
+    return f"RUNSTATE_{name.upper()}"
+
+
+def _environment(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = env.get(name) or default
+    if raw not in ENVIRONMENTS:
+        raise SettingsError(f"{name} must be development or production, not {raw!r}")
+    return raw
+
+
+def _currency(env: Mapping[str, str], name: str, default: str) -> str:
+    """An ISO 4217 currency code: three capital letters."""
+    value = env.get(name) or default
+    if len(value) != 3 or not value.isascii() or not value.isalpha() or not value.isupper():
+        raise SettingsError(f"{name} must be three capital letters (USD), not {value!r}")
+    return value
+
+
+def _text(env: Mapping[str, str], name: str, default: str | None) -> str | None:
+    """The variable as it is; unset or empty, the default."""
+    return env.get(name) or default
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    return _positive(env, name, default, int, "a whole number")
+
+
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    return _positive(env, name, default, float, "a number of seconds")
+
+
+N = TypeVar("N", int, float)
+
+
+def _positive(env: Mapping[str, str], name: str, default: N, parse: type[N], what: str) -> N:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = parse(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be {what}, not {raw!r}") from None
+    if not value > 0:
+        raise SettingsError(f"{name} must be positive, not {raw}")
+    if value > MAX_INT:
+        raise SettingsError(f"{name} must be at most {MAX_INT} (the API's Int), not {raw}")
+    return value
+
+
+def _names(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated list; unset or empty, the default."""
+    raw = env.get(name)
+    if not raw:
+        return default
+    return tuple(e.strip() for e in raw.split(",") if e.strip())
+
+
+def _networks(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated list of IP addresses or networks (``10.0.0.0/8``), or ``*``."""
+    entries = _names(env, name, default)
+    for entry in entries:
+        if entry == "*":
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise SettingsError(
+                f"{name} must list IP addresses or networks, not {entry!r}"
+            ) from None
+    return entries
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = env.get(name) or default
+    if raw not in choices:
+        raise SettingsError(f"{name} must be one of {', '.join(choices)}, not {raw!r}")
+    return raw
+
+
+def _log_format(env: Mapping[str, str], name: str, default: str) -> str:
+    return _choice(env, name, FORMATS, default)
+
+
+def _request_log(env: Mapping[str, str], name: str, default: int) -> int:
+    """``on`` (1), ``off`` (0) or ``sample:N`` (N): a line for one request in that many."""
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    kind, _, every = raw.lower().partition(":")
+    if (kind, every) == ("on", ""):
+        return 1
+    if (kind, every) == ("off", ""):
+        return 0
+    if kind == "sample" and every.isascii() and every.isdigit() and 1 <= int(every) <= MAX_INT:
+        return int(every)
+    raise SettingsError(f"{name} must be on, off or sample:N (N from 1), not {raw!r}")
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{name} must be true or false, not {raw!r}")
+
+
+def _content(env: Mapping[str, str], name: str, default: ContentLimits) -> ContentLimits:
+    """Each limit from ``RUNSTATE_MAX_`` and its name (``RUNSTATE_MAX_GOAL_CHARS``);
+    ``name``, the field's own variable, names none."""
+    return ContentLimits(
+        **{
+            limit: _positive_int(env, f"RUNSTATE_MAX_{limit.upper()}", value)
+            for limit, value in asdict(default).items()
+        }
+    )
+
+
+_READERS: dict[str, Reader] = {
+    "int": _positive_int,
+    "float": _positive_float,
+    "bool": _flag,
+    "str": _text,
+    "str | None": _text,
+    "tuple[str, ...]": _names,
+}
+"""The reader of a field by its declared type, unless its metadata names another."""
+
+DEVELOPMENT_ONLY = {"production": False}
+"""The metadata of a flag that is on by default in development only."""
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the service reads from its environment, passed to ``create_app``."""
@@ -28,7 +177,7 @@ class Settings:
     session_ttl: int = 3600
     retention: int = 86400
     max_body_bytes: int = 1_048_576
-    graphiql: bool = True
+    graphiql: bool = field(default=True, metadata=DEVELOPMENT_ONLY)
     catch_up_seconds: float = 3.0
     subscriber_queue: int = 1000
     subscriber_queue_bytes: int = 4 * 1024 * 1024
@@ -41,9 +190,9 @@ class Settings:
     standard one (for the tests and benchmarks that compare the two)."""
     idempotency_ttl: int = 86400
     sweep_seconds: float = 60.0
-    env: str = "development"
-    introspection: bool = True
-    get_queries: bool = True
+    env: str = field(default="development", metadata={"read": _environment})
+    introspection: bool = field(default=True, metadata=DEVELOPMENT_ONLY)
+    get_queries: bool = field(default=True, metadata=DEVELOPMENT_ONLY)
     """Queries in a GET request's query string (GraphiQL's history links use them)."""
     max_depth: int = 10
     max_aliases: int = 15
@@ -70,7 +219,7 @@ class Settings:
     connection's opening)."""
     body_seconds: float = 20.0
     """How long a request's body may take to arrive, plus a second per 500 bytes."""
-    trusted_proxies: tuple[str, ...] = ()
+    trusted_proxies: tuple[str, ...] = field(default=(), metadata={"read": _networks})
     """Addresses or networks of proxies in front of the server: their
     ``X-Forwarded-For`` names the client, and their connections are not capped by
     address. None by default: no header names the client but the connection."""
@@ -100,84 +249,28 @@ class Settings:
     each, in a budget of its own; with the rate limit on)."""
     anon_rate_burst: float = 100.0
     """The most such requests one address may send at once."""
-    content: ContentLimits = field(default_factory=ContentLimits)
+    content: ContentLimits = field(default_factory=ContentLimits, metadata={"read": _content})
     """How large what clients store may be (goals, actions, steps, JSON payloads)."""
     metrics_token: str | None = None
     """The bearer token ``/metrics`` answers (no user's token does); unset, /metrics
     is off."""
-    log_format: str = "text"
+    log_format: str = field(default="text", metadata={"read": _log_format, "production": "json"})
     """``text`` for people, ``json`` (one object per line) for log collectors."""
-    currency: str = "USD"
+    request_log: int = field(default=1, metadata={"read": _request_log})
+    """One in how many requests and WebSocket connections the request log writes a line
+    for (``transport.request_log``): 1 each (``on``), 0 none (``off``), N
+    (``sample:N``)."""
+    currency: str = field(default="USD", metadata={"read": _currency})
     """The ISO 4217 code of the currency spend is reported in (``costMicros``: its
     millionths); the dashboard shows costs in it."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Read the ``RUNSTATE_*`` variables, falling back to the defaults above."""
+        """Read each field from its ``RUNSTATE_*`` variable (``variable``), falling
+        back to its default above (in production, to its ``production`` default)."""
         env = os.environ if environ is None else environ
-        name = env.get("RUNSTATE_ENV") or "development"
-        if name not in ENVIRONMENTS:
-            raise SettingsError(f"RUNSTATE_ENV must be development or production, not {name!r}")
-        developing = name == "development"
-        settings = cls(
-            database_url=env.get("RUNSTATE_DATABASE_URL") or DEFAULT_DATABASE_URL,
-            redis_url=env.get("RUNSTATE_REDIS_URL") or None,
-            session_ttl=_positive_int(env, "RUNSTATE_SESSION_TTL", 3600),
-            retention=_positive_int(env, "RUNSTATE_RETENTION", 86400),
-            max_body_bytes=_positive_int(env, "RUNSTATE_MAX_BODY_BYTES", 1_048_576),
-            graphiql=_flag(env, "RUNSTATE_GRAPHIQL", developing),
-            catch_up_seconds=_positive_float(env, "RUNSTATE_CATCH_UP_SECONDS", 3.0),
-            subscriber_queue=_positive_int(env, "RUNSTATE_SUBSCRIBER_QUEUE", 1000),
-            subscriber_queue_bytes=_positive_int(
-                env, "RUNSTATE_SUBSCRIBER_QUEUE_BYTES", 4 * 1024 * 1024
-            ),
-            gap_fill=_flag(env, "RUNSTATE_GAP_FILL", True),
-            live_relay=_flag(env, "RUNSTATE_LIVE_RELAY", True),
-            lean=_flag(env, "RUNSTATE_LEAN", True),
-            idempotency_ttl=_positive_int(env, "RUNSTATE_IDEMPOTENCY_TTL", 86400),
-            sweep_seconds=_positive_float(env, "RUNSTATE_SWEEP_SECONDS", 60.0),
-            env=name,
-            introspection=_flag(env, "RUNSTATE_INTROSPECTION", developing),
-            get_queries=_flag(env, "RUNSTATE_GET_QUERIES", developing),
-            max_depth=_positive_int(env, "RUNSTATE_MAX_DEPTH", 10),
-            max_aliases=_positive_int(env, "RUNSTATE_MAX_ALIASES", 15),
-            max_tokens=_positive_int(env, "RUNSTATE_MAX_TOKENS", 2000),
-            max_nodes=_positive_int(env, "RUNSTATE_MAX_NODES", 20_000),
-            max_response_bytes=_positive_int(env, "RUNSTATE_MAX_RESPONSE_BYTES", 32 * 1_048_576),
-            max_ws_message_bytes=_positive_int(env, "RUNSTATE_MAX_WS_MESSAGE_BYTES", 1_048_576),
-            max_subscriptions=_positive_int(env, "RUNSTATE_MAX_SUBSCRIPTIONS", 20),
-            max_connections=_positive_int(env, "RUNSTATE_MAX_CONNECTIONS", 50),
-            connection_init_seconds=_positive_float(env, "RUNSTATE_CONNECTION_INIT_SECONDS", 10.0),
-            max_connections_per_address=_positive_int(
-                env, "RUNSTATE_MAX_CONNECTIONS_PER_ADDRESS", 256
-            ),
-            header_seconds=_positive_float(env, "RUNSTATE_HEADER_SECONDS", 20.0),
-            body_seconds=_positive_float(env, "RUNSTATE_BODY_SECONDS", 20.0),
-            trusted_proxies=_networks(env, "RUNSTATE_TRUSTED_PROXIES"),
-            keep_alive_seconds=_positive_int(env, "RUNSTATE_KEEP_ALIVE_SECONDS", 75),
-            allowed_origins=tuple(
-                o.strip() for o in env.get("RUNSTATE_ALLOWED_ORIGINS", "").split(",") if o.strip()
-            ),
-            auth_check_seconds=_positive_float(env, "RUNSTATE_AUTH_CHECK_SECONDS", 5.0),
-            operation_seconds=_positive_float(env, "RUNSTATE_OPERATION_SECONDS", 30.0),
-            stream_keepalive_seconds=_positive_float(
-                env, "RUNSTATE_STREAM_KEEPALIVE_SECONDS", 15.0
-            ),
-            rate_limit=_flag(env, "RUNSTATE_RATE_LIMIT", True),
-            rate_per_second=_positive_float(env, "RUNSTATE_RATE_PER_SECOND", 200.0),
-            rate_burst=_positive_float(env, "RUNSTATE_RATE_BURST", 2000.0),
-            anon_rate_per_second=_positive_float(env, "RUNSTATE_ANON_RATE_PER_SECOND", 20.0),
-            anon_rate_burst=_positive_float(env, "RUNSTATE_ANON_RATE_BURST", 100.0),
-            metrics_token=env.get("RUNSTATE_METRICS_TOKEN") or None,
-            log_format=_choice(env, "RUNSTATE_LOG_FORMAT", FORMATS, FORMATS[not developing]),
-            currency=_currency(env.get("RUNSTATE_CURRENCY") or "USD"),
-            content=ContentLimits(
-                **{
-                    name: _positive_int(env, f"RUNSTATE_MAX_{name.upper()}", default)
-                    for name, default in asdict(ContentLimits()).items()
-                }
-            ),
-        )
+        developing = _read(env, _FIELDS["env"], True) == "development"
+        settings = cls(**{f.name: _read(env, f, developing) for f in fields(cls)})
         if not developing:
             settings.check_production()
         return settings
@@ -233,6 +326,21 @@ class Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
+_FIELDS: dict[str, Field[Any]] = {f.name: f for f in fields(Settings)}
+
+
+def _read(env: Mapping[str, str], setting: Field[Any], developing: bool) -> Any:
+    """A field of ``Settings`` as its variable sets it, else its default."""
+    if setting.default_factory is not MISSING:
+        default = setting.default_factory()
+    else:
+        default = setting.default
+    if not developing:
+        default = setting.metadata.get("production", default)
+    read: Reader = setting.metadata.get("read") or _READERS[str(setting.type)]
+    return read(env, variable(setting.name), default)
+
+
 MIB = 1_048_576
 DAY = 86_400
 CEILINGS: dict[str, float] = {
@@ -284,73 +392,3 @@ one task can take a server's memory or time (development takes anything up to
 def _number(value: float) -> str:
     """A setting's value as it would be written: 16777216, not 1.67772e+07."""
     return str(int(value)) if value == int(value) else str(value)
-
-
-MAX_INT = 2**31 - 1
-"""GraphQL's Int: the largest setting, since some (quotas) are answered by the API."""
-
-
-def _currency(value: str) -> str:
-    """An ISO 4217 currency code: three capital letters."""
-    if len(value) != 3 or not value.isascii() or not value.isalpha() or not value.isupper():
-        raise SettingsError(f"RUNSTATE_CURRENCY must be three capital letters (USD), not {value!r}")
-    return value
-
-
-def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
-    return _positive(env, name, default, int, "a whole number")
-
-
-def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
-    return _positive(env, name, default, float, "a number of seconds")
-
-
-N = TypeVar("N", int, float)
-
-
-def _positive(env: Mapping[str, str], name: str, default: N, parse: type[N], what: str) -> N:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = parse(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be {what}, not {raw!r}") from None
-    if not value > 0:
-        raise SettingsError(f"{name} must be positive, not {raw}")
-    if value > MAX_INT:
-        raise SettingsError(f"{name} must be at most {MAX_INT} (the API's Int), not {raw}")
-    return value
-
-
-def _networks(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """A comma-separated list of IP addresses or networks (``10.0.0.0/8``), or ``*``."""
-    entries = tuple(e.strip() for e in env.get(name, "").split(",") if e.strip())
-    for entry in entries:
-        if entry == "*":
-            continue
-        try:
-            ipaddress.ip_network(entry, strict=False)
-        except ValueError:
-            raise SettingsError(
-                f"{name} must list IP addresses or networks, not {entry!r}"
-            ) from None
-    return entries
-
-
-def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
-    raw = env.get(name) or default
-    if raw not in choices:
-        raise SettingsError(f"{name} must be one of {', '.join(choices)}, not {raw!r}")
-    return raw
-
-
-def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    if raw.lower() in ("1", "true", "yes", "on"):
-        return True
-    if raw.lower() in ("0", "false", "no", "off"):
-        return False
-    raise SettingsError(f"{name} must be true or false, not {raw!r}")

@@ -4,13 +4,19 @@ token or a payload (``runstate.observe.logs``)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from tortoise.backends.base.executor import EXECUTOR_CACHE
 from websockets.asyncio.client import connect
 
+from runstate.app import create_app
+from runstate.observe.logs import CURRENT, log
+from runstate.settings import Settings
 from tests.support import GRAPHQL_WS, Server, create_token, sqlite_server, wait_until
 
 MARKER = "secret-payload-7f3a"
@@ -113,3 +119,69 @@ async def test_a_token_in_a_websocket_query_string_stays_out_of_the_log(server: 
     text = server.log()
     assert token not in text
     assert MARKER not in text
+
+
+class RequestLines(logging.Handler):
+    """The request log's lines, each with the id of the request it was written in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[tuple[str, dict[str, Any]]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        request = CURRENT.get()
+        assert request is not None
+        self.lines.append((request.id, record.__dict__["fields"]))
+
+
+async def lines_of_seven_requests(
+    request_log: int, database: Path
+) -> list[tuple[str, dict[str, Any]]]:
+    """Seven GETs of /healthz, one after another, from an app in this process whose
+    ``request_log`` is given, each with its own X-Request-ID (r1 to r7) and each
+    answered with it: the request log's lines. In process, the middleware has
+    written its line (or not) before the client has the answer."""
+    EXECUTOR_CACHE.clear()  # see tests/integration/test_history.py
+    url = f"sqlite://{database}"
+    app = create_app(Settings(database_url=url, request_log=request_log))
+    handler = RequestLines()
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+                for n in range(1, 8):
+                    answer = await http.get("/healthz", headers={"X-Request-ID": f"r{n}"})
+                    assert (answer.status_code, answer.headers["x-request-id"]) == (200, f"r{n}")
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    return handler.lines
+
+
+async def test_the_request_log_writes_each_line_one_in_n_or_none(tmp_path: Path) -> None:
+    """Guards ``RUNSTATE_REQUEST_LOG`` (``Settings.request_log``, issue 54 item 6e)
+    and its wiring in ``create_app``: on (the default), each of seven requests is a
+    line; ``sample:3`` writes the lines of the 1st, 4th and 7th, each saying
+    ``one_in: 3``; off writes none; every request is answered its X-Request-ID
+    either way. Seen failing with ``create_app`` not passing the setting (seven
+    lines, none saying ``one_in``, where three were due), and with ``_logs_next`` counting from 1
+    (r3 and r6 logged, not r1, r4, r7)."""
+    database = tmp_path / "log.db"
+    default = await lines_of_seven_requests(Settings().request_log, database)
+    assert [request_id for request_id, _ in default] == [f"r{n}" for n in range(1, 8)]
+    assert {k: default[0][1][k] for k in ("method", "path", "status")} == {
+        "method": "GET",
+        "path": "/healthz",
+        "status": 200,
+    }
+    assert "one_in" not in default[0][1]
+    sampled = await lines_of_seven_requests(3, database)
+    assert [(request_id, line["one_in"]) for request_id, line in sampled] == [
+        ("r1", 3),
+        ("r4", 3),
+        ("r7", 3),
+    ]
+    assert await lines_of_seven_requests(0, database) == []

@@ -30,7 +30,10 @@ BUDGET_PROBLEM = """
   ... on InvalidInput { field }
   ... on VersionConflict { currentVersion }
 """
-SPENT_SESSION = f"... on AgentSession {{ id version {SPEND} {BUDGET} }} {BUDGET_PROBLEM}"
+BUDGET_CHANGE = "budgetChange { actor note at }"
+SPENT_SESSION = (
+    f"... on AgentSession {{ id version {SPEND} {BUDGET} {BUDGET_CHANGE} }} {BUDGET_PROBLEM}"
+)
 TOOL = f"... on ToolState {{ toolName status }} ... on BudgetExceeded {{ scope {SPEND} }} {PROBLEM}"
 NOTHING = {"inputTokens": 0, "outputTokens": 0, "costMicros": 0, "calls": 0}
 
@@ -457,6 +460,57 @@ def test_keyed_set_budget_answers_a_session_again(alice: Api) -> None:
     again = set_budget(alice, 1, {"maxTokens": 5}, sessionId=session["id"], idempotencyKey=key)
     assert again == first
     assert first["version"] == 2
+
+
+def budget_change(api: Api, session_id: str) -> dict[str, Any] | None:
+    """The session's ``budgetChange`` as a read answers it."""
+    query = (
+        f"query($id: ID!) {{ session(id: $id) {{ ... on AgentSession {{ {BUDGET_CHANGE} }} }} }}"
+    )
+    found: dict[str, Any] | None = api(query, id=session_id)["session"]["budgetChange"]
+    return found
+
+
+def stored(api: Api) -> int:
+    value: int = api("{ usage { storedBytes } }")["usage"]["storedBytes"]
+    return value
+
+
+def test_a_session_keeps_who_changed_its_budget_and_why(alice: Api) -> None:
+    """Guards a session's ``setBudget`` keeping its actor and note (issue 54, item
+    6b), as a task's BUDGET_CHANGED event does: ``AgentSession.budgetChange`` is null
+    on a session never given a budget, names the starter (no note, at its creation)
+    of one started with one, and after each setBudget the caller, the note as given
+    and its time, in the answer and on a later read alike. The note counts in the
+    user's bytes at its current size (escapes included): 28 bytes, then 5 when a
+    shorter note replaces it, none once a change comes without one. Seen failing with
+    ``_set_session_budget`` writing only the limits (budgetChange stayed the
+    start's: note null) and with the note's bytes added but the previous note's
+    never given back (28 + 5 bytes held)."""
+    plain = start_session(alice)
+    assert budget_change(alice, plain["id"]) is None
+    session = start_session(alice, budget={"maxTokens": 100})
+    assert budget_change(alice, session["id"]) == {
+        "actor": "alice",
+        "note": None,
+        "at": session["createdAt"],
+    }
+    before = stored(alice)
+    note = 'a second "FRA" fare search'  # 26 characters, 28 bytes with its escapes
+    raised = set_budget(alice, 1, {"maxTokens": 500}, sessionId=session["id"], note=note)
+    assert (raised["version"], raised["budget"]) == (2, {"maxTokens": 500, "maxCostMicros": None})
+    change = raised["budgetChange"]
+    assert (change["actor"], change["note"]) == ("alice", note)
+    assert budget_change(alice, session["id"]) == change
+    assert stored(alice) == before + 28
+    shorter = set_budget(alice, 2, {"maxTokens": 600}, sessionId=session["id"], note="fewer")
+    assert shorter["budgetChange"]["note"] == "fewer"
+    assert stored(alice) == before + 5
+    removed = set_budget(alice, 3, {}, sessionId=session["id"], note="   ")
+    assert (removed["budget"], removed["budgetChange"]["note"]) == (None, None)
+    assert removed["budgetChange"]["actor"] == "alice"
+    assert budget_change(alice, session["id"]) == removed["budgetChange"]
+    assert stored(alice) == before
 
 
 def test_reports_are_recorded_past_the_budget(alice: Api) -> None:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import fields, replace
+from typing import Any
+
 import pytest
 
+from runstate.services.domain.validation import ContentLimits
 from runstate.settings import CEILINGS, MAX_INT, Settings, SettingsError
 from runstate.storage.database import tortoise_config
 
@@ -114,3 +119,138 @@ def test_production_refuses_a_checkpoint_its_task_could_never_hold() -> None:
     with pytest.raises(SettingsError, match="could never be stored"):
         Settings.from_env(sixteen)
     assert Settings.from_env(production).content.checkpoint_bytes == 8 * 1_048_576
+
+
+SAMPLES: dict[str, tuple[str, Any]] = {
+    "database_url": ("postgres://u@h/db", "postgres://u@h/db"),
+    "redis_url": ("redis://127.0.0.1:6379/1", "redis://127.0.0.1:6379/1"),
+    "env": ("production", "production"),
+    "trusted_proxies": ("10.0.0.0/8, 192.168.1.5", ("10.0.0.0/8", "192.168.1.5")),
+    "allowed_origins": (
+        "https://a.example, https://b.example",
+        ("https://a.example", "https://b.example"),
+    ),
+    "metrics_token": ("a-token-long-enough-for-prod", "a-token-long-enough-for-prod"),
+    "log_format": ("json", "json"),
+    "currency": ("EUR", "EUR"),
+    "request_log": ("sample:10", 10),
+}
+"""A value to set, and the value read, for each setting whose type gives none of its
+own (whole numbers, seconds and flags are sampled by ``sample``)."""
+
+NOT_READ: frozenset[str] = frozenset()
+"""Fields of ``Settings`` deliberately not read from a variable of their own: none.
+(``content`` is read limit by limit, from ``RUNSTATE_MAX_`` and each limit's name.)"""
+
+PRODUCTION: dict[str, Any] = {
+    "graphiql": False,
+    "introspection": False,
+    "get_queries": False,
+    "log_format": "json",
+}
+"""What production changes of the defaults."""
+
+
+def sample(name: str, default: Any) -> tuple[str, Any]:
+    """A value other than the default to set a setting to, and the value read."""
+    if name in SAMPLES:
+        return SAMPLES[name]
+    if isinstance(default, bool):
+        return ("false" if default else "true"), not default
+    if isinstance(default, int):
+        return str(default + 1), default + 1
+    if isinstance(default, float):
+        return str(default + 0.5), default + 0.5
+    raise AssertionError(f"Settings.{name}: give SAMPLES a value to set it to")
+
+
+def variables() -> dict[str, tuple[str, Any, Settings]]:
+    """Each variable a setting is read from: the value to set, and the settings read."""
+    found: dict[str, tuple[str, Any, Settings]] = {}
+    defaults = Settings()
+    for f in fields(Settings):
+        if f.name in NOT_READ:
+            continue
+        if f.name == "content":
+            for limit in fields(ContentLimits):
+                raw, value = sample(limit.name, getattr(defaults.content, limit.name))
+                content = replace(defaults.content, **{limit.name: value})
+                found[f"RUNSTATE_MAX_{limit.name.upper()}"] = (
+                    raw,
+                    value,
+                    replace(defaults, content=content),
+                )
+            continue
+        raw, value = sample(f.name, getattr(defaults, f.name))
+        extra = PRODUCTION if f.name == "env" else {}
+        found[f"RUNSTATE_{f.name.upper()}"] = (
+            raw,
+            value,
+            replace(defaults, **{f.name: value, **extra}),
+        )
+    return found
+
+
+class ReadNames(dict[str, str]):
+    """An empty environment that notes every name asked of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.names.add(key)
+        return default
+
+
+def test_every_setting_is_read_from_its_variable_and_defaults_to_its_field() -> None:
+    """Guards settings declared once (issue 54, item 6f): every field of ``Settings``
+    is read from ``RUNSTATE_`` and its name (each of ``content``'s limits from
+    ``RUNSTATE_MAX_`` and its own), unless ``NOT_READ`` lists it, and from no other
+    variable; unset, each is the dataclass's default (the dataclass is the one place
+    a default is written), and production changes exactly ``PRODUCTION``. A field
+    added to ``Settings`` is read by its type with no other edit, and one of a type
+    with no sample fails here asking for one. Seen failing: with ``from_env`` skipping
+    ``currency`` (the variables read lacked RUNSTATE_CURRENCY), with ``variable()``
+    spelling ``RUNSTATE_X_`` + name, with ``session_ttl``'s dataclass default 60 and
+    its variable's default still 3600 (as the two places once could disagree), and
+    with a new field ``note: str = ""`` (no sample)."""
+    expected = variables()
+    environment = ReadNames()
+    assert Settings.from_env(environment) == Settings()
+    assert environment.names == set(expected)
+    production = Settings.from_env({"RUNSTATE_ENV": "production"})
+    assert production == replace(Settings(), env="production", **PRODUCTION)
+
+
+@pytest.mark.parametrize("name", sorted(variables()))
+def test_each_variable_sets_its_setting(name: str) -> None:
+    """Guards each variable's reading: set to a value other than its default, it
+    changes its setting to that value, and nothing else (``env`` production's
+    defaults too). Seen failing with ``variable()`` spelling ``RUNSTATE_X_`` + name
+    (every case but the content limits), and with ``DEVELOPMENT_ONLY`` dropped from
+    ``graphiql`` (RUNSTATE_ENV=production read graphiql True)."""
+    raw, _value, expected = variables()[name]
+    environ: Mapping[str, str] = {name: raw}
+    assert Settings.from_env(environ) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "every"),
+    [("", 1), ("on", 1), ("off", 0), ("OFF", 0), ("sample:1", 1), ("sample:50", 50)],
+)
+def test_the_request_log_is_on_off_or_one_in_n(raw: str, every: int) -> None:
+    """Guards ``RUNSTATE_REQUEST_LOG``'s shapes: on (the default, every request's
+    line), off (none), ``sample:N`` (one in N). Seen failing with ``off`` read as 1."""
+    assert Settings.from_env({"RUNSTATE_REQUEST_LOG": raw}).request_log == every
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["yes", "sample", "sample:", "sample:0", "sample:-2", "sample:x", "on:3", f"sample:{2**31}"],
+)
+def test_the_request_log_refuses_other_shapes(raw: str) -> None:
+    """Guards the refusal of anything but on, off and ``sample:N`` with N from 1 to
+    the API's Int, naming the variable. Seen failing with ``sample:0`` taken (as off)."""
+    with pytest.raises(SettingsError, match=r"^RUNSTATE_REQUEST_LOG must be on, off or sample:N"):
+        Settings.from_env({"RUNSTATE_REQUEST_LOG": raw})

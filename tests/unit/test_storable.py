@@ -30,6 +30,7 @@ CHECKS: dict[str, Callable[[str], Any]] = {
     "note": validation.note,
     "metadata": lambda text: LIMITS.json_payload({text: 1}, "metadata"),
     "holderId": leases.checked,
+    "runOf": leases.run_kind,
     "toolName": lambda text: tools._check(LIMITS, text, ToolOutcome.SUCCESS, None, None, None),
     "nodes[0].name": lambda text: NodeRun("", "k", text, GraphNodeStatus.RUNNING).checked(
         LIMITS, "nodes[0]"

@@ -160,12 +160,17 @@ class RunstateSaver(BaseCheckpointSaver[str]):
     expired session takes no writes again).
 
     With ``holder`` (a name unique to this worker), the saver owns each thread it
-    writes to: it leases the thread's task on its first write (``LockHeld`` while
+    runs: it leases the thread's task on its first write (``LockHeld`` while
     another worker's lease is live), renews the lease every third of
-    ``lease_ttl`` seconds, releases it on close, and sends its fencing token with
-    every write. A saver whose lease lapsed (a frozen worker) and was taken over
-    gets ``runstate.client.StaleFencingToken`` from every later write, and nothing
-    of it is stored: one lineage survives, never a fork.
+    ``lease_ttl`` seconds while it runs the thread, and sends its fencing token
+    with every write. A thread runs from a write until its run ends, as the
+    watcher (``watch``) reports it, or, when the watcher does not follow it, until
+    the saver has written nothing to it for ``lease_ttl`` seconds; then the lease is
+    released (and on close). A later write takes it again: a new run's afresh, a
+    quiet thread's only if no other worker was granted it meanwhile. A saver whose
+    lease lapsed (a frozen worker) and was taken over gets
+    ``runstate.client.StaleFencingToken`` from every later write, and nothing of it
+    is stored: one lineage survives, never a fork.
 
     A node's pending writes go with the checkpoint that follows them, in one
     request and one transaction: ``aput_writes`` waits up to ``hold_writes``
@@ -223,7 +228,17 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         """With a holder: the fencing token of each thread this saver leased. Kept
         when the lease is lost, so that every later write is refused."""
         self._renewing: set[str] = set()
-        """The leases still renewed (those not lost)."""
+        """The threads running now: their leases are renewed."""
+        self._resting: set[str] = set()
+        """Threads left quiet for ``lease_ttl`` while no watched run was under way:
+        their leases released, their tokens kept. A write to one takes the lease
+        again only if no other worker was granted it meanwhile (the next token is
+        this saver's); else the write carries the old token and is refused."""
+        self._written_at: dict[str, float] = {}
+        """When the saver last wrote to each leased thread (the loop's clock)."""
+        self._runs: dict[str, int] = {}
+        """Watched graph runs under way, by thread (``Watcher``'s starts, less the
+        ends sent)."""
         self._renewer: asyncio.Task[None] | None = None
         self._seen: dict[str, Node] = {}
         """Node runs the watcher saw start, by LangGraph task id, until they end."""
@@ -235,7 +250,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         self._putting: dict[str, int] = {}
         """Checkpoints on their way, by thread."""
         self._flushing: set[asyncio.Task[None]] = set()
-        self.watcher = Watcher(self._report, self._seen)
+        self.watcher = Watcher(self._report, self._seen, self._begun)
         """The callback handler ``watch`` adds to a graph; give it yourself in a
         run's ``callbacks`` to watch that run alone."""
         self._leasing = asyncio.Lock()
@@ -484,6 +499,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
                 with contextlib.suppress(ProblemError):  # lapsed meanwhile: nothing to give up
                     await self._client.release_lock(thread_id, self.holder)
         self._renewing.clear()
+        self._resting.clear()
         await self._client.__aexit__(None, None, None)
 
     @property
@@ -492,10 +508,12 @@ class RunstateSaver(BaseCheckpointSaver[str]):
 
     async def _token(self, thread_id: str) -> int | None:
         """With a holder, the fencing token of this saver's lease on the thread,
-        taken on its first write (LockHeld while another's is live); None without."""
+        taken on its first write (LockHeld while another's is live), or again on the
+        first write after it rested; None without a holder."""
         if self.holder is None:
             return None
         async with self._leasing:
+            self._written_at[thread_id] = asyncio.get_running_loop().time()
             token = self._tokens.get(thread_id)
             if token is None:
                 lock = await self._client.acquire_lock(thread_id, self.holder, self._ttl)
@@ -503,16 +521,49 @@ class RunstateSaver(BaseCheckpointSaver[str]):
                 self._renewing.add(thread_id)
                 if self._renewer is None:
                     self._renewer = asyncio.create_task(self._renew(), name="runstate-saver-leases")
+            elif thread_id in self._resting:
+                self._resting.discard(thread_id)
+                token = self._tokens[thread_id] = await self._resumed(thread_id, token)
         return token
 
+    async def _resumed(self, thread_id: str, token: int) -> int:
+        """The token of a rested thread's lease taken again: the next token (none
+        was granted since this saver's), else the old one, lost, which the server
+        refuses. A grant past the next token means another worker held the thread
+        meanwhile: given back at once."""
+        assert self.holder is not None
+        try:
+            lock = await self._client.acquire_lock(thread_id, self.holder, self._ttl)
+        except ProblemError as refused:  # LockHeld: another worker's, live
+            log.warning("lost the lease on thread %s while it rested: %s", thread_id, refused)
+            return token
+        if lock.fencing_token in (token, token + 1):
+            self._renewing.add(thread_id)
+            return lock.fencing_token
+        log.warning("lost the lease on thread %s while it rested: token %d", thread_id, token)
+        with contextlib.suppress(ProblemError):
+            await self._client.release_lock(thread_id, self.holder)
+        return token
+
+    def _running(self, thread_id: str, now: float) -> bool:
+        """Whether the saver runs the thread now: a watched run on it is under way,
+        or the saver wrote to it within ``lease_ttl``."""
+        if self._runs.get(thread_id):
+            return True
+        return now - self._written_at.get(thread_id, now) < self.lease_ttl
+
     async def _renew(self) -> None:
-        """Renew the leases every third of their time to live. A lease that cannot
-        be renewed (it lapsed and another worker took the thread) is lost for good:
-        its token stays, and the server refuses every write that carries it."""
+        """Renew the leases of the threads running now, every third of their time to
+        live, and release those of threads gone quiet (they rest). A lease that
+        cannot be renewed (it lapsed and another worker took the thread) is lost for
+        good: its token stays, and the server refuses every write that carries it."""
         assert self.holder is not None
         while True:
             await asyncio.sleep(self.lease_ttl / 3)
             for thread_id in sorted(self._renewing):
+                if not self._running(thread_id, asyncio.get_running_loop().time()):
+                    await self._rest(thread_id)
+                    continue
                 try:
                     await self._client.renew_lock(thread_id, self.holder, self._ttl)
                 except ProblemError as refused:
@@ -520,6 +571,49 @@ class RunstateSaver(BaseCheckpointSaver[str]):
                     self._renewing.discard(thread_id)
                 except RunstateError as failed:  # the server is away: try again soon
                     log.warning("could not renew the lease on %s: %s", thread_id, failed)
+
+    async def _rest(self, thread_id: str) -> None:
+        """Release a quiet thread's lease, keeping its token (``_resting``)."""
+        assert self.holder is not None
+        async with self._leasing:
+            if thread_id not in self._renewing or self._running(
+                thread_id, asyncio.get_running_loop().time()
+            ):
+                return  # written to (or released) meanwhile
+            self._renewing.discard(thread_id)
+            self._resting.add(thread_id)
+            with contextlib.suppress(RunstateError):  # lapsed or lost: nothing to give up
+                await self._client.release_lock(thread_id, self.holder)
+
+    def _begun(self, thread_id: str) -> None:
+        """A watched graph run on the thread began (the watcher's, from any thread)."""
+        if is_id(thread_id) and not self._closed and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._count_run, thread_id)
+
+    def _count_run(self, thread_id: str) -> None:
+        self._runs[thread_id] = self._runs.get(thread_id, 0) + 1
+
+    async def _run_ended(self, thread_id: str) -> None:
+        """A watched run's end is sent: with no other run of the thread under way, its
+        lease is released and its token forgotten (the next run takes one afresh,
+        having loaded the thread as it then stands)."""
+        left = self._runs.get(thread_id, 0) - 1
+        if left > 0:
+            self._runs[thread_id] = left
+            return
+        self._runs.pop(thread_id, None)
+        if self.holder is None:
+            return
+        async with self._leasing:
+            if self._runs.get(thread_id):
+                return  # the next run began meanwhile
+            if thread_id in self._renewing:
+                with contextlib.suppress(RunstateError):
+                    await self._client.release_lock(thread_id, self.holder)
+            self._renewing.discard(thread_id)
+            self._resting.discard(thread_id)
+            self._tokens.pop(thread_id, None)
+            self._written_at.pop(thread_id, None)
 
     def _report(self, thread_id: str, node: dict[str, Any] | None, ended: str | None) -> None:
         """Queue a node's start or a run's end (the watcher's, from any thread); the
@@ -549,6 +643,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         await reports.sent()
         if reports.idle and self._reports.get(thread_id) is reports:
             del self._reports[thread_id]
+        await self._run_ended(thread_id)
 
     def _sender(self, thread_id: str) -> Send:
         async def send(nodes: builtins.list[dict[str, Any]], ended: str | None) -> None:

@@ -222,9 +222,13 @@ class Watcher(BaseCallbackHandler):
     run_inline = True
     raise_error = False
 
-    def __init__(self, report: Report, seen: dict[str, Node]) -> None:
+    def __init__(
+        self, report: Report, seen: dict[str, Node], begun: Callable[[str], None] | None = None
+    ) -> None:
         self._report = report
         self._seen = seen
+        self._begun = begun
+        """Told of each graph run's start, by its thread (its end is reported)."""
         self._runs: dict[UUID, str] = {}
         """The graph runs under way, each with its thread."""
 
@@ -246,6 +250,8 @@ class Watcher(BaseCallbackHandler):
         node = meta.get("langgraph_node")
         if node is None:
             self._runs[run_id] = str(thread)
+            if self._begun is not None:
+                self._begun(str(thread))
             return
         step = next((t for t in tags or () if t.startswith("graph:step:")), None)
         path = str(meta.get("langgraph_checkpoint_ns", ""))

@@ -112,6 +112,13 @@ class Session(Model):
     its tasks may spend together; None, no limit."""
     budget_max_cost_micros = fields.BigIntField(null=True)
     """Millionths of the deployment's currency its tasks may spend together."""
+    budget_actor = fields.CharField(max_length=USER_LENGTH, null=True)
+    """Who last changed the budget (``setBudget``, or ``startSession`` with one), as a
+    task's BUDGET_CHANGED event names its actor; None, nobody ever set one."""
+    budget_note: str | None = fields.TextField(null=True)
+    """Their reason, as given to ``setBudget`` (counted in ``stored_bytes``)."""
+    budget_changed_at = fields.DatetimeField(null=True)
+    """When they made it."""
 
     class Meta:
         table = "sessions"

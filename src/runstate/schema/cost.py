@@ -134,6 +134,7 @@ def payload_caps(
         ("ToolState", "lastError"): limits.error_chars * text,
         ("TaskEvent", "note"): validation.NOTE_CHARS * text,
         ("AgentSession", "metadata"): limits.json_bytes,
+        ("BudgetChange", "note"): validation.NOTE_CHARS * text,
         ("SessionItem", "item"): limits.json_bytes,
         # LangGraph checkpoints: values in base64, counted so by ``threads.checkpoints``.
         ("GraphCheckpoint", "payload"): limits.checkpoint_bytes * 4 // 3 + 4,

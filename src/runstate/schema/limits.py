@@ -47,7 +47,7 @@ from runstate.services.domain.validation import MAX_PAGE, storable_text
 UNPAGED_LIST = 100
 """What a list without ``first`` (a task's steps or tool states) counts for in the
 estimate: about the most a task has in practice."""
-PARTS = frozenset({"Spend", "Budget"})
+PARTS = frozenset({"Spend", "Budget", "BudgetChange"})
 """Objects that are columns of the row around them, read with it: no node of their
 own (a step's spend is four numbers of the step's row)."""
 

@@ -4,13 +4,14 @@ types, and the inputs that report spend and set budgets
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import NewType
 
 import strawberry
 
 from runstate.services.domain import spend
 from runstate.services.domain.validation import Report
-from runstate.services.domain.views import BudgetView, SpendView
+from runstate.services.domain.views import BudgetChangeView, BudgetView, SpendView
 
 
 def _long(value: object) -> int:
@@ -80,6 +81,27 @@ class Budget:
             max_tokens=_long_or_none(view.max_tokens),
             max_cost_micros=_long_or_none(view.max_cost_micros),
         )
+
+
+@strawberry.type(
+    description=(
+        "Who last set or changed a session's budget (setBudget, or startSession with one), "
+        "when, and the reason they gave: what a task's BUDGET_CHANGED event keeps."
+    )
+)
+class BudgetChange:
+    """The last change of a session's budget."""
+
+    actor: str = strawberry.field(description="The user id of the token that made it.")
+    note: str | None = strawberry.field(description="setBudget's note, as given.")
+    at: datetime
+
+    @classmethod
+    def of(cls, view: BudgetChangeView | None) -> BudgetChange | None:
+        """The GraphQL object for a change (None: none)."""
+        if view is None:
+            return None
+        return cls(actor=view.actor, note=view.note, at=view.at)
 
 
 @strawberry.input(description="What a step spent: one report (one model call, or several summed).")

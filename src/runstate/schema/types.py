@@ -20,7 +20,7 @@ from runstate.basics.enums import (
 from runstate.basics.makers import Maker, given_names, written
 from runstate.basics.typed import hints, without_none
 from runstate.schema.context import Info
-from runstate.schema.spending import Budget, Spend
+from runstate.schema.spending import Budget, BudgetChange, Spend
 from runstate.services.domain import validation
 from runstate.services.domain.views import (
     EventView,
@@ -119,6 +119,11 @@ class AgentSession(FromView):
     budget: Budget | None = strawberry.field(
         description="What its tasks may spend together; null: no limit."
     )
+    budget_change: BudgetChange | None = strawberry.field(
+        description=(
+            "Who last set or changed its budget, when and why; null if nobody ever gave it one."
+        )
+    )
 
     @strawberry.field(description="The session's tasks, newest first.")
     async def tasks(
@@ -138,7 +143,12 @@ class AgentSession(FromView):
     @classmethod
     def of(cls, view: SessionView, **given: Any) -> AgentSession:
         """The GraphQL object for a session view."""
-        return super().of(view, budget=Budget.of(view.budget), **given)
+        return super().of(
+            view,
+            budget=Budget.of(view.budget),
+            budget_change=BudgetChange.of(view.budget_change),
+            **given,
+        )
 
 
 @strawberry.type

@@ -49,7 +49,8 @@ from runstate.services.write.house import House
 from runstate.storage import sql
 from runstate.storage.clock import utcnow
 
-MAX_TTL_SECONDS = 24 * 3600
+MAX_LEASE_SECONDS = 24 * 3600
+"""The longest lease a holder may take or renew (``ttlSeconds``): a day."""
 
 
 def checked(holder_id: str, ttl_seconds: int | None = None) -> None:
@@ -57,19 +58,17 @@ def checked(holder_id: str, ttl_seconds: int | None = None) -> None:
     if not holder_id.strip() or len(holder_id) > USER_LENGTH:
         raise InvalidInputError("holderId", f"must be 1 to {USER_LENGTH} characters")
     validation.storable(holder_id, "holderId")
-    if ttl_seconds is not None and not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
-        raise InvalidInputError("ttlSeconds", f"must be between 1 and {MAX_TTL_SECONDS}")
+    if ttl_seconds is not None and not 1 <= ttl_seconds <= MAX_LEASE_SECONDS:
+        raise InvalidInputError("ttlSeconds", f"must be between 1 and {MAX_LEASE_SECONDS}")
 
 
 def run_kind(run_of: str | None) -> str | None:
     """``run_of`` (the framework whose runs a task holds, or a claim asks for), or
     InvalidInput on ``runOf`` unless it is 1 to ``RUN_KIND_LENGTH`` characters, not
     blank, of storable text; None (an ordinary task) as it is."""
-    if run_of is not None and (
-        not run_of.strip() or len(run_of) > RUN_KIND_LENGTH or not validation.storable_text(run_of)
-    ):
+    if run_of is not None and (not run_of.strip() or len(run_of) > RUN_KIND_LENGTH):
         raise InvalidInputError("runOf", f"must be 1 to {RUN_KIND_LENGTH} characters")
-    return run_of
+    return None if run_of is None else validation.storable(run_of, "runOf")
 
 
 def _live_for(holder_id: str, now: datetime) -> sql.Fragment:

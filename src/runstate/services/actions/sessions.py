@@ -21,7 +21,12 @@ from runstate.services.domain.errors import (
     VersionConflictError,
 )
 from runstate.services.domain.moves import check_session_move
-from runstate.services.domain.views import BudgetView, SessionView, budget_columns
+from runstate.services.domain.views import (
+    BudgetView,
+    SessionView,
+    budget_change_columns,
+    budget_columns,
+)
 from runstate.services.read.convert import session_view
 from runstate.services.read.lookups import get_session
 from runstate.services.write.house import House
@@ -39,8 +44,9 @@ async def start_session(
     metadata: Any = None,
     budget: BudgetView | None = None,
 ) -> SessionView:
-    """Start a session, with ``budget`` what its tasks may spend together; starting a
-    client-chosen id again returns the stored one unchanged."""
+    """Start a session, with ``budget`` what its tasks may spend together (set by the
+    caller, now: its ``budget_change``); starting a client-chosen id again returns
+    the stored one unchanged."""
     public_id = validation.object_id(session_id)
     ttl = validation.ttl_seconds(ttl_seconds, default_ttl)
     house.limits.json_payload(metadata, "metadata")
@@ -61,6 +67,7 @@ async def start_session(
                 expires_at=now + timedelta(seconds=ttl),
                 stored_bytes=stored,
                 **budget_columns(budget),
+                **({} if budget is None else budget_change_columns(user_id, None, now)),
                 using_db=conn,
             )
             await quota.charge(conn, house.limits, user_id, stored, "metadata")

@@ -15,7 +15,7 @@ from runstate.models import ID_LENGTH
 from runstate.services.domain.errors import InvalidInputError, NotFoundError
 from runstate.services.domain.views import SpendView
 
-MAX_TTL_SECONDS = 366 * 24 * 3600
+MAX_SESSION_TTL_SECONDS = 366 * 24 * 3600
 MAX_PAGE = 100
 """The most items one page of any list may hold (``first``)."""
 
@@ -250,8 +250,8 @@ def ttl_seconds(value: int | None, default: int) -> int:
     """The session inactivity timeout to use."""
     if value is None:
         return default
-    if not 1 <= value <= MAX_TTL_SECONDS:
-        raise InvalidInputError("ttlSeconds", f"must be between 1 and {MAX_TTL_SECONDS}")
+    if not 1 <= value <= MAX_SESSION_TTL_SECONDS:
+        raise InvalidInputError("ttlSeconds", f"must be between 1 and {MAX_SESSION_TTL_SECONDS}")
     return value
 
 

@@ -33,11 +33,36 @@ class SessionView:
     metadata: Any
     budget_max_tokens: int | None = None
     budget_max_cost_micros: int | None = None
+    budget_actor: str | None = None
+    budget_note: str | None = None
+    budget_changed_at: datetime | None = None
 
     @property
     def budget(self) -> BudgetView | None:
         """The session's budget (None: none)."""
         return BudgetView.of(self.budget_max_tokens, self.budget_max_cost_micros)
+
+    @property
+    def budget_change(self) -> BudgetChangeView | None:
+        """The last change of its budget (None: none was ever set)."""
+        if self.budget_actor is None or self.budget_changed_at is None:
+            return None
+        return BudgetChangeView(self.budget_actor, self.budget_note, self.budget_changed_at)
+
+
+@dataclass(frozen=True)
+class BudgetChangeView:
+    """Who changed a session's budget, why and when: what a task's BUDGET_CHANGED
+    event keeps of its change (its actor, its note, its time)."""
+
+    actor: str
+    note: str | None
+    at: datetime
+
+
+def budget_change_columns(actor: str, note: str | None, at: datetime) -> dict[str, Any]:
+    """A change of a session's budget as its row's columns."""
+    return {"budget_actor": actor, "budget_note": note, "budget_changed_at": at}
 
 
 @dataclass(frozen=True)
