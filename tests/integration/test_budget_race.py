@@ -166,9 +166,10 @@ def _session_budget(api: Api) -> tuple[str, str, str]:
 
 async def _report_in_flight(url: str, session_id: str, task_id: str, lock: bool) -> Any:
     """An open transaction doing what a report of 100 tokens on ``task_id`` does
-    before it commits: the session's row locked (``lock``) and the task's total
-    raised. The connection, to commit or roll back. The session is marked active
-    first, so that the start's own touch of its row cannot be what waits."""
+    before it commits: the task's total raised and, with ``lock``, the session's
+    running total too (``spend.added_to_session``), which locks the session's row.
+    The connection, to commit or roll back. The session is marked active first, so
+    that the start's own touch of its row cannot be what waits."""
     import asyncpg  # type: ignore[import-untyped]
 
     conn = await asyncpg.connect(url.replace("postgres://", "postgresql://", 1))
@@ -180,11 +181,15 @@ async def _report_in_flight(url: str, session_id: str, task_id: str, lock: bool)
         session_id,
     )
     await conn.execute("BEGIN")
-    if lock:
-        await conn.execute('SELECT 1 FROM "sessions" WHERE "public_id" = $1 FOR UPDATE', session_id)
     await conn.execute(
         'UPDATE "tasks" SET "spent_input_tokens" = 100 WHERE "public_id" = $1', task_id
     )
+    if lock:
+        await conn.execute(
+            'UPDATE "sessions" SET "spent_input_tokens" = "spent_input_tokens" + 100'
+            ' WHERE "public_id" = $1',
+            session_id,
+        )
     return conn
 
 
@@ -205,10 +210,11 @@ async def _waiting_on_a_lock(url: str) -> bool:
 
 async def test_a_start_waits_for_a_report_in_flight_in_its_session(pg_server: Server) -> None:
     """Guards the session's lock (``spend.session_spent``): on PostgreSQL a start in
-    a session with a budget takes the session's row before it sums its tasks'
-    spend, as every report does, so a start sent while a report that reaches the
-    budget is in flight waits for it and is refused (a plain sum would read the
-    spend committed before the report, and pass)."""
+    a session with a budget reads the session's running total with its row locked
+    (``FOR UPDATE``), and every report raises that total in its own transaction,
+    locking the row, so a start sent while a report that reaches the budget is in
+    flight waits for it and is refused (a plain read would see the total committed
+    before the report, and pass)."""
     api = Api(pg_server.url, create_token(pg_server.database_url, "locker"))
     session_id, first, second = _session_budget(api)
     report = await _report_in_flight(pg_server.database_url, session_id, first, lock=True)
@@ -231,9 +237,9 @@ async def test_control_a_report_not_locking_the_session_lets_a_start_through(
     pg_server: Server,
 ) -> None:
     """The control: a report in flight that does not take the session's row (as
-    reports did before the lock) leaves a start free to sum the spend committed
-    before it, under the budget: the step starts, and the report then reaches the
-    budget behind it."""
+    reports did before the lock, raising the task's total alone) leaves a start
+    free to read the spend committed before it, under the budget: the step
+    starts."""
     api = Api(pg_server.url, create_token(pg_server.database_url, "unlocked"))
     session_id, first, second = _session_budget(api)
     report = await _report_in_flight(pg_server.database_url, session_id, first, lock=False)

@@ -169,11 +169,12 @@ async def test_over_budget_forms_agree() -> None:
     """Guards the budget rule's two forms: ``spend.OVER_BUDGET_SQL`` (what
     ``claimTask`` passes over) picks exactly the tasks that ``BudgetView.reached``
     says are stopped (what ``startStep`` refuses), by the task's own budget or by its
-    session's, summed over the session's tasks. Every budget (none, tokens, cost,
-    both) of task and session, against spends below, at and past each limit, input
-    and output tokens counted together. Seen failing with the SQL's ``>=`` made
-    ``>`` (a spend at the limit then passed), and with the session's sum taken over
-    the task alone."""
+    session's, against the session's running total (the sum of its tasks, as every
+    write keeps it). Every budget (none, tokens, cost, both) of task and session,
+    against spends below, at and past each limit, input and output tokens counted
+    together. Seen failing with the SQL's ``>=`` made ``>`` (a spend at the limit
+    then passed), and with the session's sum taken over the task alone (before the
+    running totals)."""
     limits = (BudgetView(), BudgetView(10, None), BudgetView(None, 100), BudgetView(10, 100))
     spends = (SpendView(2, 3, 40), SpendView(4, 6, 99), SpendView(1, 1, 100), SpendView(9, 9, 0))
     expected: set[int] = set()
@@ -206,6 +207,14 @@ async def test_over_budget_forms_agree() -> None:
                 )
             )
         summed = spent + beside
+        home.spent_input_tokens, home.spent_output_tokens, home.spent_cost_micros = (
+            summed.input_tokens,
+            summed.output_tokens,
+            summed.cost_micros,
+        )
+        await home.save(
+            update_fields=["spent_input_tokens", "spent_output_tokens", "spent_cost_micros"]
+        )
         for row, budget, used in ((rows[0], own, spent), (rows[1], BudgetView(), beside)):
             every.add(row.id)
             if budget.reached(used) or shared.reached(summed):

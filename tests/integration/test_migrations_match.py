@@ -131,3 +131,63 @@ async def test_0018_marks_the_runs_stored_before_it(fresh: str) -> None:
     async with opened(fresh):  # migrates to the head, as a server's start does
         kinds = dict(await Task.all().order_by("id").values_list("public_id", "run_of"))
     assert kinds == {"t1": "openai-agents", "t2": None, "t3": None}
+
+
+BEFORE_0019 = [
+    "INSERT INTO sessions (id, public_id, user_id, status, version, message_count, ttl_seconds,"
+    " created_at, last_active_at, expires_at) VALUES"
+    " (1, 's-spent', 'm', 'ACTIVE', 1, 0, 3600, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP,"
+    " CURRENT_TIMESTAMP), (2, 's-idle', 'm', 'ACTIVE', 1, 0, 3600, CURRENT_TIMESTAMP,"
+    " CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)",
+    "INSERT INTO tasks (id, public_id, user_id, session_id, goal, status, version, current_step,"
+    " total_steps, event_seq, lock_token, created_at, updated_at, spent_input_tokens,"
+    " spent_output_tokens, spent_cost_micros, spent_calls) VALUES"
+    " (1, 't-1', 'm', 1, 'g', 'RUNNING', 1, 0, 0, 1, 0, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP,"
+    " 100, 20, 300, 2),"
+    " (2, 't-2', 'm', 1, 'g', 'RUNNING', 1, 0, 0, 1, 0, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP,"
+    " 5000000000, 1, 7, 1),"
+    " (3, 't-3', 'm', 1, 'g', 'PLANNED', 1, 0, 0, 1, 0, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP,"
+    " 0, 0, 0, 0)",
+]
+"""Two sessions as 0018's schema holds them: one with three tasks that spent
+(a sum past 2^32 among them), one with none."""
+TOTALS = (
+    "SELECT public_id, spent_input_tokens, spent_output_tokens, spent_cost_micros, spent_calls"
+    " FROM sessions ORDER BY id"
+)
+
+
+async def test_0019_fills_each_session_s_spend_from_its_tasks(fresh: str) -> None:
+    """Guards migration 0019's fill (issue 54, item 6a): sessions written before it
+    get, as it adds their running spend, the sums of their tasks' spend (their
+    budgets are checked against those totals from then on), on SQLite and
+    PostgreSQL alike; a session without tasks gets 0. Seen failing with the
+    migration's ``RunSQL`` left out (every total 0)."""
+    config = tortoise_config(fresh)
+    EXECUTOR_CACHE.clear()
+    async with TortoiseContext():
+        await migrate(config=config, target="runstate.0018_run_kinds")
+    if fresh.startswith("sqlite"):
+        with sqlite3.connect(fresh.removeprefix("sqlite://")) as db:
+            for statement in BEFORE_0019:
+                db.execute(statement)
+    else:
+        conn = await asyncpg.connect(fresh.replace("postgres://", "postgresql://", 1))
+        try:
+            for statement in BEFORE_0019:
+                await conn.execute(statement)
+        finally:
+            await conn.close()
+    EXECUTOR_CACHE.clear()
+    async with TortoiseContext():
+        await migrate(config=config)
+    if fresh.startswith("sqlite"):
+        with sqlite3.connect(fresh.removeprefix("sqlite://")) as db:
+            totals = [tuple(row) for row in db.execute(TOTALS)]
+    else:
+        conn = await asyncpg.connect(fresh.replace("postgres://", "postgresql://", 1))
+        try:
+            totals = [tuple(row) for row in await conn.fetch(TOTALS)]
+        finally:
+            await conn.close()
+    assert totals == [("s-spent", 5000000100, 21, 307, 3), ("s-idle", 0, 0, 0, 0)]

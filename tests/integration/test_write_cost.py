@@ -17,8 +17,9 @@ from tortoise import connections
 
 from runstate.basics.enums import GraphNodeStatus, StepStatus
 from runstate.services.actions import leases, sessions, tasks
+from runstate.services.domain import spend
 from runstate.services.domain.validation import ContentLimits, Report, StepPatch, StepPlan
-from runstate.services.domain.views import TaskView, Written
+from runstate.services.domain.views import BudgetView, TaskView, Written
 from runstate.services.read import history, lookups
 from runstate.services.threads import checkpoints, nodes
 from runstate.services.write import engine, idempotency
@@ -40,6 +41,9 @@ SINGLE = [
 ]
 """The statements of a single-step write, in order (the SQLite test's docstring
 says what each is for)."""
+SPENT_SINGLE = [*SINGLE[:5], "UPDATE sessions SET", *SINGLE[5:]]
+"""A single-step write reporting spend: the session's running totals raised after
+the task's row (``spend.added_to_session``)."""
 STEPS = 1000
 KB = 1024
 
@@ -283,14 +287,15 @@ async def test_a_write_a_second_after_the_last_touches_the_session(
 SPENT = Report(input_tokens=1200, output_tokens=340, cost_micros=5100, model="gpt-4o-mini")
 
 
-async def test_a_write_with_spend_costs_the_statements_of_one_without(
+async def test_a_write_with_spend_costs_one_update_of_its_session_more(
     house: House, clock: Callable[[float], None]
 ) -> None:
     """Guards where spend is kept: the task's totals go in the UPDATE of the task
-    row every write already makes, a session's and a user's are summed when read,
-    so no statement is added (no session or usage row written, no sum read). A
-    completeStep with spend is SINGLE's 8 statements like one without, and so is a
-    recordSpend; the task's totals are the step's."""
+    row every write already makes, the session's running totals in one UPDATE of
+    its row after it (in the write's tail, so on PostgreSQL no round trip more), a
+    user's are summed when read: no usage row written, no sum read. A completeStep
+    with spend, and a recordSpend, are SINGLE's 8 statements and that UPDATE; the
+    task's totals are the step's, and the session's the task's."""
     task_id = await long_task(house, 3)
     version = (await tasks.start_step(house, USER, task_id, 0, expected_version=1)).value.version
     async with Statements() as bare:
@@ -307,10 +312,123 @@ async def test_a_write_with_spend_costs_the_statements_of_one_without(
             house, USER, task_id, 1, expected_version=version, spend=SPENT
         )
     assert bare.kinds() == SINGLE
-    assert reported.kinds() == SINGLE
-    assert spent.kinds() == SINGLE
+    assert reported.kinds() == SPENT_SINGLE
+    assert spent.kinds() == SPENT_SINGLE
     assert done.value.spend.input_tokens == 2400
     assert done.value.spend.calls == 2
+    session = await lookups.get_session(USER, done.value.session_id)
+    totals = await spend.sessions_spent(connections.get("default"), [session.pk])
+    assert totals[session.pk] == done.value.spend
+
+
+BUDGET = BudgetView(max_tokens=10**9)
+
+
+async def budgeted_session_writes(
+    house: House, tasks_in_session: int, counted: Callable[[], Any]
+) -> list[Any]:
+    """In a session with a budget and ``tasks_in_session`` tasks, each of the others
+    having spent, what ``counted()`` (an async context manager) sees of a startStep
+    (checked against the session's budget), a recordSpend and a completeStep with
+    spend (each telling whether it crossed the session's budget) of the last task."""
+    session = await sessions.start_session(house, USER, default_ttl=3600, budget=BUDGET)
+    plan = [StepPlan("a"), StepPlan("b")]
+    made = [
+        (await tasks.create_task(house, USER, session.id, goal="g", steps=plan)).value.id
+        for _ in range(tasks_in_session)
+    ]
+    for task_id in made[:-1]:
+        await tasks.start_step(house, USER, task_id, 0, expected_version=1)
+        await tasks.record_spend(house, USER, task_id, 0, SPENT)
+    task_id = made[-1]
+    seen = []
+    async with counted() as started:
+        version = (await tasks.start_step(house, USER, task_id, 0, expected_version=1)).value
+    seen.append(started)
+    async with counted() as reported:
+        await tasks.record_spend(house, USER, task_id, 0, SPENT)
+    seen.append(reported)
+    async with counted() as completed:
+        done = await tasks.complete_step(
+            house, USER, task_id, 0, expected_version=version.version, spend=SPENT
+        )
+    seen.append(completed)
+    totals = await spend.sessions_spent(connections.get("default"), [version.session_pk])
+    calls = tasks_in_session + 1  # one report of each other task, two of the last
+    assert totals[version.session_pk].calls == calls
+    assert totals[version.session_pk].input_tokens == calls * SPENT.input_tokens
+    assert done.value.spend.calls == 2
+    return seen
+
+
+class Steps(Statements):
+    """``Statements``, and the SQLite virtual machine's instructions they ran (its
+    progress handler, called at each one): the work, where a statement's count
+    cannot tell a lookup of one row from a sum over a thousand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.instructions = 0
+
+    def _step(self) -> int:
+        self.instructions += 1
+        return 0  # go on
+
+    async def __aenter__(self) -> Steps:
+        await super().__aenter__()
+        await _sqlite().set_progress_handler(self._step, 1)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await _sqlite().set_progress_handler(None, 1)  # type: ignore[arg-type]  # None clears it
+        await super().__aexit__(*exc)
+
+
+async def test_a_budgeted_session_s_write_costs_the_same_at_1_and_1000_tasks(
+    tmp_path: Path, clock: Callable[[float], None]
+) -> None:
+    """Guards the session's running spend (issue 54, item 6a): in a session with a
+    budget, a startStep is SINGLE's 8 statements, and a recordSpend and a
+    completeStep with spend SPENT_SINGLE's 9, whether the session holds 1 task or
+    1,000, with the same SQLite instructions at both sizes: the budget's check reads
+    the session's row (the opening statement's reading: SQLite's write lock is held
+    from it), never a sum of its tasks. Seen failing on the code before (10
+    statements each: a SELECT of the session's row and a SUM over its tasks; at
+    1,000 tasks 16,595 instructions for a startStep where 1 task took 611)."""
+    found = []
+    for size in (1, 1000):
+        async with opened(f"sqlite://{tmp_path / f'budget-{size}.db'}") as house:
+            found.append(await budgeted_session_writes(house, size, Steps))
+    one, thousand = found
+    assert [s.kinds() for s in one] == [SINGLE, SPENT_SINGLE, SPENT_SINGLE]
+    assert [s.kinds() for s in thousand] == [SINGLE, SPENT_SINGLE, SPENT_SINGLE]
+    assert [s.instructions for s in one] == [s.instructions for s in thousand]
+
+
+async def test_a_budgeted_session_s_write_on_postgresql_reads_one_row_of_it(
+    postgres_url: str, clock: Callable[[float], None]
+) -> None:
+    """Guards the session's running spend on PostgreSQL: in a session with a budget
+    of 1 task or 1,000, a startStep, a recordSpend and a completeStep with spend
+    are five round trips each, the one past a step write's four reading the
+    session's totals locked (``SELECT ... FOR UPDATE`` of its one row), never a sum
+    of its tasks. Seen failing on the code before (six: the row locked, then its
+    tasks' SUM)."""
+    found = []
+    for size in (1, 1000):
+        async with opened(f"{postgres_url}?minsize=1&maxsize=1") as house:
+            found.append(await budgeted_session_writes(house, size, LoggedStatements))
+    for logged in [*found[0], *found[1]]:
+        assert logged.kinds() == [
+            "BEGIN",
+            "UPDATE tasks SET",
+            "SELECT id AS",
+            "WITH _0 AS",
+            "COMMIT",
+        ]
+        (read,) = [s for s in logged.seen if s.startswith("SELECT")]
+        assert read.startswith('SELECT "id" AS "k", "spent_input_tokens"')
+        assert read.endswith("FOR UPDATE")
 
 
 async def test_the_history_of_a_long_task_costs_what_it_changed(house: House) -> None:
@@ -405,8 +523,8 @@ async def test_a_write_with_spend_on_postgresql_is_the_same_round_trips(
     pg_house: House, clock: Callable[[float], None]
 ) -> None:
     """Guards spend's cost on PostgreSQL: a completeStep with spend, and a
-    recordSpend, are the four round trips and the tail statements of any step
-    write (no session or usage row written, no sum read)."""
+    recordSpend, are the four round trips of any step write, their tail holding
+    the session's UPDATE besides (no usage row written, no sum read)."""
     task_id = await long_task(pg_house, 3)
     version = (await tasks.start_step(pg_house, USER, task_id, 0, expected_version=1)).value.version
     found = []
@@ -419,7 +537,7 @@ async def test_a_write_with_spend_on_postgresql_is_the_same_round_trips(
     for logged in found:
         assert logged.kinds() == ["BEGIN", "UPDATE tasks SET", "WITH _0 AS", "COMMIT"]
         (tail,) = [s for s in logged.seen if s.startswith("WITH")]
-        assert inner_kinds(tail) == SINGLE[2:-1]
+        assert inner_kinds(tail) == SPENT_SINGLE[2:-1]
 
 
 def inner_kinds(joined: str) -> list[str]:

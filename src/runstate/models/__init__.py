@@ -119,6 +119,13 @@ class Session(Model):
     """Their reason, as given to ``setBudget`` (counted in ``stored_bytes``)."""
     budget_changed_at = fields.DatetimeField(null=True)
     """When they made it."""
+    spent_input_tokens = fields.BigIntField(default=0, db_default=0)
+    """The spend of the session's tasks, kept by every write that reports spend in the
+    write's own transaction (``services.domain.spend``): the sums of its tasks'
+    ``spent_*`` columns, read without summing them."""
+    spent_output_tokens = fields.BigIntField(default=0, db_default=0)
+    spent_cost_micros = fields.BigIntField(default=0, db_default=0)
+    spent_calls = fields.IntField(default=0, db_default=0)
 
     class Meta:
         table = "sessions"

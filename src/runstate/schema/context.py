@@ -90,7 +90,7 @@ async def _steps(keys: Sequence[tuple[int, int]]) -> list[tuple[StepView, ...]]:
 
 
 async def _session_spend(keys: Sequence[int]) -> list[SpendView]:
-    found = await spend.spent_by(connections.get("default"), "session_id", keys)
+    found = await spend.sessions_spent(connections.get("default"), keys)
     return [found[k] for k in keys]
 
 
@@ -125,7 +125,7 @@ class Loaders:
 
     @cached_property
     def session_spend(self) -> DataLoader[int, SpendView]:
-        """A session's spend (its tasks' summed) by its row id."""
+        """A session's spend (its row's totals of its tasks') by its row id."""
         return DataLoader(_session_spend, cache=False)
 
     @cached_property

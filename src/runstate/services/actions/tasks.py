@@ -26,6 +26,7 @@ from runstate.services.domain.validation import Report, StepPatch, StepPlan
 from runstate.services.domain.views import (
     BudgetView,
     OriginView,
+    SpendView,
     StepView,
     TaskView,
     Written,
@@ -203,8 +204,13 @@ async def _insert_task(
                 await Session.filter(user_id=user_id, public_id=session_id).using_db(conn).get()
             )
             limit = BudgetView.of(session.budget_max_tokens, session.budget_max_cost_micros)
-            if limit is not None:
-                spent = await spend.session_spent(conn, session.id)
+            if limit is not None:  # the row as the UPDATE above left it, locked since
+                spent = SpendView(
+                    session.spent_input_tokens,
+                    session.spent_output_tokens,
+                    session.spent_cost_micros,
+                    session.spent_calls,
+                )
                 spend.refuse_reached(BudgetScope.SESSION, limit, spent)
             session.expires_at = now + timedelta(seconds=session.ttl_seconds)
             await session.save(using_db=conn, update_fields=["expires_at"])

@@ -4,9 +4,12 @@ A report (``Report``: tokens in and out, cost in millionths of the deployment's
 currency, the model) is added to one step (``add``): the step's columns keep the
 sums, its history rows keep them as they stood, so ``taskAt`` shows a step's spend
 at any seq. The task row keeps the sum of its steps (``Task.spent_*``), raised by
-the same UPDATE every write already makes of it; a session's and a user's spend
-are sums of their tasks' rows, read when asked for, so a report costs no
-statement more than the write that carries it.
+the same UPDATE every write already makes of it, and the session row the sum of
+its tasks (``Session.spent_*``), raised in the write's own transaction by one
+UPDATE more (``added_to_session``, sent with the write's tail: on PostgreSQL in
+the same round trip), so a session's budget is checked against one row whatever
+its number of tasks. A user's spend is the sum of its tasks' rows, read when
+asked for.
 
 A budget limits tokens (input and output together) and cost. Reported spend is
 always recorded: it has happened. Once the task's or its session's spend reaches a
@@ -82,8 +85,8 @@ def _spend(row: dict[str, Any]) -> SpendView:
 async def spent_by(
     conn: BaseDBAsyncClient, column: str, keys: Sequence[Any]
 ) -> dict[Any, SpendView]:
-    """The spend of the tasks whose ``column`` (``session_id``, ``user_id``) is each
-    of ``keys``, summed from the task rows (one indexed query per ``sql.CHUNK``)."""
+    """The spend of the tasks whose ``column`` (``user_id``) is each of ``keys``,
+    summed from the task rows (one indexed query per ``sql.CHUNK``)."""
     found: dict[Any, SpendView] = dict.fromkeys(keys, SpendView())
     for chunk in sql.chunks(list(keys)):
         rows = await sql.fetch(
@@ -96,29 +99,52 @@ async def spent_by(
     return found
 
 
+_SESSION_SPENT = (
+    'SELECT "id" AS "k", "spent_input_tokens" AS "i", "spent_output_tokens" AS "o",'
+    ' "spent_cost_micros" AS "c", "spent_calls" AS "n" FROM "sessions"'
+)
+
+
 async def session_spent(conn: BaseDBAsyncClient, session_pk: int) -> SpendView:
-    """The spend of one session's tasks, read under a lock of the session's row
-    (PostgreSQL's ``FOR UPDATE``; SQLite's writes hold the whole database), which
-    every write that starts work or reports spend in a session with a budget takes
-    before it sums: such writes of the session's tasks are serialized, so a start
-    never passes on a sum a report is about to raise past the budget. Taken after
-    the task's row, as every task write takes its locks (``quota``)."""
+    """The spend of one session's tasks, its row's totals, read under a lock of the
+    row (PostgreSQL's ``FOR UPDATE``; SQLite's writes hold the whole database),
+    which every write that starts work or reports spend in a session with a budget
+    takes: such writes of the session's tasks are serialized, so a start never
+    passes on a total a report is about to raise past the budget. Taken after the
+    task's row, as every task write takes its locks (``quota``). One statement,
+    whatever the number of the session's tasks."""
     lock = "" if conn.capabilities.dialect == "sqlite" else " FOR UPDATE"
-    await sql.fetch(conn, f'SELECT "id" FROM "sessions" WHERE "id" = ?{lock}', [session_pk])
-    return (await spent_by(conn, "session_id", [session_pk]))[session_pk]
+    rows = await sql.fetch(conn, f'{_SESSION_SPENT} WHERE "id" = ?{lock}', [session_pk])
+    return _spend(rows[0]) if rows else SpendView()
+
+
+async def sessions_spent(
+    conn: BaseDBAsyncClient, session_pks: Sequence[int]
+) -> dict[int, SpendView]:
+    """The spend of each session (by row id), its row's totals; a session gone, none."""
+    found: dict[int, SpendView] = dict.fromkeys(session_pks, SpendView())
+    for chunk in sql.chunks(list(session_pks)):
+        rows = await sql.fetch(conn, f'{_SESSION_SPENT} WHERE "id" IN ({sql.marks(chunk)})', chunk)
+        found |= {row["k"]: _spend(row) for row in rows}
+    return found
+
+
+def added_to_session(session_pk: int, spent: SpendView) -> sql.Statement:
+    """The UPDATE that adds a write's reported spend to its session's totals, for
+    the write's tail (``sql.run_all``), after the task's own row (the order every
+    task write takes its locks in)."""
+    return (
+        'UPDATE "sessions" SET "spent_input_tokens" = "spent_input_tokens" + ?,'
+        ' "spent_output_tokens" = "spent_output_tokens" + ?,'
+        ' "spent_cost_micros" = "spent_cost_micros" + ?, "spent_calls" = "spent_calls" + ?'
+        ' WHERE "id" = ?',
+        [spent.input_tokens, spent.output_tokens, spent.cost_micros, spent.calls, session_pk],
+    )
 
 
 def _reached(limit: str, spent: str) -> str:
     return f"({limit} IS NOT NULL AND {spent} >= {limit})"
 
-
-_SESSION_TOKENS = (
-    'SELECT COALESCE(SUM(t."spent_input_tokens" + t."spent_output_tokens"), 0) FROM "tasks" t'
-    ' WHERE t."session_id" = b."id"'
-)
-_SESSION_COST = (
-    'SELECT COALESCE(SUM(t."spent_cost_micros"), 0) FROM "tasks" t WHERE t."session_id" = b."id"'
-)
 
 OVER_BUDGET_SQL = (
     "("
@@ -129,11 +155,11 @@ OVER_BUDGET_SQL = (
     + " OR "
     + _reached('"tasks"."budget_max_cost_micros"', '"tasks"."spent_cost_micros"')
     + ' OR EXISTS (SELECT 1 FROM "sessions" b WHERE b."id" = "tasks"."session_id" AND ('
-    + _reached('b."budget_max_tokens"', f"({_SESSION_TOKENS})")
+    + _reached('b."budget_max_tokens"', '(b."spent_input_tokens" + b."spent_output_tokens")')
     + " OR "
-    + _reached('b."budget_max_cost_micros"', f"({_SESSION_COST})")
+    + _reached('b."budget_max_cost_micros"', 'b."spent_cost_micros"')
     + ")))"
 )
 """Whether a task's spend, or its session's, reached its budget, as SQL on the
-"tasks" row: ``claimTask`` passes over such tasks. A session's spend is summed
-only when it has a limit."""
+"tasks" row: ``claimTask`` passes over such tasks. A session's spend is its row's
+totals."""

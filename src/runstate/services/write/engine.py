@@ -83,6 +83,10 @@ SESSION_FIELDS = (
     "ttl_seconds",
     "budget_max_tokens",
     "budget_max_cost_micros",
+    "spent_input_tokens",
+    "spent_output_tokens",
+    "spent_cost_micros",
+    "spent_calls",
 )
 STEP_FIELDS = sql.columns(Step, "task_id")
 _STEP_ROWS = f'SELECT {sql.names(STEP_FIELDS)} FROM "steps" WHERE "task_id" = ?'
@@ -137,6 +141,10 @@ class Draft:
     checkpoint's, ``services.threads.checkpoints``), negative for rows it deleted."""
     session_budget: BudgetView | None = None
     """The budget of the task's session, as the opening statement read it."""
+    session_read: SpendView = field(default_factory=SpendView)
+    """The session's spend as the opening statement read it: on SQLite, whose
+    write lock the transaction holds from that statement on, the spend before
+    this write (``session_spent``)."""
     spent: SpendView = field(default_factory=SpendView)
     """The spend this write reported (``spend``), added to the task's totals."""
     new_budget: tuple[BudgetView | None] | None = None
@@ -253,7 +261,7 @@ class Draft:
         """BudgetExceeded when the task's spend, or its session's, has reached its
         budget: called by the writes that would start new work, in their
         transaction. The task row is locked by the opening UPDATE; a session's
-        spend is summed from its tasks' rows only when it has a budget."""
+        spend, its row's totals, is read locked only when it has a budget."""
         spend.refuse_reached(BudgetScope.TASK, self.task_budget, self.task_spend)
         if self.session_budget is not None:
             spend.refuse_reached(
@@ -272,11 +280,16 @@ class Draft:
         )
 
     async def session_spent(self) -> SpendView:
-        """The session's spend before this write, locked and summed once
+        """The session's spend before this write, read locked once
         (``spend.session_spent``) though both the budget check and the crossing
-        ask (a checkpoint starting one step and reporting another's spend)."""
+        ask (a checkpoint starting one step and reporting another's spend). On
+        SQLite the opening statement's reading is that already: the transaction
+        holds the database's write lock since, so no statement is needed."""
         if self._session_spent is None:
-            self._session_spent = await spend.session_spent(self.conn, self.task.session_id)
+            if self.conn.capabilities.dialect == "sqlite":
+                self._session_spent = self.session_read
+            else:
+                self._session_spent = await spend.session_spent(self.conn, self.task.session_id)
         return self._session_spent
 
     @property
@@ -286,8 +299,8 @@ class Draft:
 
     async def crossed(self) -> BudgetScope | None:
         """The budget this write's spend reached, if it was not reached before: the
-        task's, else its session's (summed from its tasks' rows only when it has a
-        budget and this write reported spend)."""
+        task's, else its session's (read locked only when it has a budget and this
+        write reported spend)."""
         if not self.spent.calls:
             return None
         before = self.task_spend
@@ -519,6 +532,12 @@ async def _open(
         session_budget=BudgetView.of(
             session["budget_max_tokens"], session["budget_max_cost_micros"]
         ),
+        session_read=SpendView(
+            int(session["spent_input_tokens"]),
+            int(session["spent_output_tokens"]),
+            int(session["spent_cost_micros"]),
+            int(session["spent_calls"]),
+        ),
     )
     if guard.step is not None and row["step"] is not None and not _overtaken(row, task):
         step = Step(task_id=task.id, **sql.unpacked(Step, row["step"], STEP_FIELDS))
@@ -637,6 +656,8 @@ async def _settle(draft: Draft, stored_bytes: int) -> list[sql.Statement]:
     if draft.total != task.total_steps:
         moved["total_steps"] = draft.total
     statements.append(sql.update_row(Task, task.id, moved))
+    if draft.spent.calls:
+        statements.append(spend.added_to_session(task.session_id, draft.spent))
     task.update_from_dict(moved)
     return statements
 
