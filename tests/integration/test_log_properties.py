@@ -634,6 +634,32 @@ class LogMachine(RuleBasedStateMachine):
         if answer["__typename"] == "Task":
             self.tasks[task_id].session = session
 
+    @rule(data=st.data(), spend=spends.filter(lambda s: s is not None))
+    def a_step_that_spends(self, data: st.DataObject, spend: Any) -> None:
+        """A new task whose one step starts, then completes reporting ``spend``, each
+        at the version the answer before it gave. Drawn versions are mostly stale,
+        so reports of spend are otherwise rare, and the session's running total
+        (``each_session_s_spend_is_its_tasks``) is only checked against reports
+        that happened. Every call is sent whatever the one before answered, so the
+        draws do not depend on the servers."""
+        session = self.session(data)
+        task_id = self.new_id("t")
+        plan = [{"action": "search", "idempotent": True}]
+        created = self.send(data, "createTask", sessionId=session, id=task_id, goal="g", steps=plan)
+        if created["__typename"] == "Task":
+            self.tasks[task_id].session = session
+        version = created.get("version", 1)
+        started = self.send(data, "startStep", taskId=task_id, stepIndex=0, expectedVersion=version)
+        self.send(
+            data,
+            "completeStep",
+            taskId=task_id,
+            stepIndex=0,
+            expectedVersion=started.get("version", version),
+            output=None,
+            spend=spend,
+        )
+
     @rule(data=st.data(), steps=plans)
     def add_steps(self, data: st.DataObject, steps: list[Any]) -> None:
         task_id = self.task(data)
