@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -261,6 +262,23 @@ def test_a_saver_renews_only_the_leases_of_watched_runs_under_way(
         assert lease_events(api, busy_id) == [("LOCK_ACQUIRED", 1), ("LOCK_RELEASED", None)]
 
 
+@contextmanager
+def rested(
+    served: tuple[Server, str], gate: threading.Event, thread_id: str, holder: str
+) -> Iterator[tuple[RunstateSaver, Api, Running]]:
+    """A one-node graph run on ``thread_id`` by a saver of ``holder`` (lease 1 s),
+    its node held at ``gate`` until the thread's lease is let go: the thread rests."""
+    server, token = served
+    with (
+        RunstateSaver.from_url_sync(server.url, token, holder=holder, lease_ttl=1) as saver,
+        Api(server.url, token) as api,
+    ):
+        running = Running(one_node_graph(saver, gate), thread_id)
+        wait_until(lambda: lock_of(api, thread_id) is not None, 30, "the thread's lease")
+        wait_until(lambda: lock_of(api, thread_id) is None, 30, "the quiet thread's lease let go")
+        yield saver, api, running
+
+
 def test_an_unwatched_thread_rests_when_quiet_and_goes_on_with_the_next_token(
     served: tuple[Server, str], gate: threading.Event
 ) -> None:
@@ -273,15 +291,8 @@ def test_an_unwatched_thread_rests_when_quiet_and_goes_on_with_the_next_token(
     lease never let go), and with a rested thread's write going on with its old
     token without asking for the lease again (the write went through, but no second
     LOCK_ACQUIRED: nothing held the thread while the run went on)."""
-    server, token = served
     thread_id = str(uuid.uuid4())
-    with (
-        RunstateSaver.from_url_sync(server.url, token, holder="u", lease_ttl=1) as saver,
-        Api(server.url, token) as api,
-    ):
-        running = Running(one_node_graph(saver, gate), thread_id)
-        wait_until(lambda: lock_of(api, thread_id) is not None, 30, "the thread's lease")
-        wait_until(lambda: lock_of(api, thread_id) is None, 30, "the quiet thread's lease let go")
+    with rested(served, gate, thread_id, "u") as (saver, api, running):
         gate.set()
         assert running.joined().raised is None
         assert running.answer == {"done": ["work"]}
@@ -308,15 +319,8 @@ def test_a_rested_thread_another_worker_took_refuses_the_saver_s_next_write(
     write carries its old token and is refused (StaleFencingToken), and nothing of
     it is stored. Seen failing with ``_resumed`` adopting whatever token it was
     granted (the run finished on top of the other worker's: a fork)."""
-    server, token = served
     thread_id = str(uuid.uuid4())
-    with (
-        RunstateSaver.from_url_sync(server.url, token, holder="slow", lease_ttl=1) as saver,
-        Api(server.url, token) as api,
-    ):
-        running = Running(one_node_graph(saver, gate), thread_id)
-        wait_until(lambda: lock_of(api, thread_id) is not None, 30, "the thread's lease")
-        wait_until(lambda: lock_of(api, thread_id) is None, 30, "the quiet thread's lease let go")
+    with rested(served, gate, thread_id, "slow") as (saver, api, running):
         for name in ("acquireTaskLock", "releaseTaskLock"):
             other = {"holderId": "other"} | (
                 {"ttlSeconds": 30} if name == "acquireTaskLock" else {}
