@@ -299,6 +299,10 @@ class Settings:
             value = self._limit(name)
             if value > ceiling:
                 unsafe.append(f"{name}={_number(value)} is above its ceiling of {_number(ceiling)}")
+        for name, floor in FLOORS.items():
+            value = self._limit(name)
+            if value < floor:
+                unsafe.append(f"{name}={_number(value)} is below its floor of {_number(floor)}")
         if unsafe:
             raise SettingsError("unsafe in production: " + "; ".join(unsafe))
 
@@ -387,6 +391,46 @@ CEILINGS: dict[str, float] = {
 """The most each limit may be in production: past these one user, one request or
 one task can take a server's memory or time (development takes anything up to
 ``MAX_INT``). The README lists them."""
+
+
+FLOORS: dict[str, float] = {
+    # Loops that run this often keep a core busy with no one connected (at 1e-6 s,
+    # the sweep and the token check took 97-99% of a core).
+    "RUNSTATE_SWEEP_SECONDS": 1,
+    "RUNSTATE_AUTH_CHECK_SECONDS": 1,
+    "RUNSTATE_CATCH_UP_SECONDS": 0.5,
+    "RUNSTATE_STREAM_KEEPALIVE_SECONDS": 1,
+    # Times no client could keep to: every operation, handshake or request refused.
+    "RUNSTATE_OPERATION_SECONDS": 1,
+    "RUNSTATE_CONNECTION_INIT_SECONDS": 1,
+    "RUNSTATE_HEADER_SECONDS": 1,
+    "RUNSTATE_BODY_SECONDS": 1,
+    # A session that lapses, or an expired one deleted, before an agent's next step.
+    "RUNSTATE_SESSION_TTL": 60,
+    "RUNSTATE_RETENTION": 60,
+    # A key must outlive the retries of a worker that restarts after a crash.
+    "RUNSTATE_IDEMPOTENCY_TTL": 3600,
+    # A budget that pays a write a second at least, and holds a subscription's and
+    # a large read's points.
+    "RUNSTATE_RATE_PER_SECOND": 2,
+    "RUNSTATE_RATE_BURST": 100,
+    "RUNSTATE_ANON_RATE_PER_SECOND": 1,
+    "RUNSTATE_ANON_RATE_BURST": 10,
+    # Runstate's own documents (the SDK's, the saver's, the dashboard's: each in
+    # web/static/documents.json) must pass; tests/unit/test_settings.py measures them.
+    "RUNSTATE_MAX_DEPTH": 8,
+    "RUNSTATE_MAX_ALIASES": 2,
+    "RUNSTATE_MAX_TOKENS": 200,
+    "RUNSTATE_MAX_NODES": 11_000,
+    # Queues so short that every subscriber is caught up from the database.
+    "RUNSTATE_SUBSCRIBER_QUEUE": 10,
+    "RUNSTATE_SUBSCRIBER_QUEUE_BYTES": 64 * 1024,
+    # A browser opens six connections to a server and a WebSocket besides.
+    "RUNSTATE_MAX_CONNECTIONS_PER_ADDRESS": 16,
+}
+"""The least each setting may be in production: below these a server burns a core
+idle, or refuses what its own clients send (development takes any positive value,
+which tests use). The README lists them."""
 
 
 def _number(value: float) -> str:

@@ -7,10 +7,15 @@ from dataclasses import fields, replace
 from typing import Any
 
 import pytest
+from graphql import validate
 
+from runstate.resolvers.build import build_schema
+from runstate.schema.extensions import parse_document
+from runstate.schema.limits import limit_rules
 from runstate.services.domain.validation import ContentLimits
-from runstate.settings import CEILINGS, MAX_INT, Settings, SettingsError
+from runstate.settings import CEILINGS, FLOORS, MAX_INT, Settings, SettingsError
 from runstate.storage.database import tortoise_config
+from runstate.transport.trusted import Trusted
 
 
 def test_defaults() -> None:
@@ -94,6 +99,48 @@ def test_production_refuses_a_limit_above_its_ceiling(name: str) -> None:
         Settings.from_env({**production, name: past})
     assert Settings.from_env({**production, name: str(int(ceiling))}).env == "production"
     assert Settings.from_env({name: str(MAX_INT)}).env == "development"
+
+
+@pytest.mark.parametrize("name", sorted(FLOORS))
+def test_production_refuses_a_setting_below_its_floor(name: str) -> None:
+    """Guards ``Settings.check_production``'s floors: each setting below its floor
+    is refused in production, naming it; at the floor it starts, and in development
+    a tiny value does (production once started with the sweep and the token check
+    every microsecond, 97-99% of a core idle, and an idempotency key of 1 s)."""
+    floor = FLOORS[name]
+    below = _number_below(floor)
+    production = {"RUNSTATE_ENV": "production"}
+    with pytest.raises(SettingsError, match=rf"{name}={below} is below its floor"):
+        Settings.from_env({**production, name: below})
+    at = str(int(floor)) if floor == int(floor) else str(floor)
+    assert Settings.from_env({**production, name: at}).env == "production"
+    assert Settings.from_env({name: below}).env == "development"
+
+
+def _number_below(floor: float) -> str:
+    """A value a little under ``floor`` that the setting's reader takes."""
+    if floor == int(floor) and floor > 1:
+        return str(int(floor) - 1)
+    return str(floor / 2)
+
+
+def test_the_floors_admit_runstate_s_own_documents() -> None:
+    """Guards ``FLOORS``' query limits: every packaged document (the SDK's, the
+    saver's, the dashboard's) passes the depth, alias, node and token limits at
+    their floors, so production cannot start with limits that refuse its own
+    clients. Seen failing with the depth floor at 6 (the dashboard's sessions page
+    nests 7 deep)."""
+    schema = build_schema()._schema
+    rules = limit_rules(
+        max_depth=int(FLOORS["RUNSTATE_MAX_DEPTH"]),
+        max_aliases=int(FLOORS["RUNSTATE_MAX_ALIASES"]),
+        max_nodes=int(FLOORS["RUNSTATE_MAX_NODES"]),
+    )
+    bodies = Trusted.packaged().bodies.values()
+    assert len(bodies) > 40
+    for body in bodies:
+        document = parse_document(body, int(FLOORS["RUNSTATE_MAX_TOKENS"]))
+        assert validate(schema, document, rules) == [], body
 
 
 def test_trusted_proxies_are_addresses_and_never_everyone_in_production() -> None:
