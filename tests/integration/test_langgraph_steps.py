@@ -20,6 +20,7 @@ from langgraph.types import Command, Send, interrupt
 
 from runstate.client import InvalidInput, InvalidTransition, Runstate
 from runstate.integrations.langgraph import RunstateSaver
+from runstate.services.domain.validation import ContentLimits, json_size
 from tests.support import Api, Server, Subscriber, create_token, mutate, wait_until
 
 TASK = """query($id: ID!) { task(id: $id) { ... on Task {
@@ -590,6 +591,38 @@ def test_an_interrupt_answered_where_it_is_watched_resumes_the_graph(
         }
         late = answer(api, thread_id, version_of(api, thread_id), "no")
         assert late["code"] == "INVALID_TRANSITION"
+
+
+def test_an_answer_keeps_the_step_output_within_the_payload_limit(
+    served: tuple[Server, str],
+) -> None:
+    """Guards the answer's size check (``answer_interrupt``): the answer is stored in
+    the step's output beside the interrupt it answers, so the two together keep to
+    RUNSTATE_MAX_JSON_BYTES. An answer of the whole limit alone was stored, the step
+    output twice the limit; now it is refused, nothing written, and one that fits
+    beside the interrupt to the byte is taken."""
+    server, token = served
+    config, _ = to_the_question(server, token)
+    thread_id = config["configurable"]["thread_id"]
+    most = ContentLimits().json_bytes
+    asked = {"interrupt": [{"question": "pay 120 EUR?"}]}
+    with Api(server.url, token) as api:
+        version = version_of(api, thread_id)
+        whole = "x" * (most - 2)  # as JSON, the whole limit
+        refused = answer(api, thread_id, version, whole)
+        size = json_size({**asked, "answer": whole})
+        assert (refused["code"], refused["message"]) == (
+            "INVALID_INPUT",
+            f"value: with the interrupt it answers makes the step's output {size} bytes"
+            f" of JSON, more than the {most} allowed",
+        )
+        assert version_of(api, thread_id) == version
+        fits = "x" * (most - 2 - (size - most))
+        assert json_size({**asked, "answer": fits}) == most
+        assert answer(api, thread_id, version, fits) == {
+            "__typename": "Task",
+            "version": version + 1,
+        }
 
 
 def test_an_interrupt_is_answered_while_its_graph_holds_the_thread(

@@ -41,7 +41,8 @@ async def answer_interrupt(
     becomes ``{"interrupt": [...], "answer": value}`` (INTERRUPT_ANSWERED, with
     the note). A step that is not waiting at an interrupt is InvalidTransition; one
     answered already, InvalidInput (the graph has not taken the answer yet: an
-    answer is given once); a stale version, VersionConflict."""
+    answer is given once); a stale version, VersionConflict. The answer is kept
+    within the step output's limits together with the interrupt it answers."""
     validation.non_negative(step_index, "stepIndex")
     house.limits.json_payload(value, "value")
     reason = validation.note(note)
@@ -56,7 +57,16 @@ async def answer_interrupt(
             raise InvalidTransitionError("task", draft.status, TaskStatus.RUNNING)
         if "answer" in asked:
             raise InvalidInputError("stepIndex", "this interrupt is answered already")
-        step.output = box({**asked, "answer": value})
+        output = {**asked, "answer": value}
+        size, most = validation.json_size(output), house.limits.json_bytes
+        if size > most:  # alone, an answer took the step's output to twice the limit
+            raise InvalidInputError(
+                "value",
+                f"with the interrupt it answers makes the step's output {size} bytes of"
+                f" JSON, more than the {most} allowed",
+            )
+        house.limits.json_payload(output, "value")  # one level deeper than given
+        step.output = box(output)
         draft.changed.add(step.position)
         return Change(TaskEventKind.INTERRUPT_ANSWERED, step_index, note=reason)
 
