@@ -185,6 +185,30 @@ def test_spend_adds_up_per_step_task_session_and_caller(alice: Api, bob: Api) ->
     assert [e["kind"] for e in kinds].count("SPEND_RECORDED") == 2
 
 
+def test_usage_that_arrives_after_the_step_ended_is_recorded(alice: Api) -> None:
+    """Guards recordSpend's rule (``tasks.record_spend``): spend is recorded on a
+    step that has started, running or ended, since a model's usage often arrives
+    after the step's end was reported; a step never started is refused, nothing
+    written. With the old rule (RUNNING only) the late report was InvalidInput and
+    the usage could not be recorded at all."""
+    session = start_session(alice)
+    task_id = create_task(alice, session["id"], steps=2)["id"]
+    version = start(alice, task_id, 0, 1)["version"]
+    done = complete(alice, task_id, 0, version, output="ok")
+    late = record(alice, task_id, 0, inputTokens=40, costMicros=9, model="m-a")
+    assert late["version"] == done["version"]
+    assert late["steps"][0]["status"] == "SUCCESS"
+    assert late["steps"][0]["spend"] == spent(40, 0, 9, 1)
+    assert late["spend"] == late["session"]["spend"] == spent(40, 0, 9, 1)
+    never = record(alice, task_id, 1, inputTokens=1)
+    assert (never["code"], never["message"]) == (
+        "INVALID_INPUT",
+        "stepIndex: step 1 has not started; spend is recorded on a step that has",
+    )
+    assert task(alice, task_id)["eventSeq"] == late["eventSeq"]
+    assert_sums_at_every_seq(alice, task_id)
+
+
 def test_concurrent_reports_add_up_exactly(alice: Api) -> None:
     """Guards the totals under concurrency: 8 writers reporting spend on two running
     steps at once lose nothing (each report's sum is kept in the row the write

@@ -389,7 +389,7 @@ class TaskRunner:
         cost_micros: int = 0,
         model: str | None = None,
     ) -> None:
-        """Report what a RUNNING step spent so far (a step that makes several model
+        """Report what a step that has started spent (a step that makes several model
         calls reports each), under the lease, after the writes queued before it. It
         needs no version and leaves the task's alone; a spend past a budget is
         recorded all the same (it has happened): the next ``begin`` is refused."""

@@ -193,7 +193,7 @@ class Mutation:
         Task.of,
         given=_SPEND,
         description=(
-            "Report spend of a RUNNING step between its start and its end (SPEND_RECORDED); "
+            "Report spend of a step that has started, running or ended (SPEND_RECORDED); "
             "the task's version is left alone, like a tool report's. Always recorded, "
             "even past a budget."
         ),

@@ -533,19 +533,22 @@ async def record_spend(
     *,
     fencing_token: int | None = None,
 ) -> Written[TaskView]:
-    """Add what a RUNNING step spent (a step that makes several model calls reports
-    each): SPEND_RECORDED. Like a tool report it carries no expected version and
-    leaves the task's version alone, so it never conflicts with the step's own
-    writes; the lease is checked. Recorded even past a budget: it has happened."""
+    """Add what a step that has started spent (a step that makes several model
+    calls reports each): SPEND_RECORDED. Running or ended: usage often arrives
+    after the step's end was reported, and it has been spent all the same; a step
+    never started (no attempt) spent nothing, InvalidInput. Like a tool report it
+    carries no expected version and leaves the task's version alone, so it never
+    conflicts with the step's own writes; the lease is checked. Recorded even past
+    a budget: it has happened."""
     validation.non_negative(step_index, "stepIndex")
     report = spend.checked("spend")
 
     async def apply(draft: Draft) -> Change:
         step = await draft.step(step_index)
-        if step.status is not StepStatus.RUNNING:
+        if step.attempts == 0:
             raise InvalidInputError(
                 "stepIndex",
-                f"step {step_index} is {step.status}; spend is recorded on a RUNNING step",
+                f"step {step_index} has not started; spend is recorded on a step that has",
             )
         draft.spend(step, report)
         return Change(TaskEventKind.SPEND_RECORDED, step_index)
