@@ -296,6 +296,42 @@ async def test_a_replay_pays_for_the_events_it_sends(tmp_path: Path) -> None:
     assert left == [94, 395]
 
 
+def test_a_write_pays_for_the_step_rows_it_stores(tmp_path: Path) -> None:
+    """Guards ``door.rows_price``: a fork of 2,416 steps pays its 2 points and, once
+    written, a point per 16 step rows past the first 16 (150), so of a 200-point
+    budget (no refill to speak of) 48 reads are left after it; a fork of 16 steps
+    pays its 2 alone (198 left). Priced as any write (2 points), forks of 10,000
+    steps held SQLite's one writer for seconds each and another user's writes
+    waited behind them."""
+    url = f"sqlite://{tmp_path / 'rows.db'}"
+    token = create_token(url, "forker")
+    budget = {
+        "RUNSTATE_RATE_BURST": "200",
+        "RUNSTATE_RATE_PER_SECOND": "0.01",
+        "RUNSTATE_MAX_STEPS": "5000",
+    }
+    with (
+        Server(url, tmp_path / "builder.log", RUNSTATE_RATE_LIMIT="false", **budget) as builder,
+        Api(builder.url, token) as api,
+    ):
+        sources = [new_task(api, steps=n)["id"] for n in (16 + 16 * 150, 16)]
+    left = []
+    for source in sources:
+        with (
+            Server(url, tmp_path / f"{source}.log", **budget) as limited,
+            Api(limited.url, token) as forker,
+        ):
+            forked = mutate(
+                forker, "forkTask", "ForkTaskInput", "__typename", taskId=source, atSeq=1
+            )
+            assert forked == {"__typename": "Task"}
+            passed = 0
+            while forker.post({"query": "{ __typename }"}).status_code == 200:
+                passed += 1
+            left.append(passed)
+    assert left == [48, 198]
+
+
 def test_a_read_refused_for_its_estimate_costs_a_point(tmp_path: Path) -> None:
     """Guards ``refusal_cost`` (issue 38, item 4): a read whose estimate the budget
     cannot pay (a 1.5 MB task's outputs: 10 points, nine left) is refused, and each

@@ -43,7 +43,7 @@ async def once(
     answer, to read a stored one back."""
     context = info.context
     ttl = context.settings.idempotency_ttl
-    caller = door.Caller(context.house, context.user_id, context.charge, ttl)
+    caller = door.Caller(context.house, context.user_id, context.charge, ttl, context.owe)
 
     def fields() -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(input).items() if k != "idempotency_key"}

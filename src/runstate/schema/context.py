@@ -22,6 +22,7 @@ from runstate.services.domain import spend
 from runstate.services.domain.events import TaskRef
 from runstate.services.domain.ratelimit import (
     REPLAYED_EVENTS_PER_POINT,
+    SPEND,
     RateLimiter,
     Spending,
 )
@@ -187,6 +188,14 @@ class Context:
         (the refusal may cost a point itself, ``ratelimit.refusal_cost``)."""
         if self.limiter is not None:
             await self.spent.charge(self.limiter, self.user_id, points)
+
+    async def owe(self, points: float) -> None:
+        """Pay ``points`` for work done (a write's rows, ``door.rows_price``), into
+        debt if the budget is short: the caller's next request waits it out."""
+        if self.limiter is None:
+            return
+        await self.limiter.take(self.user_id, points, SPEND)
+        self.spent.points += points
 
     async def pace(self, points: float) -> None:
         """Pay ``points`` for work under way (a replay's next page), waiting while

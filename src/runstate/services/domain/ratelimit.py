@@ -1,7 +1,8 @@
 """Per-user rate limiting by cost points, shared across server processes through Redis.
 
 Each user has a token bucket of ``burst`` points refilled at ``per_second``. A
-read costs ``READ_COST`` per top-level field, a write ``WRITE_COST`` per mutation,
+read costs ``READ_COST`` per top-level field, a write ``WRITE_COST`` per mutation
+(and a point per 16 step rows it stored past 16: ``write.door.rows_price``),
 a subscription ``SUBSCRIBE_COST`` when it starts. An operation also pays for what
 it could answer (``schema.bounds``): a point per ``ANSWER_BYTES_PER_POINT`` and
 per ``ANSWER_OBJECTS_PER_POINT`` of its estimate. A request the bucket cannot pay
