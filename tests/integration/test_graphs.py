@@ -216,17 +216,36 @@ async def test_keep_latest_keeps_the_ancestors_a_delta_channel_is_rebuilt_from(
     assert [str(k) for k in left] == ["d2"]
 
 
-async def test_keep_latest_keeps_the_last_written_checkpoint(house: House) -> None:
-    """Guards KEEP_LATEST's order (issue 38, item 8): of ``c9``, ``c10`` and ``c11``
-    written in that order it keeps ``c11``, the last written; by the largest id as
-    text it kept ``c9`` and deleted the other two."""
+async def listed(**where: Any) -> list[str]:
+    """The ids ``list_checkpoints`` answers for ``where``, a page of 10."""
+    page = await checkpoints.list_checkpoints(
+        USER,
+        **{"task_id": "t", "namespace": "", "before": None, "metadata": None} | where,
+        first=10,
+    )
+    return [c.checkpoint_id for c in page.items]
+
+
+async def test_latest_is_the_last_written_checkpoint_everywhere(house: House) -> None:
+    """Guards one meaning of "latest": of ``c9``, ``c10`` and ``c11`` written in
+    that order, ``c11`` is the latest a read without an id answers, the first of
+    the thread's list (``before`` counting in the same order), and what
+    KEEP_LATEST keeps, so a prune never changes what the latest read answers.
+    By the largest id as text, KEEP_LATEST once kept ``c9`` (issue 38, item 8),
+    and then the read still answered ``c9`` while KEEP_LATEST kept ``c11``."""
     parent = None
     for name in ("c9", "c10", "c11"):
         await put(house, name, parent, {})
         parent = name
+    latest = await checkpoints.get_checkpoint(USER, "t", "", None)
+    assert latest.checkpoint_id == "c11"
+    assert await listed() == ["c11", "c10", "c9"]
+    assert await listed(before="c10") == ["c9"]
+    assert await listed(before="c1") == []  # not among the thread's: nothing before it
     await checkpoints.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
     left = await GraphCheckpoint.all().values_list("checkpoint_id", flat=True)
     assert [str(k) for k in left] == ["c11"]
+    assert (await checkpoints.get_checkpoint(USER, "t", "", None)).checkpoint_id == "c11"
 
 
 async def test_bad_input_is_refused_and_writes_nothing(house: House) -> None:
@@ -351,5 +370,8 @@ async def test_reads_cost_the_same_behind_ten_thousand_checkpoints(
             details = [str(row[-1]) for row in plan]
             scans = [d for d in details if d.startswith("SCAN") and d != "SCAN CONSTANT ROW"]
             assert not scans, (statement, details)  # a constant row is not a table
+            if 'FROM "graph_checkpoints"' in statement:  # the latest and the list
+                sorts = [d for d in details if "TEMP B-TREE" in d]
+                assert not sorts, (statement, details)  # ordered by an index, not sorted
             if 'FROM "graph_blobs"' in statement:
                 assert any("version=?" in d for d in details), (statement, details)

@@ -388,6 +388,8 @@ class GraphCheckpoint(Model):
         indexes = (
             # Newest first across a thread's namespaces (checkpoint ids sort by time).
             Index(fields=("task_id", "checkpoint_id"), name="graph_checkpoints_newest"),
+            # A namespace's checkpoints in the order written: its latest, its list.
+            Index(fields=("task_id", "namespace", "seq"), name="graph_checkpoints_written"),
             Index(fields=("run_id",), name="graph_checkpoints_run"),
         )
 

@@ -742,13 +742,15 @@ async def _thread(user_id: str, task_id: str) -> int:
 async def get_checkpoint(
     user_id: str, task_id: str, namespace: str, checkpoint_id: str | None
 ) -> CheckpointView:
-    """The checkpoint ``checkpoint_id`` of the task's namespace, or its latest;
-    NotFound ("checkpoint") when there is none."""
+    """The checkpoint ``checkpoint_id`` of the task's namespace, or its latest: the
+    last written, as ``prune`` keeps it (by the largest id as text, ``c9`` was the
+    latest of ``c9``, ``c10``, ``c11`` written in that order, and KEEP_LATEST kept
+    ``c11``); NotFound ("checkpoint") when there is none."""
     pk = await _thread(user_id, task_id)
     rows = GraphCheckpoint.filter(task_id=pk, namespace=namespace)
     if checkpoint_id is not None:
         rows = rows.filter(checkpoint_id=checkpoint_id)
-    row = await rows.order_by("-checkpoint_id").first()
+    row = await rows.order_by("-seq", "-id").first()
     if row is None:
         raise NotFoundError("checkpoint", checkpoint_id or "(none yet)")
     return (await _views([row], {pk: task_id}))[0]
@@ -765,28 +767,38 @@ async def list_checkpoints(
     after: str | None = None,
 ) -> CheckpointPage:
     """The caller's checkpoints newest first (of one task, one namespace, before a
-    checkpoint id, with metadata holding every pair of ``metadata``), ``first`` at
-    most; ``after`` is a page's cursor. Read in batches by the index, so a page costs
-    the same behind ten thousand checkpoints as behind ten."""
+    checkpoint, with metadata holding every pair of ``metadata``), ``first`` at
+    most; ``after`` is a page's cursor. A thread's are listed as they were written
+    (``seq``), as ``get_checkpoint`` answers its latest and ``prune`` keeps it, and
+    ``before`` names one of them (one it does not hold: nothing is before it); all
+    the caller's threads together by id, the one order they share (LangGraph's ids
+    sort by time). Read in batches by the index, so a page costs the same behind
+    ten thousand checkpoints as behind ten."""
     first = validation.page_size(first)
     rows = GraphCheckpoint.filter(task__user_id=user_id)
+    if namespace is not None:
+        rows = rows.filter(namespace=namespace)
+    order = "checkpoint_id"
     if task_id is not None:
         try:
             rows = rows.filter(task_id=await _thread(user_id, task_id))
         except NotFoundError:  # no such thread: none of its checkpoints to list
             return CheckpointPage((), None)
-    if namespace is not None:
-        rows = rows.filter(namespace=namespace)
-    if before is not None:
+        order = "seq"
+        if before is not None:
+            named = await rows.filter(checkpoint_id=before).order_by("-seq").first()
+            if named is None:
+                return CheckpointPage((), None)
+            rows = rows.filter(Q(seq__lt=named.seq) | Q(seq=named.seq, id__lt=named.id))
+    elif before is not None:
         rows = rows.filter(checkpoint_id__lt=before)
     if after is not None:
-        last_id, _, last_pk = after.rpartition("/")
-        if not last_pk.isdigit():
+        last, _, last_pk = after.rpartition("/")
+        if not last_pk.isdigit() or (order == "seq" and not last.isdigit()):
             raise InvalidInputError("after", "is not a cursor this list gave")
-        rows = rows.filter(
-            Q(checkpoint_id__lt=last_id) | Q(checkpoint_id=last_id, id__lt=int(last_pk))
-        )
-    ordered = rows.order_by("-checkpoint_id", "-id").select_related("task")
+        at: Any = int(last) if order == "seq" else last
+        rows = rows.filter(Q(**{f"{order}__lt": at}) | Q(**{order: at, "id__lt": int(last_pk)}))
+    ordered = rows.order_by(f"-{order}", "-id").select_related("task")
     found: list[GraphCheckpoint] = []
     batch = max(first, 20)
     offset = 0
@@ -801,7 +813,7 @@ async def list_checkpoints(
     more = len(found) > first
     found = found[:first]
     views = await _views(found, {r.task_id: r.task.public_id for r in found})
-    cursor = f"{found[-1].checkpoint_id}/{found[-1].id}" if more and found else None
+    cursor = f"{getattr(found[-1], order)}/{found[-1].id}" if more and found else None
     return CheckpointPage(tuple(views), cursor)
 
 
