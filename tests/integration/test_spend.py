@@ -389,7 +389,7 @@ def test_bad_spend_is_invalid_input_naming_the_field(
 
 def test_spend_that_would_overflow_a_step_or_lands_nowhere_is_refused(alice: Api, bob: Api) -> None:
     """Guards the other refusals: a step's or a task's sum past 2^53 - 1, spend on a
-    finished step, a tool report's spend with no step running, and someone else's
+    step never started, a tool report's spend with no step running, and someone else's
     task, each answer a typed problem and write nothing; a budget below zero, or a Long that
     is not an integer, never reaches a write."""
     session = start_session(alice)
@@ -413,8 +413,8 @@ def test_spend_that_would_overflow_a_step_or_lands_nowhere_is_refused(alice: Api
         0,
         version,
     )
-    finished = record(alice, task_id, 0, inputTokens=1)
-    assert (finished["__typename"], finished["field"]) == ("InvalidInput", "stepIndex")
+    never = record(alice, task_id, 1, inputTokens=1)
+    assert (never["__typename"], never["field"]) == ("InvalidInput", "stepIndex")
     nowhere = tool_call(alice, task_id, "SUCCESS", spend={"inputTokens": 1})
     assert (nowhere["__typename"], nowhere["field"]) == ("InvalidInput", "spend")
     assert record(bob, task_id, 0, inputTokens=1)["__typename"] == "NotFound"
