@@ -156,7 +156,10 @@ def _share_limits(parts: _Parts, installation: str) -> None:
     parts.graphql.limiter = parts.budgets.users
     if settings.redis_url:
         parts.connections.shared = SharedSockets(
-            settings.redis_url, key_prefix(installation), settings.max_connections
+            settings.redis_url,
+            key_prefix(installation),
+            settings.max_connections,
+            settings.socket_lease_seconds,
         )
 
 

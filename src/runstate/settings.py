@@ -209,6 +209,11 @@ class Settings:
     max_connections: int = 50
     """WebSocket connections one user may hold open: on all processes together with
     Redis (``sockets``), on each process without it."""
+    socket_lease_seconds: float = 30.0
+    """How long a process's claim of a place under ``max_connections`` lasts in
+    Redis unless the process refreshes it (every third of the lease): a process
+    that died frees its places after this; one that stalled longer re-claims them
+    when it resumes, and closes the connections that find the cap full."""
     connection_init_seconds: float = 10.0
     max_connections_per_address: int = 256
     """Connections one client address may hold open before a token vouches for them

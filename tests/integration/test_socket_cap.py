@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -17,12 +19,16 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from runstate.transport.connections import Connection, Connections
+from runstate.transport.connections import TOO_MANY_CONNECTIONS, Connection, Connections
 from runstate.transport.sockets import SharedSockets
 from tests.integration.test_limits import socket, ws_url
 from tests.support import GRAPHQL_WS, Server, create_token, require_service
 
 CAP = 3
+LEASE = 1.5
+"""The claims' lease on the servers that are stalled (``RUNSTATE_SOCKET_LEASE_SECONDS``):
+short, so that a stall past it takes seconds."""
+REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def two_servers(tmp_path: Path, **env: str) -> Iterator[tuple[Server, Server]]:
@@ -39,6 +45,15 @@ def two_servers(tmp_path: Path, **env: str) -> Iterator[tuple[Server, Server]]:
 def shared(tmp_path: Path) -> Iterator[tuple[Server, Server]]:
     require_service("Redis", "127.0.0.1", 6379)
     yield from two_servers(tmp_path, RUNSTATE_REDIS_URL="redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture
+def leasing(tmp_path: Path) -> Iterator[tuple[Server, Server]]:
+    """Two servers sharing Redis, their claims leased for ``LEASE`` seconds."""
+    require_service("Redis", "127.0.0.1", 6379)
+    yield from two_servers(
+        tmp_path, RUNSTATE_REDIS_URL=REDIS_URL, RUNSTATE_SOCKET_LEASE_SECONDS=str(LEASE)
+    )
 
 
 @pytest.fixture
@@ -127,6 +142,85 @@ async def test_claims_last_as_long_as_their_sockets_whatever_the_token_check() -
         while not await elsewhere.claim("holder", elsewhere.member(2)):
             assert time.monotonic() < deadline, "the claims never lapsed without refreshing"
             await asyncio.sleep(0.1)
+    finally:
+        await here.shared.close()
+        await elsewhere.close()
+
+
+async def test_a_stalled_server_gives_back_the_places_taken_meanwhile(
+    leasing: tuple[Server, Server],
+) -> None:
+    """Guards the re-claim (``Connections.reclaim``): a server holding a user's
+    three sockets (the cap) is stopped (SIGSTOP) past the lease; meanwhile the
+    other server takes three more for the user, the claims of the stopped one
+    having lapsed: six open against a cap of three (the control: this is where
+    the refresh that only extended claims still in the set left the user, seen
+    failing so with its sockets never closed). Once the stopped server resumes,
+    its three sockets are closed (4029, as one refused), the other's three still
+    answer, and a seventh socket is refused on either."""
+    stalled, running = leasing
+    token = create_token(stalled.database_url, "stalled")
+    assert stalled.process is not None
+    async with AsyncExitStack() as open_sockets:
+        first = [await open_sockets.enter_async_context(socket(stalled, token)) for _ in range(CAP)]
+        os.kill(stalled.process.pid, signal.SIGSTOP)
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while (await refused(running, token))[0] == TOO_MANY_CONNECTIONS:
+                assert loop.time() < deadline, "the stopped server's claims never lapsed"
+                await asyncio.sleep(0.1)
+            later = [
+                await open_sockets.enter_async_context(socket(running, token)) for _ in range(CAP)
+            ]
+        finally:
+            os.kill(stalled.process.pid, signal.SIGCONT)
+        for ws in first:
+            await asyncio.wait_for(ws.wait_closed(), 30)
+        reason = f"Too many connections: at most {CAP} per user"
+        assert [(ws.close_code, ws.close_reason) for ws in first] == [
+            (TOO_MANY_CONNECTIONS, reason)
+        ] * CAP
+        for ws in later:
+            await asyncio.wait_for(await ws.ping(), 10)
+        assert await refused(stalled, token) == (TOO_MANY_CONNECTIONS, reason)
+        assert await refused(running, token) == (TOO_MANY_CONNECTIONS, reason)
+
+
+async def test_a_lapsed_claim_is_claimed_again_while_there_is_room() -> None:
+    """Guards the refresh's re-claim, oldest first: a process's two claims lapse
+    (it did not refresh past the lease) and another process takes one of the two
+    places; the next refresh claims the older connection's place again and closes
+    the newer one (4029), so the user holds two, the cap. Control: before the
+    refresh the user held three (the old refresh, extending only the claims still
+    in the set, kept it so: seen failing with nothing closed)."""
+    require_service("Redis", "127.0.0.1", 6379)
+    prefix = f"test-reclaim-{uuid.uuid4().hex}:"
+    here = Connections(2)
+    here.shared = SharedSockets(REDIS_URL, prefix, 2, lease_seconds=1.0)
+    elsewhere = SharedSockets(REDIS_URL, prefix, 2, lease_seconds=1.0)
+    closed: list[tuple[str, int, str]] = []
+
+    def closer(name: str) -> Callable[[int, str], Awaitable[None]]:
+        async def close(code: int, reason: str) -> None:
+            closed.append((name, code, reason))
+
+        return close
+
+    try:
+        await here.add(Connection("holder", "digest", closer("older")))
+        await here.add(Connection("holder", "digest", closer("newer")))
+        deadline = time.monotonic() + 10
+        while not await elsewhere.claim("holder", elsewhere.member(1)):
+            assert time.monotonic() < deadline, "the claims never lapsed"
+            await asyncio.sleep(0.1)
+        assert len(here) + 1 == 3  # over the cap of two, until the refresh
+        assert await here.reclaim() == 1
+        assert closed == [
+            ("newer", TOO_MANY_CONNECTIONS, "Too many connections: at most 2 per user")
+        ]
+        assert len(here) == 1
+        assert not await elsewhere.claim("holder", elsewhere.member(2))
     finally:
         await here.shared.close()
         await elsewhere.close()

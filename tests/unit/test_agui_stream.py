@@ -4,6 +4,7 @@ ends, its frames are closed and its connection let go, once."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncGenerator, MutableMapping
 from typing import Any
 
@@ -87,3 +88,25 @@ async def test_a_run_whose_request_is_cancelled_lets_its_connection_go() -> None
         await serving
     await asyncio.wait_for(done.wait(), 5)  # the shielded release runs in its own task
     assert released == [1]
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (4403, ("UNAUTHENTICATED", "the token was revoked")),
+        (4029, ("TOO_MANY_CONNECTIONS", "Too many connections: at most 2 per user")),
+    ],
+)
+async def test_a_stream_closed_by_the_server_says_why(code: int, expected: tuple[str, str]) -> None:
+    """Guards the end a ``Connection.close`` brings: a revoked token (4403) ends the
+    stream with ``RUN_ERROR UNAUTHENTICATED``; a place under the user's cap lost
+    while its server stalled (4029, ``Connections.reclaim``) with ``RUN_ERROR
+    TOO_MANY_CONNECTIONS`` and the reason, not as a revoked token (seen so)."""
+    stream = _Stream(keepalive_seconds=15, stopping=asyncio.Event())
+    stream.frames = quiet()
+    await anext(stream.frames)
+    await stream.revoke(code, "Too many connections: at most 2 per user")
+    (frame,) = [frame async for frame in stream.body()]
+    data = json.loads(frame.decode().partition("data: ")[2])
+    assert (data["type"], data["code"], data["message"]) == ("RUN_ERROR", *expected)
+    await stream.close()

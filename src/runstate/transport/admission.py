@@ -12,15 +12,29 @@ tracebacks (94.5 MB of log) in 14 s. So, as nginx (``client_header_timeout``,
   (or of the connection's opening), and its body within ``body_seconds`` plus a
   second for every ``BODY_MIN_RATE`` bytes it has sent; past that the connection
   is closed;
-- one address holds at most ``per_address`` connections; a WebSocket stops
-  counting once its ``connection_init`` is accepted (``vouch``): from then on the
-  per-user cap (``connections``) counts it. A trusted proxy's connections are
-  not capped by address (the proxy caps its clients);
+- a connection nobody has vouched for yet counts against its client address.
+  The process's places (below) less those vouched for are shared fairly among
+  the addresses that hold such connections: each may hold at most the places
+  left divided by the number of addresses (a newcomer counted among them), and
+  never more than ``per_address``. An address at its share that opens another
+  closes its own oldest unvouched connection (the new one may carry a user's
+  token: one behind the same NAT as an attacker still gets in), and a newcomer
+  finding the process full closes the oldest unvouched connection of the
+  address holding the most. So five or fifty addresses together hold no more
+  than the places there are, and an address holding none always has room;
+- a live token vouches for its connection (``vouch``): an HTTP request's
+  ``Authorization`` as ``BearerAuth`` checks it anyway (no query of its own), a
+  WebSocket's in its accepted ``connection_init``. From then on it no longer
+  counts against its address, and is never closed to make room (the per-user
+  cap, ``connections``, counts WebSockets). A trusted proxy's connections are not
+  counted by address either (the proxy caps its clients);
 - the process holds at most its open-file limit less ``RESERVE_FDS`` connections
   (the database, Redis and the log keep theirs), so accepting a connection never
-  runs out of descriptors; one over is closed at once.
+  runs out of descriptors; one over, with no unvouched connection to close for
+  it, is closed at once.
 
-Refusals are logged as one line per ``REPORT_SECONDS``, with their counts,
+Refusals and connections closed to make room are logged as one line per
+``REPORT_SECONDS``, with their counts,
 never a line (let alone a traceback) per connection, and so is asyncio's "accept
 out of system resource" if descriptors run out all the same.
 """
@@ -53,7 +67,8 @@ ADMISSION = "runstate.admission"
 """The lifespan state's key for the app's ``Admission`` (the protocols read it)."""
 
 VOUCH = "runstate.vouch"
-"""The WebSocket scope extension that stops counting its connection by address."""
+"""The scope extension (HTTP and WebSocket) that stops counting its connection by
+address: called once a live token is seen on it."""
 
 OUT_OF_FILES = "socket.accept() out of system resource"
 """asyncio's message when accept fails for want of descriptors (it logs each
@@ -96,7 +111,8 @@ class Trusted:
 
 
 class Admission:
-    """The open connections of one app's server process, by client address."""
+    """The open connections of one app's server process, and the client addresses
+    their places are counted against until a token vouches for them."""
 
     def __init__(
         self,
@@ -111,10 +127,18 @@ class Admission:
         self.body_seconds = body_seconds
         self.trusted = trusted
         self.budget = open_file_budget()
-        self._held: dict[object, str | None] = {}
+        self._held: dict[asyncio.Transport, str | None] = {}
         """Each connection held (keyed by its transport), with the address it is
-        counted against (None: not counted by address)."""
-        self._by_address: Counter[str] = Counter()
+        counted against (None: vouched for, or a trusted proxy's)."""
+        self._unvouched: dict[str, dict[asyncio.Transport, None]] = {}
+        """The connections counted against each address, oldest first."""
+        self._by_count: dict[int, dict[str, None]] = {}
+        """The addresses holding each number of unvouched connections, so that the
+        busiest is found at once however many there are."""
+        self._most = 0
+        """The most unvouched connections an address holds."""
+        self._counted = 0
+        """How many connections are counted against an address."""
         self._refused: Counter[str] = Counter()
         self._report: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
@@ -127,40 +151,82 @@ class Admission:
         """Connections held now."""
         return len(self._held)
 
-    def admit(self, transport: object, address: str | None) -> bool:
-        """Hold a new connection from ``address``; False (it is to be closed) past
-        the process's budget or the address's cap."""
-        if self.open >= self.budget:
-            self.refused("over the process's open-file budget")
-            return False
+    def share(self, address: str) -> int:
+        """The most connections ``address`` may have counted against it now: the
+        places not vouched for, divided among the addresses holding some (itself
+        among them), at least one and at most ``per_address``."""
+        room = self.budget - (self.open - self._counted)
+        addresses = len(self._unvouched) + (address not in self._unvouched)
+        return max(1, min(self.per_address, room // addresses))
+
+    def admit(self, transport: asyncio.Transport, address: str | None) -> bool:
+        """Hold a new connection from ``address``, closing an older unvouched one
+        to make room when its address is at its share or the process is full;
+        False (it is to be closed) when the process is full of connections that
+        cannot be closed for it."""
         if address is not None and address in self.trusted:
             address = None
-        if address is not None:
-            if self._by_address[address] >= self.per_address:
-                self.refused(f"over the cap of {self.per_address} per address")
+        own = self._unvouched.get(address) if address is not None else None
+        if address is not None and own is not None and len(own) >= self.share(address):
+            self._evict(next(iter(own)), "closed for a newer one from their address (at its share)")
+        elif self.open >= self.budget:
+            if not self._most:
+                self.refused("over the process's open-file budget")
                 return False
-            self._by_address[address] += 1
+            busiest = self._unvouched[next(iter(self._by_count[self._most]))]
+            self._evict(
+                next(iter(busiest)),
+                "closed for a newcomer (the process full, their address the busiest)",
+            )
         self._held[transport] = address
+        if address is not None:
+            own = self._unvouched.setdefault(address, {})
+            own[transport] = None
+            self._counted += 1
+            self._recount(address, len(own) - 1, len(own))
         return True
 
-    def vouch(self, transport: object) -> None:
+    def _evict(self, transport: asyncio.Transport, reason: str) -> None:
+        """Close an unvouched connection to make room for a newer one."""
+        self.leave(transport)
+        transport.abort()
+        self.refused(reason)
+
+    def vouch(self, transport: asyncio.Transport) -> None:
         """Stop counting this connection by address: a user owns it now."""
         address = self._held.get(transport)
         if address is not None:
             self._held[transport] = None
-            self._uncount(address)
+            self._uncount(transport, address)
 
-    def leave(self, transport: object) -> None:
+    def leave(self, transport: asyncio.Transport) -> None:
         """Forget a connection that closed (idempotent)."""
         if transport in self._held:
             address = self._held.pop(transport)
             if address is not None:
-                self._uncount(address)
+                self._uncount(transport, address)
 
-    def _uncount(self, address: str) -> None:
-        self._by_address[address] -= 1
-        if not self._by_address[address]:
-            del self._by_address[address]
+    def _uncount(self, transport: asyncio.Transport, address: str) -> None:
+        own = self._unvouched[address]
+        del own[transport]
+        self._counted -= 1
+        self._recount(address, len(own) + 1, len(own))
+        if not own:
+            del self._unvouched[address]
+
+    def _recount(self, address: str, before: int, after: int) -> None:
+        """Move ``address`` from the addresses holding ``before`` unvouched
+        connections to those holding ``after`` (one more or one fewer)."""
+        if before:
+            bucket = self._by_count[before]
+            del bucket[address]
+            if not bucket:
+                del self._by_count[before]
+                if self._most == before and after < before:
+                    self._most = after
+        if after:
+            self._by_count.setdefault(after, {})[address] = None
+        self._most = max(self._most, after)
 
     def refused(self, reason: str) -> None:
         """Note a refusal: told at once when none was told within ``REPORT_SECONDS``,

@@ -22,6 +22,7 @@ from runstate.services.domain.ratelimit import (
     RateLimiter,
     Spending,
 )
+from runstate.transport.admission import VOUCH
 from runstate.transport.callers import Tokens
 from runstate.transport.http_only import HttpOnly
 from runstate.transport.refusals import refusal
@@ -53,7 +54,8 @@ class BearerAuth(HttpOnly):
     429 before its body is read (the wait until a write could pay, as the GraphQL
     error RATE_LIMITED), and one whose operations took no points pays one after;
     one without a live token takes a point from its client address's budget, 429
-    past it instead of 401.
+    past it instead of 401. A live token vouches for its connection (``VOUCH``): it
+    no longer counts against its client address (``transport.admission``).
     """
 
     def __init__(self, app: ASGIApp, *, graphiql: bool, tokens: Tokens, budgets: Budgets) -> None:
@@ -85,6 +87,9 @@ class BearerAuth(HttpOnly):
             await response(scope, receive, send)
             return
         logs.name_user(principal.user_id)
+        vouch = (scope.get("extensions") or {}).get(VOUCH)
+        if vouch is not None:
+            vouch()
         users = self.budgets.users
         if users is not None and await users.take(principal.user_id, 1, PEEK) > 0:
             # The wait told is until a write could pay (it costs WRITE_COST): told the

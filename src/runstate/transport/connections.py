@@ -2,7 +2,8 @@
 token has been revoked.
 
 The per-user cap counts this process's connections, and with Redis every
-process's (``sockets.SharedSockets``, whose claims ``keep_claims`` refreshes).
+process's (``sockets.SharedSockets``, whose claims ``keep_claims`` refreshes;
+a connection whose lapsed claim finds the cap full is closed, 4029).
 
 A token is checked once, in ``connection_init``; after that the connection lives
 on its own. ``Connections.watch`` checks the tokens of every open connection of
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 from runstate.services.actions.tokens import live_digests
 from runstate.transport import heap
-from runstate.transport.sockets import REFRESH_SECONDS, SharedSockets
+from runstate.transport.sockets import REFRESHES, SharedSockets
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,14 @@ TRIM_AFTER = 100
 
 REVOKED = 4403
 """The close code of a connection whose token was revoked (as for a refused one)."""
+
+TOO_MANY_CONNECTIONS = 4029
+"""runstate's own close code for a user past ``RUNSTATE_MAX_CONNECTIONS``: refused
+at its ``connection_init``, or closed when its lapsed claim finds the cap full.
+Not one graphql-transport-ws defines (its 4429 means a second
+``connection_init``, which graphql-ws treats as fatal): graphql-ws retries this
+one with its backoff, 1.3 s and more between attempts, five times, by which time
+a connection may be free."""
 
 Close = Callable[[int, str], Awaitable[None]]
 
@@ -54,7 +63,8 @@ class Connections:
         self.per_user = per_user
         self.shared: SharedSockets | None = None
         """The count across processes (with Redis), set when the app starts."""
-        self._by_user: dict[str, set[Connection]] = defaultdict(set)
+        self._by_user: dict[str, dict[Connection, None]] = defaultdict(dict)
+        """Each user's connections, oldest first."""
         self.ended = 0
         """Connections that ended since memory was last given back."""
         self._ended_at_check = 0
@@ -66,7 +76,7 @@ class Connections:
         held = self._by_user[connection.user_id]
         if len(held) >= self.per_user:
             raise TooManyConnectionsError
-        held.add(connection)
+        held[connection] = None
         if self.shared is not None and not await self.shared.claim(
             connection.user_id, self._member(connection)
         ):
@@ -77,7 +87,7 @@ class Connections:
         """Forget a connection that has ended (idempotent)."""
         held = self._by_user.get(connection.user_id)
         if held is not None and connection in held:
-            held.remove(connection)
+            del held[connection]
             self.ended += 1
             if not held:
                 del self._by_user[connection.user_id]
@@ -87,6 +97,11 @@ class Connections:
     def _member(self, connection: Connection) -> str:
         assert self.shared is not None
         return self.shared.member(id(connection))
+
+    @property
+    def too_many(self) -> str:
+        """The reason a connection past the cap is given."""
+        return f"Too many connections: at most {self.per_user} per user"
 
     def __len__(self) -> int:
         return sum(len(held) for held in self._by_user.values())
@@ -101,29 +116,48 @@ class Connections:
         if not connections:
             return 0
         live = await live_digests({c.token_digest for c in connections})
-        return await self._close(c for c in connections if c.token_digest not in live)
+        revoked = [c for c in connections if c.token_digest not in live]
+        return await self._close(revoked, REVOKED, "token revoked")
 
     async def close_token(self, token_digest: str) -> None:
         """Close every connection opened with this token (it was revoked)."""
-        await self._close(c for c in self.all() if c.token_digest == token_digest)
+        revoked = [c for c in self.all() if c.token_digest == token_digest]
+        await self._close(revoked, REVOKED, "token revoked")
 
-    async def _close(self, connections: Iterable[Connection]) -> int:
-        """Forget and close (4403) these connections; how many there were."""
+    async def _close(self, connections: Iterable[Connection], code: int, reason: str) -> int:
+        """Forget and close these connections; how many there were."""
         closed = 0
         for connection in connections:
             await self.remove(connection)
-            await connection.close(REVOKED, "token revoked")
+            await connection.close(code, reason)
             closed += 1
         return closed
 
-    async def keep_claims(self, every_seconds: float = REFRESH_SECONDS) -> None:
-        """Refresh the shared count's claims of this process's open connections every
-        ``every_seconds`` until cancelled, so that they last as long as their sockets
-        (with ``shared`` set: the app runs it when it counts through Redis)."""
+    async def reclaim(self) -> int:
+        """Refresh the shared count's claims of this process's open connections,
+        claiming again those that lapsed (the process stalled past the lease), and
+        close (4029) those that find their user at the cap: each user's newest
+        first, as the claims are made oldest first. How many were closed."""
         assert self.shared is not None
+        members = {self._member(c): c for c in self.all()}
+        over = await self.shared.refresh((c.user_id, m) for m, c in members.items())
+        return await self._close([members[m] for m in over], TOO_MANY_CONNECTIONS, self.too_many)
+
+    async def keep_claims(self, every_seconds: float | None = None) -> None:
+        """``reclaim`` every ``every_seconds`` (a third of the lease by default) until
+        cancelled, so that claims last as long as their sockets (with ``shared``
+        set: the app runs it when it counts through Redis)."""
+        assert self.shared is not None
+        every = every_seconds or self.shared.lease_seconds / REFRESHES
         while True:
-            await asyncio.sleep(every_seconds)
-            await self.shared.refresh((c.user_id, self._member(c)) for c in self.all())
+            await asyncio.sleep(every)
+            try:
+                closed = await self.reclaim()
+            except Exception:  # the next round tries again; the server keeps serving
+                log.exception("re-claiming the places of open connections failed")
+                continue
+            if closed:
+                log.warning("closed %d connections past their users' cap after a stall", closed)
 
     async def watch(self, every_seconds: float) -> None:
         """``close_revoked`` every ``every_seconds`` until cancelled; after that, give

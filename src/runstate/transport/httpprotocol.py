@@ -1,14 +1,17 @@
-"""uvicorn's HTTP protocol (httptools), with the connection's admission and the
-deadlines of its requests' headers and bodies (``transport.admission``)."""
+"""uvicorn's HTTP protocol (httptools), with the connection's admission, the
+deadlines of its requests' headers and bodies, and the hook by which a request's
+live token vouches for its connection (``transport.admission``)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from runstate.transport.admission import ADMISSION, BODY_MIN_RATE, Admission
+from runstate.transport.admission import ADMISSION, BODY_MIN_RATE, VOUCH, Admission
 
 TIMED_OUT = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -18,8 +21,9 @@ TIMED_OUT = (
 
 class HttpProtocol(HttpToolsProtocol):
     """uvicorn's, refusing connections its app's ``Admission`` does not take,
-    closing one whose request's headers or body come too slowly, and telling the
-    app when the server stops.
+    closing one whose request's headers or body come too slowly, giving each
+    request the ``VOUCH`` extension (``BearerAuth`` calls it on a live token), and
+    telling the app when the server stops.
 
     Without an admission in the lifespan state (an app that has none), it is
     uvicorn's own.
@@ -35,6 +39,7 @@ class HttpProtocol(HttpToolsProtocol):
         """Whether a request's first bytes came since the last answer."""
         self.body_from = 0.0
         self.body_bytes = 0
+        self.vouch: Callable[[], None] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -43,6 +48,7 @@ class HttpProtocol(HttpToolsProtocol):
         if not self.admission.admit(transport, self.client[0] if self.client else None):
             transport.abort()
             return
+        self.vouch = partial(self.admission.vouch, transport)
         self._await_headers()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -60,6 +66,9 @@ class HttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self.vouch is not None:
+            extensions: dict[str, Any] = {VOUCH: self.vouch}  # a callable, not ASGI's dict
+            self.scope["extensions"] = extensions
         self.began = True
         if self.admission is not None and self.reading is None:
             self._await_headers()

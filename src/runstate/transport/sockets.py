@@ -3,8 +3,20 @@
 ``RUNSTATE_MAX_CONNECTIONS`` was counted per process: two servers let a user hold
 twice as many. With Redis each open connection is a member of its user's sorted
 set, scored by when its claim lapses; a process refreshes its members' claims
-while they stay open (every ``REFRESH_SECONDS``, whatever the token-check period),
-so the claims of a process that died lapse by themselves (``LEASE_SECONDS``).
+while they stay open (every third of the lease, whatever the token-check period),
+so the claims of a process that died lapse by themselves (after the lease,
+``RUNSTATE_SOCKET_LEASE_SECONDS``).
+
+A process that stalls (stopped, swapped out, a debugger) for longer than the
+lease finds its claims lapsed, and maybe dropped by another process's claim,
+whose places other connections may have taken since. A refresh re-claims: each
+of the process's members still in the set is extended, and each no longer there
+is added again while the user is under the cap, oldest first; those that find
+the cap full are answered back, and their connections are closed (4029, as one
+refused), so the user never holds more than the cap for longer than a refresh.
+(The refresh used to extend only the members still there: after a stall of 35 s
+one user held 100 sockets against a cap of 50.) The same re-claims the
+connections opened while Redis did not answer.
 Claims are scored by Redis's own clock (``TIME``), never a process's: a process
 whose clock ran fast would drop other processes' live claims. Claiming is one
 Lua script (drop lapsed claims, count, add when under the cap), atomic on Redis.
@@ -24,14 +36,11 @@ from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
 
-LEASE_SECONDS = 30.0
-"""How long a claim lasts unless its process refreshes it."""
-
-REFRESH_SECONDS = LEASE_SECONDS / 3
-"""How often a process refreshes its claims: a claim survives two missed rounds.
-(They were refreshed with the token check, so with ``RUNSTATE_AUTH_CHECK_SECONDS``
-at 60 every claim lapsed while its socket was open: one user held 100 sockets
-against a cap of 50.)"""
+REFRESHES = 3
+"""How many times a lease a process refreshes its claims: a claim survives two
+missed rounds. (They were refreshed with the token check, so with
+``RUNSTATE_AUTH_CHECK_SECONDS`` at 60 every claim lapsed while its socket was
+open: one user held 100 sockets against a cap of 50.)"""
 
 _NOW = """
 local clock = redis.call('TIME')
@@ -54,22 +63,28 @@ return 1
 _REFRESH = (
     _NOW
     + """
-for i = 2, #ARGV do
-  redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local lapses = now + tonumber(ARGV[2])
+local over = {}
+for i = 3, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i])
+      or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('ZADD', KEYS[1], lapses, ARGV[i])
+  else
+    over[#over + 1] = ARGV[i]
+  end
 end
-redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[1]) * 1000))
-return 1
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) * 1000))
+return over
 """
 )
 
 
 class SharedSockets:
     """Claims of open WebSockets, per user, shared by every process of one
-    installation through Redis."""
+    installation through Redis; each lasts ``lease_seconds`` unless refreshed."""
 
-    def __init__(
-        self, url: str, prefix: str, per_user: int, lease_seconds: float = LEASE_SECONDS
-    ) -> None:
+    def __init__(self, url: str, prefix: str, per_user: int, lease_seconds: float) -> None:
         self.prefix = prefix
         self.per_user = per_user
         self.lease_seconds = lease_seconds
@@ -107,22 +122,29 @@ class SharedSockets:
         except (RedisError, OSError) as error:
             self._unreachable(error)  # its claim lapses by itself
 
-    async def refresh(self, members: Iterable[tuple[str, str]]) -> None:
-        """Extend the claims of this process's open connections (user, member)."""
+    async def refresh(self, members: Iterable[tuple[str, str]]) -> list[str]:
+        """Extend the claims of this process's open connections (user, member; each
+        user's oldest first), claiming again those that lapsed; the members that
+        found their user at the cap (none while Redis does not answer)."""
         by_user: defaultdict[str, list[str]] = defaultdict(list)
         for user_id, member in members:
             by_user[user_id].append(member)
         if not by_user:
-            return
+            return []
         try:
             async with self._client.pipeline(transaction=False) as pipe:
                 for user_id, held in by_user.items():
                     await self._refresh(
-                        keys=[self._key(user_id)], args=[self.lease_seconds, *held], client=pipe
+                        keys=[self._key(user_id)],
+                        args=[self.per_user, self.lease_seconds, *held],
+                        client=pipe,
                     )
-                await pipe.execute()
+                answers = await pipe.execute()
         except (RedisError, OSError) as error:
             self._unreachable(error)
+            return []
+        self._failing = False
+        return [member.decode() for over in answers for member in over]
 
     def _unreachable(self, error: Exception) -> None:
         if not self._failing:

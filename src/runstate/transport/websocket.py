@@ -35,18 +35,16 @@ from runstate.services.write.house import House
 from runstate.settings import Settings
 from runstate.transport.admission import VOUCH
 from runstate.transport.callers import Tokens
-from runstate.transport.connections import Connection, Connections, TooManyConnectionsError
+from runstate.transport.connections import (
+    TOO_MANY_CONNECTIONS,
+    Connection,
+    Connections,
+    TooManyConnectionsError,
+)
 from runstate.transport.eager import started
 from runstate.transport.operations import operation_type
 from runstate.transport.refusals import stopped_after
 from runstate.transport.wsprotocol import WRITE_TEXT
-
-TOO_MANY_CONNECTIONS = 4029
-"""runstate's own close code for a user past ``RUNSTATE_MAX_CONNECTIONS``. Not one
-graphql-transport-ws defines (its 4429 means a second ``connection_init``, which
-graphql-ws treats as fatal): graphql-ws retries this one with its backoff, 1.3 s
-and more between attempts, five times, by which time a connection may be free."""
-
 
 _TAIL = NEXT_TAIL.encode()
 
@@ -123,10 +121,7 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         try:
             await self.host.connections.add(connection)
         except TooManyConnectionsError:
-            limit = self.host.connections.per_user
-            await self.websocket.close(
-                TOO_MANY_CONNECTIONS, f"Too many connections: at most {limit} per user"
-            )
+            await self.websocket.close(TOO_MANY_CONNECTIONS, self.host.connections.too_many)
             return
         self.connection = connection
         vouch = cast(ASGIWebSocketAdapter, self.websocket).ws.scope["extensions"].get(VOUCH)

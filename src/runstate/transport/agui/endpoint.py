@@ -57,7 +57,12 @@ from runstate.transport.agui.frames import (
     error,
     refused,
 )
-from runstate.transport.connections import Connection, Connections, TooManyConnectionsError
+from runstate.transport.connections import (
+    TOO_MANY_CONNECTIONS,
+    Connection,
+    Connections,
+    TooManyConnectionsError,
+)
 from runstate.transport.deadline import WRITING
 from runstate.transport.refusals import refusal
 from runstate.transport.strict_json import strict_json
@@ -288,23 +293,30 @@ def _frames(frames: list[Frame]) -> Response:
 
 class _Stream:
     """A run's stream: its frames as they come, the next one awaited in a task of its
-    own so that each spell of silence gets a keep-alive comment, and the end a
-    revoked token brings."""
+    own so that each spell of silence gets a keep-alive comment, and the end the
+    server brings (a revoked token, a place lost under the user's cap)."""
 
     def __init__(self, keepalive_seconds: float, stopping: asyncio.Event) -> None:
         self.keepalive_seconds = keepalive_seconds
         self.stopping = stopping
         self.frames: AsyncGenerator[list[Frame] | None, None] | None = None
         self.revoked = asyncio.Event()
+        self.why = ("UNAUTHENTICATED", "the token was revoked")
+        """The ``RUN_ERROR`` code and message the end the server brought is told with."""
         self.upcoming: asyncio.Future[list[Frame] | None] | None = None
 
     async def revoke(self, code: int, reason: str) -> None:
-        """``Connection.close``: the token was revoked; the run ends at once."""
+        """``Connection.close``: the token was revoked (4403), or the stream's place
+        under its user's cap was lost while its server stalled (4029,
+        ``Connections.reclaim``); the run ends at once."""
+        if code == TOO_MANY_CONNECTIONS:
+            self.why = ("TOO_MANY_CONNECTIONS", reason)
         self.revoked.set()
 
     async def body(self) -> AsyncIterator[bytes]:
         """The frames, an event's together, keep-alive comments, ``RUN_ERROR
-        UNAUTHENTICATED`` once the token is revoked, and a clean end (no terminal
+        UNAUTHENTICATED`` once the token is revoked (``TOO_MANY_CONNECTIONS`` once
+        the place is lost), and a clean end (no terminal
         frame: the client resumes by cursor) once the server begins to stop."""
         assert self.frames is not None
         stopped = asyncio.ensure_future(self.revoked.wait())
@@ -318,7 +330,7 @@ class _Stream:
                     waiting, timeout=self.keepalive_seconds, return_when=asyncio.FIRST_COMPLETED
                 )
                 if stopped in done:
-                    yield error("UNAUTHENTICATED", "the token was revoked").encode()
+                    yield error(*self.why).encode()
                     return
                 if ending in done:
                     # Not the run's end: its client reconnects with Last-Event-ID (to
