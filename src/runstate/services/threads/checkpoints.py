@@ -730,6 +730,12 @@ def _within(limits: validation.ContentLimits, size: int, field: str) -> None:
         )
 
 
+def _holdable(value: str, most: int) -> bool:
+    """Whether a column of ``most`` characters could hold ``value``: a lookup of one
+    it could not is refused by Tortoise (over-long) or PostgreSQL (a NUL)."""
+    return len(value) <= most and validation.storable_text(value)
+
+
 async def _thread(user_id: str, task_id: str) -> int:
     """The row id of the caller's task ``task_id``; NotFound without one."""
     validation.known_id(task_id, "task")
@@ -743,8 +749,13 @@ async def get_checkpoint(
     user_id: str, task_id: str, namespace: str, checkpoint_id: str | None
 ) -> CheckpointView:
     """The checkpoint ``checkpoint_id`` of the task's namespace, or its latest;
-    NotFound ("checkpoint") when there is none."""
+    NotFound ("checkpoint") when there is none, at once for an id or a namespace
+    no row could hold (Tortoise refuses to put one past its column in a query)."""
     pk = await _thread(user_id, task_id)
+    if checkpoint_id is not None:
+        validation.known_id(checkpoint_id, "checkpoint")
+    if not _holdable(namespace, GRAPH_NAMESPACE_LENGTH):
+        raise NotFoundError("checkpoint", checkpoint_id or "(none yet)")
     rows = GraphCheckpoint.filter(task_id=pk, namespace=namespace)
     if checkpoint_id is not None:
         rows = rows.filter(checkpoint_id=checkpoint_id)
@@ -776,12 +787,18 @@ async def list_checkpoints(
         except NotFoundError:  # no such thread: none of its checkpoints to list
             return CheckpointPage((), None)
     if namespace is not None:
+        if not _holdable(namespace, GRAPH_NAMESPACE_LENGTH):  # no row holds it
+            return CheckpointPage((), None)
         rows = rows.filter(namespace=namespace)
     if before is not None:
+        if not _holdable(before, ID_LENGTH):
+            raise InvalidInputError(
+                "before", f"must be a checkpoint id (1 to {ID_LENGTH} characters)"
+            )
         rows = rows.filter(checkpoint_id__lt=before)
     if after is not None:
         last_id, _, last_pk = after.rpartition("/")
-        if not last_pk.isdigit():
+        if not last_pk.isdigit() or not _holdable(last_id, ID_LENGTH):
             raise InvalidInputError("after", "is not a cursor this list gave")
         rows = rows.filter(
             Q(checkpoint_id__lt=last_id) | Q(checkpoint_id=last_id, id__lt=int(last_pk))
