@@ -232,7 +232,9 @@ async def test_latest_is_the_last_written_checkpoint_everywhere(house: House) ->
     the thread's list (``before`` counting in the same order), and what
     KEEP_LATEST keeps, so a prune never changes what the latest read answers.
     By the largest id as text, KEEP_LATEST once kept ``c9`` (issue 38, item 8),
-    and then the read still answered ``c9`` while KEEP_LATEST kept ``c11``."""
+    and then the read still answered ``c9`` while KEEP_LATEST kept ``c11``. A
+    cursor that is not the thread's (a seq and a row id, ASCII digits) is refused:
+    ``"²"`` passes ``isdigit`` and failed ``int``."""
     parent = None
     for name in ("c9", "c10", "c11"):
         await put(house, name, parent, {})
@@ -242,6 +244,9 @@ async def test_latest_is_the_last_written_checkpoint_everywhere(house: House) ->
     assert await listed() == ["c11", "c10", "c9"]
     assert await listed(before="c10") == ["c9"]
     assert await listed(before="c1") == []  # not among the thread's: nothing before it
+    for cursor in ("²/1", "1/²", "c9/1", "9" * 30 + "/1"):  # a thread's cursor is seq/row
+        with pytest.raises(InvalidInputError, match="after: is not a cursor this list gave"):
+            await listed(after=cursor)
     await checkpoints.prune(house, USER, "t", GraphPruneStrategy.KEEP_LATEST)
     left = await GraphCheckpoint.all().values_list("checkpoint_id", flat=True)
     assert [str(k) for k in left] == ["c11"]

@@ -191,3 +191,76 @@ async def test_0019_fills_each_session_s_spend_from_its_tasks(fresh: str) -> Non
         finally:
             await conn.close()
     assert totals == [("s-spent", 5000000100, 21, 307, 3), ("s-idle", 0, 0, 0, 0)]
+
+
+def _session_row(pk: int, user: str, spent: tuple[int, int, int, int]) -> str:
+    return (
+        "INSERT INTO sessions (id, public_id, user_id, status, version, message_count,"
+        " ttl_seconds, created_at, last_active_at, expires_at, spent_input_tokens,"
+        " spent_output_tokens, spent_cost_micros, spent_calls) VALUES"
+        f" ({pk}, 's-{pk}', '{user}', 'ACTIVE', 1, 0, 3600, CURRENT_TIMESTAMP,"
+        f" CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, {', '.join(map(str, spent))})"
+    )
+
+
+MAX_LONG = 2**53 - 1
+BEFORE_0020 = [
+    "INSERT INTO user_usage (user_id, stored_bytes) VALUES ('a', 500), ('b', 7)",
+    _session_row(1, "a", (100, 20, 300, 2)),
+    _session_row(2, "a", (5000000000, 1, 7, 1)),
+    _session_row(3, "b", (MAX_LONG, 1, 2, 3)),
+    _session_row(4, "b", (10, MAX_LONG + 5, 0, 1)),
+    _session_row(5, "c", (1, 2, 3, 4)),
+]
+"""Sessions as 0019's schema holds them: user a's add up past 2^32; user b's pass
+2^53 - 1 together (input) and alone (output: only an earlier release let that
+happen); user c has no usage row."""
+USERS = (
+    "SELECT user_id, stored_bytes, spent_input_tokens, spent_output_tokens, spent_cost_micros,"
+    " spent_calls FROM user_usage ORDER BY user_id"
+)
+
+
+async def test_0020_fills_each_user_s_spend_from_its_sessions(fresh: str) -> None:
+    """Guards migration 0020's fill: users get, as it adds their running spend, the
+    sums of their sessions' totals (``usage`` reads them, and reports are capped
+    against them from then on), on SQLite and PostgreSQL alike, each at most
+    2^53 - 1 (a session past it is set to it); a user with sessions but no usage
+    row gets one; stored bytes stay. Seen failing with the ``RunPython`` left out
+    (every total 0, no row for c)."""
+    config = tortoise_config(fresh)
+    EXECUTOR_CACHE.clear()
+    async with TortoiseContext():
+        await migrate(config=config, target="runstate.0019_session_spend")
+    if fresh.startswith("sqlite"):
+        with sqlite3.connect(fresh.removeprefix("sqlite://")) as db:
+            for statement in BEFORE_0020:
+                db.execute(statement)
+    else:
+        conn = await asyncpg.connect(fresh.replace("postgres://", "postgresql://", 1))
+        try:
+            for statement in BEFORE_0020:
+                await conn.execute(statement)
+        finally:
+            await conn.close()
+    EXECUTOR_CACHE.clear()
+    async with TortoiseContext():
+        await migrate(config=config)
+    if fresh.startswith("sqlite"):
+        with sqlite3.connect(fresh.removeprefix("sqlite://")) as db:
+            users = [tuple(row) for row in db.execute(USERS)]
+            session_4 = db.execute("SELECT spent_output_tokens FROM sessions WHERE id = 4")
+            capped = session_4.fetchone()[0]
+    else:
+        conn = await asyncpg.connect(fresh.replace("postgres://", "postgresql://", 1))
+        try:
+            users = [tuple(row) for row in await conn.fetch(USERS)]
+            capped = await conn.fetchval("SELECT spent_output_tokens FROM sessions WHERE id = 4")
+        finally:
+            await conn.close()
+    assert users == [
+        ("a", 500, 5000000100, 21, 307, 3),
+        ("b", 7, MAX_LONG, MAX_LONG, 2, 4),
+        ("c", 0, 1, 2, 3, 4),
+    ]
+    assert capped == MAX_LONG

@@ -387,11 +387,15 @@ def test_bad_spend_is_invalid_input_naming_the_field(
     assert task(alice, task_id)["eventSeq"] == 2
 
 
-def test_spend_that_would_overflow_a_step_or_lands_nowhere_is_refused(alice: Api, bob: Api) -> None:
+def test_spend_that_would_overflow_a_step_or_lands_nowhere_is_refused(
+    server: Server, bob: Api
+) -> None:
     """Guards the other refusals: a step's or a task's sum past 2^53 - 1, spend on a
     step never started, a tool report's spend with no step running, and someone else's
     task, each answer a typed problem and write nothing; a budget below zero, or a Long that
-    is not an integer, never reaches a write."""
+    is not an integer, never reaches a write. A user of its own: its spend reaches
+    2^53 - 1, past which nothing more of it is taken (``test_spend_cap``)."""
+    alice = Api(server.url, create_token(server.database_url, uid("overflow")))
     session = start_session(alice)
     task_id = create_task(alice, session["id"], steps=2)["id"]
     version = start(alice, task_id, 0, 1)["version"]
@@ -433,6 +437,7 @@ def test_spend_that_would_overflow_a_step_or_lands_nowhere_is_refused(alice: Api
         }
     )
     assert "Long cannot represent 1.5" in response.text
+    alice.close()
 
 
 def test_spend_counts_toward_no_byte_quota(server: Server) -> None:

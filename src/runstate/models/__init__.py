@@ -72,10 +72,19 @@ class ApiToken(Model):
 
 class Usage(Model):
     """How many bytes one user's sessions and tasks hold, kept by every write that
-    adds or deletes some (``services/domain/quota.py``) and checked against the user's quota."""
+    adds or deletes some (``services/domain/quota.py``) and checked against the user's
+    quota, and what they spent."""
 
     user_id = fields.CharField(max_length=USER_LENGTH, primary_key=True)
     stored_bytes = fields.BigIntField(default=0)
+    spent_input_tokens = fields.BigIntField(default=0, db_default=0)
+    """The spend of the user's sessions, kept by every write that reports spend in
+    the statement that charges its bytes, and lowered when sessions are deleted
+    (``services.domain.spend``): the sums of their ``spent_*`` columns, each at
+    most 2^53 - 1, read without summing them."""
+    spent_output_tokens = fields.BigIntField(default=0, db_default=0)
+    spent_cost_micros = fields.BigIntField(default=0, db_default=0)
+    spent_calls = fields.BigIntField(default=0, db_default=0)
 
     class Meta:
         table = "user_usage"

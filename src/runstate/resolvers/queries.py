@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import strawberry
 from strawberry.scalars import JSON
-from tortoise import connections
 
 from runstate.basics.enums import SessionStatus, TaskStatus
 from runstate.resolvers.answers import answered
@@ -14,7 +13,7 @@ from runstate.schema.results import SessionResult, TaskResult
 from runstate.schema.session_items import SessionItemPage, SessionItemsResult
 from runstate.schema.spending import Spend
 from runstate.schema.types import AgentSession, SessionConnection, Task, TaskConnection, Usage
-from runstate.services.domain import quota, spend
+from runstate.services.domain import quota
 from runstate.services.domain.errors import InvalidInputError
 from runstate.services.domain.ratelimit import READ_COST
 from runstate.services.read import lookups, transcript
@@ -158,11 +157,10 @@ class Query:
     async def usage(self, info: Info) -> Usage:
         await info.context.charge(READ_COST)
         user_id = info.context.user_id
-        spent = await spend.spent_by(connections.get("default"), "user_id", [user_id])
         return Usage(
             stored_bytes=await quota.held(user_id),
             max_stored_bytes=info.context.house.limits.user_bytes,
             max_task_bytes=info.context.house.limits.task_bytes,
-            spend=Spend.of(spent[user_id]),
+            spend=Spend.of(await quota.user_spent(user_id)),
             currency=info.context.settings.currency,
         )

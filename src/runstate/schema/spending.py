@@ -5,9 +5,10 @@ types, and the inputs that report spend and set budgets
 from __future__ import annotations
 
 from datetime import datetime
-from typing import NewType
+from typing import Any, NewType
 
 import strawberry
+from graphql import GraphQLError, IntValueNode, ValueNode, print_ast
 
 from runstate.services.domain import spend
 from runstate.services.domain.validation import Report
@@ -15,14 +16,27 @@ from runstate.services.domain.views import BudgetChangeView, BudgetView, SpendVi
 
 
 def _long(value: object) -> int:
-    """A ``Long`` from a client: an integer (or a float with no fraction, as some
+    """A ``Long`` from a variable: an integer (or a float with no fraction, as some
     JSON encoders send one). Its range is the services' to check, so that a count
-    past 2^53 - 1 is refused as InvalidInput naming its field."""
+    past 2^53 - 1 is refused as InvalidInput naming its field. Anything else is a
+    GraphQLError: a client's mistake, answered as a validation error (another
+    exception was masked as "Unexpected error." and logged with its traceback)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    raise ValueError(f"Long cannot represent {value!r}: an integer is needed")
+    raise GraphQLError(f"Long cannot represent {value!r}: an integer is needed")
+
+
+def _long_literal(node: ValueNode, variables: dict[str, Any] | None = None) -> int:
+    """A ``Long`` written in the document: an integer literal alone (as ``Int``
+    takes one); a string, a float, a boolean, an object, a list or an enum value is
+    a validation error naming what was written."""
+    if isinstance(node, IntValueNode):
+        return int(node.value)
+    raise GraphQLError(
+        f"Long cannot represent {print_ast(node)}: an integer literal is needed", node
+    )
 
 
 Long = NewType("Long", int)
@@ -36,6 +50,7 @@ LONG = strawberry.scalar(
     ),
     serialize=int,
     parse_value=_long,
+    parse_literal=_long_literal,
 )
 
 

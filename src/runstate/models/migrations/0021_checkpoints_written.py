@@ -8,7 +8,7 @@ from tortoise.migrations import operations as ops
 
 
 class Migration(migrations.Migration):
-    dependencies = [('runstate', '0019_session_spend')]
+    dependencies = [('runstate', '0020_user_spend')]
 
     initial = False
 

@@ -180,7 +180,8 @@ async def delete_session(user_id: str, session_id: str) -> str:
 
 async def remove_sessions(ids: Subquery | list[int], *, still: Q | None = None) -> int:
     """Delete the sessions ``ids`` (those still matching ``still``) with everything
-    below them, and take their bytes off their users' counts; how many went.
+    below them, and take their bytes and spend off their users' counts; how many
+    went.
 
     One transaction, in the order every task write takes its locks (its task, then
     its session, then the usage row): the tasks first, each returning what it held;
@@ -196,6 +197,6 @@ async def remove_sessions(ids: Subquery | list[int], *, still: Q | None = None) 
         freed = await quota.delete_counted(conn, tasks)
         await Session.filter(condition).select_for_update().only("id").using_db(conn)
         freed += await quota.delete_counted(conn, tasks)
-        gone = await quota.delete_counted(conn, Session.filter(condition))
-        await quota.release(conn, quota.add_up(freed + gone))
+        gone = await quota.delete_counted(conn, Session.filter(condition), spend=True)
+        await quota.release(conn, quota.add_up(freed + gone), quota.spend_up(gone))
     return len(gone)

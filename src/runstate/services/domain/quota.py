@@ -11,7 +11,9 @@ A task's count (``tasks.stored_bytes``) grows with its history and is checked by
 the write that adds to it, against the row its opening UPDATE has locked. A
 user's count is one ``user_usage`` row, raised by the same transaction as its
 last statement (so the row lock is held only through the commit), and lowered
-when sessions and tasks are deleted. Either over its limit refuses the write,
+when sessions and tasks are deleted; it keeps the user's spend too, raised by the
+same statement and capped at ``MAX_LONG`` (``services.domain.spend``). Either
+over its limit refuses the write,
 InvalidInput naming the input field that carried the content (``taskId`` when the
 write carried none), and the transaction rolls back: nothing is written.
 
@@ -33,7 +35,8 @@ from runstate.models import Step, Usage, unbox
 from runstate.services.domain import validation
 from runstate.services.domain.columns import SIZED
 from runstate.services.domain.errors import InvalidInputError
-from runstate.services.domain.validation import ContentLimits
+from runstate.services.domain.validation import MAX_LONG, ContentLimits
+from runstate.services.domain.views import SpendView
 from runstate.storage import sql
 
 ROW_BYTES = 100
@@ -96,11 +99,36 @@ def check_task(limits: ContentLimits, task_id: str, held: int, adding: int, fiel
 
 
 _CHARGE = (
-    'UPDATE "user_usage" SET "stored_bytes" = "stored_bytes" + ?'
-    ' WHERE "user_id" = ? AND "stored_bytes" + ? <= ? RETURNING "stored_bytes"'
+    'UPDATE "user_usage" SET "stored_bytes" = "stored_bytes" + ?{spend_sets}'
+    ' WHERE "user_id" = ? AND "stored_bytes" + ? <= ?{spend_caps} RETURNING "stored_bytes"'
 )
+_SPENT = ("spent_input_tokens", "spent_output_tokens", "spent_cost_micros", "spent_calls")
+_CAPPED = _SPENT[:3]
+"""The user's spend columns, and those capped at ``MAX_LONG`` (calls count writes)."""
+NO_SPEND = SpendView()
 _OPEN = 'INSERT INTO "user_usage" ("user_id", "stored_bytes") VALUES (?, 0) ON CONFLICT DO NOTHING'
-_HELD = 'SELECT "stored_bytes" FROM "user_usage" WHERE "user_id" = ?'
+_HELD = (
+    'SELECT "stored_bytes", "spent_input_tokens", "spent_output_tokens", "spent_cost_micros"'
+    ' FROM "user_usage" WHERE "user_id" = ?'
+)
+
+
+def _charging(user_id: str, adding: int, limit: int, spent: SpendView) -> sql.Statement:
+    """The UPDATE adding ``adding`` bytes and ``spent`` to the user's row, matching
+    nothing when the bytes would pass ``limit`` or a spend total ``MAX_LONG``."""
+    values = _spend_values(spent)
+    if not spent.calls:
+        return _CHARGE.format(spend_sets="", spend_caps=""), [adding, user_id, adding, limit]
+    sets = "".join(f', "{c}" = "{c}" + ?' for c in _SPENT)
+    caps = "".join(f' AND "{c}" + ? <= {MAX_LONG}' for c in _CAPPED)
+    return (
+        _CHARGE.format(spend_sets=sets, spend_caps=caps),
+        [adding, *values, user_id, adding, limit, *values[:3]],
+    )
+
+
+def _spend_values(spent: SpendView) -> list[int]:
+    return [spent.input_tokens, spent.output_tokens, spent.cost_micros, spent.calls]
 
 
 async def charge(
@@ -111,29 +139,37 @@ async def charge(
     field: str,
     *,
     after: Sequence[sql.Statement] = (),
+    spent: SpendView = NO_SPEND,
+    spent_field: str = "spend",
 ) -> None:
-    """Add ``adding`` bytes to the user's count inside the write's transaction, or
-    refuse the write (InvalidInput ``field``) when that would pass
-    ``limits.user_bytes``. A user's first write opens the count at 0; a negative
-    ``adding`` (smaller metadata) only lowers it. The write's statements ``after``
-    run first, with the charge, in one trip (``sql.run_all``)."""
-    if adding <= 0:  # shrinking is never refused, even past a lowered limit
+    """Add ``adding`` bytes, and the spend a write reported (``spent``), to the
+    user's row inside the write's transaction, or refuse the write: InvalidInput
+    ``field`` when the bytes would pass ``limits.user_bytes``, ``spent_field`` when
+    a total of the user's spend would pass ``MAX_LONG`` (so no sum of the user's
+    sessions, nor of one session's tasks, ever passes it). A user's first write
+    opens the row at 0; a negative ``adding`` (smaller metadata) only lowers it.
+    The write's statements ``after`` run first, with the charge, in one trip
+    (``sql.run_all``)."""
+    if adding <= 0 and not spent.calls:  # shrinking is never refused, even past a lowered limit
         lowered = -adding
         await sql.run_all(conn, [*after, *([_lowering(user_id, lowered)] if lowered else [])])
         return
     limit = limits.user_bytes
-    params = [adding, user_id, adding, limit]
-    if await sql.run_all(conn, [*after, (_CHARGE, params)]):
+    statement = _charging(user_id, adding, limit, spent)
+    if await sql.run_all(conn, [*after, statement]):
         return
     await sql.fetch(conn, _OPEN, [user_id])
-    if await sql.fetch(conn, _CHARGE, params):
+    if await sql.fetch(conn, *statement):
         return
-    held = (await sql.fetch(conn, _HELD, [user_id]))[0]["stored_bytes"]
+    row = (await sql.fetch(conn, _HELD, [user_id]))[0]
+    totals = [int(row[c]) for c in _CAPPED]
+    if any(t + v > MAX_LONG for t, v in zip(totals, _spend_values(spent)[:3], strict=True)):
+        raise InvalidInputError(spent_field, f"your sessions' spend would pass {MAX_LONG}")
     raise InvalidInputError(
         field,
-        f"your sessions and tasks hold {held} bytes and this would add {adding}, more"
-        f" than the {limit} one user may hold (RUNSTATE_MAX_USER_BYTES): delete a"
-        " session to make room",
+        f"your sessions and tasks hold {row['stored_bytes']} bytes and this would add"
+        f" {adding}, more than the {limit} one user may hold (RUNSTATE_MAX_USER_BYTES):"
+        " delete a session to make room",
     )
 
 
@@ -143,27 +179,52 @@ async def held(user_id: str) -> int:
     return 0 if row is None else row.stored_bytes
 
 
-async def release(conn: BaseDBAsyncClient, freed: Mapping[str, int]) -> None:
-    """Take deleted bytes off their users' counts, in user order (the lock order)."""
-    for user_id in sorted(freed):
-        if freed[user_id]:
-            await sql.execute(conn, *_lowering(user_id, freed[user_id]))
-
-
-def _lowering(user_id: str, freed: int) -> sql.Statement:
-    return (
-        'UPDATE "user_usage" SET "stored_bytes" = "stored_bytes" - ? WHERE "user_id" = ?',
-        [freed, user_id],
+async def user_spent(user_id: str) -> SpendView:
+    """What the user's sessions spent, its row's totals (one row, whatever the
+    number of its tasks)."""
+    row = await Usage.get_or_none(user_id=user_id)
+    if row is None:
+        return SpendView()
+    return SpendView(
+        row.spent_input_tokens, row.spent_output_tokens, row.spent_cost_micros, row.spent_calls
     )
 
 
-async def delete_counted(conn: BaseDBAsyncClient, rows: QuerySet[Any]) -> list[dict[str, Any]]:
+async def release(
+    conn: BaseDBAsyncClient,
+    freed: Mapping[str, int],
+    spent: Mapping[str, SpendView] | None = None,
+) -> None:
+    """Take deleted bytes, and the spend of deleted sessions (``spent``), off their
+    users' counts, in user order (the lock order)."""
+    spent = spent or {}
+    for user_id in sorted(set(freed) | set(spent)):
+        if freed.get(user_id) or user_id in spent:
+            await sql.execute(conn, *_lowering(user_id, freed.get(user_id, 0), spent.get(user_id)))
+
+
+def _lowering(user_id: str, freed: int, spent: SpendView | None = None) -> sql.Statement:
+    if spent is None:
+        return (
+            'UPDATE "user_usage" SET "stored_bytes" = "stored_bytes" - ? WHERE "user_id" = ?',
+            [freed, user_id],
+        )
+    sets = "".join(f', "{c}" = "{c}" - ?' for c in _SPENT)
+    return (
+        f'UPDATE "user_usage" SET "stored_bytes" = "stored_bytes" - ?{sets} WHERE "user_id" = ?',
+        [freed, *_spend_values(spent), user_id],
+    )
+
+
+async def delete_counted(
+    conn: BaseDBAsyncClient, rows: QuerySet[Any], *, spend: bool = False
+) -> list[dict[str, Any]]:
     """Delete rows that count toward their users' quotas (tasks, sessions, kept
     idempotency answers), answering each one's ``user_id`` and ``stored_bytes``
-    for ``add_up`` and ``release``."""
-    return await sql.update_returning(
-        conn, rows.using_db(conn).delete(), '"user_id", "stored_bytes"'
-    )
+    for ``add_up`` and ``release``, and with ``spend`` (sessions) its ``spent_*``
+    totals for ``spend_up``."""
+    columns = '"user_id", "stored_bytes"' + "".join(f', "{c}"' for c in _SPENT if spend)
+    return await sql.update_returning(conn, rows.using_db(conn).delete(), columns)
 
 
 def add_up(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -172,3 +233,12 @@ def add_up(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     for row in rows:
         freed[row["user_id"]] = freed.get(row["user_id"], 0) + int(row["stored_bytes"])
     return freed
+
+
+def spend_up(rows: Iterable[Mapping[str, Any]]) -> dict[str, SpendView]:
+    """Spend per user of deleted sessions (``delete_counted`` with ``spend``)."""
+    spent: dict[str, SpendView] = {}
+    for row in rows:
+        values = SpendView(*(int(row[c]) for c in _SPENT))
+        spent[row["user_id"]] = spent.get(row["user_id"], SpendView()) + values
+    return spent

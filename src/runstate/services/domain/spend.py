@@ -8,8 +8,15 @@ the same UPDATE every write already makes of it, and the session row the sum of
 its tasks (``Session.spent_*``), raised in the write's own transaction by one
 UPDATE more (``added_to_session``, sent with the write's tail: on PostgreSQL in
 the same round trip), so a session's budget is checked against one row whatever
-its number of tasks. A user's spend is the sum of its tasks' rows, read when
-asked for.
+its number of tasks. The user's ``user_usage`` row keeps the sum of its sessions,
+raised by the statement that charges the write's bytes (``quota.charge``) and
+lowered when sessions are deleted.
+
+Every total is at most ``MAX_LONG`` (2^53 - 1, the API's ``Long``): a report that
+would take its step's, its task's or its user's spend past it is InvalidInput
+naming its spend field, and nothing is written. A session's total and a task's
+are parts of their user's, so no sum, in SQL or in an answer, can pass it:
+SQLite's 64-bit SUM once overflowed on a user's many tasks.
 
 A budget limits tokens (input and output together) and cost. Reported spend is
 always recorded: it has happened. Once the task's or its session's spend reaches a
@@ -72,31 +79,8 @@ def crossed(limit: BudgetView | None, before: SpendView, after: SpendView) -> bo
     return limit is not None and not limit.reached(before) and limit.reached(after)
 
 
-_SUMS = (
-    'COALESCE(SUM("spent_input_tokens"), 0) AS "i", COALESCE(SUM("spent_output_tokens"), 0)'
-    ' AS "o", COALESCE(SUM("spent_cost_micros"), 0) AS "c", COALESCE(SUM("spent_calls"), 0) AS "n"'
-)
-
-
 def _spend(row: dict[str, Any]) -> SpendView:
     return SpendView(int(row["i"]), int(row["o"]), int(row["c"]), int(row["n"]))
-
-
-async def spent_by(
-    conn: BaseDBAsyncClient, column: str, keys: Sequence[Any]
-) -> dict[Any, SpendView]:
-    """The spend of the tasks whose ``column`` (``user_id``) is each of ``keys``,
-    summed from the task rows (one indexed query per ``sql.CHUNK``)."""
-    found: dict[Any, SpendView] = dict.fromkeys(keys, SpendView())
-    for chunk in sql.chunks(list(keys)):
-        rows = await sql.fetch(
-            conn,
-            f'SELECT "{column}" AS "k", {_SUMS} FROM "tasks"'
-            f' WHERE "{column}" IN ({sql.marks(chunk)}) GROUP BY "{column}"',
-            chunk,
-        )
-        found |= {row["k"]: _spend(row) for row in rows}
-    return found
 
 
 _SESSION_SPENT = (

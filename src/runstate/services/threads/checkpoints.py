@@ -730,6 +730,18 @@ def _within(limits: validation.ContentLimits, size: int, field: str) -> None:
         )
 
 
+def _number(text: str) -> bool:
+    """Whether ``text`` is a cursor's number: ASCII digits (``"²".isdigit()`` is true,
+    and ``int("²")`` a ValueError), short enough for a 64-bit column."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
+def _holdable(value: str, most: int) -> bool:
+    """Whether a column of ``most`` characters could hold ``value``: a lookup of one
+    it could not is refused by Tortoise (over-long) or PostgreSQL (a NUL)."""
+    return len(value) <= most and validation.storable_text(value)
+
+
 async def _thread(user_id: str, task_id: str) -> int:
     """The row id of the caller's task ``task_id``; NotFound without one."""
     validation.known_id(task_id, "task")
@@ -745,8 +757,14 @@ async def get_checkpoint(
     """The checkpoint ``checkpoint_id`` of the task's namespace, or its latest: the
     last written, as ``prune`` keeps it (by the largest id as text, ``c9`` was the
     latest of ``c9``, ``c10``, ``c11`` written in that order, and KEEP_LATEST kept
-    ``c11``); NotFound ("checkpoint") when there is none."""
+    ``c11``); NotFound ("checkpoint") when there is none, at once for an id or a
+    namespace no row could hold (Tortoise refuses to put one past its column in a
+    query)."""
     pk = await _thread(user_id, task_id)
+    if checkpoint_id is not None:
+        validation.known_id(checkpoint_id, "checkpoint")
+    if not _holdable(namespace, GRAPH_NAMESPACE_LENGTH):
+        raise NotFoundError("checkpoint", checkpoint_id or "(none yet)")
     rows = GraphCheckpoint.filter(task_id=pk, namespace=namespace)
     if checkpoint_id is not None:
         rows = rows.filter(checkpoint_id=checkpoint_id)
@@ -777,7 +795,11 @@ async def list_checkpoints(
     first = validation.page_size(first)
     rows = GraphCheckpoint.filter(task__user_id=user_id)
     if namespace is not None:
+        if not _holdable(namespace, GRAPH_NAMESPACE_LENGTH):  # no row holds it
+            return CheckpointPage((), None)
         rows = rows.filter(namespace=namespace)
+    if before is not None and not _holdable(before, ID_LENGTH):
+        raise InvalidInputError("before", f"must be a checkpoint id (1 to {ID_LENGTH} characters)")
     order = "checkpoint_id"
     if task_id is not None:
         try:
@@ -794,7 +816,8 @@ async def list_checkpoints(
         rows = rows.filter(checkpoint_id__lt=before)
     if after is not None:
         last, _, last_pk = after.rpartition("/")
-        if not last_pk.isdigit() or (order == "seq" and not last.isdigit()):
+        cursor_ok = _number(last) if order == "seq" else _holdable(last, ID_LENGTH)
+        if not _number(last_pk) or not cursor_ok:
             raise InvalidInputError("after", "is not a cursor this list gave")
         at: Any = int(last) if order == "seq" else last
         rows = rows.filter(Q(**{f"{order}__lt": at}) | Q(**{order: at, "id__lt": int(last_pk)}))

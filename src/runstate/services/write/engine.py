@@ -147,6 +147,9 @@ class Draft:
     this write (``session_spent``)."""
     spent: SpendView = field(default_factory=SpendView)
     """The spend this write reported (``spend``), added to the task's totals."""
+    spent_field: str = "spend"
+    """The input field that carried the last of it: the one a refusal names when
+    the user's spend would pass ``MAX_LONG`` (``quota.charge``)."""
     new_budget: tuple[BudgetView | None] | None = None
     """The task's budget as this write sets it (``set_budget``; None: unchanged)."""
     _session_spent: SpendView | None = None
@@ -244,12 +247,15 @@ class Draft:
     def spend(self, step: Step, report: Report, field: str = "spend") -> None:
         """Add a report of spend to ``step`` and to the task's totals. Spend is
         recorded whatever the budgets say: it has happened. InvalidInput on
-        ``field`` when the step's or the task's spend would pass ``MAX_LONG``."""
+        ``field`` when the step's or the task's spend would pass ``MAX_LONG`` (the
+        user's, its sessions' sum, is checked as the write commits:
+        ``quota.charge``)."""
         total = self.task_spend + self.spent + report.spend
         if max(total.input_tokens, total.output_tokens, total.cost_micros) > MAX_LONG:
             raise InvalidInputError(field, f"the task's spend would pass {MAX_LONG}")
         spend.add(step, report, field)
         self.spent += report.spend
+        self.spent_field = field
         if step.id is not None:  # an added step (no row yet) is inserted whole
             self.changed.add(step.position)
 
@@ -599,7 +605,16 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
         crossed=crossed,
     )
     statements.append(event_row(event))
-    await quota.charge(draft.conn, draft.limits, task.user_id, adding, field, after=statements)
+    await quota.charge(
+        draft.conn,
+        draft.limits,
+        task.user_id,
+        adding,
+        field,
+        after=statements,
+        spent=draft.spent,
+        spent_field=draft.spent_field,
+    )
     return view, event
 
 
