@@ -41,6 +41,7 @@ from runstate.transport.refusals import refusal
 from runstate.transport.strict_json import strict_json
 from runstate.transport.trusted import NAMED, Trusted
 from runstate.transport.websocket import TransportWS
+from runstate.transport.wsmessages import Socket
 from runstate.web.routes import GRAPHIQL
 
 SUBSCRIPTIONS_OVER_HTTP = (
@@ -66,6 +67,7 @@ class GraphQLView(GraphQL[Context, None]):
     (``TransportWS``)."""
 
     graphql_transport_ws_handler_class = TransportWS
+    websocket_adapter_class = Socket
 
     def __init__(
         self,
