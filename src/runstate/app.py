@@ -123,6 +123,7 @@ def _parts(settings: Settings) -> _Parts:
         build_schema(settings, metrics=house.metrics), settings, house, connections, tokens
     )
     budgets = Budgets()
+    graphql.budgets = budgets  # a WebSocket upgrade pays from them (``auth.upgrade_wait``)
     admission = Admission(
         per_address=settings.max_connections_per_address,
         header_seconds=settings.header_seconds,
