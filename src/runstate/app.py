@@ -76,8 +76,14 @@ def from_environment() -> Starlette:
     """The app of one of ``runstate serve --workers N``'s processes: its settings
     from the environment, where the command line's overrides were put."""
     settings = Settings.from_env()
-    logs.configure(settings.log_format)
+    configure_logging(settings)
     return create_app(settings)
+
+
+def configure_logging(settings: Settings) -> None:
+    """The process's log as the settings say: its format and level, and uvicorn's
+    line per WebSocket upgrade only while the request log writes every line."""
+    logs.configure(settings.log_format, settings.log_level, upgrades=settings.request_log == 1)
 
 
 def _limiter(settings: Settings, prefix: str, anonymous: bool) -> RateLimiter:

@@ -27,7 +27,7 @@ from websockets.exceptions import InvalidStatus
 
 from runstate.client import Runstate
 from tests.integration.test_limits import ws_url
-from tests.support import GRAPHQL_WS, Server, create_token
+from tests.support import GRAPHQL_WS, Server, create_token, wait_until
 
 BURST = 5
 ANONYMOUS = {
@@ -62,6 +62,15 @@ async def upgrade(server: Server, source: str, token: str | None = None) -> int:
             return 101
     except InvalidStatus as refused:
         return refused.response.status_code
+
+
+def refusals(server: Server) -> list[str]:
+    """The admission's summary lines of refused upgrades."""
+    return [
+        entry["message"]
+        for entry in map(json.loads, server.log().splitlines())
+        if "WebSocket upgrades over their rate budget" in entry["message"]
+    ]
 
 
 async def test_upgrades_past_the_anonymous_budget_are_refused_429(server: Server) -> None:
@@ -115,3 +124,29 @@ async def test_the_sdk_watches_from_an_address_past_its_anonymous_budget(server:
         async with contextlib.aclosing(aiter(rs.watch(task.id, after_seq=None))) as events:
             first = await anext(events)
     assert (first.kind, first.seq) == ("SNAPSHOT", task.event_seq)
+
+
+async def test_refused_upgrades_are_counted_not_logged_one_by_one(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Guards the refusals' summary and the per-connection lines under
+    ``RUNSTATE_REQUEST_LOG=off``: BURST accepted upgrades and twenty refused ones
+    from one address leave no line of their own in the log (neither websockets'
+    "connection open" nor uvicorn's "WebSocket /graphql" line, which were two a
+    connection whatever the request log said), only the admission's summary: the
+    first refusal told at once, the other nineteen in the next report. On a
+    server of its own, so that no other test's refusals are summed in."""
+    with server_on_sqlite(tmp_path_factory.mktemp("refusals")) as server:
+        statuses = [await upgrade(server, "127.0.0.13") for _ in range(BURST + 20)]
+        assert statuses == [101] * BURST + [429] * 20
+        # The report after the first waits REPORT_SECONDS (10 s) from it.
+        wait_until(lambda: len(refusals(server)) == 2, 30, "the refusals' second report")
+        assert [line.split(" WebSocket")[0] for line in refusals(server)] == [
+            "refused connections: 1",
+            "refused connections: 19",
+        ]
+        log = server.log()
+    assert "connection open" not in log
+    assert "WebSocket /graphql" not in log
+    assert "runstate.request" not in log
+    assert "Traceback" not in log
