@@ -64,9 +64,10 @@ class _WithoutQueryStrings(logging.Filter):
         return True
 
 
-_OPENED = "connection open"
-"""websockets' line for each connection it opens, on uvicorn's logger: it names
-neither the client nor the path, and uvicorn's own "[accepted]" line follows."""
+_HANDSHAKES = frozenset({"connection open", "connection rejected (%d %s)"})
+"""websockets' line for each handshake it answers, on uvicorn's logger: it names
+neither the client nor the path, and uvicorn's own line for the upgrade says as
+much ("[accepted]", or the refusal's status)."""
 
 _UPGRADE_LINES = frozenset(
     {'%s - "WebSocket %s" [accepted]', '%s - "WebSocket %s" 403', '%s - "WebSocket %s" %d'}
@@ -75,7 +76,7 @@ _UPGRADE_LINES = frozenset(
 
 
 class _WithoutConnectionLines(logging.Filter):
-    """Drops websockets' "connection open", always, and uvicorn's line per upgrade
+    """Drops websockets' line per handshake, always, and uvicorn's line per upgrade
     unless ``upgrades`` (the request log writes every line): opening and closing
     sockets wrote two or three lines each (368 bytes of JSON with the request log
     off), whatever ``RUNSTATE_REQUEST_LOG`` said. The request log's own line for
@@ -88,7 +89,7 @@ class _WithoutConnectionLines(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not record.name.startswith("uvicorn"):
             return True
-        if record.msg == _OPENED:
+        if record.msg in _HANDSHAKES:
             return False
         return self.upgrades or record.msg not in _UPGRADE_LINES
 
