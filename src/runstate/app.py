@@ -76,8 +76,14 @@ def from_environment() -> Starlette:
     """The app of one of ``runstate serve --workers N``'s processes: its settings
     from the environment, where the command line's overrides were put."""
     settings = Settings.from_env()
-    logs.configure(settings.log_format)
+    configure_logging(settings)
     return create_app(settings)
+
+
+def configure_logging(settings: Settings) -> None:
+    """The process's log as the settings say: its format and level, and uvicorn's
+    line per WebSocket upgrade only while the request log writes every line."""
+    logs.configure(settings.log_format, settings.log_level, upgrades=settings.request_log == 1)
 
 
 def _limiter(settings: Settings, prefix: str, anonymous: bool) -> RateLimiter:
@@ -123,6 +129,7 @@ def _parts(settings: Settings) -> _Parts:
         build_schema(settings, metrics=house.metrics), settings, house, connections, tokens
     )
     budgets = Budgets()
+    graphql.budgets = budgets  # a WebSocket upgrade pays from them (``auth.upgrade_wait``)
     admission = Admission(
         per_address=settings.max_connections_per_address,
         header_seconds=settings.header_seconds,

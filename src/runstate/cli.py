@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from graphql import GraphQLInterfaceType, GraphQLSchema, GraphQLUnionType, build_schema
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from runstate.observe import logs
 from runstate.services.actions import tokens
 from runstate.services.domain.errors import DomainError
 from runstate.services.lifecycle.sweep import sweep
@@ -324,10 +323,10 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> None:
     carries the command line's overrides)."""
     import uvicorn
 
-    from runstate.app import create_app, server_options
+    from runstate.app import configure_logging, create_app, server_options
     from runstate.transport.admission import raise_open_file_limit
 
-    logs.configure(settings.log_format)
+    configure_logging(settings)
     raise_open_file_limit()
     if workers > 1:
         os.environ.update(settings.environment())
@@ -337,7 +336,7 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> None:
         workers=workers,
         host=host,
         port=port,
-        log_level="info",
+        log_level=settings.log_level.lower(),  # uvicorn sets its loggers' own levels
         log_config=None,  # the handler logs.configure set up, for uvicorn's lines too
         access_log=False,  # it prints query strings; RequestLog writes the line instead
         **server_options(settings),

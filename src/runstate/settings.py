@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
-from runstate.observe.logs import FORMATS
+from runstate.observe.logs import FORMATS, LEVELS
 from runstate.services.domain.validation import ContentLimits, stored_checkpoint
 
 DEFAULT_DATABASE_URL = "sqlite://runstate.db"
@@ -115,6 +115,14 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default
 
 def _log_format(env: Mapping[str, str], name: str, default: str) -> str:
     return _choice(env, name, FORMATS, default)
+
+
+def _log_level(env: Mapping[str, str], name: str, default: str) -> str:
+    """One of ``LEVELS``, in any case."""
+    raw = env.get(name) or default
+    if raw.upper() not in LEVELS:
+        raise SettingsError(f"{name} must be one of {', '.join(LEVELS)}, not {raw!r}")
+    return raw.upper()
 
 
 def _request_log(env: Mapping[str, str], name: str, default: int) -> int:
@@ -261,6 +269,9 @@ class Settings:
     is off."""
     log_format: str = field(default="text", metadata={"read": _log_format, "production": "json"})
     """``text`` for people, ``json`` (one object per line) for log collectors."""
+    log_level: str = field(default="INFO", metadata={"read": _log_level})
+    """The least severe records the log writes: DEBUG, INFO, WARNING, ERROR or
+    CRITICAL (any case); WARNING drops the request log's lines and uvicorn's."""
     request_log: int = field(default=1, metadata={"read": _request_log})
     """One in how many requests and WebSocket connections the request log writes a line
     for (``transport.request_log``): 1 each (``on``), 0 none (``off``), N

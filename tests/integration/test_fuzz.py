@@ -1,6 +1,8 @@
 """A fuzz run: a few thousand random bodies, documents and variables get no 5xx, no
-stack trace and no server path in any answer, the server keeps serving, and its log
-holds no traceback: nothing a client can send is an unexpected failure."""
+stack trace and no server path in any answer, a few hundred random WebSocket
+messages are answered or closed with the protocol's codes, the server keeps
+serving, and its log holds no traceback: nothing a client can send is an
+unexpected failure."""
 
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import Close
+from websockets.sync.client import connect as ws_connect
 
 from runstate.resolvers.build import build_schema
-from tests.support import Api, Server, create_token, sqlite_server
+from tests.support import GRAPHQL_WS, Api, Server, create_token, sqlite_server
 
 schema = build_schema()
 
@@ -112,6 +117,74 @@ def test_random_requests_get_clean_answers(fuzzed: Api, body: bytes) -> None:
     if response.status_code == 200:
         answer: Any = response.json()
         assert set(answer) <= {"data", "errors", "extensions"}, answer
+
+
+KNOWN_TYPES = ["connection_init", "ping", "pong", "subscribe", "complete", "next", "error"]
+ws_payloads = st.fixed_dictionaries(
+    {"query": documents | well_formed | json_values},
+    optional={
+        "variables": json_values,
+        "operationName": json_values,
+        "extensions": json_values,
+    },
+)
+ws_messages = (
+    json_values
+    | st.fixed_dictionaries(
+        {"type": st.sampled_from(KNOWN_TYPES) | st.text(max_size=300) | json_values},
+        optional={"id": st.text(max_size=8) | json_values, "payload": ws_payloads | json_values},
+    )
+).map(json.dumps)
+CLOSES = {4400, 4401, 4403, 4409, 4429}
+"""What a client's messages may be closed with: graphql-transport-ws's codes for a
+malformed message, a subscribe before init, a refused token, a duplicate id and a
+second init."""
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(init=st.booleans(), messages=st.lists(ws_messages, min_size=1, max_size=3))
+def test_random_websocket_messages_get_clean_answers(
+    fuzz_server: Server, fuzzed: Api, init: bool, messages: list[str]
+) -> None:
+    """Guards ``wsmessages``: whatever a client sends, before or after its
+    ``connection_init`` (JSON that is no object, a ``type`` of any JSON or of 300
+    characters, ids, payloads, queries and variables of any JSON), the socket is
+    answered and stays open for a ``ping``, or is closed with one of the protocol's
+    codes and a reason a close frame holds: never cut off (1006, 1011). The log is
+    checked for tracebacks below."""
+    closed = answered(fuzz_server, fuzzed.token if init else None, messages)
+    if closed is not None:
+        assert closed.code in CLOSES, (messages, closed)
+        assert len(closed.reason.encode()) <= 123
+
+
+def answered(server: Server, token: str | None, messages: list[str]) -> Close | None:
+    """The close frame the server answers ``messages`` with, sent after an
+    acknowledged ``connection_init`` with ``token`` (first, without one), or None
+    when it answers a ``ping`` sent after them; an AssertionError when the socket
+    is cut off without a close frame."""
+    with ws_connect(
+        server.url.replace("http://", "ws://") + "/graphql", subprotocols=GRAPHQL_WS
+    ) as ws:
+        try:
+            if token is not None:
+                init = {"type": "connection_init", "payload": {"authorization": f"Bearer {token}"}}
+                ws.send(json.dumps(init))
+                assert json.loads(ws.recv(10))["type"] == "connection_ack"
+            for message in [*messages, json.dumps({"type": "ping"})]:
+                ws.send(message)
+            while json.loads(ws.recv(10)).get("type") != "pong":
+                pass
+        except ConnectionClosed as error:
+            received = error.rcvd
+        else:
+            return None
+    assert received is not None, (messages, "cut off without a close frame")
+    return received
 
 
 def test_the_server_still_serves_after_the_fuzz(fuzzed: Api) -> None:

@@ -3,8 +3,10 @@ token or a payload (``runstate.observe.logs``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import httpx
 import pytest
 from tortoise.backends.base.executor import EXECUTOR_CACHE
 from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from runstate.app import create_app
 from runstate.observe.logs import CURRENT, log
@@ -185,3 +188,63 @@ async def test_the_request_log_writes_each_line_one_in_n_or_none(tmp_path: Path)
         ("r7", 3),
     ]
     assert await lines_of_seven_requests(0, database) == []
+
+
+async def test_an_upgrade_is_uvicorns_line_without_websockets_connection_open(
+    server: Server,
+) -> None:
+    """Guards ``logs._WithoutConnectionLines`` with the request log on: an upgrade
+    keeps uvicorn's "[accepted]" line (it names the client's address), and
+    websockets' "connection open", which named nothing and came with every
+    connection, is gone. Seen failing before: a "connection open" line per socket."""
+    url = server.url.replace("http://", "ws://") + "/graphql"
+
+    def upgrades() -> list[str]:
+        """uvicorn's messages that name an upgrade, and websockets' "connection open"."""
+        return [
+            line["message"]
+            for line in lines(server)
+            if line["message"] == "connection open" or '"WebSocket /graphql"' in line["message"]
+        ]
+
+    before = upgrades()
+    async with connect(url, subprotocols=GRAPHQL_WS, local_addr=("127.0.0.21", 0)):
+        pass
+    new = [re.sub(r":\d+ - ", " - ", message) for message in upgrades()[len(before) :]]
+    assert new == ['127.0.0.21 - "WebSocket /graphql" [accepted]']  # the client's port cut
+
+
+def test_the_log_level_warning_drops_info_lines(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Guards ``RUNSTATE_LOG_LEVEL``, passed to the handler and to uvicorn, which sets
+    its loggers' own levels: at WARNING, a server that starts, answers a request and
+    refuses a WebSocket upgrade past its address's budget writes no INFO line
+    (neither uvicorn's startup lines nor the request log's), and does write the
+    refusal's WARNING. Seen failing before: the variable was not read, and uvicorn's
+    startup and the request lines were written at INFO."""
+    with sqlite_server(
+        tmp_path_factory,
+        "log-level",
+        RUNSTATE_LOG_FORMAT="json",
+        RUNSTATE_LOG_LEVEL="WARNING",
+        RUNSTATE_ANON_RATE_BURST="1",
+        RUNSTATE_ANON_RATE_PER_SECOND="0.01",
+    ) as quiet:
+        assert httpx.get(f"{quiet.url}/healthz").status_code == 200
+        url = quiet.url.replace("http://", "ws://") + "/graphql"
+
+        async def twice() -> int:
+            async with connect(url, subprotocols=GRAPHQL_WS):
+                pass
+            try:
+                async with connect(url, subprotocols=GRAPHQL_WS):
+                    return 101
+            except InvalidStatus as refused:
+                return refused.response.status_code
+
+        assert asyncio.run(twice()) == 429
+        wait_until(lambda: "refused connections" in quiet.log(), 10, "the refusal's line")
+        logged = lines(quiet)
+    assert {line["level"] for line in logged} == {"WARNING"}
+    assert [line["message"].split(" (")[0] for line in logged] == [
+        "refused connections: 1 WebSocket upgrades over their rate budget"
+    ]

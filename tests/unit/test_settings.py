@@ -181,6 +181,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "log_format": ("json", "json"),
     "currency": ("EUR", "EUR"),
     "request_log": ("sample:10", 10),
+    "log_level": ("warning", "WARNING"),
 }
 """A value to set, and the value read, for each setting whose type gives none of its
 own (whole numbers, seconds and flags are sampled by ``sample``)."""
@@ -301,3 +302,23 @@ def test_the_request_log_refuses_other_shapes(raw: str) -> None:
     the API's Int, naming the variable. Seen failing with ``sample:0`` taken (as off)."""
     with pytest.raises(SettingsError, match=r"^RUNSTATE_REQUEST_LOG must be on, off or sample:N"):
         Settings.from_env({"RUNSTATE_REQUEST_LOG": raw})
+
+
+@pytest.mark.parametrize(
+    ("raw", "level"), [("", "INFO"), ("debug", "DEBUG"), ("Warning", "WARNING"), ("ERROR", "ERROR")]
+)
+def test_the_log_level_is_a_level_in_any_case(raw: str, level: str) -> None:
+    """Guards ``RUNSTATE_LOG_LEVEL``'s reading: INFO by default, any of logging's
+    level names in any case, kept in capitals (as ``logging`` takes them)."""
+    assert Settings.from_env({"RUNSTATE_LOG_LEVEL": raw}).log_level == level
+
+
+@pytest.mark.parametrize("raw", ["loud", "WARN ", "20", "TRACE"])
+def test_the_log_level_refuses_other_names(raw: str) -> None:
+    """Guards the refusal of anything but logging's five level names, naming the
+    variable and the names it takes."""
+    with pytest.raises(
+        SettingsError,
+        match=r"^RUNSTATE_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, not",
+    ):
+        Settings.from_env({"RUNSTATE_LOG_LEVEL": raw})

@@ -867,6 +867,10 @@ class Watch:
                 url=ws_url,
                 init_payload={"authorization": f"Bearer {api.token}"},
                 subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL],
+                # The upgrade names the token too: the server then charges it to the
+                # user's budget, not to the address's anonymous one, which many
+                # watchers on one host would share.
+                headers={"Authorization": f"Bearer {api.token}"},
             )
             variables = {"taskId": self.task_id, "afterSeq": last, "epoch": epoch}
             request = GraphQLRequest(_parsed(doc.WATCH), variable_values=variables)

@@ -1,7 +1,9 @@
 """The server's log: every line as JSON or text, each carrying the id of the
 request it was logged in (``transport.request_log`` opens a request and writes its
-one line). uvicorn's WebSocket lines ("[accepted]") lose their query strings
-(``_WithoutQueryStrings``), so no token reaches the log.
+one line), at the level ``RUNSTATE_LOG_LEVEL`` names and above. uvicorn's WebSocket
+lines ("[accepted]") lose their query strings (``_WithoutQueryStrings``), so no
+token reaches the log, and are written only while the request log writes every
+line (``_WithoutConnectionLines``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 FORMATS = ("text", "json")
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 log = logging.getLogger("runstate.request")
 
@@ -61,6 +64,36 @@ class _WithoutQueryStrings(logging.Filter):
         return True
 
 
+_HANDSHAKES = frozenset({"connection open", "connection rejected (%d %s)"})
+"""websockets' line for each handshake it answers, on uvicorn's logger: it names
+neither the client nor the path, and uvicorn's own line for the upgrade says as
+much ("[accepted]", or the refusal's status)."""
+
+_UPGRADE_LINES = frozenset(
+    {'%s - "WebSocket %s" [accepted]', '%s - "WebSocket %s" 403', '%s - "WebSocket %s" %d'}
+)
+"""uvicorn's line for each WebSocket upgrade it accepts or refuses."""
+
+
+class _WithoutConnectionLines(logging.Filter):
+    """Drops websockets' line per handshake, always, and uvicorn's line per upgrade
+    unless ``upgrades`` (the request log writes every line): opening and closing
+    sockets wrote two or three lines each (368 bytes of JSON with the request log
+    off), whatever ``RUNSTATE_REQUEST_LOG`` said. The request log's own line for
+    each connection says what they did."""
+
+    def __init__(self, upgrades: bool) -> None:
+        super().__init__()
+        self.upgrades = upgrades
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("uvicorn"):
+            return True
+        if record.msg in _HANDSHAKES:
+            return False
+        return self.upgrades or record.msg not in _UPGRADE_LINES
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, request id, the
     record's ``fields`` and, for an exception, its traceback."""
@@ -81,9 +114,12 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
-def configure(fmt: str, level: int = logging.INFO) -> None:
-    """Send every logger's records to stderr, as ``fmt`` (text or json)."""
+def configure(fmt: str, level: str = "INFO", *, upgrades: bool = True) -> None:
+    """Send every logger's records of ``level`` (one of ``LEVELS``) and above to
+    stderr, as ``fmt`` (text or json); uvicorn's line per WebSocket upgrade only
+    when ``upgrades``."""
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_WithoutConnectionLines(upgrades))
     handler.addFilter(_WithRequestId())
     handler.addFilter(_WithoutQueryStrings())
     if fmt == "json":

@@ -1,6 +1,7 @@
 """Auth is the default: ``BearerAuth`` wraps the whole app and lets through
 without a token only the routes that carry no data (``PUBLIC_PATHS``, the static
-files) and a plain GET of the GraphiQL page, decided on the decoded request."""
+files) and a plain GET of the GraphiQL page, decided on the decoded request. A
+WebSocket upgrade pays for itself as such a request does (``upgrade_wait``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import math
 from starlette.datastructures import Headers, QueryParams
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from runstate.observe import logs
 from runstate.services.domain.errors import RateLimitedError
@@ -22,10 +24,13 @@ from runstate.services.domain.ratelimit import (
     RateLimiter,
     Spending,
 )
-from runstate.transport.admission import VOUCH
+from runstate.transport.admission import ADMISSION, VOUCH, Admission
 from runstate.transport.callers import Tokens
 from runstate.transport.http_only import HttpOnly
 from runstate.transport.refusals import refusal
+
+UPGRADES_REFUSED = "WebSocket upgrades over their rate budget"
+"""How the admission's summary names the upgrades ``refuse_upgrade`` answered."""
 
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics"})
 """Routes that answer without a user's token: they hold no one's data, or (``/metrics``)
@@ -68,11 +73,9 @@ class BearerAuth(HttpOnly):
         if _is_public(scope, self.graphiql):
             await self.app(scope, receive, send)
             return
-        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        principal = await self.tokens.principal(header)
+        principal = await self.tokens.principal(_authorization(scope))
         if principal is None:
-            address = (scope.get("client") or ("unknown",))[0]
-            wait = await _take(self.budgets.addresses, f"address:{address}")
+            wait = await _take(self.budgets.addresses, _address(scope))
             response: Response = (
                 _too_many(wait)
                 if wait > 0
@@ -103,6 +106,46 @@ class BearerAuth(HttpOnly):
         finally:
             if users is not None and spent.points == 0 and not spent.refused:
                 await users.take(principal.user_id, 1, SPEND)
+
+
+async def upgrade_wait(scope: Scope, tokens: Tokens, budgets: Budgets) -> float:
+    """What a WebSocket upgrade pays before it is accepted, as an HTTP request pays:
+    a point from its client address's budget, or, when its ``Authorization``
+    header names a live token, from its user's. 0 when paid; else the seconds
+    until it could be. Its ``connection_init`` (the token graphql-transport-ws
+    clients send) comes after the upgrade, so that opening and closing sockets
+    without one is paced as anonymous requests are: one client opened and
+    closed 1,211 a second, each a few lines of log."""
+    principal = await tokens.principal(_authorization(scope))
+    if principal is None:
+        return await _take(budgets.addresses, _address(scope))
+    return await _take(budgets.users, principal.user_id)
+
+
+async def refuse_upgrade(scope: Scope, receive: Receive, send: Send, wait: float) -> None:
+    """Answer an upgrade the budget cannot pay for as an HTTP request is answered:
+    429 with Retry-After and the RATE_LIMITED error, when the server can answer an
+    upgrade with a response; else closed before it is accepted (an HTTP 403).
+    Counted into the admission's summary of refusals (``Admission.refused``), a
+    line every few seconds, not one per upgrade."""
+    admission = scope.get("state", {}).get(ADMISSION)
+    if isinstance(admission, Admission):
+        admission.refused(UPGRADES_REFUSED)
+    socket = WebSocket(scope, receive, send)
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await socket.send_denial_response(_too_many(wait))
+    else:
+        await socket.close()
+
+
+def _authorization(scope: Scope) -> str:
+    header: bytes = dict(scope["headers"]).get(b"authorization", b"")
+    return header.decode("latin-1")
+
+
+def _address(scope: Scope) -> str:
+    """The key of the budget of the request's client address."""
+    return f"address:{(scope.get('client') or ('unknown',))[0]}"
 
 
 async def _take(limiter: RateLimiter | None, key: str, mode: str = TAKE) -> float:

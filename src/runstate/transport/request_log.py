@@ -31,6 +31,10 @@ from runstate.observe.logs import CURRENT, Request, log
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
+_ANSWERS = ("http.response.start", "websocket.accept", "websocket.http.response.start")
+"""The messages that begin an answer: its status (101 for an accepted WebSocket,
+an upgrade's refusal's own) and its X-Request-ID header."""
+
 CLIENT_CLOSED_REQUEST = 499
 """The status logged for a request whose client left before it was answered."""
 
@@ -74,7 +78,7 @@ class RequestLog:
 
         async def sending(message: Message) -> None:
             nonlocal status, answered
-            if message["type"] in ("http.response.start", "websocket.accept"):
+            if message["type"] in _ANSWERS:
                 answered = True
                 status = message.get("status", 101)
                 message["headers"] = [

@@ -27,11 +27,12 @@ from runstate.schema.context import Context
 from runstate.schema.fanout import SharedEvents
 from runstate.schema.turns import Turns
 from runstate.services.actions.tokens import Principal
-from runstate.services.domain.ratelimit import SPENT, RateLimiter, Spending
+from runstate.services.domain.ratelimit import SPENT, Budgets, RateLimiter, Spending
 from runstate.services.domain.validation import encoded
 from runstate.services.write.house import House
 from runstate.settings import Settings
 from runstate.transport import media
+from runstate.transport.auth import refuse_upgrade, upgrade_wait
 from runstate.transport.body_limit import LARGE
 from runstate.transport.callers import Tokens
 from runstate.transport.connections import Connections
@@ -41,6 +42,7 @@ from runstate.transport.refusals import refusal
 from runstate.transport.strict_json import strict_json
 from runstate.transport.trusted import NAMED, Trusted
 from runstate.transport.websocket import TransportWS
+from runstate.transport.wsmessages import Socket
 from runstate.web.routes import GRAPHIQL
 
 SUBSCRIPTIONS_OVER_HTTP = (
@@ -66,6 +68,7 @@ class GraphQLView(GraphQL[Context, None]):
     (``TransportWS``)."""
 
     graphql_transport_ws_handler_class = TransportWS
+    websocket_adapter_class = Socket
 
     def __init__(
         self,
@@ -94,6 +97,9 @@ class GraphQLView(GraphQL[Context, None]):
         self.connections = connections
         self.tokens = tokens
         self.limiter = limiter
+        self.budgets = Budgets()
+        """The app's rate budgets (``create_app`` hands it the app's own): a WebSocket
+        upgrade pays for itself from them (``auth.upgrade_wait``)."""
         self.epoch = ""
         """The database's timeline, read when the app starts (``database.current_epoch``)."""
         self.trusted = Trusted.packaged()
@@ -103,7 +109,14 @@ class GraphQLView(GraphQL[Context, None]):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """An HTTP request answered in the media type it accepts, its refusals as JSON
-        (Strawberry's own are plain text)."""
+        (Strawberry's own are plain text); a WebSocket upgrade refused (429) once its
+        address's, or its token's user's, budget cannot pay for it, as a request
+        without a token is (``BearerAuth`` sees no WebSocket)."""
+        if scope["type"] == "websocket":
+            wait = await upgrade_wait(scope, self.tokens, self.budgets)
+            if wait > 0:
+                await refuse_upgrade(scope, receive, send, wait)
+                return
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return

@@ -1,4 +1,5 @@
-"""The graphql-transport-ws handler: ``connection_init`` authenticated, a cap of
+"""The graphql-transport-ws handler: each message's shape checked before it is read
+(``wsmessages``: 4400 otherwise), ``connection_init`` authenticated, a cap of
 connections per user (close code ``TOO_MANY_CONNECTIONS``), and the time limit of
 queries and mutations sent over a WebSocket."""
 
@@ -22,6 +23,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     CompleteMessage,
     ConnectionInitMessage,
+    Message,
 )
 from strawberry.utils.aio import aclosing
 
@@ -44,6 +46,7 @@ from runstate.transport.connections import (
 from runstate.transport.eager import started
 from runstate.transport.operations import operation_type
 from runstate.transport.refusals import stopped_after
+from runstate.transport.wsmessages import MALFORMED, problem
 from runstate.transport.wsprotocol import WRITE_TEXT
 
 _TAIL = NEXT_TAIL.encode()
@@ -93,6 +96,17 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         self.host: Host = self.view
         self.live = {}
 
+    async def handle_message(self, message: Message) -> None:
+        """Strawberry's handling of a message graphql-transport-ws allows; any other
+        (``wsmessages.problem``: not an object, a ``type`` that is not a string,
+        a field of the wrong type) closes the socket 4400 saying what is wrong,
+        before Strawberry reads a field of it."""
+        wrong = problem(cast(object, message))
+        if wrong is not None:
+            await self.websocket.close(MALFORMED, wrong)
+            return
+        await super().handle_message(message)
+
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         """Strawberry's handling of ``connection_init``, with runstate's checks in
         place of ``on_ws_connect`` (which can only answer 4403)."""
@@ -103,10 +117,7 @@ class TransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             # stay for the socket's life (about 1 KB of each subscriber's memory).
             self.connection_init_timeout_task.cancel()
             self.connection_init_timeout_task = None
-        payload = message.get("payload") or {}
-        if not isinstance(payload, dict):
-            await self.websocket.close(4400, "Invalid connection init payload")
-            return
+        payload = message.get("payload") or {}  # an object or null (``handle_message``)
         if self.connection_init_received:
             await self.websocket.close(4429, "Too many initialisation requests")
             return
