@@ -758,8 +758,12 @@ async def test_a_rate_limited_watch_waits_and_then_follows(
 ) -> None:
     """Guards ``watch`` through a refused subscription (it cost 5 points, the budget
     was spent): it waits the limit out and subscribes again, instead of raising
-    NotFound as it did."""
+    NotFound as it did, on the socket it has: a socket opened for each try paid
+    its upgrade's point out of the five waited for, and was refused again for
+    ever (a point short each time)."""
     server, token = small_budget
+    accepted = '"WebSocket /graphql" [accepted]'
+    opened = server.log().count(accepted)
     waits: list[float] = []
     pause = api_module._pause
 
@@ -776,10 +780,11 @@ async def test_a_rate_limited_watch_waits_and_then_follows(
         await client.start_step(task.id, 1, task.version)  # all 10 points spent
         # Refused unless the five writes took 5 s: 1 point a second is regained.
         async with contextlib.aclosing(aiter(client.watch(task.id))) as events:
-            first = await anext(events)
+            first = await asyncio.wait_for(anext(events), 60)
         assert (first.kind, first.seq) == ("SNAPSHOT", 4)
     assert waits, "the first subscription was refused and waited out"
     assert all(w > 0 for w in waits)
+    assert server.log().count(accepted) - opened == 1
 
 
 async def test_a_task_created_for_its_agent_is_not_a_workers_to_claim(rs: Runstate) -> None:

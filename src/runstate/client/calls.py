@@ -872,26 +872,32 @@ class Watch:
                 # watchers on one host would share.
                 headers={"Authorization": f"Bearer {api.token}"},
             )
-            variables = {"taskId": self.task_id, "afterSeq": last, "epoch": epoch}
-            request = GraphQLRequest(_parsed(doc.WATCH), variable_values=variables)
             try:
                 async with Client(transport=transport) as session:
-                    async for result in session.subscribe(request):
-                        event = Event.of(result["taskProgress"])
-                        # A SNAPSHOT is taken whatever its seq: after a restore (a new
-                        # epoch) the task's history may be shorter than the one left.
-                        resync = event.kind == "SNAPSHOT"
-                        if not resync and last is not None and event.seq <= last:
+                    while True:
+                        variables = {"taskId": self.task_id, "afterSeq": last, "epoch": epoch}
+                        request = GraphQLRequest(_parsed(doc.WATCH), variable_values=variables)
+                        try:
+                            async for result in session.subscribe(request):
+                                event = Event.of(result["taskProgress"])
+                                # A SNAPSHOT is taken whatever its seq: after a restore
+                                # (a new epoch) the history may be shorter than the one left.
+                                resync = event.kind == "SNAPSHOT"
+                                if not resync and last is not None and event.seq <= last:
+                                    continue
+                                await self._follow(event)
+                                last, epoch = event.seq, event.epoch
+                                yield event
+                        except TransportQueryError as error:
+                            refused = _refusal(api.url, "taskProgress", _errors(error))
+                            if not isinstance(refused, RateLimited):
+                                raise refused from error
+                            # Then subscribed again after the last seq, on the same socket:
+                            # a new one would pay for its upgrade out of the points waited
+                            # for, and be refused again, a point short, for ever.
+                            await _pause("taskProgress", refused.retry_after)
                             continue
-                        await self._follow(event)
-                        last, epoch = event.seq, event.epoch
-                        yield event
-            except TransportQueryError as error:
-                refused = _refusal(api.url, "taskProgress", _errors(error))
-                if not isinstance(refused, RateLimited):
-                    raise refused from error
-                await _pause("taskProgress", refused.retry_after)  # then resume after the last seq
-                continue
+                        break
             except (TransportError, OSError, WebSocketException) as error:
                 if _close_code(error) == FORBIDDEN:
                     raise Unauthorized(f"{api.url} refused the token ({error})") from error
