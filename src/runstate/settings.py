@@ -235,6 +235,10 @@ class Settings:
     """How often open WebSocket connections have their tokens checked again."""
     operation_seconds: float = 30.0
     """The longest a query or mutation may run before it is stopped."""
+    agui_buffer_bytes: int = 64 * 1_048_576
+    """The bytes the AG-UI streams of a process may hold for their clients together:
+    past it, streams stuck on a client that does not read are paused, and go on
+    from the database once it reads again (``transport.agui.wire``)."""
     stream_keepalive_seconds: float = 15.0
     """How long an AG-UI event stream stays silent before a ``: keepalive`` comment,
     so that proxies and clients do not take a quiet run for a dead connection."""
