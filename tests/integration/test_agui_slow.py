@@ -1,7 +1,6 @@
 """AG-UI runs of large tasks against a real server: clients that stop reading do not
 take the server's memory (``RUNSTATE_AGUI_BUFFER_BYTES``), and still get every
-byte once they read; openings and replays pay for their bytes as a GraphQL read of
-as many bytes does; a replay past ``RUNSTATE_MAX_RESPONSE_BYTES`` comes in pages,
+byte once they read; a replay past ``RUNSTATE_MAX_RESPONSE_BYTES`` comes in pages,
 each resumed from the last frame of the one before.
 """
 
@@ -17,10 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.agui_client import Answer, parse, replayed, run_input, state_now, valid
+from tests.agui_client import Answer, parse, post, replayed, run_input, state_now, valid
 from tests.integration.test_api import new_task
 from tests.integration.test_progress import drive
-from tests.support import Api, Server, create_token, server_on, wait_until
+from tests.support import Api, Server, create_token, database, server_on, wait_until
 
 RESULT = "x" * 60_000
 REPORT = (
@@ -126,3 +125,55 @@ def test_clients_that_do_not_read_hold_little_and_then_get_every_byte(budgeted: 
         assert whole.types[-1] == "RUN_FINISHED"
         assert replayed(whole.frames)[0] == state_now(api, task["id"])
         assert all(raw == raws[0] for raw in raws)
+
+
+def frame_bytes(answer: Answer) -> int:
+    """The bytes of the answer's frames on the wire."""
+    return sum(len(f"id: {f.id}\ndata: {f.text}\n\n".encode()) for f in answer.frames)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def pager(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Server, Server, str]]:
+    """Two processes on one database, the first with a 300 KB answer limit, and a
+    token."""
+    tmp = tmp_path_factory.mktemp(f"agui-pages-{request.param}")
+    with database(request.param, tmp) as url:
+        limited = Server(url, tmp / "limited.log", RUNSTATE_MAX_RESPONSE_BYTES="300000")
+        with limited, Server(url, tmp / "free.log") as free:
+            yield limited, free, create_token(url, "pager")
+
+
+async def test_a_replay_past_the_answer_limit_comes_in_pages(
+    pager: tuple[Server, Server, str],
+) -> None:
+    """Guards the answer limit on replays: with ``RUNSTATE_MAX_RESPONSE_BYTES`` at
+    300 KB, a resume whose replay holds about 600 KB of frames stops after a page
+    of at most 300 KB with a ``: page full`` comment and no terminal frame; each
+    resume from the last frame of a page goes on, and the pages together are,
+    frame for frame, the replay another process without the limit sends in one
+    answer (it was one answer of any size: a resume from seq 1 sent 1.2 GB)."""
+    limited, free, token = pager
+    with Api(free.url, token) as api:
+        task = large_task(api, tools=10)
+        body = run_input(task["sessionId"])
+        opened = await post(free.url, token, task["id"], body, cut_after=1)
+        epoch = opened.frames[0].event["metadata"]["runstate"]["epoch"]
+        start = f"{epoch}:1:1:1"  # a run opened at seq 1, its snapshot held
+        whole = await post(free.url, token, task["id"], body, last_event_id=start)
+        assert whole.types[-1] == "RUN_FINISHED"
+        pages: list[Answer] = []
+        cursor = start
+        while not pages or pages[-1].types[-1] != "RUN_FINISHED":
+            assert len(pages) < 10, "the pages never end"
+            page = await post(limited.url, token, task["id"], body, last_event_id=cursor)
+            assert page.status == 200
+            pages.append(page)
+            cursor = str(page.frames[-1].id)
+    assert len(pages) >= 2
+    for page in pages[:-1]:
+        assert page.comments == [": page full: resume from the last frame"]
+        assert page.types[-1] != "RUN_FINISHED"
+        assert frame_bytes(page) <= 300_000
+    assert [f for page in pages for f in page.frames] == whole.frames

@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 
+import httpx
 from ag_ui.core import RunFinishedEvent, RunStartedEvent, StateSnapshotEvent
 
-from runstate.transport.agui.endpoint import _Stream
+from runstate.services.domain.errors import RateLimitedError
+from runstate.transport.agui.endpoint import Meter, _Stream
 from runstate.transport.agui.frames import Cursor, Frame
 from runstate.transport.agui.wire import CHUNK, Budget, Place, chunks
+from tests.agui_client import Answer, parse
 
 BIG = {"id": "t", "steps": [{"output": "x" * 50_000} for _ in range(20)], "toolStates": []}
 """A document of about a megabyte, in twenty steps."""
@@ -120,3 +123,41 @@ def test_every_place_a_run_stops_at_goes_on_exactly() -> None:
         written += chunk
         rest = b"".join(c for c, _ in chunks(after(frames, place.cursor), place, place.offset))
         assert written + rest == whole
+
+
+async def test_a_replay_the_budget_cannot_pay_ends_with_run_error_rate_limited() -> None:
+    """Guards the replay's price: each replayed group pays a point per 128 KiB before
+    it is sent; the first the caller's budget cannot pay is not sent, and the
+    answer ends with ``RUN_ERROR RATE_LIMITED`` (no id: the client resumes from the
+    last frame it holds once the budget allows)."""
+    paid: list[float] = []
+
+    async def charge(points: float) -> None:
+        if sum(paid) + points > 2:
+            raise RateLimitedError(3.0)
+        paid.append(points)
+
+    def delta(seq: int) -> list[Frame]:
+        text = '{"type":"STATE_DELTA","delta":[{"op":"add","path":"/x","value":"%s"}]}'
+        return [Frame(text % ("y" * 100_000), Cursor("e", 1, seq, 0))]
+
+    async def replay() -> AsyncGenerator[list[Frame] | None, None]:
+        yield None
+        for seq in range(2, 8):
+            yield delta(seq)
+
+    stream = _Stream(
+        keepalive_seconds=15,
+        stopping=asyncio.Event(),
+        meter=Meter(charge, burst=100, page_bytes=1 << 30, head=7),
+    )
+    stream.frames = replay()
+    await anext(stream.frames)
+    answer = Answer(200, httpx.Headers())
+    parse(b"".join([chunk async for chunk in stream.body()]).decode(), answer)
+    # 100 KB a group: the second passes 128 KiB and the third 256 KiB (a point each,
+    # paid); the fourth passes 384 KiB, and its point is refused
+    assert [f.id for f in answer.frames] == ["e:1:2:0", "e:1:3:0", "e:1:4:0", None]
+    assert answer.frames[-1].event["type"] == "RUN_ERROR"
+    assert answer.frames[-1].event["code"] == "RATE_LIMITED"
+    assert paid == [1, 1]
