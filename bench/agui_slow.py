@@ -104,6 +104,8 @@ async def watched_report(url: str, token: str, api: Graph, task_id: str, session
                 pending += chunk
                 *blocks, pending = pending.split(b"\n\n")
                 for block in blocks:
+                    if b"data: " not in block:
+                        continue  # a comment (: keepalive)
                     data = json.loads(block.partition(b"data: ")[2])
                     if data["type"] == "STATE_SNAPSHOT":
                         opened[i].set()
