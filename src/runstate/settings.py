@@ -248,6 +248,10 @@ class Settings:
     """How often open WebSocket connections have their tokens checked again."""
     operation_seconds: float = 30.0
     """The longest a query or mutation may run before it is stopped."""
+    agui_buffer_bytes: int = 64 * 1_048_576
+    """The bytes the AG-UI streams of a process may hold for their clients together:
+    past it, streams stuck on a client that does not read are paused, and go on
+    from the database once it reads again (``transport.agui.wire``)."""
     stream_keepalive_seconds: float = 15.0
     """How long an AG-UI event stream stays silent before a ``: keepalive`` comment,
     so that proxies and clients do not take a quiet run for a dead connection."""
@@ -375,6 +379,7 @@ CEILINGS: dict[str, float] = {
     "RUNSTATE_MAX_CONNECTIONS": 10_000,
     "RUNSTATE_SUBSCRIBER_QUEUE": 100_000,
     "RUNSTATE_SUBSCRIBER_QUEUE_BYTES": 256 * MIB,
+    "RUNSTATE_AGUI_BUFFER_BYTES": 1024 * MIB,
     "RUNSTATE_OPERATION_SECONDS": 300,
     "RUNSTATE_RATE_PER_SECOND": 100_000,
     "RUNSTATE_RATE_BURST": 1_000_000,
@@ -443,6 +448,8 @@ FLOORS: dict[str, float] = {
     # Queues so short that every subscriber is caught up from the database.
     "RUNSTATE_SUBSCRIBER_QUEUE": 10,
     "RUNSTATE_SUBSCRIBER_QUEUE_BYTES": 64 * 1024,
+    # AG-UI streams write 64 KiB at a time: a budget of a few writes pauses them all.
+    "RUNSTATE_AGUI_BUFFER_BYTES": MIB,
     # A browser opens six connections to a server and a WebSocket besides.
     "RUNSTATE_MAX_CONNECTIONS_PER_ADDRESS": 16,
 }

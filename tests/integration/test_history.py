@@ -474,9 +474,9 @@ async def test_agui_deltas_rebuild_every_state_and_each_run_is_valid(
             assert patched.result == states[event.seq], f"the delta of seq {event.seq}"
             frames += group
         for frame in frames:  # as AG-UI's own models write it, byte for byte
-            kind = AGUI_EVENTS[json.loads(frame.data)["type"]]
-            assert kind.model_validate_json(frame.data).model_dump_json(by_alias=True) == frame.data
-        events = [json.loads(f.data) for f in frames]
+            kind = AGUI_EVENTS[json.loads(frame.text)["type"]]
+            assert kind.model_validate_json(frame.text).model_dump_json(by_alias=True) == frame.text
+        events = [json.loads(f.text) for f in frames]
         assert_valid_agui(events if frames[-1].last else [*events, _cut()], max_warnings=0)
         if base > 1:
             break  # every base would be slow; the first two cover opening mid-history

@@ -9,7 +9,8 @@ the document at seq n.
 
 The delta applies an event the way a client applies it (``client.records.Task.apply``):
 the steps it carries replace theirs by index or are added, its tool state replaces
-the one of its name, and the task's own fields are set. It opens with the ``test``
+the one of its name (``/toolStates/<index>``, or is added there), and the task's own
+fields are set. It opens with the ``test``
 of ``/eventSeq`` so that a gap or a repeat fails to apply instead of applying to
 the wrong base.
 """
@@ -128,10 +129,9 @@ def applied(before: Document, event: EventView) -> tuple[Document, list[dict[str
             changed.append({"op": "add", "path": f"/steps/{len(steps)}", "value": doc})
             steps.append(doc)
     tools = before["toolStates"]
+    tool_op: dict[str, Any] | None = None
     if event.tool_state is not None:
-        by_name = {t["toolName"]: t for t in tools}
-        by_name[event.tool_state.tool_name] = tool_document(event.tool_state)
-        tools = [by_name[name] for name in sorted(by_name)]
+        tools, tool_op = _tool_changed(tools, tool_document(event.tool_state))
     after = {
         **before,
         "status": event.status.name,
@@ -148,6 +148,28 @@ def applied(before: Document, event: EventView) -> tuple[Document, list[dict[str
         if after[name] != before[name]
     ]
     ops += changed
-    if tools != before["toolStates"]:
-        ops.append({"op": "replace", "path": "/toolStates", "value": tools})
+    if tool_op is not None:
+        ops.append(tool_op)
     return after, ops
+
+
+def _tool_changed(
+    tools: list[Document], new: Document
+) -> tuple[list[Document], dict[str, Any] | None]:
+    """The tool states with ``new`` in its place (in the code-point order of names,
+    the order ``taskAt`` answers), and the op that names only it: a ``replace`` at
+    its index, an ``add`` there for a tool reported for the first time, None if it
+    is unchanged. Replacing the whole list sent every tool's last result to every
+    watcher at each report."""
+    name = new["toolName"]
+    index = next((i for i, t in enumerate(tools) if t["toolName"] >= name), len(tools))
+    path = f"/toolStates/{index}"
+    if index < len(tools) and tools[index]["toolName"] == name:
+        if tools[index] == new:
+            return tools, None
+        return [*tools[:index], new, *tools[index + 1 :]], {
+            "op": "replace",
+            "path": path,
+            "value": new,
+        }
+    return [*tools[:index], new, *tools[index:]], {"op": "add", "path": path, "value": new}

@@ -17,6 +17,7 @@ from runstate.services.domain.errors import NotFoundError, SessionExpiredError
 from runstate.services.domain.views import TaskView
 from runstate.services.live import streams
 from runstate.services.read import history
+from runstate.services.read.lookups import get_task
 from runstate.transport.agui.document import document
 from runstate.transport.agui.frames import (
     Cursor,
@@ -157,3 +158,45 @@ async def _groups(
                 yield group
             if frames[-1].last:
                 return
+
+
+async def reopened(
+    house: streams.Watching,
+    user_id: str,
+    task_id: str,
+    run: Run,
+    after: Cursor | None,
+    *,
+    interval: float,
+    gap_fill: bool = True,
+    renderings: Renderings,
+) -> AsyncGenerator[list[Frame] | None, None]:
+    """The run's groups after ``after`` (all of them after None), read again from the
+    database for a stream that was paused (``wire``), unpaid: they were paid for
+    when first sent. Unlike ``follow``, no None comes first, and a cursor that
+    cannot be continued (the log was replaced meanwhile) is a ``RUN_ERROR
+    RESYNC_REQUIRED``, the run's last frame simply the end."""
+    try:
+        task = await get_task(user_id, task_id)
+    except (NotFoundError, SessionExpiredError) as ended:
+        yield [error(ended.code, ended.message)]
+        return
+    frames = follow(
+        house,
+        user_id,
+        task,
+        run,
+        after,
+        interval=interval,
+        gap_fill=gap_fill,
+        renderings=renderings,
+    )
+    try:
+        async with contextlib.aclosing(frames):
+            async for group in frames:
+                if group is not None:
+                    yield group
+    except ResyncRequiredError:
+        yield [error("RESYNC_REQUIRED", ResyncRequiredError.message)]
+    except RunEndedError:
+        return

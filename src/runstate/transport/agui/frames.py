@@ -20,8 +20,10 @@ write (the property test of ``test_history.py`` checks every frame).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from ag_ui.core import (
@@ -104,21 +106,84 @@ class Run:
 @dataclass(frozen=True)
 class Frame:
     """One SSE frame: an AG-UI event as JSON, with its cursor (None: a frame of a
-    refused run, which nothing resumes); ``last`` when it ends the run."""
+    refused run, which nothing resumes); ``last`` when it ends the run.
+
+    A ``STATE_SNAPSHOT`` keeps its document (``snapshot``) rather than its JSON:
+    ``data`` is the event's JSON up to ``"snapshot":``, and the document is encoded
+    a piece at a time as the frame is written (``pieces``), so that a run of a
+    large task never holds its snapshot whole as text."""
 
     data: str
     cursor: Cursor | None = None
     last: bool = False
+    snapshot: Document | None = None
 
     @classmethod
     def of(cls, event: BaseEvent, cursor: Cursor | None = None, last: bool = False) -> Frame:
         """The frame of an event built with AG-UI's models, encoded by them."""
+        if isinstance(event, StateSnapshotEvent):
+            document = event.snapshot
+            text = event.model_copy(update={"snapshot": None}).model_dump_json(by_alias=True)
+            assert text.endswith(_NULL_SNAPSHOT), "the snapshot is the event's last member"
+            return cls(text[: -len(_NULL_SNAPSHOT)], cursor, last, document)
         return cls(event.model_dump_json(by_alias=True), cursor, last)
+
+    @property
+    def text(self) -> str:
+        """The event's whole JSON."""
+        if self.snapshot is None:
+            return self.data
+        return b"".join(self._snapshot_pieces()).decode()
 
     def encode(self) -> bytes:
         """The frame on the wire: its ``id:`` line, one ``data:`` line, LF framing."""
+        return b"".join(self.pieces())
+
+    def pieces(self) -> Iterator[bytes]:
+        """The frame on the wire in pieces: a snapshot's steps and tool states one at
+        a time, any other frame whole."""
         head = "" if self.cursor is None else f"id: {self.cursor}\n"
-        return f"{head}data: {self.data}\n\n".encode()
+        if self.snapshot is None:
+            yield f"{head}data: {self.data}\n\n".encode()
+            return
+        yield f"{head}data: ".encode()
+        yield from self._snapshot_pieces()
+        yield b"\n\n"
+
+    def _snapshot_pieces(self) -> Iterator[bytes]:
+        yield self.data.encode()
+        yield from document_pieces(self.snapshot)
+        yield b"}"
+
+    @cached_property
+    def size(self) -> int:
+        """Its bytes on the wire (a snapshot's counted a piece at a time)."""
+        return sum(len(piece) for piece in self.pieces())
+
+
+_NULL_SNAPSHOT = "null}"
+"""How a ``STATE_SNAPSHOT`` of no document ends, as AG-UI's models write it."""
+
+_LISTS = frozenset({"steps", "toolStates"})
+"""The document's members written an item at a time."""
+
+
+def document_pieces(doc: Document | None) -> Iterator[bytes]:
+    """A state document's JSON, the bytes pydantic's encoder writes for it whole,
+    in pieces: its steps and tool states one by one."""
+    if doc is None:
+        yield b"null"
+        return
+    for n, (key, value) in enumerate(doc.items()):
+        yield (b"{" if n == 0 else b",") + to_json(key) + b":"
+        if key in _LISTS and isinstance(value, list):
+            yield b"["
+            for i, item in enumerate(value):
+                yield (b"," if i else b"") + to_json(item)
+            yield b"]"
+        else:
+            yield to_json(value)
+    yield b"}" if doc else b"{}"
 
 
 @dataclass
