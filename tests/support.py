@@ -12,7 +12,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -124,46 +123,10 @@ def query_value(database_url: str, sql: str) -> Any:
     return asyncio.run(fetch())
 
 
-_MIGRATED: list[Path] = []
-"""The SQLite database this test process migrated once (``fresh``)."""
-
-
-def fresh(database_url: str) -> None:
-    """A SQLite database that does not exist yet starts as a copy of one this test
-    process migrated once, with no installation row (each copy makes its own id
-    and epoch when first opened). Every server start and token command applied
-    all the migrations to a new file otherwise: about 2 s of a start's 4.5, some
-    hundreds of times a run. A database a test made itself is left alone."""
-    if not database_url.startswith("sqlite://"):
-        return
-    path = Path(database_url.removeprefix("sqlite://").split("?", 1)[0])
-    if path.exists():
-        return
-    if not _MIGRATED:
-        template = Path(tempfile.mkdtemp(prefix="runstate-template-")) / "migrated.db"
-        _command("migrate", database_url=f"sqlite://{template}")
-        with contextlib.closing(sqlite3.connect(template)) as db, db:
-            db.execute("DELETE FROM installation")
-        _MIGRATED.append(template)
-    with (
-        contextlib.closing(sqlite3.connect(_MIGRATED[0])) as source,
-        contextlib.closing(sqlite3.connect(path)) as copy,
-    ):
-        source.backup(copy)
-
-
 def runstate(
     *args: str, database_url: str, check: bool = True, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    """Run the ``runstate`` command line against ``database_url``, with ``env``
-    (a new SQLite file starting ``fresh``)."""
-    fresh(database_url)
-    return _command(*args, database_url=database_url, check=check, **env)
-
-
-def _command(
-    *args: str, database_url: str, check: bool = True, **env: str
-) -> subprocess.CompletedProcess[str]:
+    """Run the ``runstate`` command line against ``database_url``, with ``env``."""
     environment = {**os.environ, "RUNSTATE_DATABASE_URL": database_url, **env}
     return subprocess.run(
         [sys.executable, "-m", "runstate", *args],
@@ -201,8 +164,7 @@ class Server:
         return self
 
     def launch(self) -> None:
-        """Start the process without waiting for it (a new SQLite file ``fresh``)."""
-        fresh(self.database_url)
+        """Start the process without waiting for it."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [*self.prefix, sys.executable, "-m", "runstate", "serve", "--port", str(self.port)],

@@ -74,7 +74,6 @@ def test_revoked_token_is_refused(tmp_path: Path) -> None:
 
 def test_migrate_is_repeatable(tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path / 'm.db'}"
-    (tmp_path / "m.db").touch()  # an empty database, not a migrated copy (``support.fresh``)
     assert runstate("migrate", database_url=url).stdout.strip() == "migrations applied"
     assert runstate("migrate", database_url=url).stdout.strip() == "migrations applied"
 

@@ -179,8 +179,6 @@ def test_servers_started_together_migrate_once(kind: str, tmp_path: Path) -> Non
     being a timing race, that control is not repeatable enough to run here.
     """
     with database(kind, tmp_path) as url:
-        if kind == "sqlite":  # an empty file, not a migrated copy (``support.fresh``)
-            Path(url.removeprefix("sqlite://")).touch()
         servers = [Server(url, tmp_path / f"{i}.log") for i in range(3)]
         for server in servers:
             server.launch()
