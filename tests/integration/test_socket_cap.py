@@ -16,7 +16,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from runstate.transport.connections import TOO_MANY_CONNECTIONS, Connection, Connections
@@ -170,7 +170,9 @@ async def test_a_stalled_server_gives_back_the_places_taken_meanwhile(
             while (await refused(running, token))[0] == TOO_MANY_CONNECTIONS:
                 assert loop.time() < deadline, "the stopped server's claims never lapsed"
                 await asyncio.sleep(0.1)
-            later = []  # the probe's own place is given back as its close is read
+            later: list[
+                ClientConnection
+            ] = []  # the probe's own place is given back as its close is read
             while len(later) < CAP:
                 try:
                     later.append(await open_sockets.enter_async_context(socket(running, token)))
