@@ -170,9 +170,9 @@ async def test_a_stalled_server_gives_back_the_places_taken_meanwhile(
             while (await refused(running, token))[0] == TOO_MANY_CONNECTIONS:
                 assert loop.time() < deadline, "the stopped server's claims never lapsed"
                 await asyncio.sleep(0.1)
-            later: list[
-                ClientConnection
-            ] = []  # the probe's own place is given back as its close is read
+            # The probe's own place is given back as its close is read: until then,
+            # the third socket may find the cap full.
+            later: list[ClientConnection] = []
             while len(later) < CAP:
                 try:
                     later.append(await open_sockets.enter_async_context(socket(running, token)))
