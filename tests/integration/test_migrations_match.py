@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
@@ -157,39 +158,49 @@ TOTALS = (
 )
 
 
-async def test_0019_fills_each_session_s_spend_from_its_tasks(fresh: str) -> None:
-    """Guards migration 0019's fill (issue 54, item 6a): sessions written before it
-    get, as it adds their running spend, the sums of their tasks' spend (their
-    budgets are checked against those totals from then on), on SQLite and
-    PostgreSQL alike; a session without tasks gets 0. Seen failing with the
-    migration's ``RunSQL`` left out (every total 0)."""
-    config = tortoise_config(fresh)
+async def migrated_with(url: str, target: str, statements: list[str]) -> None:
+    """The database at ``url`` migrated up to ``target``, ``statements`` run there
+    (rows as that schema held them), then migrated to the end."""
+    config = tortoise_config(url)
     EXECUTOR_CACHE.clear()
     async with TortoiseContext():
-        await migrate(config=config, target="runstate.0018_run_kinds")
-    if fresh.startswith("sqlite"):
-        with sqlite3.connect(fresh.removeprefix("sqlite://")) as db:
-            for statement in BEFORE_0019:
+        await migrate(config=config, target=target)
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite://")) as db:
+            for statement in statements:
                 db.execute(statement)
     else:
-        conn = await asyncpg.connect(fresh.replace("postgres://", "postgresql://", 1))
+        conn = await asyncpg.connect(url.replace("postgres://", "postgresql://", 1))
         try:
-            for statement in BEFORE_0019:
+            for statement in statements:
                 await conn.execute(statement)
         finally:
             await conn.close()
     EXECUTOR_CACHE.clear()
     async with TortoiseContext():
         await migrate(config=config)
-    if fresh.startswith("sqlite"):
-        with sqlite3.connect(fresh.removeprefix("sqlite://")) as db:
-            totals = [tuple(row) for row in db.execute(TOTALS)]
-    else:
-        conn = await asyncpg.connect(fresh.replace("postgres://", "postgresql://", 1))
-        try:
-            totals = [tuple(row) for row in await conn.fetch(TOTALS)]
-        finally:
-            await conn.close()
+
+
+async def fetched(url: str, query: str) -> list[tuple[Any, ...]]:
+    """The rows of ``query``, read straight from the database at ``url``."""
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite://")) as db:
+            return [tuple(row) for row in db.execute(query)]
+    conn = await asyncpg.connect(url.replace("postgres://", "postgresql://", 1))
+    try:
+        return [tuple(row) for row in await conn.fetch(query)]
+    finally:
+        await conn.close()
+
+
+async def test_0019_fills_each_session_s_spend_from_its_tasks(fresh: str) -> None:
+    """Guards migration 0019's fill (issue 54, item 6a): sessions written before it
+    get, as it adds their running spend, the sums of their tasks' spend (their
+    budgets are checked against those totals from then on), on SQLite and
+    PostgreSQL alike; a session without tasks gets 0. Seen failing with the
+    migration's ``RunSQL`` left out (every total 0)."""
+    await migrated_with(fresh, "runstate.0018_run_kinds", BEFORE_0019)
+    totals = await fetched(fresh, TOTALS)
     assert totals == [("s-spent", 5000000100, 21, 307, 3), ("s-idle", 0, 0, 0, 0)]
 
 
@@ -228,36 +239,9 @@ async def test_0020_fills_each_user_s_spend_from_its_sessions(fresh: str) -> Non
     2^53 - 1 (a session past it is set to it); a user with sessions but no usage
     row gets one; stored bytes stay. Seen failing with the ``RunPython`` left out
     (every total 0, no row for c)."""
-    config = tortoise_config(fresh)
-    EXECUTOR_CACHE.clear()
-    async with TortoiseContext():
-        await migrate(config=config, target="runstate.0019_session_spend")
-    if fresh.startswith("sqlite"):
-        with sqlite3.connect(fresh.removeprefix("sqlite://")) as db:
-            for statement in BEFORE_0020:
-                db.execute(statement)
-    else:
-        conn = await asyncpg.connect(fresh.replace("postgres://", "postgresql://", 1))
-        try:
-            for statement in BEFORE_0020:
-                await conn.execute(statement)
-        finally:
-            await conn.close()
-    EXECUTOR_CACHE.clear()
-    async with TortoiseContext():
-        await migrate(config=config)
-    if fresh.startswith("sqlite"):
-        with sqlite3.connect(fresh.removeprefix("sqlite://")) as db:
-            users = [tuple(row) for row in db.execute(USERS)]
-            session_4 = db.execute("SELECT spent_output_tokens FROM sessions WHERE id = 4")
-            capped = session_4.fetchone()[0]
-    else:
-        conn = await asyncpg.connect(fresh.replace("postgres://", "postgresql://", 1))
-        try:
-            users = [tuple(row) for row in await conn.fetch(USERS)]
-            capped = await conn.fetchval("SELECT spent_output_tokens FROM sessions WHERE id = 4")
-        finally:
-            await conn.close()
+    await migrated_with(fresh, "runstate.0019_session_spend", BEFORE_0020)
+    users = await fetched(fresh, USERS)
+    capped = (await fetched(fresh, "SELECT spent_output_tokens FROM sessions WHERE id = 4"))[0][0]
     assert users == [
         ("a", 500, 5000000100, 21, 307, 3),
         ("b", 7, MAX_LONG, MAX_LONG, 2, 4),
