@@ -354,11 +354,15 @@ def test_ids_and_texts_past_their_columns_are_refused_cleanly(
         assert "Traceback" not in server.log_path.read_text()
 
 
-@settings(
+EXAMPLES = settings(
     max_examples=300,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+"""Each hypothesis test below: 300 examples on the module's one server."""
+
+
+@EXAMPLES
 @given(position=st.sampled_from(POSITIONS), literal=st.sampled_from(HOSTILE_LITERALS))
 def test_hostile_literals_anywhere_get_clean_answers(
     hostile: tuple[Api, Ids], position: Position, literal: str
@@ -369,11 +373,7 @@ def test_hostile_literals_anywhere_get_clean_answers(
     assert_clean(api, {"query": document(position, literal, ids)})
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@EXAMPLES
 @given(position=st.sampled_from(POSITIONS), value=st.sampled_from(HOSTILE_VALUES))
 def test_hostile_variables_anywhere_get_clean_answers(
     hostile: tuple[Api, Ids], position: Position, value: Any
