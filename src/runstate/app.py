@@ -19,6 +19,7 @@ from runstate.observe import logs
 from runstate.pubsub import Broker, Hub, MemoryBroker, Publisher
 from runstate.pubsub.redis import RedisBroker, key_prefix
 from runstate.resolvers.build import build_schema
+from runstate.services.actions import schedules
 from runstate.services.domain.ratelimit import (
     Budgets,
     MemoryRateLimiter,
@@ -172,8 +173,8 @@ def _share_limits(parts: _Parts, installation: str) -> None:
 
 def _background(parts: _Parts, broker: Broker) -> list[asyncio.Task[None]]:
     """The app's tasks while it serves: the expiry sweep, the token check of open
-    connections, the clock, revocations heard through the broker, and with a shared
-    socket cap the renewal of its claims."""
+    connections, the clock, the schedules' fires, revocations heard through the
+    broker, and with a shared socket cap the renewal of its claims."""
     settings, connections = parts.settings, parts.connections
     background = [
         asyncio.create_task(
@@ -184,6 +185,10 @@ def _background(parts: _Parts, broker: Broker) -> list[asyncio.Task[None]]:
             connections.watch(settings.auth_check_seconds), name="runstate-token-check"
         ),
         asyncio.create_task(keep_time(), name="runstate-clock"),
+        asyncio.create_task(
+            schedules.fire_forever(parts.house, settings.schedule_grace_seconds),
+            name="runstate-schedules",
+        ),
         asyncio.create_task(
             forget_revoked(broker, parts.tokens, connections), name="runstate-revocations"
         ),

@@ -214,6 +214,14 @@ class Settings:
     max_ws_message_bytes: int = 1_048_576
     max_subscriptions: int = 20
     """Operations one WebSocket connection may run at once."""
+    max_schedules: int = 100
+    """Schedules one user may hold (``createSchedule``)."""
+    schedule_min_seconds: float = 1.0
+    """The shortest interval between two due times a schedule may have: with
+    ``max_schedules``, the most fires a second one user can cause."""
+    schedule_grace_seconds: float = 60.0
+    """How late a due time may fire and still count as on time; one later was missed
+    (no server ran) and follows the schedule's misfire policy."""
     max_connections: int = 50
     """WebSocket connections one user may hold open: on all processes together with
     Redis (``sockets``), on each process without it."""
@@ -376,6 +384,8 @@ CEILINGS: dict[str, float] = {
     "RUNSTATE_MAX_NODES": 1_000_000,
     "RUNSTATE_MAX_RESPONSE_BYTES": 256 * MIB,
     "RUNSTATE_MAX_SUBSCRIPTIONS": 1_000,
+    # With the period's floor of 1 s, at most 1,000 fires a second from one user.
+    "RUNSTATE_MAX_SCHEDULES": 1_000,
     "RUNSTATE_MAX_CONNECTIONS": 10_000,
     "RUNSTATE_SUBSCRIBER_QUEUE": 100_000,
     "RUNSTATE_SUBSCRIBER_QUEUE_BYTES": 256 * MIB,
@@ -423,6 +433,8 @@ FLOORS: dict[str, float] = {
     "RUNSTATE_CATCH_UP_SECONDS": 0.5,
     "RUNSTATE_STREAM_KEEPALIVE_SECONDS": 1,
     "RUNSTATE_SOCKET_LEASE_SECONDS": 3,
+    # A schedule firing more often than once a second (six fields allow it).
+    "RUNSTATE_SCHEDULE_MIN_SECONDS": 1,
     # Times no client could keep to: every operation, handshake or request refused.
     "RUNSTATE_OPERATION_SECONDS": 1,
     "RUNSTATE_CONNECTION_INIT_SECONDS": 1,

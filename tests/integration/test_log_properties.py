@@ -147,6 +147,7 @@ TIMED = frozenset({"LOCK_HELD", "LOCK_NOT_HELD", "NOT_FOUND", "SESSION_EXPIRED"}
 write (a lease of 1 s; claimTask's NotFound once a leased task stalls)."""
 TASK_HEAD = (
     "... on Task { id version eventSeq status currentStep totalSteps goal runOf updatedAt"
+    " interruptRequested"
     " steps { index status attempts output error startedAt completedAt }"
     " toolStates { toolName status version retryCount lastResult lastError }"
     " spend { inputTokens outputTokens costMicros calls } budget { maxTokens maxCostMicros }"
@@ -155,6 +156,7 @@ TASK_HEAD = (
 )
 AT = (
     "... on Task { version eventSeq status currentStep totalSteps goal runOf updatedAt"
+    " interruptRequested"
     " steps { index status attempts output error startedAt completedAt }"
     " toolStates { toolName status version retryCount lastResult lastError }"
     " spend { inputTokens outputTokens costMicros calls } budget { maxTokens maxCostMicros } }"
@@ -169,9 +171,25 @@ SESSION_SPEND = (
     + SPENT
     + " tasks(first: 100) { pageInfo { hasNextPage } edges { node { "
     + SPENT
-    + " } } } } } } }"
+    + " } } } submissions(status: ROLLED_BACK, first: 100) { "
+    + SPENT
+    + " } } } } }"
 )
-"""Every session of the user with its spend, and each of its tasks' spend."""
+"""Every session of the user with its spend, each of its tasks' spend, and what the
+tasks a ROLLBACK removed had spent."""
+LEDGERS = (
+    "{ sessions(first: 5) { pageInfo { hasNextPage } edges { node { id submissions(first: 30) {"
+    " id seq status task { status steps { status } } } } } } }"
+)
+"""Every session's ledger, with each submission's task as it stands."""
+UNFINISHED = frozenset({"QUEUED", "ACTIVE"})
+ENDED_TASKS = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
+CRONS = ["0 0 1 1 *", "@yearly", "30 4 29 2 *", "61 * * * *", "* * * *", ""]
+"""Schedules the machine makes: valid ones that never fall due while it runs
+(a fire would move a known task between a refusal and the check that nothing
+moved: ``test_schedules`` follows fires), and refused ones."""
+ZONES = ["UTC", "Europe/Lisbon", "Nowhere/Else"]
+policies = st.sampled_from([None, "REJECT", "ENQUEUE", "INTERRUPT", "ROLLBACK"])
 
 
 def _blob(text: str) -> str:
@@ -261,10 +279,15 @@ def _pick(data: st.DataObject, options: Sequence[T], label: str) -> T | None:
     return options[index % len(options)] if options else None
 
 
-NOW = frozenset({"graphThread", "overBudget"})
+NOW = frozenset({"graphThread", "overBudget", "submission"})
 """Task fields the contract answers as things stand now, on taskAt and on a keyed
 call's repeat too (a thread's first checkpoint makes its task a graph thread; a
-session's spend, its budget reached)."""
+session's spend, its budget reached; the submission it carries out, which moves
+on through the ledger)."""
+
+SUBMISSION_NOW = frozenset({"task", "spend"})
+"""Submission fields answered as things stand now on a repeat too: its task and
+what that task spent (a repeat answers the submission as it was admitted)."""
 
 SESSION_NOW = frozenset({"spend"})
 """Session fields answered as things stand now on a repeat too: a session's spend,
@@ -275,7 +298,9 @@ def _as_then(answer: Any) -> Any:
     """An answer without its ``NOW`` fields (and a session's ``SESSION_NOW``): what
     a repeat must answer alike."""
     if isinstance(answer, dict):
-        now = NOW | SESSION_NOW if answer.get("__typename") == "AgentSession" else NOW
+        kind = answer.get("__typename")
+        now = NOW | SESSION_NOW if kind == "AgentSession" else NOW
+        now = now | SUBMISSION_NOW if kind == "Submission" else now
         return {k: _as_then(v) for k, v in answer.items() if k not in now}
     if isinstance(answer, list):
         return [_as_then(v) for v in answer]
@@ -306,6 +331,8 @@ class LogMachine(RuleBasedStateMachine):
         self.shown: list[tuple[str, int, int]] = []
         self.serial = itertools.count()
         self.deletions = 0
+        self.submissions: list[str] = []
+        self.schedules: dict[str, int] = {}
 
     # ------------------------------------------------------------ sending
 
@@ -523,8 +550,33 @@ class LogMachine(RuleBasedStateMachine):
             session = edge["node"]
             tasks = session["tasks"]
             assert not tasks["pageInfo"]["hasNextPage"], session["id"]
-            summed = {k: sum(t["node"]["spend"][k] for t in tasks["edges"]) for k in SPEND_KEYS}
+            removed = session["submissions"]
+            summed = {
+                k: sum(t["node"]["spend"][k] for t in tasks["edges"])
+                + sum(r["spend"][k] for r in removed)
+                for k in SPEND_KEYS
+            }
             assert session["spend"] == summed, (session["id"], session["spend"], summed)
+
+    @invariant()
+    def each_ledger_is_in_order(self) -> None:
+        """Guards the session's admission ledger after every step: its seqs are 1..n
+        with no gap; at most one submission is ACTIVE, and one is whenever any is
+        QUEUED (the next is promoted in the transaction that ends the active one's
+        task); an unfinished submission's task stands unfinished; a QUEUED one's
+        task has no step running (no claim or start ran it out of turn)."""
+        sessions = self.read(LEDGERS)["sessions"]
+        assert not sessions["pageInfo"]["hasNextPage"], "more sessions than one page"
+        for edge in sessions["edges"]:
+            ledger = edge["node"]["submissions"]
+            assert [s["seq"] for s in ledger] == list(range(1, len(ledger) + 1)), ledger
+            states = [s["status"] for s in ledger]
+            assert states.count("ACTIVE") == (1 if UNFINISHED & set(states) else 0), ledger
+            for entry in ledger:
+                if entry["status"] in UNFINISHED:
+                    assert entry["task"]["status"] not in ENDED_TASKS, entry
+                if entry["status"] == "QUEUED":
+                    assert "RUNNING" not in {s["status"] for s in entry["task"]["steps"]}, entry
 
     def teardown(self) -> None:
         """A subscriber from seq 0 of each task receives exactly its stored log."""
@@ -921,6 +973,81 @@ class LogMachine(RuleBasedStateMachine):
             runOf=data.draw(st.sampled_from(RUN_KINDS), label="run of"),
         )
 
+    # ------------------------------------------------------------ the ledger
+
+    @rule(data=st.data(), steps=plans, policy=policies, value=json_values)
+    def submit_input(
+        self, data: st.DataObject, steps: list[Any], policy: str | None, value: Any
+    ) -> None:
+        answer = self.send(
+            data,
+            "submitInput",
+            sessionId=self.session(data),
+            goal="g",
+            steps=steps,
+            input=value,
+            policy=policy,
+            budget=data.draw(st.one_of(st.none(), budgets), label="budget"),
+        )
+        if answer["__typename"] == "Submission":
+            self.submissions.append(answer["id"])
+
+    @rule(data=st.data(), note=st.sampled_from([None, "not now"]))
+    def cancel_submission(self, data: st.DataObject, note: str | None) -> None:
+        chosen = _pick(data, [*self.submissions, "nobody"], "submission")
+        self.send(data, "cancelSubmission", id=chosen, note=note)
+
+    @rule(
+        data=st.data(),
+        cron=st.sampled_from(CRONS),
+        zone=st.sampled_from(ZONES),
+        policy=policies,
+        misfire=st.sampled_from([None, "SKIP", "RUN_ONCE"]),
+    )
+    def create_schedule(
+        self, data: st.DataObject, cron: str, zone: str, policy: str | None, misfire: str | None
+    ) -> None:
+        answer = self.send(
+            data,
+            "createSchedule",
+            sessionId=self.session(data),
+            cron=cron,
+            timezone=zone,
+            goal="g",
+            steps=[{"action": "search"}],
+            policy=policy,
+            misfire=misfire,
+            enabled=data.draw(st.sampled_from([None, True, False]), label="enabled"),
+        )
+        if answer["__typename"] == "Schedule":
+            self.schedules[answer["id"]] = answer["version"]
+
+    @rule(
+        data=st.data(),
+        cron=st.sampled_from([None, *CRONS]),
+        enabled=st.sampled_from([None, True, False]),
+    )
+    def update_schedule(self, data: st.DataObject, cron: str | None, enabled: bool | None) -> None:
+        chosen = _pick(data, [*sorted(self.schedules), "nobody"], "schedule")
+        assert chosen is not None
+        answer = self.send(
+            data,
+            "updateSchedule",
+            id=chosen,
+            expectedVersion=self.version(data, self.schedules.get(chosen, 1)),
+            cron=cron,
+            enabled=enabled,
+        )
+        if answer["__typename"] == "Schedule":
+            self.schedules[chosen] = answer["version"]
+
+    @rule(data=st.data())
+    def delete_schedule(self, data: st.DataObject) -> None:
+        chosen = _pick(data, [*sorted(self.schedules), "nobody"], "schedule")
+        answer = self.send(data, "deleteSchedule", id=chosen)
+        if answer["__typename"] == "Deleted":
+            self.schedules.pop(answer["id"], None)
+
     # ------------------------------------------------------------ LangGraph threads
 
     @rule(
@@ -1064,6 +1191,11 @@ COVERED = frozenset(
         "pruneGraph",
         "deleteGraphRuns",
         "copyGraph",
+        "submitInput",
+        "cancelSubmission",
+        "createSchedule",
+        "updateSchedule",
+        "deleteSchedule",
     }
 )
 """The mutations the machine's rules send (each rule names its own)."""

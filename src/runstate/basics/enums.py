@@ -26,6 +26,43 @@ class TaskStatus(StrEnum):
     CANCELLED = "CANCELLED"
 
 
+class AdmissionPolicy(StrEnum):
+    """What ``submitInput`` does when the session's active submission is unfinished."""
+
+    REJECT = "REJECT"
+    ENQUEUE = "ENQUEUE"
+    INTERRUPT = "INTERRUPT"
+    ROLLBACK = "ROLLBACK"
+
+
+class SubmissionStatus(StrEnum):
+    """Where one input of a session's ledger stands."""
+
+    QUEUED = "QUEUED"
+    ACTIVE = "ACTIVE"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    INTERRUPTED = "INTERRUPTED"
+    ROLLED_BACK = "ROLLED_BACK"
+    CANCELLED = "CANCELLED"
+    SKIPPED = "SKIPPED"
+
+
+class SubmissionEventKind(StrEnum):
+    """What one message of a ledger stream (``sessionSubmissions``) carries."""
+
+    SNAPSHOT = "SNAPSHOT"
+    ADMITTED = "ADMITTED"
+    CHANGED = "CHANGED"
+
+
+class MisfirePolicy(StrEnum):
+    """What a schedule does with due times missed while no server ran."""
+
+    SKIP = "SKIP"
+    RUN_ONCE = "RUN_ONCE"
+
+
 class StepStatus(StrEnum):
     """Where one step of a task stands."""
 
@@ -72,6 +109,7 @@ class TaskEventKind(StrEnum):
     INTERRUPT_ANSWERED = "INTERRUPT_ANSWERED"
     SPEND_RECORDED = "SPEND_RECORDED"
     BUDGET_CHANGED = "BUDGET_CHANGED"
+    INTERRUPT_REQUESTED = "INTERRUPT_REQUESTED"
 
 
 class GraphPruneStrategy(StrEnum):

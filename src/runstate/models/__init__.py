@@ -15,7 +15,16 @@ from tortoise import fields
 from tortoise.indexes import Index
 from tortoise.models import Model
 
-from runstate.basics.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+from runstate.basics.enums import (
+    AdmissionPolicy,
+    MisfirePolicy,
+    SessionStatus,
+    StepStatus,
+    SubmissionStatus,
+    TaskEventKind,
+    TaskStatus,
+    ToolStatus,
+)
 
 ID_LENGTH = 64
 USER_LENGTH = 128
@@ -135,6 +144,13 @@ class Session(Model):
     spent_output_tokens = fields.BigIntField(default=0, db_default=0)
     spent_cost_micros = fields.BigIntField(default=0, db_default=0)
     spent_calls = fields.IntField(default=0, db_default=0)
+    submission_seq = fields.IntField(default=0, db_default=0)
+    """The ledger's last position: each submission admitted takes the next number as
+    its ``seq``, in the admitting transaction (``services.write.ledger``)."""
+    ledger_seq = fields.IntField(default=0, db_default=0)
+    """The ledger's change count: every admission or change of a submission takes
+    the next number (its ``changed_seq``), first thing in its transaction, so the
+    session's row orders every change of its ledger (``sessionSubmissions``)."""
 
     class Meta:
         table = "sessions"
@@ -205,6 +221,13 @@ class Task(Model):
     creation and never changed; None: an ordinary task. ``claimTask`` hands a run
     out only to a claim naming its framework, and an ordinary task only to one
     naming none."""
+    submission_id = fields.IntField(null=True)
+    """The row id of the submission the task carries out (``Submission``); None: a
+    task made with ``createTask``, outside the ledger. No foreign key: the
+    submission names its task too, and two tables naming each other could not be
+    created one after the other."""
+    interrupt_requested = fields.BooleanField(default=False, db_default=False)
+    """An INTERRUPT or ROLLBACK asked the task to stop: it starts no new work."""
 
     class Meta:
         table = "tasks"
@@ -467,6 +490,109 @@ class GraphNode(Model):
     class Meta:
         table = "graph_nodes"
         unique_together = (("task_id", "namespace", "task_key"),)
+
+
+class Submission(Model):
+    """One input admitted into a session's ledger (``services.write.ledger``):
+    ``seq`` its place, given from the session's ``submission_seq`` in the admitting
+    transaction; ``task`` the task that carries it out. At most one of a session's
+    submissions is ACTIVE; the next to be is the QUEUED one lowest in
+    (``rank``, ``seq``): an interrupting one (rank 0) ahead of those queued in
+    order (rank 1)."""
+
+    id = fields.IntField(primary_key=True)
+    public_id = fields.CharField(max_length=ID_LENGTH)
+    user_id = fields.CharField(max_length=USER_LENGTH)
+    session: fields.ForeignKeyRelation[Session] = fields.ForeignKeyField(
+        "runstate.Session", related_name="submissions", on_delete=fields.CASCADE
+    )
+    session_id: int
+    seq = fields.IntField()
+    input = fields.JSONField[object](null=True)
+    """The client's input, boxed (``box``)."""
+    policy = fields.CharEnumField(AdmissionPolicy, max_length=16)
+    status = fields.CharEnumField(SubmissionStatus, max_length=16)
+    rank = fields.SmallIntField(default=1)
+    reason: str | None = fields.TextField(null=True)
+    task: fields.ForeignKeyNullableRelation[Task] = fields.ForeignKeyField(
+        "runstate.Task", related_name=False, null=True, on_delete=fields.SET_NULL
+    )
+    task_id: int | None
+    stop = fields.CharEnumField(SubmissionStatus, max_length=16, null=True)
+    """What the submission ends as once its task stops (INTERRUPTED or ROLLED_BACK),
+    set when another asked it to stop; None: nobody did."""
+    displaced_by = fields.CharField(max_length=ID_LENGTH, null=True)
+    """The public id of the submission that asked it to stop."""
+    schedule_id = fields.IntField(null=True)
+    """The row id of the schedule that fired it (no foreign key: a deleted
+    schedule's fires stay in the ledger)."""
+    scheduled_for = fields.DatetimeField(null=True)
+    actor = fields.CharField(max_length=USER_LENGTH + 16)
+    changed_seq = fields.IntField(default=0)
+    """The session's ``ledger_seq`` at the submission's last change."""
+    spent_input_tokens = fields.BigIntField(default=0)
+    """What its task spent, kept here when a ROLLBACK removed the task (its spend
+    stays counted in its session's); 0 while the task stands."""
+    spent_output_tokens = fields.BigIntField(default=0)
+    spent_cost_micros = fields.BigIntField(default=0)
+    spent_calls = fields.IntField(default=0)
+    created_at = fields.DatetimeField()
+    updated_at = fields.DatetimeField()
+    stored_bytes = fields.BigIntField(default=0, db_default=0)
+
+    class Meta:
+        table = "submissions"
+        unique_together = (
+            ("user_id", "public_id"),
+            ("session_id", "seq"),
+            # A schedule's due time fires once, whichever process gets there first.
+            ("schedule_id", "scheduled_for"),
+        )
+        indexes = (
+            Index(fields=("session_id", "status", "rank", "seq"), name="submissions_turn"),
+            Index(fields=("user_id", "status"), name="submissions_user_status"),
+            Index(fields=("task_id",), name="submissions_task"),
+            Index(fields=("session_id", "changed_seq"), name="submissions_changed"),
+            # The stopped tasks whose agent's lease lapsed, found each firing round.
+            Index(fields=("status", "stop"), name="submissions_stopping"),
+        )
+
+
+class Schedule(Model):
+    """Fires a submission into its session at each due time of ``cron`` in
+    ``timezone`` (``services.actions.schedules``); ``next_fire_at`` is the next due
+    time not yet fired, None while paused."""
+
+    id = fields.IntField(primary_key=True)
+    public_id = fields.CharField(max_length=ID_LENGTH)
+    user_id = fields.CharField(max_length=USER_LENGTH)
+    session: fields.ForeignKeyRelation[Session] = fields.ForeignKeyField(
+        "runstate.Session", related_name="schedules", on_delete=fields.CASCADE
+    )
+    session_id: int
+    version = fields.IntField(default=1)
+    cron = fields.CharField(max_length=200)
+    timezone = fields.CharField(max_length=64)
+    goal = fields.TextField()
+    steps = fields.JSONField[object]()
+    """The plan of each fire's task: a list of {action, input, idempotent}."""
+    input = fields.JSONField[object](null=True)
+    policy = fields.CharEnumField(AdmissionPolicy, max_length=16)
+    misfire = fields.CharEnumField(MisfirePolicy, max_length=16)
+    enabled = fields.BooleanField(default=True)
+    next_fire_at = fields.DatetimeField(null=True)
+    last_fire_at = fields.DatetimeField(null=True)
+    created_at = fields.DatetimeField()
+    stored_bytes = fields.BigIntField(default=0, db_default=0)
+
+    class Meta:
+        table = "schedules"
+        unique_together = (("user_id", "public_id"),)
+        indexes = (
+            Index(fields=("next_fire_at",), name="schedules_due"),
+            Index(fields=("session_id", "id"), name="schedules_session"),
+            Index(fields=("user_id", "id"), name="schedules_user"),
+        )
 
 
 class IdempotencyKey(Model):

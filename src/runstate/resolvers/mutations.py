@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import strawberry
 
+from runstate.basics.enums import AdmissionPolicy, MisfirePolicy
 from runstate.resolvers.answers import write
+from runstate.schema.context import Info
 from runstate.schema.graphs import (
     ClearGraphInput,
     CopyGraphInput,
@@ -46,6 +48,15 @@ from runstate.schema.inputs import (
     StepRefInput,
     UpdateSessionInput,
 )
+from runstate.schema.intake import (
+    CancelSubmissionInput,
+    CreateScheduleInput,
+    DeleteScheduleInput,
+    ScheduleResult,
+    SubmissionResult,
+    SubmitInput,
+    UpdateScheduleInput,
+)
 from runstate.schema.results import (
     BudgetResult,
     DeleteResult,
@@ -64,13 +75,24 @@ from runstate.schema.session_items import (
     SessionItemsChangeResult,
 )
 from runstate.schema.spending import budget_of, report_of
-from runstate.schema.types import AgentSession, Deleted, ResumePlan, Task, TaskLock, ToolState
+from runstate.schema.types import (
+    AgentSession,
+    Deleted,
+    ResumePlan,
+    Schedule,
+    Submission,
+    Task,
+    TaskLock,
+    ToolState,
+)
 from runstate.services.actions import (
     budgets,
     conversation,
     leases,
     recovery,
+    schedules,
     sessions,
+    submissions,
     tasks,
     tools,
 )
@@ -85,6 +107,11 @@ def _deleted(session_id: str) -> Deleted:
 _PLANS = {"steps": lambda _, input: [s.plan() for s in input.steps]}
 _SPEND = {"spend": lambda _, input: report_of(input.spend)}
 _BUDGET = {"budget": lambda _, input: budget_of(input.budget)}
+
+
+def _rules(info: Info, _: object) -> schedules.Rules:
+    settings = info.context.settings
+    return schedules.Rules(settings.max_schedules, settings.schedule_min_seconds)
 
 
 def _task_or_session(value: TaskView | SessionView) -> Task | AgentSession:
@@ -254,6 +281,66 @@ class Mutation:
             "A new task in the same session from a past state of another: its steps as "
             "they stood at atSeq (RUNNING ones PENDING); its first event names the source."
         ),
+    )
+    submit_input = write(
+        submissions.submit_input,
+        SubmitInput,
+        SubmissionResult,
+        Submission.of,
+        given={
+            **_PLANS,
+            **_BUDGET,
+            "policy": lambda _, input: input.policy or AdmissionPolicy.REJECT,
+        },
+        reads=("policy",),
+        description=(
+            "Admits an input into its session's ledger under its policy (default REJECT),"
+            " with the task that carries it out."
+        ),
+    )
+    cancel_submission = write(
+        submissions.cancel_submission,
+        CancelSubmissionInput,
+        SubmissionResult,
+        Submission.of,
+        given={"submission_id": lambda _, input: input.id},
+        reads=("id",),
+    )
+    create_schedule = write(
+        schedules.create_schedule,
+        CreateScheduleInput,
+        ScheduleResult,
+        Schedule.of,
+        given={
+            **_PLANS,
+            "rules": _rules,
+            "cron_expression": lambda _, input: input.cron,
+            "timezone": lambda _, input: input.timezone or "UTC",
+            "policy": lambda _, input: input.policy or AdmissionPolicy.ENQUEUE,
+            "misfire": lambda _, input: input.misfire or MisfirePolicy.SKIP,
+            "enabled": lambda _, input: input.enabled is not False,
+        },
+        reads=("cron", "timezone", "policy", "misfire", "enabled"),
+    )
+    update_schedule = write(
+        schedules.update_schedule,
+        UpdateScheduleInput,
+        ScheduleResult,
+        Schedule.of,
+        given={
+            "rules": _rules,
+            "schedule_id": lambda _, input: input.id,
+            "cron_expression": lambda _, input: input.cron,
+        },
+        reads=("id", "cron"),
+    )
+    delete_schedule = write(
+        schedules.delete_schedule,
+        DeleteScheduleInput,
+        DeleteResult,
+        _deleted,
+        given={"schedule_id": lambda _, input: input.id},
+        reads=("id",),
     )
     claim_task = write(
         leases.claim_task,

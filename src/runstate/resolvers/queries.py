@@ -9,14 +9,23 @@ from runstate.basics.enums import SessionStatus, TaskStatus
 from runstate.resolvers.answers import answered
 from runstate.schema.context import Info
 from runstate.schema.graphs import GraphCheckpoint, GraphCheckpointPage, GraphCheckpointResult
+from runstate.schema.intake import ScheduleResult, SubmissionResult
 from runstate.schema.results import SessionResult, TaskResult
 from runstate.schema.session_items import SessionItemPage, SessionItemsResult
 from runstate.schema.spending import Spend
-from runstate.schema.types import AgentSession, SessionConnection, Task, TaskConnection, Usage
+from runstate.schema.types import (
+    AgentSession,
+    Schedule,
+    SessionConnection,
+    Submission,
+    Task,
+    TaskConnection,
+    Usage,
+)
 from runstate.services.domain import quota
 from runstate.services.domain.errors import InvalidInputError
 from runstate.services.domain.ratelimit import READ_COST
-from runstate.services.read import lookups, transcript
+from runstate.services.read import entries, lookups, timetables, transcript
 from runstate.services.threads import checkpoints
 
 
@@ -152,6 +161,16 @@ class Query:
             info.context.user_id, session_id, last=last, before_seq=before_seq
         )
         return SessionItemPage.of(page)
+
+    @answered(description="A submission of one of the caller's sessions' ledgers.")
+    async def submission(self, info: Info, id: strawberry.ID) -> SubmissionResult:
+        await info.context.charge(READ_COST)
+        return Submission.of(await entries.get_submission(info.context.user_id, id))
+
+    @answered(description="A schedule of one of the caller's sessions.")
+    async def schedule(self, info: Info, id: strawberry.ID) -> ScheduleResult:
+        await info.context.charge(READ_COST)
+        return Schedule.of(await timetables.get_schedule(info.context.user_id, id))
 
     @strawberry.field(description="How much the caller's sessions and tasks hold, and may hold.")
     async def usage(self, info: Info) -> Usage:

@@ -8,9 +8,9 @@ import strawberry
 
 from runstate.schema.context import Info
 from runstate.schema.session_items import SessionItemsEvent
-from runstate.schema.types import TaskEvent
+from runstate.schema.types import SubmissionEvent, TaskEvent
 from runstate.services.domain.ratelimit import SUBSCRIBE_COST
-from runstate.services.live import item_stream, streams
+from runstate.services.live import item_stream, ledger_stream, streams
 from runstate.services.live.relay import Place
 
 
@@ -116,3 +116,23 @@ class Subscription:
                 interval=settings.catch_up_seconds,
             ):
                 yield SessionItemsEvent.of(event)
+
+    @strawberry.subscription(
+        description=(
+            "The session's ledger: a SNAPSHOT of its unfinished submissions, then each one"
+            " admitted or changed, in commit order."
+        )
+    )
+    async def session_submissions(
+        self, info: Info, session_id: strawberry.ID
+    ) -> AsyncGenerator[SubmissionEvent, None]:
+        await info.context.charge(SUBSCRIBE_COST)
+        settings = info.context.settings
+        with info.context.house.metrics.subscriptions.track_inprogress():
+            async for event in ledger_stream.ledger(
+                info.context.house.broker,
+                info.context.user_id,
+                session_id,
+                interval=settings.catch_up_seconds,
+            ):
+                yield SubmissionEvent.of(event.kind, event.submissions)

@@ -136,6 +136,13 @@ def payload_caps(
         ("AgentSession", "metadata"): limits.json_bytes,
         ("BudgetChange", "note"): validation.NOTE_CHARS * text,
         ("SessionItem", "item"): limits.json_bytes,
+        # A session's ledger and schedules: inputs as submitted, plans as kept.
+        ("Submission", "input"): limits.json_bytes,
+        ("Submission", "reason"): validation.NOTE_CHARS * text + SHORT_TEXT,
+        ("Schedule", "input"): limits.json_bytes,
+        ("Schedule", "goal"): limits.goal_chars * text,
+        ("StepPlan", "input"): limits.json_bytes,
+        ("StepPlan", "action"): limits.action_chars * text,
         # LangGraph checkpoints: values in base64, counted so by ``threads.checkpoints``.
         ("GraphCheckpoint", "payload"): limits.checkpoint_bytes * 4 // 3 + 4,
         ("GraphCheckpoint", "metadata"): limits.json_bytes,

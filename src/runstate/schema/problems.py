@@ -30,6 +30,8 @@ class ProblemCode(Enum):
     IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
     RATE_LIMITED = "RATE_LIMITED"
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    SESSION_BUSY = "SESSION_BUSY"
+    TASK_INTERRUPTED = "TASK_INTERRUPTED"
 
 
 @strawberry.interface
@@ -134,8 +136,16 @@ class BudgetExceeded(Problem):
     spend: Spend
 
 
+MORE: dict[type[errors.DomainError], Callable[[Any], Problem]] = {}
+"""The Problem members of other modules of the schema, by the refusal each
+answers (``schema.ledger``'s, whose members hold types that import this module)."""
+
+
 def to_problem(error: errors.DomainError) -> Problem:
     """The Problem member that answers a service refusal."""
+    more = MORE.get(type(error))
+    if more is not None:
+        return more(error)
     code = ProblemCode(error.code)
     message = error.message
     match error:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import strawberry
 
+from runstate.schema.intake import TaskInterrupted
 from runstate.schema.problems import (
     BudgetExceeded,
     IdempotencyKeyReused,
@@ -44,7 +45,8 @@ TaskResult = Annotated[
     | StaleFencingToken
     | IdempotencyKeyReused
     | RateLimited
-    | BudgetExceeded,
+    | BudgetExceeded
+    | TaskInterrupted,
     strawberry.union("TaskResult"),
 ]
 DeleteResult = Annotated[
@@ -90,7 +92,8 @@ ToolStateResult = Annotated[
     | LockHeld
     | IdempotencyKeyReused
     | RateLimited
-    | BudgetExceeded,
+    | BudgetExceeded
+    | TaskInterrupted,
     strawberry.union("ToolStateResult"),
 ]
 BudgetResult = Annotated[

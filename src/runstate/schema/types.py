@@ -10,9 +10,13 @@ import strawberry
 from strawberry.scalars import JSON
 
 from runstate.basics.enums import (
+    AdmissionPolicy,
     BudgetScope,
+    MisfirePolicy,
     SessionStatus,
     StepStatus,
+    SubmissionEventKind,
+    SubmissionStatus,
     TaskEventKind,
     TaskStatus,
     ToolStatus,
@@ -22,17 +26,24 @@ from runstate.basics.typed import hints, without_none
 from runstate.schema.context import Info
 from runstate.schema.spending import Budget, BudgetChange, Spend
 from runstate.services.domain import validation
+from runstate.services.domain.errors import NotFoundError
 from runstate.services.domain.views import (
     EventView,
     LockView,
     OriginView,
     Page,
+    PlanView,
     ResumePlanView,
+    ScheduleView,
     SessionView,
     StepView,
+    SubmissionView,
     TaskView,
     ToolStateView,
 )
+from runstate.services.read import entries as submission_reads
+from runstate.services.read import timetables as schedule_reads
+from runstate.services.read.lookups import get_task
 
 G = TypeVar("G", bound="FromView")
 
@@ -139,6 +150,26 @@ class AgentSession(FromView):
     @strawberry.field(description="Sum of the spend of the session's tasks.")
     async def spend(self, info: Info) -> Spend:
         return Spend.of(await info.context.loaders.session_spend.load(self.view.pk))
+
+    @strawberry.field(
+        description="The session's ledger in order (seq); e.g. submissions(status: QUEUED)."
+    )
+    async def submissions(
+        self, info: Info, status: SubmissionStatus | None = None, first: int | None = 50
+    ) -> list[Submission]:
+        size = 50 if first is None else first
+        views = await submission_reads.of_session(self.view.user_id, self.view.id, status, size)
+        return [Submission.of(v) for v in views]
+
+    @strawberry.field(description="The submission whose turn it is (ACTIVE), if any.")
+    async def active_submission(self, info: Info) -> Submission | None:
+        view = await submission_reads.active_of(self.view.pk)
+        return None if view is None else Submission.of(view)
+
+    @strawberry.field
+    async def schedules(self, info: Info) -> list[Schedule]:
+        views = await schedule_reads.of_session(self.view.user_id, self.view.id)
+        return [Schedule.of(v) for v in views]
 
     @classmethod
     def of(cls, view: SessionView, **given: Any) -> AgentSession:
@@ -271,6 +302,21 @@ class Task(FromView):
             "naming its framework (ClaimTaskInput.runOf), never to an ordinary one."
         )
     )
+
+    interrupt_requested: bool = strawberry.field(
+        description=(
+            "An INTERRUPT or ROLLBACK asked it to stop: its next start of work answers"
+            " TaskInterrupted."
+        )
+    )
+
+    @strawberry.field(
+        description="The submission this task carries out; null for a task made with createTask."
+    )
+    async def submission(self, info: Info) -> Submission | None:
+        if self.view.submission_pk is None:
+            return None
+        return Submission.of(await submission_reads.by_pk(self.view.submission_pk))
 
     @strawberry.field
     async def steps(self, info: Info) -> list[Step]:
@@ -538,6 +584,135 @@ class ResumePlan(FromView):
     )
 
 
+@strawberry.type(
+    description=(
+        "An input admitted into a session's ledger, in one order that every process"
+        " agrees on; its task carries it out."
+    )
+)
+class Submission(FromView):
+    """One input of a session's ledger."""
+
+    view: strawberry.Private[SubmissionView]
+    id: strawberry.ID
+    session_id: strawberry.ID
+    seq: int = strawberry.field(
+        description=(
+            "Its place in the session's ledger: 1, 2, 3, ... in the order the database"
+            " admitted them, with no gaps."
+        )
+    )
+    input: JSON | None
+    policy: AdmissionPolicy
+    status: SubmissionStatus
+    reason: str | None = strawberry.field(
+        description="Why it is SKIPPED, INTERRUPTED, ROLLED_BACK or CANCELLED, in words."
+    )
+    task_id: strawberry.ID | None = strawberry.field(
+        description="The task that carries it out; null once ROLLED_BACK, and for a SKIPPED fire."
+    )
+    displaced_by: strawberry.ID | None = strawberry.field(
+        description="The submission that interrupted or rolled this one back."
+    )
+    schedule_id: strawberry.ID | None = strawberry.field(
+        description="Set on a schedule's fire: the schedule and the due time it fired for."
+    )
+    scheduled_for: datetime | None
+    actor: str | None = strawberry.field(
+        description="Who submitted it (the caller's user, or schedule:<id>)."
+    )
+    created_at: datetime
+    updated_at: datetime
+
+    @strawberry.field(
+        description=(
+            "What its task spent: as the task stands, or, once a ROLLBACK removed the"
+            " task, as it stood then (still counted in its session's spend)."
+        )
+    )
+    async def spend(self, info: Info) -> Spend:
+        if self.view.task_id is None:
+            return Spend.of(self.view.spent)
+        try:
+            return Spend.of((await get_task(info.context.user_id, self.view.task_id)).spend)
+        except NotFoundError:
+            return Spend.of(self.view.spent)
+
+    @strawberry.field
+    async def task(self, info: Info) -> Task | None:
+        if self.view.task_id is None:
+            return None
+        try:
+            return Task.of(await get_task(info.context.user_id, self.view.task_id))
+        except NotFoundError:  # removed since (a ROLLBACK)
+            return None
+
+
+@strawberry.type(description="A plan step as a schedule keeps it.")
+class StepPlan(FromView):
+    """One step of a schedule's plan."""
+
+    action: str
+    input: JSON | None
+    idempotent: bool
+
+
+@strawberry.type(
+    description=(
+        "Fires a submission into its session at each due time of its cron expression,"
+        " once per due time across every server process."
+    )
+)
+class Schedule(FromView):
+    """A session's schedule."""
+
+    view: strawberry.Private[ScheduleView]
+    id: strawberry.ID
+    session_id: strawberry.ID
+    version: int
+    cron: str = strawberry.field(
+        description=(
+            "Five fields (minute hour day month weekday), or six with seconds first;"
+            " @hourly, @daily and the like."
+        )
+    )
+    timezone: str = strawberry.field(
+        description="An IANA zone (Europe/Lisbon); due times follow its daylight-saving changes."
+    )
+    goal: str
+    steps: list[StepPlan]
+    input: JSON | None
+    policy: AdmissionPolicy
+    misfire: MisfirePolicy
+    enabled: bool
+    next_fire_at: datetime | None
+    last_fire_at: datetime | None
+    created_at: datetime
+
+    @strawberry.field(description="Its fires, newest first.")
+    async def fires(self, info: Info, first: int | None = 20) -> list[Submission]:
+        views = await schedule_reads.fires(self.view.pk, 20 if first is None else first)
+        return [Submission.of(v) for v in views]
+
+
+@strawberry.type(
+    description=(
+        "SNAPSHOT: the session's unfinished submissions in ledger order. ADMITTED,"
+        " CHANGED: the one submission admitted or changed."
+    )
+)
+class SubmissionEvent:
+    """One message of ``sessionSubmissions``."""
+
+    kind: SubmissionEventKind
+    submissions: list[Submission]
+
+    @classmethod
+    def of(cls, kind: SubmissionEventKind, views: Any) -> SubmissionEvent:
+        """The event for ``views`` (submission views)."""
+        return cls(kind=kind, submissions=[Submission.of(v) for v in views])
+
+
 _GRAPHQL: dict[type, type[FromView]] = {
     SessionView: AgentSession,
     ToolStateView: ToolState,
@@ -546,6 +721,9 @@ _GRAPHQL: dict[type, type[FromView]] = {
     TaskView: Task,
     EventView: TaskEvent,
     ResumePlanView: ResumePlan,
+    SubmissionView: Submission,
+    PlanView: StepPlan,
+    ScheduleView: Schedule,
 }
 """The GraphQL type of each view that ``FromView.of`` converts inside another (a
 step needs its task's id, so ``Step.of`` is called by hand)."""

@@ -16,9 +16,11 @@ from tortoise.queryset import QuerySet
 
 from runstate.basics.enums import TaskEventKind, TaskStatus
 from runstate.models import RUN_KIND_LENGTH, USER_LENGTH, Task
+from runstate.services.actions import stops
 from runstate.services.domain import spend, validation
 from runstate.services.domain.conditions import (
     GRAPH_THREAD_SQL,
+    NOT_ITS_TURN_SQL,
     WORKING,
     at,
     no_live_lease,
@@ -93,6 +95,7 @@ async def _granted(draft: Draft) -> Change:
 
 
 async def _released(draft: Draft) -> Change:
+    draft.stop_if_interrupted()  # its agent let go of a task asked to stop
     return Change(TaskEventKind.LOCK_RELEASED)
 
 
@@ -183,6 +186,10 @@ async def claim_task(
     to another (on PostgreSQL it waited for the other's row lock; across SQLite
     processes the other committed in between) matches nothing and picks again:
     each round some claim wins, so the rounds are bounded by the claims racing.
+
+    First, tasks of the caller asked to stop whose agent's lease lapsed are ended
+    (``stops.end_lapsed``), so that the submission that displaced one is
+    claimable as soon as that lease lapses, not at the next sweep.
     """
     checked(holder_id, ttl_seconds)
     run_kind(run_of)
@@ -191,6 +198,7 @@ async def claim_task(
     if not 0 <= stalled_for_seconds <= MAX_STALLED_FOR:
         raise InvalidInputError("stalledForSeconds", f"must be between 0 and {MAX_STALLED_FOR}")
     grace = timedelta(seconds=stalled_for_seconds)
+    ended = await stops.end_lapsed(house, user_id, session_id)
 
     async def taken() -> DomainError | None:
         raise _Taken
@@ -198,6 +206,7 @@ async def claim_task(
     for _ in range(CLAIM_ATTEMPTS):
         pick = await _oldest_claimable(user_id, session_id, run_of, utcnow(), grace)
         if pick is None:
+            house.publish(ended.events, ended.wakes)
             raise NotFoundError("task", "(none to claim)")
 
         guard = Guard(
@@ -210,7 +219,7 @@ async def claim_task(
             view = await write_selected(house, select, _granted, guard, taken, attempts=1)
         except _Taken:
             continue
-        return _lock(view)
+        return _lock(view).after(ended)
     raise RuntimeError("a claim kept losing its pick with tasks left to claim")
 
 
@@ -236,7 +245,8 @@ def _still_claimable(now: datetime, grace: timedelta, run_of: str | None) -> sql
     loader, never by a worker of the SDK), no LangGraph thread (its graph runs it,
     never a worker of the SDK: a crashed graph's thread is stalled, and only a
     graph process can go on with it), and neither it nor its session over
-    budget (``spend.OVER_BUDGET_SQL``). What the claim's UPDATE checks again
+    budget (``spend.OVER_BUDGET_SQL``), nor a task of a session's ledger whose
+    turn it is not (``NOT_ITS_TURN_SQL``). What the claim's UPDATE checks again
     of the task it picked."""
     live, live_params = no_live_lease_sql(now)
     gone, gone_params = stalled_sql(now - grace)
@@ -245,7 +255,7 @@ def _still_claimable(now: datetime, grace: timedelta, run_of: str | None) -> sql
     return (
         f'(("status" = ? AND ({live})) OR ({gone})) AND {kind} AND EXISTS (SELECT 1 FROM'
         f' "sessions" s WHERE s."id" = "tasks"."session_id" AND {opened})'
-        f" AND NOT {GRAPH_THREAD_SQL} AND NOT {spend.OVER_BUDGET_SQL}",
+        f" AND NOT {GRAPH_THREAD_SQL} AND NOT {spend.OVER_BUDGET_SQL} AND NOT {NOT_ITS_TURN_SQL}",
         [TaskStatus.PLANNED.value, *live_params, *gone_params, *kind_params, *opened_params],
     )
 
@@ -280,6 +290,7 @@ async def _oldest_claimable(
         )
         oldest = oldest.annotate(graph=RawSQL(GRAPH_THREAD_SQL)).filter(graph=False)
         oldest = oldest.annotate(over=RawSQL(spend.OVER_BUDGET_SQL)).filter(over=False)
+        oldest = oldest.annotate(waits=RawSQL(NOT_ITS_TURN_SQL)).filter(waits=False)
         found += [row["id"] for row in await oldest.order_by("id").limit(1).values("id")]
     return min(found, default=None)
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import IntegrityError
 from tortoise.transactions import in_transaction
 
@@ -46,6 +47,7 @@ from runstate.services.write.engine import (
     write_task,
 )
 from runstate.services.write.house import House
+from runstate.storage import sql
 from runstate.storage.clock import utcnow
 
 
@@ -89,6 +91,35 @@ async def create_task(
         lease=lease,
         budget=budget,
         run_of=run_of,
+    )
+
+
+async def create_admitted(
+    house: House,
+    user_id: str,
+    session_id: str,
+    *,
+    goal: str,
+    steps: Sequence[StepPlan],
+    budget: BudgetView | None,
+    admit: Admit,
+) -> Written[TaskView]:
+    """``create_task`` for a task of the session's ledger: ``admit`` writes its
+    submission in the same transaction (``actions.submissions``)."""
+    house.limits.goal(goal)
+    house.limits.step_plans(steps)
+    plan = [_new_step(0, i, p) for i, p in enumerate(steps)]
+    return await _insert_task(
+        house,
+        user_id,
+        session_id,
+        validation.object_id(None),
+        None,
+        goal=goal,
+        status=TaskStatus.PLANNED,
+        steps=plan,
+        budget=budget,
+        admit=admit,
     )
 
 
@@ -159,6 +190,11 @@ def _initial(view: StepView) -> StepView:
     return replace(view, **AS_ADDED)
 
 
+Admit = Callable[[BaseDBAsyncClient, Session, datetime], Awaitable[int]]
+"""Writes the submission a new task carries out, in the task's transaction once
+the session's row is locked: the submission's row id."""
+
+
 async def _insert_task(
     house: House,
     user_id: str,
@@ -173,6 +209,7 @@ async def _insert_task(
     lease: tuple[str, int] | None = None,
     budget: BudgetView | None = None,
     run_of: str | None = None,
+    admit: Admit | None = None,
 ) -> Written[TaskView]:
     """Insert a task, its ``steps`` (their task filled in here) and its TASK_CREATED
     event (seq 1), with ``lease`` its lease and LOCK_ACQUIRED event (seq 2), in one
@@ -181,7 +218,9 @@ async def _insert_task(
 
     The first statement marks the session active (a write, so SQLite takes the lock
     at once). Steps that do not stand as newly planned (a fork's) get their history
-    row at seq 1.
+    row at seq 1. With ``admit``, the task carries out a submission of the session's
+    ledger, which ``admit`` writes once the session's row is locked and its budget
+    checked (``actions.submissions``).
     """
     validation.known_id(session_id, "session")
     histories = [r for r in steps if r.changed_seq]
@@ -214,6 +253,7 @@ async def _insert_task(
                 spend.refuse_reached(BudgetScope.SESSION, limit, spent)
             session.expires_at = now + timedelta(seconds=session.ttl_seconds)
             await session.save(using_db=conn, update_fields=["expires_at"])
+            submission = None if admit is None else await admit(conn, session, now)
             task = await Task.create(
                 public_id=public_id,
                 user_id=user_id,
@@ -231,9 +271,16 @@ async def _insert_task(
                 updated_at=now,
                 stored_bytes=stored,
                 run_of=run_of,
+                submission_id=submission,
                 **budget_columns(budget),
                 using_db=conn,
             )
+            if submission is not None:
+                await sql.execute(
+                    conn,
+                    'UPDATE "submissions" SET "task_id" = ? WHERE "id" = ?',
+                    [task.id, submission],
+                )
             for step in steps:
                 step.task_id = task.id
             await insert_steps(conn, steps)
@@ -356,6 +403,7 @@ async def start_step(
         draft.refuse_if_final()
         if draft.status is TaskStatus.AWAITING_DECISION:
             raise InvalidTransitionError("task", draft.status, TaskStatus.RUNNING)
+        await draft.refuse_interrupted()
         draft.move_step(await draft.step(step_index), StepStatus.RUNNING)
         draft.move_task(TaskStatus.RUNNING)
         await draft.refuse_over_budget()
@@ -393,6 +441,7 @@ async def complete_step(
         if spent is not None:
             draft.spend(step, spent)
         draft.report(step, reported)
+        draft.stop_if_interrupted()
         return Change(TaskEventKind.STEP_SUCCEEDED, step_index)
 
     guard = versioned(expected_version, fencing_token, step=step_index)
@@ -424,6 +473,7 @@ async def fail_step(
         if spent is not None:
             draft.spend(step, spent)
         draft.move_task(TaskStatus.FAILED)
+        draft.stop_if_interrupted()
         return Change(TaskEventKind.STEP_FAILED, step_index)
 
     guard = versioned(expected_version, fencing_token, step=step_index)
@@ -493,7 +543,10 @@ async def checkpoint_task(
             draft.move_task(target, jump=True)
         draft.complete_when_done = target not in (TaskStatus.FAILED, TaskStatus.CANCELLED)
         if starts:  # a patch starting a step is new work, as startStep is
+            await draft.refuse_interrupted()
             await draft.refuse_over_budget()
+        else:
+            draft.stop_if_interrupted()
         return Change(TaskEventKind.CHECKPOINT)
 
     return await write_task(

@@ -88,6 +88,7 @@ async def record_tool_call(
     async def apply(draft: Draft) -> Change:
         conn, now = draft.conn, draft.now
         if outcome is ToolOutcome.CALLING:
+            await draft.refuse_interrupted()
             await draft.refuse_over_budget()
         if report is not None:
             running = await draft.with_status(StepStatus.RUNNING)

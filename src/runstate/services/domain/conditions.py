@@ -63,6 +63,18 @@ GRAPH_THREAD_SQL = 'EXISTS (SELECT 1 FROM "graph_checkpoints" g WHERE g."task_id
 index per task."""
 
 
+# A task of a session's ledger.
+
+NOT_ITS_TURN_SQL = (
+    '("tasks"."interrupt_requested" OR ("tasks"."submission_id" IS NOT NULL AND NOT EXISTS'
+    ' (SELECT 1 FROM "submissions" b WHERE b."id" = "tasks"."submission_id"'
+    " AND b.\"status\" = 'ACTIVE')))"
+)
+"""A task of a session's ledger that no worker may take, on the "tasks" row: one
+asked to stop, or one whose submission is not ACTIVE (a probe of the
+submissions' primary key). A task made with createTask is never one."""
+
+
 # A kind of task.
 
 

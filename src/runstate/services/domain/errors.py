@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from runstate.services.domain.views import BudgetView, SpendView
+    from runstate.services.domain.views import BudgetView, SpendView, SubmissionView
 
 
 class DomainError(Exception):
@@ -197,3 +197,31 @@ def _limits(budget: BudgetView) -> str:
     if budget.max_cost_micros is not None:
         parts.append(f"{budget.max_cost_micros} cost micros")
     return " and ".join(parts)
+
+
+class SessionBusyError(DomainError):
+    """REJECT found the session's active submission unfinished: nothing written."""
+
+    code = "SESSION_BUSY"
+
+    def __init__(self, active: SubmissionView) -> None:
+        super().__init__(
+            f"session {active.session_id!r} is busy with submission {active.seq}"
+            f" ({active.status}): nothing was written; submit with ENQUEUE to queue,"
+            " or INTERRUPT to stop it"
+        )
+        self.active = active
+
+
+class TaskInterruptedError(DomainError):
+    """The task's submission was asked to stop: the task starts no new work."""
+
+    code = "TASK_INTERRUPTED"
+
+    def __init__(self, submission: SubmissionView) -> None:
+        by = f" by submission {submission.displaced_by!r}" if submission.displaced_by else ""
+        super().__init__(
+            f"submission {submission.seq} of session {submission.session_id!r} was"
+            f" interrupted{by}: its task starts no new work. Nothing was written."
+        )
+        self.submission = submission

@@ -12,7 +12,16 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
-from runstate.basics.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+from runstate.basics.enums import (
+    AdmissionPolicy,
+    MisfirePolicy,
+    SessionStatus,
+    StepStatus,
+    SubmissionStatus,
+    TaskEventKind,
+    TaskStatus,
+    ToolStatus,
+)
 from runstate.basics.typed import decoded, hints
 
 
@@ -227,6 +236,9 @@ class TaskView:
     budget_max_cost_micros: int | None = None
     run_of: str | None = None
     """The framework whose run the task holds; None: an ordinary task."""
+    submission_pk: int | None = None
+    """The row id of the submission it carries out; None: made with createTask."""
+    interrupt_requested: bool = False
 
     @property
     def spend(self) -> SpendView:
@@ -242,6 +254,65 @@ class TaskView:
     def budget(self) -> BudgetView | None:
         """The task's own budget (None: none)."""
         return BudgetView.of(self.budget_max_tokens, self.budget_max_cost_micros)
+
+
+@dataclass(frozen=True)
+class SubmissionView:
+    """One input of a session's ledger (``services.write.ledger``)."""
+
+    pk: int
+    id: str
+    user_id: str
+    session_pk: int
+    session_id: str
+    seq: int
+    input: Any
+    policy: AdmissionPolicy
+    status: SubmissionStatus
+    reason: str | None
+    task_pk: int | None
+    task_id: str | None
+    displaced_by: str | None
+    schedule_pk: int | None
+    schedule_id: str | None
+    scheduled_for: datetime | None
+    actor: str
+    changed_seq: int
+    created_at: datetime
+    updated_at: datetime
+    spent: SpendView = SpendView()
+    """What its task spent, kept when a ROLLBACK removed the task; none before."""
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """A plan step as a schedule keeps it."""
+
+    action: str
+    input: Any
+    idempotent: bool
+
+
+@dataclass(frozen=True)
+class ScheduleView:
+    """A session's schedule (``services.actions.schedules``)."""
+
+    pk: int
+    id: str
+    session_pk: int
+    session_id: str
+    version: int
+    cron: str
+    timezone: str
+    goal: str
+    steps: tuple[PlanView, ...]
+    input: Any
+    policy: AdmissionPolicy
+    misfire: MisfirePolicy
+    enabled: bool
+    next_fire_at: datetime | None
+    last_fire_at: datetime | None
+    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -317,6 +388,11 @@ class Written(Generic[T]):
     def giving(self, value: U) -> Written[U]:
         """The same events, answering ``value`` (a lease, a tool state, a plan)."""
         return Written(value, self.events, self.wakes)
+
+    def after(self, earlier: Written[Any]) -> Written[T]:
+        """This answer, with the events and wake-ups of a write committed before it
+        on its way (a claim ending a stopped task first), published first."""
+        return Written(self.value, earlier.events + self.events, earlier.wakes + self.wakes)
 
 
 async def unpublished(write: Awaitable[T]) -> Written[T]:

@@ -33,6 +33,12 @@ def conversation_channel(session_pk: int) -> str:
     return f"items:{session_pk}"
 
 
+def ledger_channel(session_pk: int) -> str:
+    """The broker channel that wakes the streams of one session's ledger
+    (``sessionSubmissions``): like a conversation's, its messages carry nothing."""
+    return f"ledger:{session_pk}"
+
+
 WAKE = b"wake"
 """The message of a conversation channel."""
 

@@ -31,7 +31,13 @@ def is_expired(row: Session, now: datetime) -> bool:
 
 V = TypeVar("V")
 
-COLUMNS = {"pk": "id", "id": "public_id", "index": "position", "session_pk": "session_id"}
+COLUMNS = {
+    "pk": "id",
+    "id": "public_id",
+    "index": "position",
+    "session_pk": "session_id",
+    "submission_pk": "submission_id",
+}
 """View fields that read a column of another name; every other field of a view reads
 the model field of its own name."""
 

@@ -247,6 +247,7 @@ async def task_at(head: TaskView, seq: int) -> TaskView:
         lock = None
     spent = sum((s.spend for s in steps), SpendView())
     budget = await budget_at(head.pk, seq)
+    asked = head.interrupt_requested and await _asked_to_stop_by(head.pk, seq)
     return replace(  # what never changes comes from the task as it stands
         head,
         status=event.status,
@@ -261,7 +262,19 @@ async def task_at(head: TaskView, seq: int) -> TaskView:
         tool_states=await tool_states_at(head.pk, head.id, seq),
         **spent_columns(spent),
         **budget_columns(budget),
+        interrupt_requested=asked,
     )
+
+
+async def _asked_to_stop_by(task_pk: int, seq: int) -> bool:
+    """Whether the task had been asked to stop by event ``seq`` (its
+    INTERRUPT_REQUESTED event is at or before it)."""
+    found = await sql.fetch(
+        connections.get("default"),
+        'SELECT 1 FROM "task_events" WHERE "task_id" = ? AND "kind" = ? AND "seq" <= ? LIMIT 1',
+        [task_pk, TaskEventKind.INTERRUPT_REQUESTED.value, seq],
+    )
+    return bool(found)
 
 
 async def events(task: TaskRef | TaskView, after_seq: int, first: int) -> list[EventView]:

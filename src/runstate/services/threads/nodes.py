@@ -266,6 +266,8 @@ async def write_thread(
     async def thread_apply(draft: Draft) -> Change | None:
         if progress and draft.status is TaskStatus.CANCELLED:
             raise InvalidTransitionError("task", draft.status, TaskStatus.RUNNING)
+        if progress:
+            await draft.refuse_interrupted()
         draft.complete_when_done = False
         return await apply(draft)
 

@@ -25,7 +25,13 @@ from typing import Any
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 
-from runstate.basics.enums import BudgetScope, StepStatus, TaskEventKind, TaskStatus
+from runstate.basics.enums import (
+    BudgetScope,
+    StepStatus,
+    SubmissionStatus,
+    TaskEventKind,
+    TaskStatus,
+)
 from runstate.models import Session, Step, StepVersion, Task, TaskEvent
 from runstate.services.domain import events, quota, spend, validation
 from runstate.services.domain.columns import CHANGING, REPORTED, VERSIONED
@@ -38,6 +44,7 @@ from runstate.services.domain.errors import (
     NotFoundError,
     SessionExpiredError,
     StaleFencingTokenError,
+    TaskInterruptedError,
     UnmatchedWriteError,
     VersionConflictError,
 )
@@ -59,8 +66,10 @@ from runstate.services.domain.views import (
     budget_columns,
     spent_columns,
 )
+from runstate.services.read import entries
 from runstate.services.read.convert import is_expired, lock_view, step_view, task_view
 from runstate.services.read.lookups import get_task, mark_expired
+from runstate.services.write import ledger
 from runstate.services.write.group_commit import Unchanged
 from runstate.services.write.house import House
 from runstate.storage import sql
@@ -154,6 +163,9 @@ class Draft:
     """The task's budget as this write sets it (``set_budget``; None: unchanged)."""
     _session_spent: SpendView | None = None
     """The session's spend before this write, once read (``session_spent``)."""
+    ended: SubmissionStatus | None = None
+    """The status this write ended the task's submission in (``ledger.task_ended``);
+    None: it ended none."""
 
     @property
     def total(self) -> int:
@@ -319,6 +331,28 @@ class Draft:
             return BudgetScope.SESSION
         return None
 
+    async def refuse_interrupted(self) -> None:
+        """A start of new work refused for a task of the ledger whose turn it is
+        not: TaskInterrupted once its submission was asked to stop (its task's
+        ``interrupt_requested``), InvalidTransition while it is still QUEUED.
+        Called by the writes that start work, in their transaction (rolled back)."""
+        pk = self.task.submission_id
+        if pk is None:
+            return
+        if self.task.interrupt_requested:
+            raise TaskInterruptedError(await entries.by_pk(pk, self.conn))
+        rows = await sql.fetch(self.conn, 'SELECT "status" FROM "submissions" WHERE "id" = ?', [pk])
+        status = SubmissionStatus(rows[0]["status"])
+        if status is SubmissionStatus.QUEUED:
+            raise InvalidTransitionError("submission", status, SubmissionStatus.ACTIVE)
+
+    def stop_if_interrupted(self) -> None:
+        """End the task CANCELLED, what it did kept, when its submission was asked
+        to stop: called by the writes that finish its running work (a step done
+        or failed, its lease released), which are accepted as they happened."""
+        if self.task.interrupt_requested and self.status not in FINAL_TASKS:
+            self.move_task(TaskStatus.CANCELLED, jump=True)
+
     def refuse_if_final(self) -> None:
         """A COMPLETED or CANCELLED task takes no more step changes."""
         if self.status in FINAL_TASKS:
@@ -461,14 +495,14 @@ async def write_selected(
     """``write_task`` for the one task the condition ``select`` picks (``claimTask``
     names it by id); ``explain`` gives the refusal for a miss, None to try again."""
 
-    async def write(conn: BaseDBAsyncClient) -> tuple[TaskView, EventView | None]:
+    async def write(conn: BaseDBAsyncClient) -> tuple[TaskView, EventView | None, Draft]:
         draft = await _open(conn, select, guard, utcnow(), house.limits)
-        return await _finish(draft, await apply(draft))
+        return (*await _finish(draft, await apply(draft)), draft)
 
     for _ in range(attempts):
         try:
-            view, event = await house.group.run(write)
-            return Written(view, () if event is None else (event,))
+            view, event, draft = await house.group.run(write)
+            return await _ended(view, () if event is None else (event,), draft)
         except UnmatchedWriteError:
             refusal = await explain()
             if refusal is not None:
@@ -477,6 +511,18 @@ async def write_selected(
             await mark_expired(expired.session_pk)
             raise SessionExpiredError(expired.session_id) from None
     raise RuntimeError("a task write kept missing with no reason to refuse")
+
+
+async def _ended(view: TaskView, logged: tuple[EventView, ...], draft: Draft) -> Written[TaskView]:
+    """The write's answer, waking the session's ledger when it ended the task's
+    submission; a ROLLED_BACK one's task is then removed (``ledger.remove_task``)."""
+    if draft.ended is None:
+        return Written(view, logged)
+    task = draft.task
+    if draft.ended is SubmissionStatus.ROLLED_BACK:
+        assert task.submission_id is not None
+        await ledger.remove_task(task.id, task.session_id, task.submission_id)
+    return Written(view, logged, ledger.wakes(task.session_id))
 
 
 @functools.lru_cache(maxsize=4)
@@ -579,8 +625,11 @@ async def _touch_session(
 
 
 async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventView | None]:
-    """Save the draft's changes and its event; the task as it now stands."""
+    """Save the draft's changes and its event; the task as it now stands. A task
+    of the ledger that this write ended ends its submission and starts the next
+    (``ledger.task_ended``)."""
     task = draft.task
+    was = task.status
     if change is None:
         return _task_view(draft), None
     adding = _added_bytes(draft) + quota.text_bytes(change.note)
@@ -615,6 +664,11 @@ async def _finish(draft: Draft, change: Change | None) -> tuple[TaskView, EventV
         spent=draft.spent,
         spent_field=draft.spent_field,
     )
+    ends = draft.status is not was and draft.status in ledger.ENDINGS
+    if task.submission_id is not None and ends:
+        draft.ended = await ledger.task_ended(
+            draft.conn, task.session_id, task.submission_id, draft.status, draft.now
+        )
     return view, event
 
 

@@ -1,0 +1,126 @@
+"""Reading a session's ledger: submissions as views, one by id, a session's in
+order, those changed since a ledger position (``sessionSubmissions``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tortoise.backends.base.client import BaseDBAsyncClient
+
+from runstate.basics.enums import SubmissionStatus
+from runstate.models import Schedule, Session, Submission, Task, unbox
+from runstate.services.domain import validation
+from runstate.services.domain.errors import NotFoundError
+from runstate.services.domain.views import SpendView, SubmissionView
+from runstate.services.read.lookups import get_session
+
+
+async def views(
+    rows: Sequence[Submission], conn: BaseDBAsyncClient | None = None
+) -> list[SubmissionView]:
+    """Views of submission rows, with the public ids of their sessions, tasks and
+    schedules read in one query each."""
+    if not rows:
+        return []
+    sessions = dict(
+        await Session.filter(id__in={r.session_id for r in rows})
+        .using_db(conn)
+        .values_list("id", "public_id")
+    )
+    task_pks = {r.task_id for r in rows if r.task_id is not None}
+    tasks = (
+        dict(await Task.filter(id__in=task_pks).using_db(conn).values_list("id", "public_id"))
+        if task_pks
+        else {}
+    )
+    schedule_pks = {r.schedule_id for r in rows if r.schedule_id is not None}
+    schedules = (
+        dict(
+            await Schedule.filter(id__in=schedule_pks).using_db(conn).values_list("id", "public_id")
+        )
+        if schedule_pks
+        else {}
+    )
+    return [
+        SubmissionView(
+            pk=r.id,
+            id=r.public_id,
+            user_id=r.user_id,
+            session_pk=r.session_id,
+            session_id=sessions[r.session_id],
+            seq=r.seq,
+            input=unbox(r.input),
+            policy=r.policy,
+            status=r.status,
+            reason=r.reason,
+            task_pk=r.task_id,
+            task_id=None if r.task_id is None else tasks.get(r.task_id),
+            displaced_by=r.displaced_by,
+            schedule_pk=r.schedule_id,
+            schedule_id=None if r.schedule_id is None else schedules.get(r.schedule_id),
+            scheduled_for=r.scheduled_for,
+            actor=r.actor,
+            changed_seq=r.changed_seq,
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+            spent=SpendView(
+                r.spent_input_tokens, r.spent_output_tokens, r.spent_cost_micros, r.spent_calls
+            ),
+        )
+        for r in rows
+    ]
+
+
+async def by_pk(pk: int, conn: BaseDBAsyncClient | None = None) -> SubmissionView:
+    """The submission with row id ``pk`` (one the caller's rows name)."""
+    (view,) = await views([await Submission.filter(id=pk).using_db(conn).get()], conn)
+    return view
+
+
+async def get_submission(user_id: str, submission_id: str) -> SubmissionView:
+    """The caller's submission ``submission_id``; NotFound for anyone else's."""
+    validation.known_id(submission_id, "submission")
+    row = await Submission.get_or_none(user_id=user_id, public_id=submission_id)
+    if row is None:
+        raise NotFoundError("submission", submission_id)
+    (view,) = await views([row])
+    return view
+
+
+async def of_session(
+    user_id: str,
+    session_id: str,
+    status: SubmissionStatus | None = None,
+    first: int = 50,
+) -> list[SubmissionView]:
+    """The session's ledger in order (``seq``), of one status if given."""
+    validation.page_size(first)
+    session = await get_session(user_id, session_id)
+    query = Submission.filter(session_id=session.pk)
+    if status is not None:
+        query = query.filter(status=status)
+    return await views(await query.order_by("seq").limit(first))
+
+
+async def active_of(session_pk: int) -> SubmissionView | None:
+    """The session's ACTIVE submission, if any."""
+    row = await Submission.filter(session_id=session_pk, status=SubmissionStatus.ACTIVE).first()
+    return None if row is None else (await views([row]))[0]
+
+
+async def unfinished(session_pk: int) -> list[SubmissionView]:
+    """The session's QUEUED and ACTIVE submissions, in ledger order."""
+    rows = await Submission.filter(
+        session_id=session_pk,
+        status__in=(SubmissionStatus.QUEUED, SubmissionStatus.ACTIVE),
+    ).order_by("seq")
+    return await views(rows)
+
+
+async def changed_between(session_pk: int, after: int, upto: int) -> list[SubmissionView]:
+    """The session's submissions whose last change is in (``after``, ``upto``], in
+    the order of those changes."""
+    rows = await Submission.filter(
+        session_id=session_pk, changed_seq__gt=after, changed_seq__lte=upto
+    ).order_by("changed_seq", "seq")
+    return await views(rows)
