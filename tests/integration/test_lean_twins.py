@@ -32,12 +32,13 @@ from graphql import (
 )
 from strawberry.types import ExecutionResult
 
+from runstate.basics.enums import AdmissionPolicy, SubmissionStatus
 from runstate.resolvers.build import build_schema
 from runstate.resolvers.lean import Lean, LeanWrite
 from runstate.schema.context import Context
 from runstate.services.actions.tokens import Principal
 from runstate.services.domain import errors
-from runstate.services.domain.views import BudgetView, SpendView
+from runstate.services.domain.views import BudgetView, SpendView, SubmissionView
 from runstate.services.write import door
 from runstate.services.write.house import House
 from runstate.settings import Settings
@@ -60,6 +61,30 @@ REFUSALS: dict[str, errors.DomainError] = {
     "RateLimited": errors.RateLimitedError(1.5),
     "BudgetExceeded": errors.BudgetExceededError(
         "TASK", BudgetView(max_tokens=10), SpendView(input_tokens=7, output_tokens=5, calls=2)
+    ),
+    "TaskInterrupted": errors.TaskInterruptedError(
+        SubmissionView(
+            pk=1,
+            id="sub-1",
+            user_id="twin",
+            session_pk=1,
+            session_id="s-1",
+            seq=2,
+            input={"text": "stop"},
+            policy=AdmissionPolicy.INTERRUPT,
+            status=SubmissionStatus.ACTIVE,
+            reason="interrupted by submission sub-2",
+            task_pk=None,
+            task_id=None,
+            displaced_by="sub-2",
+            schedule_pk=None,
+            schedule_id=None,
+            scheduled_for=None,
+            actor="twin",
+            changed_seq=3,
+            created_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+            updated_at=datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC),
+        )
     ),
 }
 """A refusal of each kind, by the Problem member that answers it."""
