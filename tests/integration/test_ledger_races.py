@@ -1,11 +1,13 @@
 """The ledger under contention, on two server processes sharing one database
 (SQLite file, PostgreSQL): REJECT admits one of four racing clients, ENQUEUE
-keeps one order and one task running at a time, and an INTERRUPT of a task whose
+keeps one order and one task running at a time, an INTERRUPT of a task whose
 agent was killed hands the session to the new submission as soon as the dead
-agent's lease lapses."""
+agent's lease lapses, and a device on the other process watches the ledger
+change in commit order."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -18,18 +20,35 @@ import pytest
 from tests.integration.test_api import start_session
 from tests.integration.test_claim import claim
 from tests.integration.test_ledger import run_step, submit
-from tests.support import AgentProcess, Api, Server, create_token, two_servers, wait_until
+from tests.support import (
+    AgentProcess,
+    Api,
+    Server,
+    Subscriber,
+    create_token,
+    require_service,
+    two_servers,
+    wait_until,
+)
 
 CLIENTS = 4
 ROUNDS = 30
 INPUTS = 40
-ENV = {"RUNSTATE_RATE_LIMIT": "false"}
+ENV = {
+    "RUNSTATE_RATE_LIMIT": "false",
+    "RUNSTATE_REDIS_URL": "redis://127.0.0.1:6379/0",
+    # A stream that missed its wake-up would read the database again only after
+    # this: every event below arrives through Redis, as a device on the other
+    # process would see it.
+    "RUNSTATE_CATCH_UP_SECONDS": "120",
+}
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def servers(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Server, Server]]:
+    require_service("Redis", "127.0.0.1", 6379)
     with two_servers(request.param, tmp_path_factory, "ledger-races", **ENV) as both:
         yield both
 
@@ -167,3 +186,42 @@ def test_an_interrupted_task_whose_agent_was_killed_gives_way_when_its_lease_lap
     assert all(c["__typename"] == "NotFound" for c in claims[:-1])
     states = {e["seq"]: e["status"] for e in ledger(api, session)}
     assert states == {1: "INTERRUPTED", 2: "ACTIVE"}
+
+
+LEDGER_EVENTS = """subscription($s: ID!) { sessionSubmissions(sessionId: $s) {
+  kind submissions { seq status } } }"""
+
+
+def test_a_device_on_the_other_process_sees_the_ledger_in_commit_order(
+    servers: tuple[Server, Server], clients: list[Api]
+) -> None:
+    """Guards sessionSubmissions across processes: a watcher on one process gets a
+    SNAPSHOT of the unfinished submissions, then, as inputs are submitted and a
+    task finishes on the other, each change in commit order (ADMITTED for a new
+    one, CHANGED for one that moved), woken through Redis alone."""
+    writer = clients[1]  # on the second process
+    session = start_session(writer)["id"]
+    first = submit(writer, session)
+
+    async def watch() -> list[dict[str, Any]]:
+        async with Subscriber(
+            servers[0].url, writer.token, LEDGER_EVENTS, {"s": session}
+        ) as watcher:
+            await watcher.next()
+            await asyncio.to_thread(submit, writer, session, "ENQUEUE")
+            lease = await asyncio.to_thread(claim, writer, "w", session)
+            await asyncio.to_thread(run_step, writer, first["taskId"], 0, lease["fencingToken"])
+            await watcher.until(lambda e: len(e["sessionSubmissions"]["submissions"]) == 1
+                                and e["sessionSubmissions"]["submissions"][0]["status"] == "ACTIVE"
+                                and e["sessionSubmissions"]["submissions"][0]["seq"] == 2,
+                                within=20)  # fmt: skip
+            return [e["sessionSubmissions"] for e in watcher.events]
+
+    events = asyncio.run(watch())
+    seen = [(e["kind"], [(s["seq"], s["status"]) for s in e["submissions"]]) for e in events]
+    assert seen == [
+        ("SNAPSHOT", [(1, "ACTIVE")]),
+        ("ADMITTED", [(2, "QUEUED")]),
+        ("CHANGED", [(1, "COMPLETED")]),
+        ("CHANGED", [(2, "ACTIVE")]),
+    ]
