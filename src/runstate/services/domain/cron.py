@@ -17,21 +17,25 @@ Daylight-saving changes follow Debian's cron, as cronsim does:
   hour once, none twice and none skipped.
 - Six-field expressions always run on the real clock (cronsim keeps the rule above
   to cron's own five fields): a fixed time inside the spring-forward gap does not
-  fire that day, and one inside the repeated hour fires at both. Where the repeated
-  span is half an hour (Lord Howe Island), cronsim finds the second only from a
-  moment inside that span, not from the first.
+  fire that day, and one inside the repeated hour fires at both.
+- Where the clocks change off the hour (Lord Howe Island by half an hour, the
+  Chatham Islands at 02:45), cronsim slips: a six-field fixed time in the repeated
+  span fires again only for a search started inside it, and on the Chatham Islands
+  a stepped hour field (``0 */2 * * *``) passes over its first due time after the
+  spring-forward change.
 
-Why cronsim. Of the two maintained cron libraries on PyPI, croniter and cronsim,
-cronsim is the one whose daily jobs fire exactly once on both daylight-saving
-days: croniter 7.0 fires ``30 1 * * *`` twice on the fall-back day, in
-Europe/Lisbon and America/New_York alike. cronsim takes the seconds field first,
-as this contract has it (croniter reads it last unless told otherwise), iterates
-backwards (``reverse=True``), works with ``zoneinfo``, is typed and has no
-dependencies (croniter needs python-dateutil and ships no type hints). It is
-written for Healthchecks, a cron monitoring service, and has been maintained by
-its author since 2021; croniter's maintainer declared it abandoned in December
-2024 before it moved to the Pallets community. cronsim does not know the @
-shortcuts, so they are spelled out here. Licence: BSD-3-Clause.
+Why cronsim. Of the two maintained cron libraries on PyPI (compared in December
+2026: croniter 7.0.0 and cronsim 2.9, both released in November), cronsim is the
+one whose daily jobs fire exactly once on both daylight-saving days: croniter fires
+``30 1 * * *`` twice on the fall-back day, in Europe/Lisbon and America/New_York
+alike. cronsim takes the seconds field first, as this contract has it (croniter
+reads it last unless told otherwise), works with ``zoneinfo``, is typed and has no
+dependencies (croniter needs python-dateutil and ships no type hints). Its author
+wrote it in 2021 for Healthchecks, a cron monitoring service, and keeps it;
+croniter's maintainer declared it abandoned in December 2024 before the Pallets
+community took it over. cronsim knows neither the @ shortcuts, spelled out here,
+nor how to search backwards reliably, which ``latest_at_or_before`` does with its
+forward search. Licence: BSD-3-Clause (croniter: MIT).
 
 Time zones come from the system's database through ``zoneinfo`` (Debian's tzdata,
 in the Docker image too); only the names it lists as zones are taken, which
@@ -44,7 +48,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from itertools import islice, pairwise, takewhile
+from itertools import islice, pairwise
 from zoneinfo import ZoneInfo, available_timezones
 
 from cronsim import CronSim, CronSimError
@@ -61,6 +65,8 @@ SHORTCUTS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
+HORIZON = timedelta(days=50 * 365)
+"""How far cronsim searches for a due time, and ``latest_at_or_before`` too."""
 CHECKED_FROM = datetime(2000, 1, 1, tzinfo=UTC)
 """Where ``parse`` looks for a first due time. cronsim searches fifty years ahead,
 and the calendar's days and weekdays repeat every 28 years until 2100: an
@@ -90,15 +96,24 @@ class Cron:
         """The last due time at or before ``moment`` (aware), in UTC; None if there is
         none in the fifty years before it.
 
-        cronsim's backward search finds a due time before ``moment``, and the forward
-        search walks on from it to the last: backwards, cronsim misses the wall clock's
-        second pass of a repeated hour, and the due times after a change of half an
-        hour (Lord Howe Island), stepping an hour of real time for one of the clock's."""
-        found = (due for due in self._times(moment, reverse=True) if due <= moment)
-        before = next(found, None)
-        if before is None:
-            return None
-        return max(takewhile(lambda due: due <= moment, self._after(before)), default=before)
+        Found with the forward search alone, so that both agree: the span before
+        ``moment`` doubles until a due time falls in it, then is halved down to the
+        second that holds the last (due times fall on whole seconds). cronsim's own
+        backward search misses due times near some changes (Lord Howe Island's half
+        hour) and never returns from others (``0 */2 * * *`` on the Chatham Islands)."""
+        span = timedelta(seconds=1)
+        while not self._due_between(moment - span, moment):
+            span *= 2
+            if span > HORIZON:
+                return None
+        early, late = moment - span, moment
+        while late - early > timedelta(seconds=1):
+            middle = early + (late - early) / 2
+            if self._due_between(middle, moment):
+                early = middle
+            else:
+                late = middle
+        return self.next_after(early)
 
     def shortest_gap(self, after: datetime, fires: int = 64) -> timedelta:
         """The shortest interval between consecutive due times among the next ``fires``
@@ -110,15 +125,21 @@ class Cron:
     def _zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
 
+    def _due_between(self, start: datetime, end: datetime) -> bool:
+        """Whether a due time falls after ``start`` and at or before ``end``."""
+        due = next(self._after(start), None)
+        return due is not None and due <= end
+
     def _after(self, moment: datetime) -> Iterator[datetime]:
         """Due times after ``moment``. Started inside the second pass of a repeated hour,
         cronsim's wall clock first finds times at or before it: those are passed over."""
-        return (due for due in self._times(moment, reverse=False) if due > moment)
+        return (due for due in self._times(moment) if due > moment)
 
-    def _times(self, start: datetime, reverse: bool) -> Iterator[datetime]:
+    def _times(self, start: datetime) -> Iterator[datetime]:
+        """cronsim's due times from ``start``, on the zone's clock, in UTC."""
         fields = SHORTCUTS.get(self.expression.lower(), self.expression)
         local = start.astimezone(self._zone)
-        return (due.astimezone(UTC) for due in CronSim(fields, local, reverse=reverse))
+        return (due.astimezone(UTC) for due in CronSim(fields, local))
 
 
 def parse(expression: str, timezone: str) -> Cron:
