@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.agui
 	$(BIN)/python -m bench.memory
 	$(BIN)/python -m bench.sessions
+	$(BIN)/python -m bench.ledger
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.policies
 	$(BIN)/python -m bench.hostile

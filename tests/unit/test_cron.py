@@ -219,6 +219,8 @@ def test_a_shortcut_fires_as_its_five_fields(shortcut: str, spelled: str) -> Non
         ("0 9 * * 1-5", "Europe/Lisbon", "2025-01-03 12:00:00", timedelta(days=1)),
         # The spring-forward day is 23 hours long and 01:30 moves to 02:00.
         ("30 1 * * *", "Europe/Lisbon", "2025-03-20 00:00:00", timedelta(hours=23, minutes=30)),
+        # A yearly one: its next two due times, the second past the year read.
+        ("0 0 1 1 *", "UTC", "2025-01-02 00:00:00", timedelta(days=365)),
     ],
 )
 def test_the_shortest_gap_between_due_times(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -200,14 +201,25 @@ async def delete_schedule(house: House, user_id: str, schedule_id: str) -> str:
 
 
 async def fire_due(house: House, grace: float, batch: int = BATCH) -> datetime | None:
-    """Fire every schedule due now (by the database's clock), each once, and end
-    the tasks asked to stop whose agent's lease lapsed (``stops.end_lapsed``): the
-    next due time of the enabled schedules left (None: none)."""
+    """Fire the schedules due now (by the database's clock, ``batch`` of the
+    earliest at most), each once, and end the tasks asked to stop whose agent's
+    lease lapsed (``stops.end_lapsed``): the next due time of the enabled
+    schedules left (None: none). The batch is taken in a random order, and a
+    schedule another process fired meanwhile is passed over before any write:
+    two processes rarely try one due time, and when they do the unique key
+    refuses the second (``submissions.Fired``)."""
     ended = await stops.end_lapsed(house, None)
     house.publish(ended.events, ended.wakes)
     now = utcnow()
-    due = await Schedule.filter(enabled=True, next_fire_at__lte=now).order_by("next_fire_at")
-    for row in due[:batch]:
+    due = (
+        await Schedule.filter(enabled=True, next_fire_at__lte=now)
+        .order_by("next_fire_at")
+        .limit(batch)
+    )
+    random.shuffle(due)  # processes reading one batch mostly take different ones first
+    for row in due:
+        if not await Schedule.exists(id=row.id, next_fire_at=row.next_fire_at):
+            continue  # another process fired it meanwhile
         try:
             await _fire(house, row, now, timedelta(seconds=grace))
         except DomainError as error:  # a schedule stored before a rule tightened
@@ -282,18 +294,12 @@ async def _skipped(house: House, row: Schedule, at: datetime, actor: str, reason
     now = utcnow()
     try:
         async with in_transaction() as conn:
-            changed = await ledger.bump(conn, row.session_id)
-            seq = await sql.fetch(
-                conn,
-                'UPDATE "sessions" SET "submission_seq" = "submission_seq" + 1'
-                ' WHERE "id" = ? RETURNING "submission_seq"',
-                [row.session_id],
-            )
+            changed, seq = await ledger.admitting(conn, row.session_id, 0)
             await Submission.create(
                 public_id=validation.object_id(None),
                 user_id=row.user_id,
                 session_id=row.session_id,
-                seq=int(seq[0]["submission_seq"]),
+                seq=seq,
                 input=row.input,
                 policy=row.policy,
                 status=SubmissionStatus.SKIPPED,

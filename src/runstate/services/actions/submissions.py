@@ -15,6 +15,7 @@ writes take them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -102,61 +103,64 @@ async def admit(
     decided: dict[str, Any] = {}
 
     async def write(conn: BaseDBAsyncClient, session: Session, now: datetime) -> int:
-        changed = await ledger.bump(conn, session.id)
-        rows = await sql.fetch(
-            conn,
-            'UPDATE "sessions" SET "submission_seq" = "submission_seq" + 1,'
-            ' "stored_bytes" = "stored_bytes" + ? WHERE "id" = ? RETURNING "submission_seq"',
-            [stored, session.id],
-        )
+        changed, seq = await ledger.admitting(conn, session.id, stored)
         current = await ledger.active(conn, session.id)
         status, rank = SubmissionStatus.ACTIVE, IN_ORDER
         if current is not None:
             if policy is AdmissionPolicy.REJECT:
-                (view,) = await entries.views([current], conn)
-                raise SessionBusyError(view)
+                (busy,) = await entries.views([current], conn)
+                raise SessionBusyError(busy)
             status = SubmissionStatus.QUEUED
             if policy in _STOPS:
                 rank = AHEAD
                 decided["stop"] = await _displace(conn, current, policy, public_id, changed, now)
+        values = {
+            "public_id": public_id,
+            "user_id": user_id,
+            "session_id": session.id,
+            "seq": seq,
+            "input": box(input),
+            "policy": policy,
+            "status": status,
+            "rank": rank,
+            "actor": actor[: USER_LENGTH + 16],
+            "schedule_id": None if fire is None else fire[0],
+            "scheduled_for": None if fire is None else fire[1],
+            "changed_seq": changed,
+            "created_at": now,
+            "updated_at": now,
+            "stored_bytes": stored,
+        }
         try:
-            row = await Submission.create(
-                public_id=public_id,
-                user_id=user_id,
-                session_id=session.id,
-                seq=int(rows[0]["submission_seq"]),
-                input=box(input),
-                policy=policy,
-                status=status,
-                rank=rank,
-                actor=actor[: USER_LENGTH + 16],
-                schedule_id=None if fire is None else fire[0],
-                scheduled_for=None if fire is None else fire[1],
-                changed_seq=changed,
-                created_at=now,
-                updated_at=now,
-                stored_bytes=stored,
-                using_db=conn,
-            )
+            row = await Submission.create(**values, using_db=conn)
         except IntegrityError:
             if fire is None:
                 raise
             raise Fired from None
-        await quota.charge(conn, house.limits, user_id, stored, "input")
-        decided["session_pk"] = session.id
+        decided["view"] = entries.view(row, session.public_id)
         return int(row.id)
 
     created = await tasks.create_admitted(
-        house, user_id, session_id, goal=goal, steps=steps, budget=budget, admit=write
+        house,
+        user_id,
+        session_id,
+        goal=goal,
+        steps=steps,
+        budget=budget,
+        admit=write,
+        admitted_bytes=stored,
     )
-    written = created.giving(None)
+    view: SubmissionView = replace(
+        decided["view"], task_pk=created.value.pk, task_id=created.value.id
+    )
+    written = created.giving(view).after(Written(None, wakes=ledger.wakes(view.session_pk)))
     stop = decided.get("stop")
-    if stop is not None:
-        seq = (await entries.get_submission(user_id, public_id)).seq
-        note = f"submission {seq} ({policy}) by {actor}"
-        written = (await stops.request(house, stop, note)).after(written)
-    view = await entries.get_submission(user_id, public_id)
-    return Written(view, written.events, written.wakes + ledger.wakes(decided["session_pk"]))
+    if stop is None:
+        return written
+    note = f"submission {view.seq} ({policy}) by {actor}"
+    stopped = await stops.request(house, stop, note)
+    now = await entries.get_submission(user_id, public_id)  # it may be ACTIVE already
+    return Written(now, written.events + stopped.events, written.wakes + stopped.wakes)
 
 
 async def _displace(

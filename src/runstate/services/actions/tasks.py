@@ -103,9 +103,11 @@ async def create_admitted(
     steps: Sequence[StepPlan],
     budget: BudgetView | None,
     admit: Admit,
+    admitted_bytes: int,
 ) -> Written[TaskView]:
     """``create_task`` for a task of the session's ledger: ``admit`` writes its
-    submission in the same transaction (``actions.submissions``)."""
+    submission (``admitted_bytes``, charged to the caller with the task's) in the
+    same transaction (``actions.submissions``)."""
     house.limits.goal(goal)
     house.limits.step_plans(steps)
     plan = [_new_step(0, i, p) for i, p in enumerate(steps)]
@@ -120,6 +122,7 @@ async def create_admitted(
         steps=plan,
         budget=budget,
         admit=admit,
+        admitted_bytes=admitted_bytes,
     )
 
 
@@ -210,6 +213,7 @@ async def _insert_task(
     budget: BudgetView | None = None,
     run_of: str | None = None,
     admit: Admit | None = None,
+    admitted_bytes: int = 0,
 ) -> Written[TaskView]:
     """Insert a task, its ``steps`` (their task filled in here) and its TASK_CREATED
     event (seq 1), with ``lease`` its lease and LOCK_ACQUIRED event (seq 2), in one
@@ -291,7 +295,7 @@ async def _insert_task(
                 logged.append(events.leased(logged[0], view.lock))
             for event in logged:
                 await log_event(conn, event)
-            await quota.charge(conn, house.limits, user_id, stored, field)
+            await quota.charge(conn, house.limits, user_id, stored + admitted_bytes, field)
     except IntegrityError:
         made = await _existing(user_id, public_id, session_id, goal, steps, origin, run_of)
         return Written(made)

@@ -71,6 +71,33 @@ async def views(
     ]
 
 
+def view(row: Submission, session_id: str) -> SubmissionView:
+    """A submission row just written, its task and schedule not yet named (the
+    writer fills them in)."""
+    return SubmissionView(
+        pk=row.id,
+        id=row.public_id,
+        user_id=row.user_id,
+        session_pk=row.session_id,
+        session_id=session_id,
+        seq=row.seq,
+        input=unbox(row.input),
+        policy=row.policy,
+        status=row.status,
+        reason=row.reason,
+        task_pk=row.task_id,
+        task_id=None,
+        displaced_by=row.displaced_by,
+        schedule_pk=row.schedule_id,
+        schedule_id=None,
+        scheduled_for=row.scheduled_for,
+        actor=row.actor,
+        changed_seq=row.changed_seq,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
 async def by_pk(pk: int, conn: BaseDBAsyncClient | None = None) -> SubmissionView:
     """The submission with row id ``pk`` (one the caller's rows name)."""
     (view,) = await views([await Submission.filter(id=pk).using_db(conn).get()], conn)

@@ -71,6 +71,19 @@ async def bump(conn: BaseDBAsyncClient, session_pk: int) -> int:
     return int(rows[0]["ledger_seq"])
 
 
+async def admitting(conn: BaseDBAsyncClient, session_pk: int, stored: int) -> tuple[int, int]:
+    """Take the session's next ``ledger_seq`` and next ``submission_seq`` for a new
+    submission holding ``stored`` bytes (the session's row locked since): both."""
+    rows = await sql.fetch(
+        conn,
+        'UPDATE "sessions" SET "ledger_seq" = "ledger_seq" + 1,'
+        ' "submission_seq" = "submission_seq" + 1, "stored_bytes" = "stored_bytes" + ?'
+        ' WHERE "id" = ? RETURNING "ledger_seq", "submission_seq"',
+        [stored, session_pk],
+    )
+    return int(rows[0]["ledger_seq"]), int(rows[0]["submission_seq"])
+
+
 async def promote(conn: BaseDBAsyncClient, session_pk: int, changed: int, now: datetime) -> None:
     """Make the next QUEUED submission ACTIVE, if none is."""
     await sql.execute(conn, _PROMOTE, [changed, at(now), session_pk, session_pk])
