@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.integration.test_api import start_session, step
 from tests.integration.test_claim import claim
-from tests.support import Api, mutate
+from tests.support import Api, mutate, wait_until
 
 SUBMISSION = """
   __typename
@@ -217,3 +217,42 @@ def test_cancel_removes_a_queued_submission_and_refuses_any_other(alice: Api, bo
         None,
     )
     assert task(alice, queued["taskId"])["__typename"] == "NotFound"
+
+
+def test_bad_input_is_refused_naming_its_field_and_writes_nothing(alice: Api, bob: Api) -> None:
+    """Bad input to the ledger: an input past the payload limits (InvalidInput on
+    ``input``), an expired session (SessionExpired, for submitInput and
+    createSchedule alike), another user's session and submission (NotFound, as
+    if unknown); the ledger is left as it was."""
+    session = start_session(alice)["id"]
+    first = submit(alice, session)
+    deep: Any = "x"
+    for _ in range(40):
+        deep = [deep]
+    for value in (deep, "x" * 70_000):
+        refused = submit(alice, session, "ENQUEUE", input=value)
+        assert (refused["__typename"], refused["field"]) == ("InvalidInput", "input"), refused
+    assert submit(bob, session)["__typename"] == "NotFound"
+    cancel = mutate(bob, "cancelSubmission", "CancelSubmissionInput", SUBMISSION, id=first["id"])
+    assert cancel["__typename"] == "NotFound"
+    seen = bob("query($id: ID!) { submission(id: $id) { __typename } }", id=first["id"])
+    assert seen["submission"] == {"__typename": "NotFound"}
+    assert ledger(alice, session) == [{"seq": 1, "status": "ACTIVE", "taskId": first["taskId"]}]
+
+    short = start_session(alice, ttlSeconds=1)["id"]
+    expired = alice("query($id: ID!) { session(id: $id) { __typename } }", id=short)
+    wait_until(
+        lambda: (
+            alice("query($id: ID!) { session(id: $id) { __typename } }", id=short)["session"]
+            == {"__typename": "SessionExpired"}
+        ),
+        timeout=10,
+        what="the session to expire",
+    )
+    assert expired["session"] == {"__typename": "AgentSession"}
+    assert submit(alice, short)["__typename"] == "SessionExpired"
+    schedule = mutate(
+        alice, "createSchedule", "CreateScheduleInput", "__typename",
+        sessionId=short, cron="@daily", goal="g", steps=[{"action": "a"}],
+    )  # fmt: skip
+    assert schedule["__typename"] == "SessionExpired"
