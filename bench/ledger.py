@@ -121,7 +121,7 @@ def schedules(kind: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite://{Path(tmp) / 'ledger.db'}" if kind == "sqlite" else _fresh_postgres()
         where = url.removeprefix("sqlite://") if kind == "sqlite" else url
-        with serving(2, url, RUNSTATE_MAX_SCHEDULES=str(SCHEDULES)) as (urls, token, _):
+        with serving(2, url, RUNSTATE_MAX_SCHEDULES=str(SCHEDULES + WARM)) as (urls, token, _):
             first = asyncio.run(_create(urls[0], token))
             last = first + timedelta(seconds=SPREAD)
             deadline = time.monotonic() + (first - datetime.now(UTC)).total_seconds() + SPREAD + 120

@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.integration.test_api import start_session, step
 from tests.integration.test_claim import claim
-from tests.support import Api, mutate, wait_until
+from tests.support import Api, Server, mutate, query_value, wait_until
 
 SUBMISSION = """
   __typename
@@ -256,3 +256,24 @@ def test_bad_input_is_refused_naming_its_field_and_writes_nothing(alice: Api, bo
         sessionId=short, cron="@daily", goal="g", steps=[{"action": "a"}],
     )  # fmt: skip
     assert schedule["__typename"] == "SessionExpired"
+
+
+def test_a_stop_whose_request_never_ran_is_asked_again(alice: Api, server: Server) -> None:
+    """Guards the recovery of a stop half made (``stops.end_lapsed``): a process
+    that marked the active submission to stop and died before asking its task
+    leaves the task unflagged; each firing round asks it, so its next start still
+    answers TaskInterrupted. The mark is made here straight in the database."""
+    session = start_session(alice)["id"]
+    first = submit(alice, session)
+    claim(alice, "w1", session_id=session)
+    marked = query_value(
+        server.database_url,
+        "UPDATE submissions SET stop = 'INTERRUPTED'"
+        f" WHERE public_id = '{first['id']}' RETURNING id",
+    )
+    assert marked is not None
+    wait_until(
+        lambda: task(alice, first["taskId"])["interruptRequested"],
+        timeout=10,
+        what="the task to be asked to stop",
+    )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from tortoise.expressions import Subquery
+from tortoise.expressions import Q, Subquery
 
 from runstate.basics.enums import SubmissionStatus, TaskEventKind, TaskStatus
 from runstate.models import Submission, Task
@@ -69,7 +69,8 @@ async def end_lapsed(
     house: House, user_id: str | None, session_id: str | None = None
 ) -> Written[None]:
     """End the caller's tasks that were asked to stop and whose agent's lease has
-    lapsed (of one session, if given), so that what displaced them runs. Found
+    lapsed (of one session, if given), so that what displaced them runs, and ask
+    those whose submission was marked to stop but were never asked. Found
     through the ACTIVE submissions asked to stop (the index of a user's
     submissions by status), never by walking the user's tasks; with no user (the
     sweep), every user's. What they wrote, to publish once committed."""
@@ -79,15 +80,23 @@ async def end_lapsed(
     if session_id is not None:
         asked = asked.filter(session__public_id=session_id)
     now = utcnow()
-    lapsed = await (
-        Task.filter(id__in=Subquery(asked.values("task_id")), interrupt_requested=True)
-        .filter(no_live_lease(now))
-        .values("id")
+    tasks = await (
+        Task.filter(id__in=Subquery(asked.values("task_id")))
+        .filter(Q(interrupt_requested=False) | no_live_lease(now))
+        .values("id", "interrupt_requested")
     )
     ended = NOTHING
-    for row in lapsed:
-        ended = (await _end_one(house, int(row["id"]))).after(ended)
+    for row in tasks:
+        if row["interrupt_requested"]:
+            ended = (await _end_one(house, int(row["id"]))).after(ended)
+        else:  # its submission was marked, but the request's own write never ran
+            ended = (await request(house, int(row["id"]), UNASKED)).after(ended)
     return ended
+
+
+UNASKED = "asked to stop again: the request's own write had not committed"
+"""The note of a stop requested on the way (``end_lapsed``): a process stopped
+between marking a submission to stop and asking its task."""
 
 
 async def _end_one(house: House, task_pk: int) -> Written[None]:
