@@ -17,6 +17,8 @@ from runstate.transport.trusted import Trusted
 from runstate.web import dashboard as page
 
 ROOT = Path(__file__).parent.parent.parent
+PAGE_WRITES = ("pageSubmit", "pageCancel")
+"""The dashboard's writes to a session's ledger."""
 
 
 def test_the_manifest_is_the_sdks_and_the_pages_documents_as_they_are() -> None:
@@ -43,6 +45,10 @@ def test_the_manifest_is_the_sdks_and_the_pages_documents_as_they_are() -> None:
         "pageAnswer",
         "pageSpend",
         "pageBudget",
+        "pageLedger",
+        "pageEntries",
+        "pageSubmit",
+        "pageCancel",
     }
 
 
@@ -74,7 +80,7 @@ def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
     every = {**doc.operations(), **page.operations()}
     names = {body: name for name, body in every.items()}
     assert sorted(names[b] for b in lean.writes) == sorted(
-        {*doc.operations(), "pageFork", "pageDecide", "pageAnswer", "pageBudget"}
+        {*doc.operations(), "pageFork", "pageDecide", "pageAnswer", "pageBudget", *PAGE_WRITES}
         - {
             "createTask",
             "forkTask",
@@ -101,5 +107,7 @@ def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
         "taskEvents": "is a query",
         **{name: "is a query" for name in ("pageSignIn", "pageSessions", "pageLog")},
         **{name: "is a query" for name in ("pageTaskAt", "pageGoal", "pageLease", "pageSpend")},
+        "pageEntries": "is a query",
         "pageProgress": "is a subscription",
+        "pageLedger": "is a subscription",
     }
