@@ -1,12 +1,15 @@
-"""A session's ledger on the dashboard, in headless Chromium: an INTERRUPT sent
-from one page stops the task another page watches, a page following a session
-opens the task whose turn it is, a queued input cancelled from the page, and
-refusals in words. Screenshots land in test-artifacts/browser/."""
+"""A session's ledger and schedules on the dashboard, in headless Chromium: an
+INTERRUPT sent from one page stops the task another page watches, a page
+following a session opens the task whose turn it is, a queued input cancelled
+from the page, refusals in words, and a schedule's next time in the viewer's own
+zone through a pause and a resume. Screenshots land in test-artifacts/browser/."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from playwright.async_api import Browser, Page, WebSocketRoute, expect
 
@@ -203,4 +206,85 @@ async def test_a_queued_input_is_cancelled_on_the_page_and_refusals_are_said_in_
     await page.screenshot(path=ARTIFACTS / "ledger-cancelled.png", full_page=True)
     await page.set_viewport_size(PHONE)
     await assert_fits_the_screen(page, "entries", "submit-form", "submit-result")
+    await page.close()
+
+
+SCHEDULE = """query($s: ID!) { session(id: $s) { ... on AgentSession {
+  schedules { id version enabled nextFireAt } } } }"""
+
+
+def schedules(api: Api, session_id: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = api(SCHEDULE, s=session_id)["session"]["schedules"]
+    return found
+
+
+def next_nine_in_new_york(after: datetime) -> datetime:
+    """The first 09:00 in New York after ``after``."""
+    zone = ZoneInfo("America/New_York")
+    day = after.astimezone(zone).date()
+    while True:
+        nine = datetime(day.year, day.month, day.day, 9, tzinfo=zone)
+        if nine > after:
+            return nine
+        day += timedelta(days=1)
+
+
+async def test_a_schedule_shows_its_next_time_in_the_viewers_zone_through_a_pause(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the schedules' panel (``renderSchedules``, ``addSchedule``,
+    ``changeSchedule``): in a browser set to Tokyo, the new schedule's zone
+    defaults to Tokyo; one made for 09:00 in New York shows its next time in
+    Tokyo's (the UTC time in its tooltip); pausing it (updateSchedule at its
+    version) says it sends nothing, resuming shows the time again, and deleting
+    removes it. Seen failing with the time drawn in UTC, and with resume sending
+    enabled: false."""
+    server, token = dashboard
+    session = start_session(api)["id"]
+    first = submit(api, session, goal="Answer Ana")
+    page = await browser.new_page(viewport=DESK, timezone_id="Asia/Tokyo", locale="en-GB")
+    await page.goto(f"{server.url}/#token={token}&task={first['taskId']}")
+    await open_ledger(page)
+    await page.get_by_text("Add a schedule").click()
+    await expect(page.get_by_test_id("schedule-zone")).to_have_value("Asia/Tokyo")
+
+    await page.get_by_test_id("schedule-cron").fill("0 9 * * *")
+    await page.get_by_test_id("schedule-zone").fill("America/New_York")
+    await page.get_by_test_id("schedule-goal").fill("Morning summary")
+    await page.get_by_test_id("schedule-steps").fill("summarise")
+    asked = datetime.now(UTC)
+    await page.get_by_test_id("schedule-add").click()
+    await expect(page.locator("[data-testid^='schedule-state-']")).to_have_count(1)
+    (made,) = schedules(api, session)
+    due = datetime.fromisoformat(made["nextFireAt"])
+    assert due == next_nine_in_new_york(asked)
+    tokyo = due.astimezone(ZoneInfo("Asia/Tokyo"))
+    shown = f"{tokyo:%a} {tokyo.day} {tokyo:%b}, {tokyo:%H:%M}"
+    at = page.get_by_test_id(f"schedule-at-{made['id']}")
+    await expect(at).to_have_text(shown)
+    await expect(at).to_have_attribute("title", f"{due.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
+    await expect(page.get_by_test_id(f"schedule-next-{made['id']}")).to_have_text(
+        f"Next: {shown} (your time, Asia/Tokyo)"
+    )
+    await page.screenshot(path=ARTIFACTS / "schedule.png", full_page=True)
+
+    await page.get_by_test_id(f"pause-{made['id']}").click()
+    await expect(page.get_by_test_id(f"schedule-state-{made['id']}")).to_have_text("paused")
+    await expect(page.get_by_test_id(f"schedule-next-{made['id']}")).to_have_text(
+        "Paused: it sends nothing until resumed."
+    )
+    assert schedules(api, session) == [
+        {"id": made["id"], "version": 2, "enabled": False, "nextFireAt": None}
+    ]
+    resuming = datetime.now(UTC)
+    await page.get_by_test_id(f"resume-{made['id']}").click()
+    await expect(page.get_by_test_id(f"schedule-state-{made['id']}")).to_have_text("on")
+    await expect(at).to_have_text(shown)
+    (resumed,) = schedules(api, session)
+    assert (resumed["version"], resumed["enabled"]) == (3, True)
+    assert datetime.fromisoformat(resumed["nextFireAt"]) == next_nine_in_new_york(resuming)
+
+    await page.get_by_test_id(f"delete-{made['id']}").click()
+    await expect(page.locator("[data-testid^='schedule-state-']")).to_have_count(0)
+    assert schedules(api, session) == []
     await page.close()

@@ -17,8 +17,14 @@ from runstate.transport.trusted import Trusted
 from runstate.web import dashboard as page
 
 ROOT = Path(__file__).parent.parent.parent
-PAGE_WRITES = ("pageSubmit", "pageCancel")
-"""The dashboard's writes to a session's ledger."""
+PAGE_WRITES = (
+    "pageSubmit",
+    "pageCancel",
+    "pageAddSchedule",
+    "pagePauseSchedule",
+    "pageDeleteSchedule",
+)
+"""The dashboard's writes to a session's ledger and schedules."""
 
 
 def test_the_manifest_is_the_sdks_and_the_pages_documents_as_they_are() -> None:
@@ -47,8 +53,12 @@ def test_the_manifest_is_the_sdks_and_the_pages_documents_as_they_are() -> None:
         "pageBudget",
         "pageLedger",
         "pageEntries",
+        "pageSchedules",
         "pageSubmit",
         "pageCancel",
+        "pageAddSchedule",
+        "pagePauseSchedule",
+        "pageDeleteSchedule",
     }
 
 
@@ -107,7 +117,7 @@ def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
         "taskEvents": "is a query",
         **{name: "is a query" for name in ("pageSignIn", "pageSessions", "pageLog")},
         **{name: "is a query" for name in ("pageTaskAt", "pageGoal", "pageLease", "pageSpend")},
-        "pageEntries": "is a query",
+        **{name: "is a query" for name in ("pageEntries", "pageSchedules")},
         "pageProgress": "is a subscription",
         "pageLedger": "is a subscription",
     }

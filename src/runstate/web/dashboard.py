@@ -86,6 +86,7 @@ SUBMISSION_FIELDS = (
 )
 """What the ledger draws of a submission: the task's goal stays shown once a
 ROLLBACK or a cancel removed the task (``app.js`` keeps it)."""
+SCHEDULE_FIELDS = "id version cron timezone goal policy misfire enabled nextFireAt lastFireAt"
 PAGE_LEDGER = (
     "subscription pageLedger($sessionId: ID!) { sessionSubmissions(sessionId: $sessionId) {"
     f" kind submissions {{ {SUBMISSION_FIELDS} }} }} }}"
@@ -96,12 +97,29 @@ PAGE_ENTRIES = (
 )
 """The session's ledger from its start, finished entries too (the subscription's
 SNAPSHOT holds only the unfinished ones)."""
+PAGE_SCHEDULES = (
+    "query pageSchedules($id: ID!) { session(id: $id) { __typename"
+    f" ... on AgentSession {{ schedules {{ {SCHEDULE_FIELDS} }} }} {PROBLEM} }} }}"
+)
 PAGE_SUBMIT = (
     "mutation pageSubmit($input: SubmitInput!) { submitInput(input: $input) { __typename"
     f" ... on Submission {{ seq status }} ... on SessionBusy {{ active {{ seq }} }} {PROBLEM} }} }}"
 )
 PAGE_CANCEL = (
     "mutation pageCancel($input: CancelSubmissionInput!) { cancelSubmission(input: $input) {"
+    f" __typename {PROBLEM} }} }}"
+)
+PAGE_ADD_SCHEDULE = (
+    "mutation pageAddSchedule($input: CreateScheduleInput!) { createSchedule(input: $input) {"
+    f" __typename {PROBLEM} }} }}"
+)
+PAGE_PAUSE_SCHEDULE = (
+    "mutation pagePauseSchedule($input: UpdateScheduleInput!) { updateSchedule(input: $input) {"
+    f" __typename {PROBLEM} }} }}"
+)
+"""Pauses (``enabled: false``) or resumes a schedule at the version the page read."""
+PAGE_DELETE_SCHEDULE = (
+    "mutation pageDeleteSchedule($input: DeleteScheduleInput!) { deleteSchedule(input: $input) {"
     f" __typename {PROBLEM} }} }}"
 )
 

@@ -7,7 +7,8 @@
 // the lease of an active task is also read every few seconds: that is how the page
 // sees an agent die (its lease stops moving, runs out, and the task stalls).
 // Under the task, its session's ledger (the inputs sent to the session, in the
-// order they run) is followed live too, with a form to send one.
+// order they run) is followed live too, with a form to send one and the session's
+// schedules.
 
 const TOKEN_KEY = "runstate-token";
 // The fields of a step the page draws; any other a step's documents ask for
@@ -221,7 +222,7 @@ function sessionItem(session) {
   return el("li", { class: "session", "data-session": session.id },
     el("div", { class: "session-head" },
       el("a", { class: "session-id", href: "#session=" + encodeURIComponent(session.id),
-        title: "open this session: its inputs" }, session.id),
+        title: "open this session: its inputs and schedules" }, session.id),
       waiting ? el("span", { class: "needs-mark" }, "needs you") : null,
       el("span", { class: "badge s-" + session.status }, words(session.status))),
     el("ul", {}, tasks.map(taskLink)));
@@ -1354,8 +1355,9 @@ async function checkLease(watching) {
 // The session open on the page (followed with #session=, else the shown task's):
 // its ledger followed live over a socket of its own (sessionSubmissions: a SNAPSHOT
 // of the unfinished inputs, then each one admitted or changed), the finished ones
-// read once (pageEntries).
-let ledger = null; // { session, entries (by seq), socket, retry, live, known }
+// read once (pageEntries), and its schedules, read again after each fire.
+let ledger = null; // { session, entries (by seq), schedules, socket, retry, live, known }
+const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone; // the viewer's
 const POLICIES = { REJECT: "reject", ENQUEUE: "queue", INTERRUPT: "interrupt", ROLLBACK: "roll back" };
 const ENTRIES_READ = 100; // pageEntries reads the ledger's first 100
 
@@ -1378,8 +1380,9 @@ function watchLedger() {
   const session = openSession();
   if (!token || session === null || (ledger && ledger.session === session)) return;
   closeLedger();
-  ledger = { session, entries: new Map(), socket: null, retry: 500, live: false, known: false };
-  for (const id of ["submit-result", "cancel-result"]) $(id).textContent = "";
+  ledger = { session, entries: new Map(), schedules: null, socket: null, retry: 500, live: false, known: false };
+  for (const id of ["submit-result", "cancel-result", "schedule-result"]) $(id).textContent = "";
+  $("schedule-zone").value = ZONE;
   $("ledger").hidden = false;
   connectLedger(ledger);
   renderLedger();
@@ -1444,6 +1447,9 @@ function onLedger(watching, event) {
   if (event.kind === "SNAPSHOT") {
     ledgerSays(watching, "live", "live");
     readEntries(watching);
+    readSchedules(watching);
+  } else if (event.submissions.some((s) => s.scheduleId)) {
+    readSchedules(watching); // a fire: its schedule's next time moved on
   }
   renderLedger();
   follow(); // the next input's turn may have come
@@ -1497,7 +1503,8 @@ function renderLedger() {
 // why it ended as it did, and a link to its task while there is one (a ROLLBACK, a
 // cancel remove it; a SKIPPED fire has none).
 function entryItem(entry) {
-  const goal = entry.goal ??
+  const schedule = (ledger.schedules ?? []).find((s) => s.id === entry.scheduleId);
+  const goal = entry.goal ?? schedule?.goal ??
     (entry.taskId ? "its task" : entry.status === "SKIPPED" ? "a fire that did not run" : "its task was removed");
   const task = entry.taskId
     ? el("a", { href: "#task=" + encodeURIComponent(entry.taskId), class: "goal",
@@ -1521,10 +1528,13 @@ function entryItem(entry) {
   why ? el("p", { class: "reason", "data-testid": "reason-" + entry.seq }, why) : null);
 }
 
-// Who sent it: a person, or a schedule (and the time it fired for).
+// Who sent it: a person, or a schedule (named by its cron expression, and the time
+// it fired for).
 function submitter(entry) {
   if (!entry.scheduleId) return entry.actor ?? "someone";
-  return entry.scheduledFor ? `a schedule, for ${clock(entry.scheduledFor)}` : "a schedule";
+  const schedule = (ledger.schedules ?? []).find((s) => s.id === entry.scheduleId);
+  const named = schedule ? `schedule "${schedule.cron}"` : "a schedule";
+  return entry.scheduledFor ? `${named}, for ${clock(entry.scheduledFor)}` : named;
 }
 
 // Why an entry stands as it does, in words: asked to stop by a later one, stopped
@@ -1601,6 +1611,109 @@ function submitted(result, policy) {
   return "Not sent: " + result.message; // an InvalidInput's names its field first
 }
 
+// ------------------------------------------------------------- schedules
+
+async function readSchedules(watching) {
+  try {
+    const session = (await graphql("pageSchedules", { id: watching.session })).session;
+    if (watching !== ledger || session.__typename !== "AgentSession") return;
+    watching.schedules = session.schedules;
+    renderSchedules();
+    renderLedger(); // fires name their schedule
+  } catch (error) {
+    if (!(error instanceof Refused)) console.warn("schedules:", error.message);
+  }
+}
+
+// A time in the viewer's own zone ("Sat 4 Jan, 23:00"), seconds shown when it has
+// them; its UTC time ("2026-01-04 14:00:00 UTC") for a tooltip.
+function local(iso) {
+  const at = new Date(iso);
+  const options = { weekday: "short", day: "numeric", month: "short", hour: "2-digit", minute: "2-digit",
+    hourCycle: "h23" };
+  if (at.getUTCSeconds()) options.second = "2-digit";
+  return new Intl.DateTimeFormat(undefined, options).format(at);
+}
+
+const utc = (iso) => new Date(iso).toISOString().slice(0, 19).replace("T", " ") + " UTC";
+
+function when(iso, testId) {
+  return el("time", { datetime: iso, title: utc(iso), "data-testid": testId }, local(iso));
+}
+
+function renderSchedules() {
+  const schedules = ledger.schedules ?? [];
+  $("no-schedules").hidden = ledger.schedules === null || schedules.length > 0;
+  $("schedules").replaceChildren(...schedules.map((s) => el("li", { class: "schedule",
+    "data-testid": "schedule-" + s.id, "data-enabled": String(s.enabled), "data-version": s.version },
+  el("div", { class: "schedule-head" },
+    el("code", { class: "cron" }, s.cron),
+    el("span", { class: "quiet" }, "in " + s.timezone),
+    el("span", { class: "badge s-" + (s.enabled ? "ACTIVE" : "PAUSED"), "data-testid": "schedule-state-" + s.id },
+      s.enabled ? "on" : "paused")),
+  el("p", {}, s.goal, el("span", { class: "quiet" },
+    ` · if busy: ${POLICIES[s.policy]} · missed times ${s.misfire === "SKIP" ? "not made up" : "made up once"}`)),
+  el("p", { "data-testid": "schedule-next-" + s.id }, s.enabled && s.nextFireAt
+    ? ["Next: ", when(s.nextFireAt, "schedule-at-" + s.id), ` (your time, ${ZONE})`]
+    : s.enabled ? "It fires no more." : "Paused: it sends nothing until resumed."),
+  s.lastFireAt ? el("p", { class: "quiet" }, "Last fired ", when(s.lastFireAt, null)) : null,
+  el("div", { class: "choices" },
+    el("button", { type: "button", "data-id": s.id, "data-act": s.enabled ? "pause" : "resume",
+      "data-testid": (s.enabled ? "pause-" : "resume-") + s.id }, s.enabled ? "Pause" : "Resume"),
+    el("button", { type: "button", "data-id": s.id, "data-act": "delete", "data-testid": "delete-" + s.id },
+      "Delete")))));
+}
+
+// Pause, resume (at the version the page read: one changed since is refused and
+// read again) or delete.
+async function changeSchedule(button) {
+  const watching = ledger;
+  const schedule = (watching.schedules ?? []).find((s) => s.id === button.dataset.id);
+  if (!schedule) return;
+  $("schedule-result").textContent = "…";
+  try {
+    let result;
+    if (button.dataset.act === "delete") {
+      result = (await graphql("pageDeleteSchedule", { input: { id: schedule.id } })).deleteSchedule;
+    } else {
+      const input = { id: schedule.id, expectedVersion: schedule.version, enabled: button.dataset.act === "resume" };
+      result = (await graphql("pagePauseSchedule", { input })).updateSchedule;
+    }
+    if (watching !== ledger) return;
+    $("schedule-result").textContent = result.message === undefined ? ""
+      : result.__typename === "VersionConflict" ? "It was changed elsewhere meanwhile: shown again as it is now."
+        : result.message;
+    readSchedules(watching);
+  } catch (error) {
+    $("schedule-result").textContent = error.message;
+  }
+}
+
+async function addSchedule(event) {
+  event.preventDefault();
+  const watching = ledger;
+  if (!watching) return;
+  const input = { sessionId: watching.session, cron: $("schedule-cron").value.trim(),
+    timezone: $("schedule-zone").value.trim(), goal: $("schedule-goal").value.trim(),
+    steps: planOf($("schedule-steps").value), policy: $("schedule-policy").value,
+    misfire: $("schedule-misfire").value };
+  $("schedule-result").textContent = "…";
+  try {
+    const result = (await graphql("pageAddSchedule", { input })).createSchedule;
+    if (watching !== ledger) return;
+    $("schedule-result").className = result.__typename === "Schedule" ? "" : "refused";
+    if (result.__typename === "Schedule") {
+      $("schedule-result").textContent = "";
+      for (const id of ["schedule-cron", "schedule-goal", "schedule-steps"]) $(id).value = "";
+      readSchedules(watching);
+    } else {
+      $("schedule-result").textContent = "Not added: " + result.message;
+    }
+  } catch (error) {
+    $("schedule-result").textContent = error.message;
+  }
+}
+
 // ------------------------------------------------------------- start
 
 $("signin-form").addEventListener("submit", (event) => {
@@ -1617,10 +1730,16 @@ $("fork").addEventListener("click", fork);
 $("interrupt-form").addEventListener("submit", answerInterrupt);
 $("raise-form").addEventListener("submit", raiseBudget);
 $("submit-form").addEventListener("submit", submitInput);
+$("schedule-form").addEventListener("submit", addSchedule);
 $("entries").addEventListener("click", (event) => {
   const button = event.target.closest("button.cancel");
   if (button) cancelEntry(button);
 });
+$("schedules").addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-act]");
+  if (button) changeSchedule(button);
+});
+$("zones").replaceChildren(...Intl.supportedValuesOf("timeZone").map((zone) => el("option", { value: zone })));
 window.addEventListener("hashchange", route);
 setInterval(tick, TICK_MS);
 
