@@ -17,6 +17,14 @@ from runstate.transport.trusted import Trusted
 from runstate.web import dashboard as page
 
 ROOT = Path(__file__).parent.parent.parent
+PAGE_WRITES = (
+    "pageSubmit",
+    "pageCancel",
+    "pageAddSchedule",
+    "pagePauseSchedule",
+    "pageDeleteSchedule",
+)
+"""The dashboard's writes to a session's ledger and schedules."""
 
 
 def test_the_manifest_is_the_sdks_and_the_pages_documents_as_they_are() -> None:
@@ -43,6 +51,14 @@ def test_the_manifest_is_the_sdks_and_the_pages_documents_as_they_are() -> None:
         "pageAnswer",
         "pageSpend",
         "pageBudget",
+        "pageLedger",
+        "pageEntries",
+        "pageSchedules",
+        "pageSubmit",
+        "pageCancel",
+        "pageAddSchedule",
+        "pagePauseSchedule",
+        "pageDeleteSchedule",
     }
 
 
@@ -74,7 +90,7 @@ def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
     every = {**doc.operations(), **page.operations()}
     names = {body: name for name, body in every.items()}
     assert sorted(names[b] for b in lean.writes) == sorted(
-        {*doc.operations(), "pageFork", "pageDecide", "pageAnswer", "pageBudget"}
+        {*doc.operations(), "pageFork", "pageDecide", "pageAnswer", "pageBudget", *PAGE_WRITES}
         - {
             "createTask",
             "forkTask",
@@ -101,5 +117,7 @@ def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
         "taskEvents": "is a query",
         **{name: "is a query" for name in ("pageSignIn", "pageSessions", "pageLog")},
         **{name: "is a query" for name in ("pageTaskAt", "pageGoal", "pageLease", "pageSpend")},
+        **{name: "is a query" for name in ("pageEntries", "pageSchedules")},
         "pageProgress": "is a subscription",
+        "pageLedger": "is a subscription",
     }

@@ -1,7 +1,7 @@
 """The GraphQL documents the dashboard sends (``web/static/app.js``), each a named
 operation. The server registers the queries and mutations as trusted documents
 (``transport.trusted``): the page loads the manifest (``/static/documents.json``)
-and names them by id, and takes the subscription's text from it for the WebSocket.
+and names them by id, and takes the subscriptions' texts from it for the WebSocket.
 
 A field added here is drawn by the page only where ``app.js`` draws it, but for
 ``STEP_REPORTED``: each of those is shown under its step as "name: value"."""
@@ -19,7 +19,8 @@ STEP_FIELDS = f"{STEP_DRAWN} {STEP_REPORTED}".strip()
 TOOL_FIELDS = "toolName status retryCount maxRetries lastError lastResult rateLimitResetAt"
 LOCK_FIELDS = "holderId fencingToken expiresAt"
 TASK_FIELDS = (
-    "id goal status version currentStep totalSteps eventSeq stalled origin { taskId seq }"
+    "id sessionId goal status version currentStep totalSteps eventSeq stalled interruptRequested"
+    " origin { taskId seq }"
     f" steps {{ {STEP_FIELDS} }} toolStates {{ {TOOL_FIELDS} }} lock {{ {LOCK_FIELDS} }}"
     f" {BUDGET}"
 )
@@ -76,6 +77,49 @@ PAGE_ANSWER = (
 )
 PAGE_DECIDE = (
     "mutation pageDecide($input: DecideStepInput!) { decideStep(input: $input) {"
+    f" __typename {PROBLEM} }} }}"
+)
+
+SUBMISSION_FIELDS = (
+    "id seq status policy reason taskId displacedBy actor input scheduleId scheduledFor"
+    " createdAt updatedAt task { goal }"
+)
+"""What the ledger draws of a submission: the task's goal stays shown once a
+ROLLBACK or a cancel removed the task (``app.js`` keeps it)."""
+SCHEDULE_FIELDS = "id version cron timezone goal policy misfire enabled nextFireAt lastFireAt"
+PAGE_LEDGER = (
+    "subscription pageLedger($sessionId: ID!) { sessionSubmissions(sessionId: $sessionId) {"
+    f" kind submissions {{ {SUBMISSION_FIELDS} }} }} }}"
+)
+PAGE_ENTRIES = (
+    "query pageEntries($id: ID!) { session(id: $id) { __typename"
+    f" ... on AgentSession {{ submissions(first: 100) {{ {SUBMISSION_FIELDS} }} }} {PROBLEM} }} }}"
+)
+"""The session's ledger from its start, finished entries too (the subscription's
+SNAPSHOT holds only the unfinished ones)."""
+PAGE_SCHEDULES = (
+    "query pageSchedules($id: ID!) { session(id: $id) { __typename"
+    f" ... on AgentSession {{ schedules {{ {SCHEDULE_FIELDS} }} }} {PROBLEM} }} }}"
+)
+PAGE_SUBMIT = (
+    "mutation pageSubmit($input: SubmitInput!) { submitInput(input: $input) { __typename"
+    f" ... on Submission {{ seq status }} ... on SessionBusy {{ active {{ seq }} }} {PROBLEM} }} }}"
+)
+PAGE_CANCEL = (
+    "mutation pageCancel($input: CancelSubmissionInput!) { cancelSubmission(input: $input) {"
+    f" __typename {PROBLEM} }} }}"
+)
+PAGE_ADD_SCHEDULE = (
+    "mutation pageAddSchedule($input: CreateScheduleInput!) { createSchedule(input: $input) {"
+    f" __typename {PROBLEM} }} }}"
+)
+PAGE_PAUSE_SCHEDULE = (
+    "mutation pagePauseSchedule($input: UpdateScheduleInput!) { updateSchedule(input: $input) {"
+    f" __typename {PROBLEM} }} }}"
+)
+"""Pauses (``enabled: false``) or resumes a schedule at the version the page read."""
+PAGE_DELETE_SCHEDULE = (
+    "mutation pageDeleteSchedule($input: DeleteScheduleInput!) { deleteSchedule(input: $input) {"
     f" __typename {PROBLEM} }} }}"
 )
 

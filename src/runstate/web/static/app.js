@@ -6,6 +6,9 @@
 // never needs a reload and never shows a gap. Renewing a lease writes no event, so
 // the lease of an active task is also read every few seconds: that is how the page
 // sees an agent die (its lease stops moving, runs out, and the task stalls).
+// Under the task, its session's ledger (the inputs sent to the session, in the
+// order they run) is followed live too, with a form to send one and the session's
+// schedules.
 
 const TOKEN_KEY = "runstate-token";
 // The fields of a step the page draws; any other a step's documents ask for
@@ -124,6 +127,7 @@ function signOut(why) {
   token = null;
   current = null;
   if (socket) { const old = socket; socket = null; old.close(); }
+  closeLedger();
   setConnection("idle", "not connected");
   $("signin").hidden = false;
   $("signin-error").hidden = !why;
@@ -217,7 +221,8 @@ function sessionItem(session) {
   const waiting = tasks.some(needsYou);
   return el("li", { class: "session", "data-session": session.id },
     el("div", { class: "session-head" },
-      el("span", { class: "session-id" }, session.id),
+      el("a", { class: "session-id", href: "#session=" + encodeURIComponent(session.id),
+        title: "open this session: its inputs and schedules" }, session.id),
       waiting ? el("span", { class: "needs-mark" }, "needs you") : null,
       el("span", { class: "badge s-" + session.status }, words(session.status))),
     el("ul", {}, tasks.map(taskLink)));
@@ -287,12 +292,15 @@ function markNeeds() {
 // when it finishes (the demo books trip after trip).
 // Opened on no task in particular, the page follows the newest active task (of one
 // session with #session=, as the demo's link says: its own trips, not an earlier
-// run's), and moves on only once the task it shows is finished.
+// run's), and moves on only once the task it shows is finished. In a session with
+// a ledger, the active task is the one whose turn it is, not a newer queued one:
+// the page waits for the session's ledger before it picks.
 function follow() {
   if (!following || (current && current.past)) return;
+  if (followedSession !== null && !(ledger && ledger.session === followedSession && ledger.known)) return;
   const tasks = followedSession === null ? listed()
     : (sessionsRead.find((s) => s.id === followedSession)?.tasks.edges ?? []).map((e) => e.node);
-  const active = tasks.find((t) => !FINAL.has(t.status));
+  const active = turn() ?? tasks.find((t) => !FINAL.has(t.status));
   const finished = !current || !current.task || FINAL.has(current.task.status);
   const next = active || (!current ? tasks[0] : null);
   if (!next) { if (!current) showEmpty(); return; }
@@ -310,6 +318,7 @@ function showEmpty() {
   $("empty-session").hidden = followedSession === null;
   $("empty-any").hidden = followedSession !== null; // a run of its own: nothing to start
   $("empty-session-id").textContent = followedSession ?? "";
+  watchLedger();
 }
 
 // ------------------------------------------------------------- one task, live
@@ -319,8 +328,21 @@ function route() {
   const taskId = params.get("task");
   followedSession = params.get("session");
   following = !taskId || followedSession !== null;
+  // A session opened from the list: a task of another session is no longer shown.
+  if (!taskId && followedSession !== null && current && current.task &&
+      current.task.sessionId !== followedSession) leaveTask();
   if (taskId && (!current || current.id !== taskId)) select(taskId);
   if (!taskId) follow();
+  watchLedger();
+}
+
+function leaveTask() {
+  clearTimeout(current.leaseTimer);
+  clearTimeout(current.spendTimer);
+  current = null;
+  if (socket) { const old = socket; socket = null; old.close(); }
+  setConnection("idle", "not connected");
+  $("task").hidden = true;
 }
 
 function select(taskId) {
@@ -345,6 +367,7 @@ function select(taskId) {
     link.classList.toggle("current", link.dataset.task === taskId);
   }
   connect();
+  renderLedger(); // marks the entry of the task shown
 }
 
 function connect() {
@@ -416,6 +439,7 @@ function onEvent(watching, event) {
     watching.pending = [];
     watching.holes = new Set(); // the log is told again, its holes found again
     loadLog(watching, event);
+    watchLedger(); // the task's session, known now
   } else if (watching.pending) {
     // Shown now, told in the log once the events before it are (loadLog).
     watching.task = applyEvent(watching.task, event);
@@ -445,6 +469,7 @@ function applyEvent(task, event) {
     stalled: event.stalled, steps, toolStates, totalSteps: steps.length,
     currentStep: unfinished === -1 ? steps.length : unfinished,
     lock: LEASE_EVENTS.has(event.kind) ? event.lock : task.lock,
+    interruptRequested: task.interruptRequested || event.kind === "INTERRUPT_REQUESTED",
     budget: event.kind === "BUDGET_CHANGED" ? event.budget : task.budget };
 }
 
@@ -627,6 +652,8 @@ function describe(before, after, event) {
   } else if (decided) {
     parts.push(`${event.actor ?? "someone"} decided: ${DECISIONS[decided.status] ?? words(decided.status)}` +
       (event.note ? ` (${event.note})` : ""));
+  } else if (event.kind === "INTERRUPT_REQUESTED") {
+    parts.push("asked to stop at its next step" + (event.note ? `: ${event.note}` : ""));
   } else if (event.note && event.kind !== "BUDGET_CHANGED") parts.push(`${event.actor ?? "someone"} said: ${event.note}`);
   if (event.kind === "BUDGET_CHANGED") {
     parts.push(`${event.actor ?? "someone"} ${event.budget ? "set the budget to " + limits(event.budget) : "removed the budget"}` +
@@ -890,6 +917,7 @@ function render() {
   $("version").textContent = task.version;
   renderOrigin(task);
   renderLease(task, now, live);
+  $("stopping").hidden = !task.interruptRequested || FINAL.has(task.status);
   renderSpend(task, live);
   renderDecision(live ? task : null, now);
   renderInterrupt(live ? task : null);
@@ -1322,6 +1350,370 @@ async function checkLease(watching) {
   }
 }
 
+// ------------------------------------------------------------- the session's ledger
+
+// The session open on the page (followed with #session=, else the shown task's):
+// its ledger followed live over a socket of its own (sessionSubmissions: a SNAPSHOT
+// of the unfinished inputs, then each one admitted or changed), the finished ones
+// read once (pageEntries), and its schedules, read again after each fire.
+let ledger = null; // { session, entries (by seq), schedules, socket, retry, live, known }
+const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone; // the viewer's
+const POLICIES = { REJECT: "reject", ENQUEUE: "queue", INTERRUPT: "interrupt", ROLLBACK: "roll back" };
+const ENTRIES_READ = 100; // pageEntries reads the ledger's first 100
+
+function openSession() {
+  if (followedSession !== null) return followedSession;
+  if (current && current.task) return current.task.sessionId;
+  return null;
+}
+
+// The task of the followed session's ACTIVE input, once its ledger is read.
+function turn() {
+  if (!ledger || ledger.session !== followedSession) return null;
+  const active = [...ledger.entries.values()].find((e) => e.status === "ACTIVE" && e.taskId);
+  return active ? { id: active.taskId } : null;
+}
+
+// Follows the open session's ledger, once it is known and unless it already does; a
+// page between two tasks keeps the ledger it shows.
+function watchLedger() {
+  const session = openSession();
+  if (!token || session === null || (ledger && ledger.session === session)) return;
+  closeLedger();
+  ledger = { session, entries: new Map(), schedules: null, socket: null, retry: 500, live: false, known: false };
+  for (const id of ["submit-result", "cancel-result", "schedule-result"]) $(id).textContent = "";
+  $("schedule-zone").value = ZONE;
+  $("ledger").hidden = false;
+  connectLedger(ledger);
+  renderLedger();
+}
+
+function closeLedger() {
+  if (!ledger) return;
+  const old = ledger;
+  ledger = null;
+  if (old.socket) old.socket.close();
+  $("ledger").hidden = true;
+}
+
+function connectLedger(watching) {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const ws = new WebSocket(`${scheme}//${location.host}/graphql`, "graphql-transport-ws");
+  watching.socket = ws;
+  ws.onopen = () => ws.send(JSON.stringify({
+    type: "connection_init", payload: { authorization: "Bearer " + token } }));
+  ws.onmessage = async (message) => {
+    const msg = JSON.parse(message.data);
+    if (msg.type === "connection_ack") {
+      watching.retry = 500;
+      const query = (await DOCUMENTS).pageLedger.body;
+      ws.send(JSON.stringify({ id: "1", type: "subscribe",
+        payload: { query, variables: { sessionId: watching.session } } }));
+    } else if (msg.type === "next") {
+      if (msg.payload.errors) ledgerSays(watching, "error", msg.payload.errors[0].message);
+      else onLedger(watching, msg.payload.data.sessionSubmissions);
+    } else if (msg.type === "ping") {
+      ws.send(JSON.stringify({ type: "pong" }));
+    } else if (msg.type === "error") {
+      ledgerSays(watching, "error", msg.payload[0].message);
+    } else if (msg.type === "complete" && watching.live) {
+      ledgerSays(watching, "ended", "the session was deleted");
+    }
+  };
+  ws.onclose = (event) => {
+    if (watching !== ledger || watching.socket !== ws) return;
+    watching.socket = null;
+    if (event.code === 4403) { signOut("This page's token was refused. Sign in again."); return; }
+    // Whatever changed meanwhile comes with the next SNAPSHOT and read.
+    ledgerSays(watching, "reconnecting", event.code === 4029 ? "too many open pages; trying again…" : "reconnecting…");
+    setTimeout(() => { if (watching === ledger) connectLedger(watching); }, watching.retry);
+    watching.retry = Math.min(watching.retry * 2, 5000);
+  };
+}
+
+// The ledger's state: live, reconnecting, ended, or an error. Once live or refused
+// it is known: the page may pick the session's task (follow).
+function ledgerSays(watching, state, text) {
+  if (watching !== ledger) return;
+  watching.live = state === "live";
+  watching.known = watching.known || state !== "reconnecting";
+  $("ledger-state").dataset.state = state;
+  $("ledger-state").textContent = text;
+}
+
+function onLedger(watching, event) {
+  if (watching !== ledger) return;
+  for (const submission of event.submissions) keep(watching, submission, true);
+  if (event.kind === "SNAPSHOT") {
+    ledgerSays(watching, "live", "live");
+    readEntries(watching);
+    readSchedules(watching);
+  } else if (event.submissions.some((s) => s.scheduleId)) {
+    readSchedules(watching); // a fire: its schedule's next time moved on
+  }
+  renderLedger();
+  follow(); // the next input's turn may have come
+}
+
+// A submission as the page holds it: the stream's (`fresh`) replaces what is held
+// unless it is older; a read's replaces only what is older (a read answered after
+// an event may predate it). Its task's goal stays once the task is removed.
+function keep(watching, submission, fresh) {
+  const held = watching.entries.get(submission.seq);
+  if (held) {
+    const [was, now] = [ms(held.updatedAt), ms(submission.updatedAt)];
+    if (fresh ? now < was : now <= was) return;
+  }
+  const goal = submission.task ? submission.task.goal : held ? held.goal : null;
+  watching.entries.set(submission.seq, { ...submission, goal });
+}
+
+async function readEntries(watching) {
+  try {
+    const session = (await graphql("pageEntries", { id: watching.session })).session;
+    if (watching !== ledger) return;
+    if (session.__typename !== "AgentSession") { ledgerSays(watching, "error", session.message); return; }
+    for (const submission of session.submissions) keep(watching, submission, false);
+    renderLedger();
+  } catch (error) {
+    if (!(error instanceof Refused)) console.warn("ledger:", error.message);
+  }
+}
+
+function renderLedger() {
+  if (!ledger) return;
+  $("ledger-session").textContent = ledger.session;
+  const entries = [...ledger.entries.values()].sort((a, b) => a.seq - b.seq);
+  $("no-entries").hidden = entries.length > 0 || !ledger.live;
+  const items = [];
+  let last = 0;
+  for (const entry of entries) {
+    if (entry.seq > last + 1) {
+      const range = entry.seq === last + 2 ? `#${last + 1}` : `#${last + 1} to #${entry.seq - 1}`;
+      items.push(el("li", { class: "entry-gap quiet" },
+        `${range}: finished, not shown (the page reads the first ${ENTRIES_READ} of a ledger)`));
+    }
+    items.push(entryItem(entry));
+    last = entry.seq;
+  }
+  $("entries").replaceChildren(...items);
+}
+
+// "#2 Book a trip · by ana · 10:41:05 · if busy: queue · {"traveller": "Ana"}", its status,
+// why it ended as it did, and a link to its task while there is one (a ROLLBACK, a
+// cancel remove it; a SKIPPED fire has none).
+function entryItem(entry) {
+  const schedule = (ledger.schedules ?? []).find((s) => s.id === entry.scheduleId);
+  const goal = entry.goal ?? schedule?.goal ??
+    (entry.taskId ? "its task" : entry.status === "SKIPPED" ? "a fire that did not run" : "its task was removed");
+  const task = entry.taskId
+    ? el("a", { href: "#task=" + encodeURIComponent(entry.taskId), class: "goal",
+      "data-testid": "entry-task-" + entry.seq }, goal)
+    : el("span", { class: "goal" }, goal);
+  const why = reason(entry);
+  return el("li", { class: current && current.id === entry.taskId ? "entry current" : "entry",
+    "data-testid": "entry-" + entry.seq, "data-status": entry.status },
+  el("div", { class: "entry-head" },
+    el("span", { class: "index" }, "#" + entry.seq),
+    task,
+    el("span", { class: "badge s-" + entry.status, "data-testid": "entry-status-" + entry.seq },
+      words(entry.status))),
+  el("div", { class: "entry-foot" },
+    el("span", { "data-testid": "entry-actor-" + entry.seq }, "by " + submitter(entry)),
+    entry.scheduledFor ? null : el("span", {}, clock(entry.createdAt)), // a fire's says when
+    el("span", { "data-testid": "entry-policy-" + entry.seq }, "if busy: " + POLICIES[entry.policy]),
+    entry.input === null || entry.input === undefined ? null : el("code", { class: "out" }, json(entry.input)),
+    entry.status === "QUEUED" ? el("button", { type: "button", class: "cancel", "data-id": entry.id,
+      "data-testid": "cancel-" + entry.seq }, "Cancel") : null),
+  why ? el("p", { class: "reason", "data-testid": "reason-" + entry.seq }, why) : null);
+}
+
+// Who sent it: a person, or a schedule (named by its cron expression, and the time
+// it fired for).
+function submitter(entry) {
+  if (!entry.scheduleId) return entry.actor ?? "someone";
+  const schedule = (ledger.schedules ?? []).find((s) => s.id === entry.scheduleId);
+  const named = schedule ? `schedule "${schedule.cron}"` : "a schedule";
+  return entry.scheduledFor ? `${named}, for ${clock(entry.scheduledFor)}` : named;
+}
+
+// Why an entry stands as it does, in words: asked to stop by a later one, stopped
+// by it, cancelled or skipped (the server's reason).
+function reason(entry) {
+  const by = entry.displacedBy ? [...ledger.entries.values()].find((e) => e.id === entry.displacedBy) : null;
+  const whom = by ? `#${by.seq} (${by.goal ?? "an input"}, by ${submitter(by)})` : null;
+  if (entry.status === "ACTIVE" && entry.displacedBy) {
+    return `Asked to stop by ${whom ?? "a later input"}: its task ends at its next step, what it did kept.`;
+  }
+  if (entry.status === "INTERRUPTED" && whom) return `Interrupted by ${whom}: what its task did is kept.`;
+  if (entry.status === "ROLLED_BACK" && whom) {
+    return `Rolled back by ${whom}: its task was removed; what it spent stays counted.`;
+  }
+  return entry.reason;
+}
+
+async function cancelEntry(button) {
+  const watching = ledger;
+  $("cancel-result").textContent = "…";
+  try {
+    const result = (await graphql("pageCancel", { input: { id: button.dataset.id } })).cancelSubmission;
+    if (watching !== ledger) return;
+    // The entry itself turns CANCELLED when the ledger's change comes.
+    $("cancel-result").className = result.__typename === "Submission" ? "" : "refused";
+    $("cancel-result").textContent = result.__typename === "Submission" ? "" : "Not cancelled: " + result.message;
+  } catch (error) {
+    $("cancel-result").textContent = error.message;
+  }
+}
+
+// A plan from a field of one action a line.
+function planOf(text) {
+  return text.split("\n").map((line) => line.trim()).filter(Boolean).map((action) => ({ action }));
+}
+
+// A person's input, under the policy chosen; the answer in words (a refusal says
+// what was refused and what to do). The entry itself comes with the ledger's change.
+async function submitInput(event) {
+  event.preventDefault();
+  const watching = ledger;
+  if (!watching) return;
+  const input = { sessionId: watching.session, goal: $("submit-goal").value.trim(),
+    steps: planOf($("submit-steps").value),
+    policy: document.querySelector("input[name=policy]:checked").value };
+  const text = $("submit-input").value.trim();
+  if (text) {
+    try { input.input = JSON.parse(text); } catch { input.input = text; }
+  }
+  $("submit-result").textContent = "…";
+  try {
+    const result = (await graphql("pageSubmit", { input })).submitInput;
+    if (watching !== ledger) return;
+    $("submit-result").className = result.__typename === "Submission" ? "" : "refused";
+    $("submit-result").textContent = submitted(result, input.policy);
+    if (result.__typename === "Submission") {
+      for (const id of ["submit-goal", "submit-steps", "submit-input"]) $(id).value = "";
+    }
+  } catch (error) {
+    $("submit-result").textContent = error.message;
+  }
+}
+
+function submitted(result, policy) {
+  if (result.__typename === "Submission") {
+    if (result.status === "ACTIVE") return `Sent as #${result.seq}: it runs now.`;
+    if (policy === "ENQUEUE") return `Sent as #${result.seq}: queued, it runs once the inputs before it have finished.`;
+    return `Sent as #${result.seq}: the running input is asked to stop; #${result.seq} runs next.`;
+  }
+  if (result.__typename === "SessionBusy") {
+    return `Not sent: the session is busy with #${result.active.seq}, and nothing was written. ` +
+      "Choose Queue to run it after, or Interrupt to stop the running one.";
+  }
+  return "Not sent: " + result.message; // an InvalidInput's names its field first
+}
+
+// ------------------------------------------------------------- schedules
+
+async function readSchedules(watching) {
+  try {
+    const session = (await graphql("pageSchedules", { id: watching.session })).session;
+    if (watching !== ledger || session.__typename !== "AgentSession") return;
+    watching.schedules = session.schedules;
+    renderSchedules();
+    renderLedger(); // fires name their schedule
+  } catch (error) {
+    if (!(error instanceof Refused)) console.warn("schedules:", error.message);
+  }
+}
+
+// A time in the viewer's own zone ("Sat 4 Jan, 23:00"), seconds shown when it has
+// them; its UTC time ("2026-01-04 14:00:00 UTC") for a tooltip.
+function local(iso) {
+  const at = new Date(iso);
+  const options = { weekday: "short", day: "numeric", month: "short", hour: "2-digit", minute: "2-digit",
+    hourCycle: "h23" };
+  if (at.getUTCSeconds()) options.second = "2-digit";
+  return new Intl.DateTimeFormat(undefined, options).format(at);
+}
+
+const utc = (iso) => new Date(iso).toISOString().slice(0, 19).replace("T", " ") + " UTC";
+
+function when(iso, testId) {
+  return el("time", { datetime: iso, title: utc(iso), "data-testid": testId }, local(iso));
+}
+
+function renderSchedules() {
+  const schedules = ledger.schedules ?? [];
+  $("no-schedules").hidden = ledger.schedules === null || schedules.length > 0;
+  $("schedules").replaceChildren(...schedules.map((s) => el("li", { class: "schedule",
+    "data-testid": "schedule-" + s.id, "data-enabled": String(s.enabled), "data-version": s.version },
+  el("div", { class: "schedule-head" },
+    el("code", { class: "cron" }, s.cron),
+    el("span", { class: "quiet" }, "in " + s.timezone),
+    el("span", { class: "badge s-" + (s.enabled ? "ACTIVE" : "PAUSED"), "data-testid": "schedule-state-" + s.id },
+      s.enabled ? "on" : "paused")),
+  el("p", {}, s.goal, el("span", { class: "quiet" },
+    ` · if busy: ${POLICIES[s.policy]} · missed times ${s.misfire === "SKIP" ? "not made up" : "made up once"}`)),
+  el("p", { "data-testid": "schedule-next-" + s.id }, s.enabled && s.nextFireAt
+    ? ["Next: ", when(s.nextFireAt, "schedule-at-" + s.id), ` (your time, ${ZONE})`]
+    : s.enabled ? "It fires no more." : "Paused: it sends nothing until resumed."),
+  s.lastFireAt ? el("p", { class: "quiet" }, "Last fired ", when(s.lastFireAt, null)) : null,
+  el("div", { class: "choices" },
+    el("button", { type: "button", "data-id": s.id, "data-act": s.enabled ? "pause" : "resume",
+      "data-testid": (s.enabled ? "pause-" : "resume-") + s.id }, s.enabled ? "Pause" : "Resume"),
+    el("button", { type: "button", "data-id": s.id, "data-act": "delete", "data-testid": "delete-" + s.id },
+      "Delete")))));
+}
+
+// Pause, resume (at the version the page read: one changed since is refused and
+// read again) or delete.
+async function changeSchedule(button) {
+  const watching = ledger;
+  const schedule = (watching.schedules ?? []).find((s) => s.id === button.dataset.id);
+  if (!schedule) return;
+  $("schedule-result").textContent = "…";
+  try {
+    let result;
+    if (button.dataset.act === "delete") {
+      result = (await graphql("pageDeleteSchedule", { input: { id: schedule.id } })).deleteSchedule;
+    } else {
+      const input = { id: schedule.id, expectedVersion: schedule.version, enabled: button.dataset.act === "resume" };
+      result = (await graphql("pagePauseSchedule", { input })).updateSchedule;
+    }
+    if (watching !== ledger) return;
+    $("schedule-result").textContent = result.message === undefined ? ""
+      : result.__typename === "VersionConflict" ? "It was changed elsewhere meanwhile: shown again as it is now."
+        : result.message;
+    readSchedules(watching);
+  } catch (error) {
+    $("schedule-result").textContent = error.message;
+  }
+}
+
+async function addSchedule(event) {
+  event.preventDefault();
+  const watching = ledger;
+  if (!watching) return;
+  const input = { sessionId: watching.session, cron: $("schedule-cron").value.trim(),
+    timezone: $("schedule-zone").value.trim(), goal: $("schedule-goal").value.trim(),
+    steps: planOf($("schedule-steps").value), policy: $("schedule-policy").value,
+    misfire: $("schedule-misfire").value };
+  $("schedule-result").textContent = "…";
+  try {
+    const result = (await graphql("pageAddSchedule", { input })).createSchedule;
+    if (watching !== ledger) return;
+    $("schedule-result").className = result.__typename === "Schedule" ? "" : "refused";
+    if (result.__typename === "Schedule") {
+      $("schedule-result").textContent = "";
+      for (const id of ["schedule-cron", "schedule-goal", "schedule-steps"]) $(id).value = "";
+      readSchedules(watching);
+    } else {
+      $("schedule-result").textContent = "Not added: " + result.message;
+    }
+  } catch (error) {
+    $("schedule-result").textContent = error.message;
+  }
+}
+
 // ------------------------------------------------------------- start
 
 $("signin-form").addEventListener("submit", (event) => {
@@ -1337,6 +1729,17 @@ $("live").addEventListener("click", backToLive);
 $("fork").addEventListener("click", fork);
 $("interrupt-form").addEventListener("submit", answerInterrupt);
 $("raise-form").addEventListener("submit", raiseBudget);
+$("submit-form").addEventListener("submit", submitInput);
+$("schedule-form").addEventListener("submit", addSchedule);
+$("entries").addEventListener("click", (event) => {
+  const button = event.target.closest("button.cancel");
+  if (button) cancelEntry(button);
+});
+$("schedules").addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-act]");
+  if (button) changeSchedule(button);
+});
+$("zones").replaceChildren(...Intl.supportedValuesOf("timeZone").map((zone) => el("option", { value: zone })));
 window.addEventListener("hashchange", route);
 setInterval(tick, TICK_MS);
 
