@@ -178,7 +178,9 @@ def _fresh_postgres() -> str:
     return POSTGRES.rpartition("/")[0] + f"/{name}"
 
 
-FIRES = "SELECT scheduled_for, created_at FROM submissions WHERE schedule_id IS NOT NULL"
+FIRES = (
+    "SELECT schedule_id, scheduled_for, created_at FROM submissions WHERE schedule_id IS NOT NULL"
+)
 
 
 def _rows(kind: str, path: str) -> list[tuple[Any, Any, Any]]:

@@ -52,13 +52,14 @@ async def test_an_interrupt_sent_on_one_page_stops_the_task_another_page_watches
     ``sessionSubmissions``) and INTERRUPT sent from the page (``submitInput``): two
     pages on a session whose task an agent leased and is running; one sends an
     input under INTERRUPT; the other, which sent nothing, sees it queued and the
-    running one asked to stop, then, once the agent finishes its step, that
-    task cancelled, its entry INTERRUPTED by #2 and #2 ACTIVE, whose link opens
+    running one asked to stop, then, once the agent finishes the step it is in
+    (one of two), that task cancelled, its entry INTERRUPTED by #2 and #2 ACTIVE, whose link opens
     its task, while #3, queued meanwhile, waits. Seen failing with the ledger's
     subscription not sent (the watching page kept #1 ACTIVE alone)."""
     server, token = dashboard
     session = start_session(api)["id"]
-    first = submit(api, session, goal="Answer Ana", steps=[{"action": "draft reply"}])
+    plan = [{"action": "draft reply"}, {"action": "send reply"}]
+    first = submit(api, session, goal="Answer Ana", steps=plan)
     lease = running(api, session, "agent-1")
     assert lease["taskId"] == first["taskId"]
     url = f"{server.url}/#token={token}&task={first['taskId']}"

@@ -277,3 +277,28 @@ def test_a_stop_whose_request_never_ran_is_asked_again(alice: Api, server: Serve
         timeout=10,
         what="the task to be asked to stop",
     )
+
+
+def test_an_interrupted_task_that_finishes_its_last_step_completes(alice: Api) -> None:
+    """Guards the end of a stop with nothing left to stop: a task asked to stop
+    that completes its last step is COMPLETED, its submission too, and the
+    interrupting one runs next."""
+    session = start_session(alice)["id"]
+    first = submit(alice, session)
+    lease = claim(alice, "w1", session_id=session)
+    current = task(alice, first["taskId"])
+    mutate(
+        alice, "startStep", "StepRefInput", TASK, taskId=first["taskId"], stepIndex=0,
+        expectedVersion=current["version"], fencingToken=lease["fencingToken"],
+    )  # fmt: skip
+    submit(alice, session, "INTERRUPT")
+    done = mutate(
+        alice, "completeStep", "CompleteStepInput", TASK, taskId=first["taskId"], stepIndex=0,
+        expectedVersion=task(alice, first["taskId"])["version"],
+        fencingToken=lease["fencingToken"],
+    )  # fmt: skip
+    assert done["status"] == "COMPLETED"
+    assert {s["seq"]: s["status"] for s in ledger(alice, session)} == {
+        1: "COMPLETED",
+        2: "ACTIVE",
+    }

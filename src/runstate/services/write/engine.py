@@ -163,6 +163,8 @@ class Draft:
     """The task's budget as this write sets it (``set_budget``; None: unchanged)."""
     _session_spent: SpendView | None = None
     """The session's spend before this write, once read (``session_spent``)."""
+    stopping: bool = False
+    """The task, asked to stop, ends with this write (``stop_if_interrupted``)."""
     ended: SubmissionStatus | None = None
     """The status this write ended the task's submission in (``ledger.task_ended``);
     None: it ended none."""
@@ -347,11 +349,12 @@ class Draft:
             raise InvalidTransitionError("submission", status, SubmissionStatus.ACTIVE)
 
     def stop_if_interrupted(self) -> None:
-        """End the task CANCELLED, what it did kept, when its submission was asked
-        to stop: called by the writes that finish its running work (a step done
-        or failed, its lease released), which are accepted as they happened."""
-        if self.task.interrupt_requested and self.status not in FINAL_TASKS:
-            self.move_task(TaskStatus.CANCELLED, jump=True)
+        """End the task CANCELLED, what it did kept, once this write is in, when its
+        submission was asked to stop: called by the writes that finish its
+        running work (a step done or failed, its lease released), which are
+        accepted as they happened. A write that finished the task's last step
+        completes it instead: nothing was left to stop (``_settle``)."""
+        self.stopping = self.task.interrupt_requested
 
     def refuse_if_final(self) -> None:
         """A COMPLETED or CANCELLED task takes no more step changes."""
@@ -713,6 +716,8 @@ async def _settle(draft: Draft, stored_bytes: int) -> list[sql.Statement]:
     finished_now = 0 < draft.total == current != task.current_step
     if finished_now and draft.complete_when_done and draft.status not in FINAL_TASKS:
         draft.move_task(TaskStatus.COMPLETED, jump=True)
+    if draft.stopping and draft.status not in FINAL_TASKS:
+        draft.move_task(TaskStatus.CANCELLED, jump=True)
     moved: dict[str, Any] = {"stored_bytes": stored_bytes}
     if draft.new_budget is not None:
         moved |= budget_columns(draft.new_budget[0])
