@@ -111,7 +111,9 @@ async def test_submit_admits_under_each_policy_and_refuses_busy_with_session_bus
 async def test_serve_runs_enqueued_submissions_in_ledger_order(rs: Runstate) -> None:
     """Guards ``serve``: three ENQUEUEd inputs are handed to the handler one after
     another in seq order, each with its submission's input and a runner on its
-    task, and each ends COMPLETED."""
+    task, and each ends COMPLETED; another session's input is left alone (seen
+    run, with the claims made without the session)."""
+    elsewhere = await rs.submit((await rs.start_session()).id, "answer", ["x"], input="other")
     session = (await rs.start_session()).id
     for text in ("one", "two", "three"):
         await rs.submit(session, "answer", plan("read", "reply"), input=text, policy="ENQUEUE")
@@ -132,6 +134,7 @@ async def test_serve_runs_enqueued_submissions_in_ledger_order(rs: Runstate) -> 
     assert handled == [(s.input, s.task_id) for s in ledger]
     assert [s.input for s in ledger] == ["one", "two", "three"]
     assert {s.status for s in ledger} == {"COMPLETED"}
+    assert (await rs.submission(elsewhere.id)).status == "ACTIVE"
 
 
 async def test_an_interrupt_between_steps_is_refused_by_the_server_and_served_next(
