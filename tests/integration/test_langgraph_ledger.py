@@ -135,7 +135,7 @@ async def test_an_interrupt_stops_the_graph_at_the_next_super_step_and_runs_next
         trips.gate.set()
 
     with caplog.at_level(logging.INFO, logger="runstate"):
-        await asyncio.gather(serve(served, session, trips), interrupt())
+        await asyncio.wait_for(asyncio.gather(serve(served, session, trips), interrupt()), 60)
     assert trips.ran == [
         ("slow", "search"),
         ("slow", "book"),
@@ -176,6 +176,22 @@ async def waiting_at_its_interrupt(rs: Runstate, task_id: str) -> int:
     raise AssertionError("the watch ended")
 
 
+async def let_go_to_wait(rs: Runstate, task_id: str) -> None:
+    """Follow the thread until it waits at an interrupt and the helper let it go
+    to wait for the answer: its run's end released the lease, the helper took it
+    to read the thread, and released it again."""
+    watch = rs.watch(task_id)
+    waiting, released = False, 0
+    async with contextlib.aclosing(watch.__aiter__()) as events:
+        async for event in events:
+            waiting = waiting or event.status == "AWAITING_DECISION"
+            if waiting and event.kind == "LOCK_RELEASED":
+                released += 1
+            if released == 2:
+                return
+    raise AssertionError("the watch ended")
+
+
 def answered(served: tuple[Server, str], task_id: str, version: int, value: Any) -> str:
     """A person's answer to the interrupt of the thread's ``book`` (step 1)."""
     server, token = served
@@ -207,7 +223,7 @@ async def test_a_thread_waiting_at_interrupt_keeps_the_turn_until_a_person_answe
         said = await asyncio.to_thread(answered, served, asking.task_id, version, "yes")
         assert said == "Task"
 
-    await asyncio.gather(serve(served, session, trips), answer())
+    await asyncio.wait_for(asyncio.gather(serve(served, session, trips), answer()), 60)
     assert trips.answers == ["yes"]
     assert trips.ran == [
         *[("ask", n) for n in ("search", "book", "book", "pay")],
@@ -219,9 +235,10 @@ async def test_a_thread_waiting_at_interrupt_keeps_the_turn_until_a_person_answe
 async def test_an_interrupt_ends_a_thread_waiting_for_a_person_and_runs_next(
     rs: Runstate, served: tuple[Server, str]
 ) -> None:
-    """Guards ``serve_session``'s wait for an answer: an INTERRUPT while the thread
-    waits at ``interrupt()`` (its lease let go) ends it CANCELLED, the helper stops
-    waiting for an answer that will not come, and the interrupting input runs."""
+    """Guards ``serve_session``'s wait for an answer: the helper lets the waiting
+    thread's lease go, so an INTERRUPT ends it CANCELLED at once (the new input
+    ACTIVE in that request); the helper stops waiting for an answer that will
+    not come, and the interrupting input runs."""
     session = (await rs.start_session()).id
     asking = await rs.submit(session, "trip", [], input={"text": "ask"})
     assert asking.task_id is not None
@@ -229,10 +246,11 @@ async def test_an_interrupt_ends_a_thread_waiting_for_a_person_and_runs_next(
 
     async def interrupt_it() -> None:
         assert asking.task_id is not None
-        await waiting_at_its_interrupt(rs, asking.task_id)
-        await rs.submit(session, "trip", [], input={"text": "urgent"}, policy="INTERRUPT")
+        await let_go_to_wait(rs, asking.task_id)
+        urgent = await rs.submit(session, "trip", [], input={"text": "urgent"}, policy="INTERRUPT")
+        assert urgent.status == "ACTIVE"
 
-    await asyncio.gather(serve(served, session, trips), interrupt_it())
+    await asyncio.wait_for(asyncio.gather(serve(served, session, trips), interrupt_it()), 60)
     assert trips.answers == []
     assert trips.ran == [
         ("ask", "search"),
