@@ -259,3 +259,39 @@ async def test_an_interrupt_ends_a_thread_waiting_for_a_person_and_runs_next(
     ]
     assert [s.status for s in await rs.submissions(session)] == ["INTERRUPTED", "COMPLETED"]
     assert (await rs.task(asking.task_id)).status == "CANCELLED"
+
+
+async def test_runs_ended_waits_for_the_run_s_end_and_its_lease_let_go(
+    rs: Runstate, served: tuple[Server, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards ``RunstateSaver.runs_ended``, which ``serve_session`` awaits before it
+    reads the ledger again: a watched run's end is sent after ``ainvoke`` returned,
+    and until it is stored (and the lease let go) the finished submission is still
+    the ACTIVE one, whose thread the helper would run again. Here the end is held
+    on its way: ``runs_ended`` is not done while the thread is still RUNNING and
+    leased, and is once the end went (COMPLETED, no lease)."""
+    server, token = served
+    thread = (await rs.submit((await rs.start_session()).id, "trip", [], input="x")).task_id
+    assert thread is not None
+    reached, gate = asyncio.Event(), asyncio.Event()
+    async with RunstateSaver.from_url(server.url, token, holder="graph-worker") as saver:
+        sent = saver._client.record_graph_run
+
+        async def held(**report: Any) -> Any:
+            if report.get("ended") is not None:
+                reached.set()
+                await gate.wait()
+            return await sent(**report)
+
+        monkeypatch.setattr(saver._client, "record_graph_run", held)
+        graph = saver.watch(Trips(last="x").compiled(saver))
+        await graph.ainvoke({"text": "x"}, {"configurable": {"thread_id": thread}})
+        await reached.wait()
+        ending = asyncio.ensure_future(saver.runs_ended())
+        before = await rs.task(thread)  # a round trip: time enough for a wait that is none
+        assert not ending.done()
+        assert (before.status, before.lock is not None) == ("RUNNING", True)
+        gate.set()
+        await asyncio.wait_for(ending, 30)
+        after = await rs.task(thread)
+        assert (after.status, after.lock) == ("COMPLETED", None)
