@@ -288,10 +288,12 @@ async def test_runs_ended_waits_for_the_run_s_end_and_its_lease_let_go(
         await graph.ainvoke({"text": "x"}, {"configurable": {"thread_id": thread}})
         await reached.wait()
         ending = asyncio.ensure_future(saver.runs_ended())
-        before = await rs.task(thread)  # a round trip: time enough for a wait that is none
-        assert not ending.done()
-        assert (before.status, before.lock is not None) == ("RUNNING", True)
-        gate.set()
+        try:
+            before = await rs.task(thread)  # a round trip: time enough for a wait that is none
+            assert not ending.done()
+            assert (before.status, before.lock is not None) == ("RUNNING", True)
+        finally:
+            gate.set()  # the saver's close waits for the end held
         await asyncio.wait_for(ending, 30)
         after = await rs.task(thread)
         assert (after.status, after.lock) == ("COMPLETED", None)
