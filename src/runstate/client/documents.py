@@ -54,14 +54,17 @@ BUDGET_EXCEEDED = (
 )
 """What ``BudgetExceeded`` reads: its budget and spend aliased, as a task's own
 ``budget`` is another type (it may be null)."""
+CREATED_PROBLEMS = PROBLEM_DETAILS + BUDGET_EXCEEDED
+"""What the SDK's exceptions read of the refusal of a write that makes a task
+(``createTask``, ``forkTask``): one that starts no work, so never
+TaskInterrupted, whose ``submission`` could not sit beside the whole task's own
+(another type: it may be null) without a third alias, past the production
+floor of two."""
 TASK_PROBLEMS = (
-    PROBLEM_DETAILS
-    + BUDGET_EXCEEDED
-    + f"... on TaskInterrupted {{ stopped: submission {{ {SUBMISSION_FIELDS} }} }}"
+    CREATED_PROBLEMS + f"... on TaskInterrupted {{ submission {{ {SUBMISSION_FIELDS} }} }}"
 )
 """What the SDK's exceptions read of a task write's refusal (``TaskResult``,
-``ToolStateResult``). A TaskInterrupted's submission is aliased: a task's own
-``submission`` is another type (it may be null)."""
+``ToolStateResult``)."""
 
 
 def mutation(name: str, input_type: str, selection: str) -> str:
@@ -73,7 +76,7 @@ def mutation(name: str, input_type: str, selection: str) -> str:
 
 
 START_SESSION = mutation("startSession", "StartSessionInput", SESSION)
-CREATE_TASK = mutation("createTask", "CreateTaskInput", TASK + TASK_PROBLEMS)
+CREATE_TASK = mutation("createTask", "CreateTaskInput", TASK + CREATED_PROBLEMS)
 START_STEP = mutation("startStep", "StepRefInput", HEAD + TASK_PROBLEMS)
 COMPLETE_STEP = mutation("completeStep", "CompleteStepInput", HEAD + TASK_PROBLEMS)
 FAIL_STEP = mutation("failStep", "FailStepInput", HEAD + TASK_PROBLEMS)
@@ -113,7 +116,7 @@ TOOL = mutation(
     "RecordToolCallInput",
     "... on ToolState {" + TOOL_FIELDS + "}" + TASK_PROBLEMS,
 )
-FORK = mutation("forkTask", "ForkTaskInput", TASK + TASK_PROBLEMS)
+FORK = mutation("forkTask", "ForkTaskInput", TASK + CREATED_PROBLEMS)
 CLAIM = mutation("claimTask", "ClaimTaskInput", "... on TaskLock {" + LOCK_FIELDS + "}")
 SUBMIT = mutation(
     "submitInput",

@@ -171,7 +171,7 @@ class TaskInterrupted(ProblemError):  # noqa: N818
 
     def __init__(self, data: dict[str, Any], submission: Submission | None = None) -> None:
         super().__init__(data)
-        self.submission = submission or Submission.of(data["stopped"])
+        self.submission = submission or Submission.of(data["submission"])
 
 
 PROBLEMS: dict[str, type[ProblemError]] = {
