@@ -462,18 +462,27 @@ class RedisServer:
 
 class AgentProcess:
     """An agent script (``tests.agents.*``) in a subprocess, its JSON lines read with
-    deadlines."""
+    deadlines; its stderr written to ``stderr`` if given."""
 
     def __init__(
-        self, url: str, token: str, task_id: str, *args: str, module: str = "tests.agents.worker"
+        self,
+        url: str,
+        token: str,
+        task_id: str,
+        *args: str,
+        module: str = "tests.agents.worker",
+        stderr: Path | None = None,
     ) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", module, url, token, task_id, *args],
-            cwd=Path(__file__).parent.parent,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        with contextlib.ExitStack() as files:
+            errors = None if stderr is None else files.enter_context(stderr.open("w"))
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", module, url, token, task_id, *args],
+                cwd=Path(__file__).parent.parent,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                text=True,
+            )
         self.lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 

@@ -1,8 +1,9 @@
 """The Python in ``docs/sdk.md`` runs as pasted: each block is saved as a file and
-run, in the order of the page (first calls, the agent loop, then watching its
-task), against a real server with a token of the reader's own. Guards the page
-against snippets that are fragments or no longer work (its first snippet once was
-a SyntaxError in a file, and its watcher once came before the task it watches)."""
+run, in the order of the page (first calls, the agent loop, a session served
+input by input, then watching the loop's task), against a real server with a
+token of the reader's own. Guards the page against snippets that are fragments
+or no longer work (its first snippet once was a SyntaxError in a file, and its
+watcher once came before the task it watches)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_every_python_block_of_the_sdk_guide_runs(
     reader: tuple[Server, str], tmp_path: Path
 ) -> None:
     server, token = reader
-    first, loop, watch = python_blocks(SDK_DOC.read_text())
+    first, loop, inputs, watch = python_blocks(SDK_DOC.read_text())
 
     created = run_block(first, tmp_path / "first.py", server, token)
     assert re.fullmatch(rf"created \S+ PLANNED at {re.escape(server.url)}/#task=\S+\n", created)
@@ -60,6 +61,12 @@ def test_every_python_block_of_the_sdk_guide_runs(
     again = run_block(loop, tmp_path / "weekend.py", server, token)
     assert again == ran, "run again, the same id resumes the finished task"
 
+    served = run_block(inputs, tmp_path / "inputs.py", server, token)
+    assert served == (
+        "busy with submission 1\n1 hello COMPLETED\n2 what is the weather? COMPLETED\n"
+        "3 thanks COMPLETED\n"
+    )
+
     watched = run_block(watch, tmp_path / "watch.py", server, token).splitlines()
     assert len(watched) == 1, "a finished task: its snapshot, and the loop ends"
     assert re.fullmatch(r"\d+ SNAPSHOT None 3 of 3", watched[0])
@@ -67,4 +74,4 @@ def test_every_python_block_of_the_sdk_guide_runs(
 
 def test_the_doc_has_the_blocks_this_test_runs() -> None:
     """Control: a block added to the guide is run here too, or this fails."""
-    assert len(python_blocks(SDK_DOC.read_text())) == 3
+    assert len(python_blocks(SDK_DOC.read_text())) == 4

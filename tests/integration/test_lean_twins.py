@@ -48,6 +48,30 @@ from tests.support import opened
 SCHEMA = build_schema()
 LEAN = Lean(SCHEMA, Trusted.packaged().bodies.values())
 
+SUBMISSION = SubmissionView(
+    pk=1,
+    id="sub-1",
+    user_id="twin",
+    session_pk=1,
+    session_id="s-1",
+    seq=2,
+    input={"text": "stop"},
+    policy=AdmissionPolicy.INTERRUPT,
+    status=SubmissionStatus.ACTIVE,
+    reason="interrupted by submission sub-2",
+    task_pk=None,
+    task_id=None,
+    displaced_by="sub-2",
+    schedule_pk=None,
+    schedule_id=None,
+    scheduled_for=None,
+    actor="twin",
+    changed_seq=3,
+    created_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+    updated_at=datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC),
+)
+"""A submission a refusal of the ledger names (TaskInterrupted, SessionBusy)."""
+
 REFUSALS: dict[str, errors.DomainError] = {
     "NotFound": errors.NotFoundError("task", "t-1"),
     "VersionConflict": errors.VersionConflictError(3, 4),
@@ -62,30 +86,8 @@ REFUSALS: dict[str, errors.DomainError] = {
     "BudgetExceeded": errors.BudgetExceededError(
         "TASK", BudgetView(max_tokens=10), SpendView(input_tokens=7, output_tokens=5, calls=2)
     ),
-    "TaskInterrupted": errors.TaskInterruptedError(
-        SubmissionView(
-            pk=1,
-            id="sub-1",
-            user_id="twin",
-            session_pk=1,
-            session_id="s-1",
-            seq=2,
-            input={"text": "stop"},
-            policy=AdmissionPolicy.INTERRUPT,
-            status=SubmissionStatus.ACTIVE,
-            reason="interrupted by submission sub-2",
-            task_pk=None,
-            task_id=None,
-            displaced_by="sub-2",
-            schedule_pk=None,
-            schedule_id=None,
-            scheduled_for=None,
-            actor="twin",
-            changed_seq=3,
-            created_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
-            updated_at=datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC),
-        )
-    ),
+    "TaskInterrupted": errors.TaskInterruptedError(SUBMISSION),
+    "SessionBusy": errors.SessionBusyError(SUBMISSION),
 }
 """A refusal of each kind, by the Problem member that answers it."""
 

@@ -102,6 +102,9 @@ def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
             "graphCheckpoints",
             "sessionItems",
             "taskEvents",
+            "submission",
+            "submissions",
+            "activeSubmission",
         }
     )
     assert {names[b]: why for b, why in lean.skipped.items()} == {
@@ -115,6 +118,7 @@ def test_the_sdks_writes_take_the_lean_path_and_the_rest_say_why_not() -> None:
         "graphCheckpoints": "is a query",
         "sessionItems": "is a query",
         "taskEvents": "is a query",
+        **{name: "is a query" for name in ("submission", "submissions", "activeSubmission")},
         **{name: "is a query" for name in ("pageSignIn", "pageSessions", "pageLog")},
         **{name: "is a query" for name in ("pageTaskAt", "pageGoal", "pageLease", "pageSpend")},
         **{name: "is a query" for name in ("pageEntries", "pageSchedules")},

@@ -1,5 +1,6 @@
 """The runstate SDK for agents: ``Runstate`` (client), ``TaskRunner`` (leases,
-versions, checkpoint policies, resume) and ``watch`` (live progress).
+versions, checkpoint policies, resume), ``watch`` (live progress) and a
+session's ledger (``submit``, ``serve``).
 
 See docs/sdk.md for a complete agent loop.
 """
@@ -20,8 +21,10 @@ from runstate.client.exceptions import (
     RunstateError,
     ServerError,
     ServerUnavailable,
+    SessionBusy,
     SessionExpired,
     StaleFencingToken,
+    TaskInterrupted,
     Unauthorized,
     VersionConflict,
 )
@@ -35,6 +38,7 @@ from runstate.client.records import (
     Spend,
     SpendReport,
     Step,
+    Submission,
     Task,
     ToolState,
 )
@@ -67,12 +71,15 @@ __all__ = [
     "ServerError",
     "ServerUnavailable",
     "Session",
+    "SessionBusy",
     "SessionExpired",
     "Spend",
     "SpendReport",
     "StaleFencingToken",
     "Step",
+    "Submission",
     "Task",
+    "TaskInterrupted",
     "TaskRunner",
     "ToolState",
     "Unauthorized",

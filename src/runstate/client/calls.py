@@ -35,6 +35,7 @@ from gql.transport.websockets import WebsocketsTransport
 from graphql import DocumentNode, ExecutionResult, parse
 from websockets.exceptions import WebSocketException
 
+from runstate.basics.enums import AdmissionPolicy, SubmissionStatus
 from runstate.client import documents as doc
 from runstate.client.exceptions import (
     PROBLEMS,
@@ -52,6 +53,7 @@ from runstate.client.records import (
     ResumePlan,
     Session,
     SpendReport,
+    Submission,
     Task,
     ToolState,
     camel,
@@ -340,10 +342,13 @@ class Calls:
                 await asyncio.sleep(pause)
         return answer
 
-    async def _mutate(self, document: str, name: str, **input: Any) -> dict[str, Any]:
-        """A write, sent with an idempotency key of its own: when a retry follows a
-        lost answer, the server answers as it did and writes nothing more."""
-        key = uuid.uuid4().hex
+    async def _mutate(
+        self, document: str, name: str, idempotency_key: str | None = None, **input: Any
+    ) -> dict[str, Any]:
+        """A write, sent with an idempotency key (the caller's, else one of its own):
+        when a retry follows a lost answer, the server answers as it did and writes
+        nothing more."""
+        key = idempotency_key or uuid.uuid4().hex
         return await self._call(document, name, input={**_some(**input), "idempotencyKey": key})
 
     # -- sessions and tasks
@@ -662,6 +667,81 @@ class Calls:
             note=note,
         )
         return Task.of(data) if data["__typename"] == "Task" else Session.of(data)
+
+    # -- a session's ledger: inputs admitted in one order, run one at a time
+
+    async def submit(
+        self,
+        session_id: str,
+        goal: str,
+        steps: Sequence[StepPlan],
+        *,
+        input: Any = None,
+        policy: str = AdmissionPolicy.REJECT,
+        budget: Mapping[str, int | None] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Submission:
+        """Admit ``input`` into the session's ledger with the task that carries it
+        out (``goal``, ``steps``), created PLANNED in the same transaction; the
+        submission takes the ledger's next ``seq``. With the session's active
+        submission unfinished, ``policy`` says what happens: REJECT raises
+        ``SessionBusy`` (its ``active``) and writes nothing; ENQUEUE queues it
+        (QUEUED: its task is claimed once those before it are finished); INTERRUPT
+        asks the active task to stop at its next start of work and runs this one
+        next; ROLLBACK does the same and then removes the stopped task. With none
+        unfinished it is ACTIVE at once, whatever the policy.
+
+        ``budget`` (``max_tokens``, ``max_cost_micros``) limits its task's spend; a
+        session over its budget raises ``BudgetExceeded``. ``idempotency_key``
+        (one per input, e.g. the id of the message a person sent) makes a second
+        submit of the same input, from any process, answer the same submission:
+        without it the call's retries are covered, not a retry of the call."""
+        data = await self._mutate(
+            doc.SUBMIT,
+            "submitInput",
+            idempotency_key,
+            sessionId=session_id,
+            input=input,
+            goal=goal,
+            steps=[_plan(s) for s in steps],
+            policy=AdmissionPolicy(policy),
+            budget=_budget(budget),
+        )
+        return Submission.of(data)
+
+    async def cancel_submission(self, submission_id: str, *, note: str | None = None) -> Submission:
+        """Cancel a QUEUED submission (CANCELLED, ``note`` its reason) and remove its
+        task; any other status raises ``InvalidTransition``."""
+        data = await self._mutate(
+            doc.CANCEL_SUBMISSION, "cancelSubmission", id=submission_id, note=note
+        )
+        return Submission.of(data)
+
+    async def submission(self, submission_id: str) -> Submission:
+        """A submission as it stands."""
+        data = await self._call(doc.SUBMISSION_QUERY, "submission", id=submission_id)
+        return Submission.of(data)
+
+    async def submissions(
+        self, session_id: str, *, status: str | None = None, first: int = 50
+    ) -> list[Submission]:
+        """The session's ledger in order (``seq``): its first ``first`` submissions,
+        of one ``status`` if given (``submissions(id, status="QUEUED")``: those
+        waiting)."""
+        data = await self._call(
+            doc.SUBMISSIONS_QUERY,
+            "session",
+            sessionId=session_id,
+            status=None if status is None else SubmissionStatus(status),
+            first=first,
+        )
+        return [Submission.of(s) for s in data["submissions"]]
+
+    async def active_submission(self, session_id: str) -> Submission | None:
+        """The submission whose turn it is (ACTIVE), if any."""
+        data = await self._call(doc.ACTIVE_SUBMISSION_QUERY, "session", sessionId=session_id)
+        active = data["activeSubmission"]
+        return None if active is None else Submission.of(active)
 
     # -- live progress
 

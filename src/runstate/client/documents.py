@@ -14,6 +14,7 @@ from runstate.client.records import (
     Session,
     Spend,
     Step,
+    Submission,
     Task,
     ToolState,
     selection,
@@ -30,26 +31,40 @@ SESSION = "... on AgentSession {" + selection(Session) + "}"
 STEP_FIELDS = selection(Step)
 TOOL_FIELDS = selection(ToolState)
 LOCK_FIELDS = selection(Lock)
-HEAD_FIELDS = selection(Task, "steps", "tool_states", "spend", "budget", "over_budget")
+HEAD_FIELDS = selection(
+    Task, "steps", "tool_states", "spend", "budget", "over_budget", "submission"
+)
 TASK_FIELDS = selection(Task)
+SUBMISSION_FIELDS = selection(Submission)
+SUBMISSION = "... on Submission {" + SUBMISSION_FIELDS + "}"
 
 TASK = "... on Task {" + TASK_FIELDS + "}"
 HEAD = "... on Task {" + HEAD_FIELDS + "}"
-"""A write's answer without steps, tool states or spend: the runner knows what it
-changed, and a write pays for no read of its session's spend."""
+"""A write's answer without steps, tool states, spend or submission: the runner
+knows what it changed, and a write pays for no read of its session's spend or
+ledger."""
 PROBLEM_DETAILS = """
   ... on VersionConflict { currentVersion }
   ... on LockHeld { holderId expiresAt }
   ... on StaleFencingToken { currentToken }
 """
+BUDGET_EXCEEDED = (
+    f"... on BudgetExceeded {{ scope limit: budget {{ {selection(Budget)} }}"
+    f" spent: spend {{ {selection(Spend)} }} }}"
+)
+"""What ``BudgetExceeded`` reads: its budget and spend aliased, as a task's own
+``budget`` is another type (it may be null)."""
+CREATED_PROBLEMS = PROBLEM_DETAILS + BUDGET_EXCEEDED
+"""What the SDK's exceptions read of the refusal of a write that makes a task
+(``createTask``, ``forkTask``): one that starts no work, so never
+TaskInterrupted, whose ``submission`` could not sit beside the whole task's own
+(another type: it may be null) without a third alias, past the production
+floor of two."""
 TASK_PROBLEMS = (
-    PROBLEM_DETAILS
-    + f"... on BudgetExceeded {{ scope limit: budget {{ {selection(Budget)} }}"
-    + f" spent: spend {{ {selection(Spend)} }} }}"
+    CREATED_PROBLEMS + f"... on TaskInterrupted {{ submission {{ {SUBMISSION_FIELDS} }} }}"
 )
 """What the SDK's exceptions read of a task write's refusal (``TaskResult``,
-``ToolStateResult``). A BudgetExceeded's budget and spend are aliased: a task's
-own ``budget`` is another type (it may be null)."""
+``ToolStateResult``)."""
 
 
 def mutation(name: str, input_type: str, selection: str) -> str:
@@ -61,7 +76,7 @@ def mutation(name: str, input_type: str, selection: str) -> str:
 
 
 START_SESSION = mutation("startSession", "StartSessionInput", SESSION)
-CREATE_TASK = mutation("createTask", "CreateTaskInput", TASK + TASK_PROBLEMS)
+CREATE_TASK = mutation("createTask", "CreateTaskInput", TASK + CREATED_PROBLEMS)
 START_STEP = mutation("startStep", "StepRefInput", HEAD + TASK_PROBLEMS)
 COMPLETE_STEP = mutation("completeStep", "CompleteStepInput", HEAD + TASK_PROBLEMS)
 FAIL_STEP = mutation("failStep", "FailStepInput", HEAD + TASK_PROBLEMS)
@@ -101,8 +116,29 @@ TOOL = mutation(
     "RecordToolCallInput",
     "... on ToolState {" + TOOL_FIELDS + "}" + TASK_PROBLEMS,
 )
-FORK = mutation("forkTask", "ForkTaskInput", TASK + TASK_PROBLEMS)
+FORK = mutation("forkTask", "ForkTaskInput", TASK + CREATED_PROBLEMS)
 CLAIM = mutation("claimTask", "ClaimTaskInput", "... on TaskLock {" + LOCK_FIELDS + "}")
+SUBMIT = mutation(
+    "submitInput",
+    "SubmitInput",
+    SUBMISSION + f"... on SessionBusy {{ active {{ {SUBMISSION_FIELDS} }} }}" + BUDGET_EXCEEDED,
+)
+CANCEL_SUBMISSION = mutation("cancelSubmission", "CancelSubmissionInput", SUBMISSION)
+SUBMISSION_QUERY = (
+    "query submission($id: ID!) { submission(id: $id) { " + PROBLEM + SUBMISSION + " } }"
+)
+SUBMISSIONS_QUERY = (
+    "query submissions($sessionId: ID!, $status: SubmissionStatus, $first: Int) {"
+    " session(id: $sessionId) { " + PROBLEM + " ... on AgentSession {"
+    " submissions(status: $status, first: $first) { " + SUBMISSION_FIELDS + " } } } }"
+)
+ACTIVE_SUBMISSION_QUERY = (
+    "query activeSubmission($sessionId: ID!) { session(id: $sessionId) { "
+    + PROBLEM
+    + " ... on AgentSession { activeSubmission { "
+    + SUBMISSION_FIELDS
+    + " } } } }"
+)
 TASK_QUERY = "query task($id: ID!) { task(id: $id) { " + PROBLEM + TASK + " } }"
 TASK_AT_QUERY = (
     "query taskAt($id: ID!, $seq: Int!) { taskAt(id: $id, seq: $seq) { " + PROBLEM + TASK + " } }"

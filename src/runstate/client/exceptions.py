@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runstate.client.records import Budget, Spend
+from runstate.client.records import Budget, Spend, Submission
 
 
 class RunstateError(Exception):
@@ -145,6 +145,35 @@ class BudgetExceeded(ProblemError):  # noqa: N818
         return Spend.of(self.data["spent"])
 
 
+class SessionBusy(ProblemError):  # noqa: N818
+    """A REJECT submission found the session's active submission unfinished
+    (``active``, as it stood): nothing was written. Submit with ENQUEUE to queue
+    behind it, or INTERRUPT to stop it."""
+
+    code = "SESSION_BUSY"
+
+    @property
+    def active(self) -> Submission:
+        return Submission.of(self.data["active"])
+
+
+class TaskInterrupted(ProblemError):  # noqa: N818
+    """An INTERRUPT or ROLLBACK of the task's submission (``submission``) asked it
+    to stop: it starts no new work, and nothing was written. Let the lease go (a
+    ``TaskRunner`` does on leaving): the task then ends CANCELLED, what it did kept,
+    and the submission that displaced it runs next.
+
+    The server says so to the next start of work; a ``TaskRunner`` says so itself
+    at its next ``begin`` when a write's answer already told it (the step's end
+    that ended the task CANCELLED), with the submission as it then stands."""
+
+    code = "TASK_INTERRUPTED"
+
+    def __init__(self, data: dict[str, Any], submission: Submission | None = None) -> None:
+        super().__init__(data)
+        self.submission = submission or Submission.of(data["submission"])
+
+
 PROBLEMS: dict[str, type[ProblemError]] = {
     cls.__name__: cls
     for cls in (
@@ -158,6 +187,8 @@ PROBLEMS: dict[str, type[ProblemError]] = {
         StaleFencingToken,
         RateLimited,
         BudgetExceeded,
+        SessionBusy,
+        TaskInterrupted,
     )
 }
 

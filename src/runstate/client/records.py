@@ -14,7 +14,15 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any, TypeVar, cast, get_args, get_origin
 
-from runstate.basics.enums import SessionStatus, StepStatus, TaskEventKind, TaskStatus, ToolStatus
+from runstate.basics.enums import (
+    AdmissionPolicy,
+    SessionStatus,
+    StepStatus,
+    SubmissionStatus,
+    TaskEventKind,
+    TaskStatus,
+    ToolStatus,
+)
 from runstate.basics.typed import decoded, hints, without_none
 
 A = TypeVar("A", bound="Answer")
@@ -193,6 +201,12 @@ class Task(Answer):
     """Its spend, or its session's, reached a budget: new work is refused."""
     run_of: str | None = None
     """The framework whose run it holds (``"openai-agents"``); None: an ordinary task."""
+    interrupt_requested: bool = False
+    """An INTERRUPT or ROLLBACK of its submission asked it to stop: it starts no new
+    work (``TaskInterrupted``)."""
+    submission: Submission | None = None
+    """The submission it carries out, as read with the task (None: a task made with
+    ``create_task``, outside any ledger; and in a write's answer)."""
 
     def apply(self, event: Event) -> Task:
         """The task as of ``event``, from this task as of the event before it: steps
@@ -221,6 +235,9 @@ class Task(Answer):
             tool_states=tuple(tools[name] for name in sorted(tools)),
             lock=lock,
             stalled=event.stalled,
+            interrupt_requested=(
+                self.interrupt_requested or event.kind is TaskEventKind.INTERRUPT_REQUESTED
+            ),
             spend=_summed(s.spend for s in steps),
             budget=event.budget if event.kind is TaskEventKind.BUDGET_CHANGED else self.budget,
             over_budget=self.over_budget or event.budget_crossed is not None,
@@ -233,13 +250,14 @@ class Task(Answer):
         for index, changes in changed.items():
             known = {k: v for k, v in changes.items() if k in _STEP_FIELDS}  # what it models
             steps[index] = replace(steps[index], **known)
-        return replace(  # a write's answer carries no spend: as last read
+        return replace(  # a write's answer carries no spend nor submission: as last read
             head,
             steps=tuple(steps),
             tool_states=self.tool_states,
             spend=self.spend,
             budget=self.budget,
             over_budget=self.over_budget,
+            submission=self.submission,
         )
 
 
@@ -309,3 +327,30 @@ class Origin(Answer):
 
     task_id: str
     seq: int
+
+
+@dataclass(frozen=True)
+class Submission(Answer):
+    """An input admitted into a session's ledger (``Runstate.submit``): its place
+    in the ledger (``seq``, 1, 2, 3, ... in the order the database admitted them),
+    where it stands, and the task that carries it out (None once ROLLED_BACK, and
+    for a schedule's SKIPPED fire). ``reason`` says in words why it is SKIPPED,
+    INTERRUPTED, ROLLED_BACK or CANCELLED; ``displaced_by`` names the submission
+    that interrupted or rolled it back; ``actor`` is who submitted it (a user, or
+    ``schedule:<id>``)."""
+
+    id: str
+    session_id: str
+    seq: int
+    input: Any
+    policy: AdmissionPolicy
+    status: SubmissionStatus
+    reason: str | None
+    task_id: str | None
+    displaced_by: str | None
+    actor: str | None
+    created_at: datetime
+    updated_at: datetime
+    schedule_id: str | None = None
+    scheduled_for: datetime | None = None
+    """Set on a schedule's fire: the schedule and the due time it fired for."""

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from runstate.basics.enums import StepStatus, ToolStatus
@@ -36,14 +36,17 @@ from runstate.client.exceptions import (
     LockHeld,
     LockNotHeld,
     NeedsDecision,
+    NotFound,
     ProblemError,
     ServerError,
     ServerUnavailable,
     StaleFencingToken,
+    TaskInterrupted,
+    VersionConflict,
 )
 from runstate.client.policies import CheckpointPolicy, EveryStep
 from runstate.client.queued import Queued, Write
-from runstate.client.records import FINISHED, SpendReport, Step, Task, ToolState
+from runstate.client.records import FINISHED, SpendReport, Step, Submission, Task, ToolState
 
 if TYPE_CHECKING:
     from runstate.client.calls import Calls
@@ -158,7 +161,9 @@ class TaskRunner:
             return
 
     async def _release(self) -> None:
-        with contextlib.suppress(LockNotHeld):
+        """Give the lease up; none to give up when it lapsed, or when the task is gone
+        (a ROLLBACK removed it once it stopped)."""
+        with contextlib.suppress(LockNotHeld, NotFound):
             await self.api.release_lock(self.task_id, self.holder)
 
     def _say_waiting(self, steps: tuple[int, ...]) -> None:
@@ -245,6 +250,12 @@ class TaskRunner:
         self.task = self._task.updated(head, changed)
 
     @property
+    def submission(self) -> Submission | None:
+        """The submission the task carries out, as it stood when the runner entered
+        (its ``input``, ``seq``); None for a task outside any ledger."""
+        return self._task.submission
+
+    @property
     def remaining(self) -> list[Step]:
         """Steps not yet finished (SUCCESS or SKIPPED), in order, as of the last write."""
         return [s for s in self._task.steps or () if s.status not in FINISHED]
@@ -285,16 +296,33 @@ class TaskRunner:
             call = batch[0].call
         else:
             patches = list(merged.values())
-            call = partial(
-                self.api.checkpoint,
-                self.task_id,
-                self.version,
-                patches,
-                fencing_token=self.fencing_token,
-            )
-        head = await self._guard(call())
+
+            async def call() -> Task:
+                return await self.api.checkpoint(
+                    self.task_id, self.version, patches, fencing_token=self.fencing_token
+                )
+
+        try:
+            head = await self._guard(call())
+        except VersionConflict:
+            if not await self._asked_to_stop():
+                raise
+            head = await self._guard(call())  # at the version the request to stop left
         changed = {i: {k: v for k, v in p.items() if k != "index"} for i, p in merged.items()}
         self._wrote(head, changed)
+
+    async def _asked_to_stop(self) -> bool:
+        """Whether the task was asked to stop (an INTERRUPT or ROLLBACK of its
+        submission), read after a write met another version: that request is a
+        write of its own, which moved the version. If so the runner takes the
+        task's version as it now stands, for its write to be sent again: the end of
+        a step is accepted (it happened; the task then ends CANCELLED), a start
+        refused with ``TaskInterrupted``."""
+        current = await self.api.task(self.task_id)
+        if not current.interrupt_requested:
+            return False
+        self.task = replace(self._task, version=current.version, interrupt_requested=True)
+        return True
 
     async def _settled(self) -> None:
         """Wait until every queued write is committed (``durability="async"``)."""
@@ -303,8 +331,14 @@ class TaskRunner:
 
     async def begin(self, index: int) -> None:
         """Mark a step RUNNING. Written at once for EveryStep and for any step that is
-        not idempotent (with whatever is pending), so a crash inside it is noticed."""
+        not idempotent (with whatever is pending), so a crash inside it is noticed.
+
+        Raises ``TaskInterrupted`` once the task's submission was asked to stop:
+        the server's answer to the start, or, when a write's answer already said so
+        (the write that finished the step before ended the task CANCELLED), the
+        runner's own, without sending the start."""
         self._check()
+        await self._refuse_if_interrupted()
         if self.policy.every_step:
             await self._write(
                 [{"index": index, "status": StepStatus.RUNNING}],
@@ -314,8 +348,28 @@ class TaskRunner:
                 wait=not self._idempotent(index),
             )
         elif not self._idempotent(index):
-            self._pending.append({"index": index, "status": StepStatus.RUNNING})
-            await self._checkpoint(wait=True)
+            start = {"index": index, "status": StepStatus.RUNNING}
+            self._pending.append(start)
+            try:
+                await self._checkpoint(wait=True)
+            except (TaskInterrupted, BudgetExceeded):
+                # The start was refused, and with it what was pending: leaving the
+                # runner writes the steps that finished before it, without it.
+                self._pending.remove(start)
+                raise
+
+    async def _refuse_if_interrupted(self) -> None:
+        """Raise ``TaskInterrupted`` when the last answer said the task was asked to
+        stop, with its submission as it stands now (INTERRUPTED, or ROLLED_BACK)."""
+        task = self._task
+        if task.interrupt_requested and task.submission is not None:
+            submission = await self.api.submission(task.submission.id)
+            by = f" by submission {submission.displaced_by!r}" if submission.displaced_by else ""
+            message = (
+                f"submission {submission.seq} of session {submission.session_id!r} was"
+                f" interrupted{by}: its task starts no new work"
+            )
+            raise TaskInterrupted({"message": message}, submission)
 
     async def succeed(self, index: int, output: Any = None, **reported: Any) -> None:
         """Record a step's success, with whatever else it reports (``reported``: step

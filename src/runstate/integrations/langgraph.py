@@ -358,6 +358,18 @@ class RunstateSaver(BaseCheckpointSaver[str]):
             return
         await asyncio.to_thread(self.close)
 
+    async def runs_ended(self) -> None:
+        """Wait until the ends of the watched runs reported so far are sent and the
+        leases they let go are released: a run's end is sent in the background once
+        ``ainvoke`` returned (or raised), and a session's ledger moves on with it
+        (``langgraph_ledger``)."""
+        await self._run(self._runs_ended())
+
+    async def _runs_ended(self) -> None:
+        await asyncio.sleep(0)  # the watcher's reports queued before this call are taken
+        while pending := [t for t in self._forgetting if not t.done()]:
+            await asyncio.wait(pending)
+
     # -- a person's answer to an interrupt, given in the dashboard
 
     async def interrupt_answer(self, config: RunnableConfig) -> Any:

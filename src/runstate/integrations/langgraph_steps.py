@@ -21,7 +21,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.errors import GraphBubbleUp
 
-from runstate.client.exceptions import RunstateError
+from runstate.client.exceptions import RunstateError, TaskInterrupted
 from runstate.client.records import SpendReport
 from runstate.integrations.pricing import Prices, priced
 
@@ -411,6 +411,8 @@ class Reports:
             last = batch[-1].report
             try:
                 await self._send(nodes, last if isinstance(last, str) else None)
+            except TaskInterrupted as stopped:  # asked to stop: its graph's writes say so
+                log.info("node runs of thread %s not shown: %s", self._thread_id, stopped)
             except RunstateError as refused:
                 log.warning("could not show node runs of thread %s: %s", self._thread_id, refused)
             for queued in batch:
