@@ -404,10 +404,10 @@ async def start_step(
     validation.non_negative(step_index, "stepIndex")
 
     async def apply(draft: Draft) -> Change:
+        await draft.refuse_interrupted()  # before its end: a stopped task says why
         draft.refuse_if_final()
         if draft.status is TaskStatus.AWAITING_DECISION:
             raise InvalidTransitionError("task", draft.status, TaskStatus.RUNNING)
-        await draft.refuse_interrupted()
         draft.move_step(await draft.step(step_index), StepStatus.RUNNING)
         draft.move_task(TaskStatus.RUNNING)
         await draft.refuse_over_budget()
