@@ -25,7 +25,16 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from runstate.client import WAIT, EveryStep, Runstate, RunstateError, SpendReport, TaskRunner
+from runstate.client import (
+    WAIT,
+    EveryStep,
+    Runstate,
+    RunstateError,
+    SessionBusy,
+    SpendReport,
+    Submission,
+    TaskRunner,
+)
 
 PLAN: list[str | dict[str, Any]] = [
     "search flights",
@@ -180,7 +189,9 @@ async def _spawn(url: str, token: str, *args: str) -> asyncio.subprocess.Process
 async def trips(url: str, token: str, session_id: str, opened: asyncio.Event) -> None:
     """Book trip after trip in the session ``session_id``, each with one crash and one
     decision for a person, the first once ``opened`` (the dashboard is open) or
-    after ``FIRST_TRIP_WAIT``; the pool runs for as long as the demo does."""
+    after ``FIRST_TRIP_WAIT``; after the first, a traveller's inputs to a session
+    of their own show what the ledger's policies do (``inbox``); the pool runs for
+    as long as the demo does."""
     agents: list[asyncio.subprocess.Process] = []
     try:
         async with Runstate(url, token) as rs:
@@ -216,6 +227,8 @@ async def trips(url: str, token: str, session_id: str, opened: asyncio.Event) ->
                 await first.wait()  # killed, or ended on its own (its stderr says why)
                 agents.remove(first)
                 await _until_finished(rs, task.id)  # the pool takes it over
+                if number == 1:
+                    await inbox(rs, f"{session.id}-inbox", base=url, token=token)
                 await asyncio.sleep(15)
     finally:
         # The demo is stopping: so are its agents. Closing an agent's stdin ends it
@@ -225,6 +238,60 @@ async def trips(url: str, token: str, session_id: str, opened: asyncio.Event) ->
                 process.stdin.close()
         for process in agents:
             await process.wait()
+
+
+INBOX_PLAN = ["search flights", "compare options"]
+"""The plan of each input the traveller sends to the inbox session: the pool's
+workers run it as they run a trip's steps."""
+
+
+async def inbox(rs: Runstate, session_id: str, *, base: str, token: str) -> None:
+    """A traveller's inputs to one session arriving while the first still runs:
+    what each admission policy does with one, told in the terminal, the pool
+    serving the ledger in its order (``submitInput``, docs/semantics.md)."""
+    session = await rs.start_session(session_id, ttl_seconds=7 * 24 * 3600)
+    print(
+        "\nA traveller now sends several inputs to one session while the first still"
+        f" runs. Its ledger: {base}/#token={token}&session={session.id}",
+        flush=True,
+    )
+
+    async def send(text: str, policy: str) -> Submission | None:
+        try:
+            return await rs.submit(session.id, text, INBOX_PLAN, input=text, policy=policy)
+        except SessionBusy as busy:
+            print(
+                f'  {policy:<9} "{text}": refused, the session is busy with input'
+                f" #{busy.active.seq}; nothing was written",
+                flush=True,
+            )
+            return None
+
+    first = await send("Plan a weekend in Porto", "ENQUEUE")
+    assert first is not None
+    assert first.task_id is not None
+    print(f'  ENQUEUE   "{first.input}": #{first.seq}, {first.status}, runs at once', flush=True)
+    async for event in rs.watch(first.task_id):
+        if event.status == "RUNNING":
+            break  # the pool has it under way
+    later = await send("Also find a restaurant", "ENQUEUE")
+    assert later is not None
+    assert later.task_id is not None
+    print(f'  ENQUEUE   "{later.input}": #{later.seq}, QUEUED behind #{first.seq}', flush=True)
+    await send("What is the weather there?", "REJECT")
+    instead = await send("Make it Lisbon instead", "INTERRUPT")
+    assert instead is not None
+    assert instead.task_id is not None
+    print(
+        f'  INTERRUPT "{instead.input}": #{instead.seq}; #{first.seq} stops at its next step'
+        f" (what it did is kept), #{instead.seq} runs next, ahead of #{later.seq}",
+        flush=True,
+    )
+    for task_id in (instead.task_id, later.task_id):  # in the ledger's order
+        await _until_finished(rs, task_id)
+    ended = await rs.submissions(session.id)
+    told = ", ".join(f"#{s.seq} {s.status}" for s in ended)
+    print(f"  the ledger: {told}\n", flush=True)
 
 
 async def first_trip_when(opened: asyncio.Event) -> None:
