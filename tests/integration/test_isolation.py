@@ -29,7 +29,15 @@ from graphql import (
 
 from runstate.resolvers.build import build_schema
 from tests.integration.test_api import create_task, start_session, step
-from tests.support import Api, Server, Subscriber, SubscriptionError, create_token, sqlite_server
+from tests.support import (
+    Api,
+    Server,
+    Subscriber,
+    SubscriptionError,
+    create_token,
+    mutate,
+    sqlite_server,
+)
 
 schema = build_schema()
 
@@ -50,7 +58,23 @@ def owned(server: Server) -> Iterator[tuple[Api, dict[str, str]]]:
         session = start_session(owner)
         task = create_task(owner, session["id"], steps=2)
         step(owner, "startStep", "StepRefInput", taskId=task["id"], expectedVersion=1, stepIndex=0)
-        yield owner, {"session": session["id"], "task": task["id"]}
+        submitted = mutate(
+            owner, "submitInput", "SubmitInput", "... on Submission { id }",
+            sessionId=session["id"], goal="g", steps=[{"action": "a"}],
+        )  # fmt: skip
+        scheduled = mutate(
+            owner, "createSchedule", "CreateScheduleInput", "... on Schedule { id }",
+            sessionId=session["id"], cron="@yearly", goal="g", steps=[{"action": "a"}],
+        )  # fmt: skip
+        yield (
+            owner,
+            {
+                "session": session["id"],
+                "task": task["id"],
+                "submission": submitted["id"],
+                "schedule": scheduled["id"],
+            },
+        )
 
 
 def fresh_caller(server: Server) -> Api:
@@ -114,8 +138,9 @@ def value(type_: GraphQLInputType, name: str, owner: str, ids: dict[str, str]) -
     match nullable.name:
         case "ID":
             lowered = name.lower()
-            if "session" in lowered or (name == "id" and "session" in owner.lower()):
-                return ids["session"]
+            for kind in ("submission", "schedule", "session"):
+                if kind in lowered or (name == "id" and kind in owner.lower()):
+                    return ids[kind]
             return ids["task"]
         case "Int":
             return 1
@@ -160,7 +185,8 @@ def normalised(answer: object, ids: dict[str, str]) -> str:
 def state_of(owner: Api, ids: dict[str, str]) -> dict[str, Any]:
     return owner(
         "query($s: ID!, $t: ID!) { session(id: $s) { ... on AgentSession { version"
-        " messageCount status } } task(id: $t) { ... on Task { version eventSeq status"
+        " messageCount status submissions { id seq status } schedules { id version enabled } } }"
+        " task(id: $t) { ... on Task { version eventSeq status"
         " lock { holderId } steps { status output } toolStates { toolName version } } } }",
         s=ids["session"],
         t=ids["task"],
@@ -174,7 +200,14 @@ def test_the_sweep_covers_every_operation_that_takes_an_id() -> None:
     assert {"startStep", "decideStep", "claimTask", "forkTask", "deleteSession"} <= set(
         operations("mutation")
     )
-    assert operations("subscription") == ["sessionActivity", "sessionConversation", "taskProgress"]
+    assert {"submitInput", "cancelSubmission", "updateSchedule"} <= set(operations("mutation"))
+    assert {"submission", "schedule"} <= set(operations("query"))
+    assert operations("subscription") == [
+        "sessionActivity",
+        "sessionConversation",
+        "sessionSubmissions",
+        "taskProgress",
+    ]
 
 
 @pytest.mark.parametrize("name", operations("query") + operations("mutation"))
@@ -187,7 +220,10 @@ def test_another_users_ids_answer_like_unknown_ids(
     owner, ids = owned
     kind = "query" if name in operations("query") else "mutation"
     before = state_of(owner, ids)
-    unknown = {"session": f"s-{uuid.uuid4().hex}", "task": f"t-{uuid.uuid4().hex}"}
+    unknown = {
+        kind: f"{kind[:3]}-{uuid.uuid4().hex}"
+        for kind in ("session", "task", "submission", "schedule")
+    }
     answers = []
     for chosen in (ids, unknown):
         with fresh_caller(server) as intruder:
@@ -206,9 +242,8 @@ async def test_another_users_ids_cannot_be_watched(
     """The subscriptions: the owner's ids answer "not found" before anything is sent."""
     _, ids = owned
     query, variables = document("subscription", name, ids)
-    query = query.replace(
-        "{ __typename }", "{ itemSeq }" if name == "sessionConversation" else "{ seq }"
-    )
+    selected = {"sessionConversation": "{ itemSeq }", "sessionSubmissions": "{ kind }"}
+    query = query.replace("{ __typename }", selected.get(name, "{ seq }"))
     with fresh_caller(server) as intruder:
         async with Subscriber(server.url, intruder.token, query, variables) as spy:
             with pytest.raises(SubscriptionError, match="not found"):

@@ -18,7 +18,14 @@ from runstate.schema import types
 from runstate.schema.inputs import StepPlanInput
 from runstate.services.domain.columns import CHANGING, VERSIONED
 from runstate.services.domain.validation import StepPlan
-from runstate.services.domain.views import LockView, StepView, TaskView, ToolStateView
+from runstate.services.domain.views import (
+    LockView,
+    ScheduleView,
+    StepView,
+    SubmissionView,
+    TaskView,
+    ToolStateView,
+)
 from runstate.services.read.convert import from_row, lock_view, task_view, to_row
 from runstate.services.read.history import AS_ADDED
 from runstate.services.write.engine import STEP_FIELDS, TASK_FIELDS
@@ -162,7 +169,17 @@ def test_every_view_field_is_declared_on_its_graphql_type() -> None:
     for view, graphql, hidden in (
         (StepView, types.Step, spend),
         (ToolStateView, types.ToolState, set()),
-        (TaskView, types.Task, {"pk", "user_id", "session_pk", "steps", "tool_states", *totals}),
+        (
+            TaskView,
+            types.Task,
+            {"pk", "user_id", "session_pk", "steps", "tool_states", "submission_pk", *totals},
+        ),
+        (
+            SubmissionView,
+            types.Submission,
+            {"pk", "user_id", "session_pk", "task_pk", "schedule_pk", "changed_seq", "spent"},
+        ),
+        (ScheduleView, types.Schedule, {"pk", "session_pk"}),
     ):
         shown = {f.name for f in dataclasses.fields(graphql)}
         assert {f.name for f in dataclasses.fields(view)} - hidden <= shown, graphql

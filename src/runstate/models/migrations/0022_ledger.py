@@ -3,14 +3,16 @@
 unique per schedule), ``schedules``, the session's ledger position
 (``submission_seq``) and, on each task, the submission it carries out and whether
 it was asked to stop. Every column added to an existing table is nullable or has
-a database default, so no table is rebuilt."""
+a database default, so no table is rebuilt. The JSON columns name the standard
+library's json, as 0012 does: orjson, which ``makemigrations`` finds in a dev
+environment, is not installed by ``make run``."""
 
 from tortoise import migrations
 from tortoise.migrations import operations as ops
-from orjson import loads
+import functools
+from json import dumps, loads
 from runstate.basics.enums import AdmissionPolicy, MisfirePolicy, SubmissionStatus
 from tortoise.fields.base import OnDelete
-from tortoise.fields.data import JSON_DUMPS
 from tortoise import fields
 from tortoise.indexes import Index
 
@@ -37,8 +39,8 @@ class Migration(migrations.Migration):
                 ('cron', fields.CharField(max_length=200)),
                 ('timezone', fields.CharField(max_length=64)),
                 ('goal', fields.TextField(unique=False)),
-                ('steps', fields.JSONField(encoder=JSON_DUMPS, decoder=loads)),
-                ('input', fields.JSONField(null=True, encoder=JSON_DUMPS, decoder=loads)),
+                ('steps', fields.JSONField(encoder=functools.partial(dumps, separators=(',', ':')), decoder=loads)),
+                ('input', fields.JSONField(null=True, encoder=functools.partial(dumps, separators=(',', ':')), decoder=loads)),
                 ('policy', fields.CharEnumField(description='REJECT: REJECT\nENQUEUE: ENQUEUE\nINTERRUPT: INTERRUPT\nROLLBACK: ROLLBACK', enum_type=AdmissionPolicy, max_length=16)),
                 ('misfire', fields.CharEnumField(description='SKIP: SKIP\nRUN_ONCE: RUN_ONCE', enum_type=MisfirePolicy, max_length=16)),
                 ('enabled', fields.BooleanField(default=True)),
@@ -58,7 +60,7 @@ class Migration(migrations.Migration):
                 ('user_id', fields.CharField(max_length=128)),
                 ('session', fields.ForeignKeyField('runstate.Session', source_field='session_id', db_constraint=True, to_field='id', related_name='submissions', on_delete=OnDelete.CASCADE)),
                 ('seq', fields.IntField()),
-                ('input', fields.JSONField(null=True, encoder=JSON_DUMPS, decoder=loads)),
+                ('input', fields.JSONField(null=True, encoder=functools.partial(dumps, separators=(',', ':')), decoder=loads)),
                 ('policy', fields.CharEnumField(description='REJECT: REJECT\nENQUEUE: ENQUEUE\nINTERRUPT: INTERRUPT\nROLLBACK: ROLLBACK', enum_type=AdmissionPolicy, max_length=16)),
                 ('status', fields.CharEnumField(description='QUEUED: QUEUED\nACTIVE: ACTIVE\nCOMPLETED: COMPLETED\nFAILED: FAILED\nINTERRUPTED: INTERRUPTED\nROLLED_BACK: ROLLED_BACK\nCANCELLED: CANCELLED\nSKIPPED: SKIPPED', enum_type=SubmissionStatus, max_length=16)),
                 ('rank', fields.SmallIntField(default=1)),
