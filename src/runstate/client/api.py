@@ -95,27 +95,18 @@ class Runstate(Calls):
         that interrupted it. Several processes may serve one session: the ledger
         hands each task to one of them, one task at a time."""
 
-        async def drive(lock: Lock) -> None:
-            runner = self.run(
-                lock.task_id,
-                holder=holder,
-                policy=policy,
-                lease_ttl=lease_ttl,
-                decision=decision,
-                durability=durability,
-            )
+        async def answer(run: TaskRunner) -> None:
+            submission = run.submission
+            await handle(None if submission is None else submission.input, run)
 
-            async def answer(run: TaskRunner) -> None:
-                submission = run.submission
-                await handle(None if submission is None else submission.input, run)
-
-            await _driven(runner, answer)
-
-        await self._claiming(
+        await self.work(
             holder,
-            lease_ttl,
-            drive,
+            answer,
             session_id=session_id,
+            policy=policy,
+            lease_ttl=lease_ttl,
+            decision=decision,
+            durability=durability,
             idle_seconds=idle_seconds,
             stop=stop,
         )

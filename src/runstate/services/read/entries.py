@@ -4,6 +4,7 @@ order, those changed since a ledger position (``sessionSubmissions``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 
@@ -42,38 +43,18 @@ async def views(
         else {}
     )
     return [
-        SubmissionView(
-            pk=r.id,
-            id=r.public_id,
-            user_id=r.user_id,
-            session_pk=r.session_id,
-            session_id=sessions[r.session_id],
-            seq=r.seq,
-            input=unbox(r.input),
-            policy=r.policy,
-            status=r.status,
-            reason=r.reason,
-            task_pk=r.task_id,
+        replace(
+            view(r, sessions[r.session_id]),
             task_id=None if r.task_id is None else tasks.get(r.task_id),
-            displaced_by=r.displaced_by,
-            schedule_pk=r.schedule_id,
             schedule_id=None if r.schedule_id is None else schedules.get(r.schedule_id),
-            scheduled_for=r.scheduled_for,
-            actor=r.actor,
-            changed_seq=r.changed_seq,
-            created_at=r.created_at,
-            updated_at=r.updated_at,
-            spent=SpendView(
-                r.spent_input_tokens, r.spent_output_tokens, r.spent_cost_micros, r.spent_calls
-            ),
         )
         for r in rows
     ]
 
 
 def view(row: Submission, session_id: str) -> SubmissionView:
-    """A submission row just written, its task and schedule not yet named (the
-    writer fills them in)."""
+    """A submission row as a view, its task's and schedule's public ids not read
+    (``views`` reads them; a writer that knows them fills them in)."""
     return SubmissionView(
         pk=row.id,
         id=row.public_id,
@@ -95,6 +76,9 @@ def view(row: Submission, session_id: str) -> SubmissionView:
         changed_seq=row.changed_seq,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        spent=SpendView(
+            row.spent_input_tokens, row.spent_output_tokens, row.spent_cost_micros, row.spent_calls
+        ),
     )
 
 
