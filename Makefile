@@ -35,7 +35,7 @@ run-langgraph: $(RUNTIME)
 	@$(BIN)/runstate demo --langgraph --port $(PORT)
 
 # Two pytest processes (pytest-xdist), each taking whole modules, so that a module's
-# servers start once: about 27 minutes on two cores once set up, as the README says.
+# servers start once: about 25 minutes on two cores once set up, as the README says.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadscope
 
