@@ -262,10 +262,7 @@ async def _submit(house: House, row: Schedule, at: datetime, note: str | None) -
     when it cannot run; nothing when that due time was fired already."""
     session = await Session.get(id=row.session_id).values("public_id")
     actor = f"schedule:{row.public_id}"[: USER_LENGTH + 16]
-    plans = [
-        StepPlan(p["action"], unbox(p.get("input")), bool(p.get("idempotent", True)))
-        for p in row.steps  # type: ignore[attr-defined]
-    ]
+    plans = [StepPlan(p.action, p.input, p.idempotent) for p in reads.plans(row)]
     try:
         written = await submissions.admit(
             house,
@@ -278,14 +275,13 @@ async def _submit(house: House, row: Schedule, at: datetime, note: str | None) -
             budget=None,
             actor=actor,
             fire=(row.id, at),
+            reason=note,
         )
     except submissions.Fired:
         return
     except DomainError as refused:
         await _skipped(house, row, at, actor, refused.message)
         return
-    if note is not None:
-        await Submission.filter(id=written.value.pk).update(reason=note)
     house.publish(written.events, written.wakes)
 
 

@@ -93,10 +93,12 @@ async def admit(
     budget: BudgetView | None,
     actor: str,
     fire: tuple[int, datetime] | None = None,
+    reason: str | None = None,
 ) -> Written[SubmissionView]:
     """``submit_input`` for any submitter: a person or agent (``actor`` its user),
     or a schedule's fire (``fire``: the schedule's row id and the due time, unique
-    together: a second fire of one due time raises ``Fired``)."""
+    together: a second fire of one due time raises ``Fired``; ``reason``: why it
+    fired as it did, a fire made up for missed due times)."""
     house.limits.json_payload(input, "input")
     stored = quota.ROW_BYTES + validation.json_size(input)
     public_id = validation.object_id(None)
@@ -122,6 +124,7 @@ async def admit(
             "input": box(input),
             "policy": policy,
             "status": status,
+            "reason": reason,
             "rank": rank,
             "actor": actor[: USER_LENGTH + 16],
             "schedule_id": None if fire is None else fire[0],
@@ -159,8 +162,8 @@ async def admit(
         return written
     note = f"submission {view.seq} ({policy}) by {actor}"
     stopped = await stops.request(house, stop, note)
-    now = await entries.get_submission(user_id, public_id)  # it may be ACTIVE already
-    return Written(now, written.events + stopped.events, written.wakes + stopped.wakes)
+    admitted = await entries.get_submission(user_id, public_id)  # it may be ACTIVE already
+    return Written(admitted, written.events + stopped.events, written.wakes + stopped.wakes)
 
 
 async def _displace(

@@ -28,9 +28,17 @@ async def views(
     return [view(r, sessions[r.session_id]) for r in rows]
 
 
+def plans(row: Schedule) -> tuple[PlanView, ...]:
+    """The plan each of the schedule's fires gets, as stored (``steps``)."""
+    stored = row.steps if isinstance(row.steps, list) else []
+    return tuple(
+        PlanView(p["action"], unbox(p.get("input")), bool(p.get("idempotent", True)))
+        for p in stored
+    )
+
+
 def view(row: Schedule, session_id: str) -> ScheduleView:
     """One schedule row as a view."""
-    plans = row.steps if isinstance(row.steps, list) else []
     return ScheduleView(
         pk=row.id,
         id=row.public_id,
@@ -40,10 +48,7 @@ def view(row: Schedule, session_id: str) -> ScheduleView:
         cron=row.cron,
         timezone=row.timezone,
         goal=row.goal,
-        steps=tuple(
-            PlanView(p["action"], unbox(p.get("input")), bool(p.get("idempotent", True)))
-            for p in plans
-        ),
+        steps=plans(row),
         input=unbox(row.input),
         policy=row.policy,
         misfire=row.misfire,
