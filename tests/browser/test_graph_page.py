@@ -10,11 +10,13 @@ import threading
 import uuid
 from typing import Any
 
+import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 from playwright.async_api import Browser, expect
 
+from runstate.demo import graph as demo_graph
 from runstate.integrations.langgraph import RunstateSaver
 from tests.browser.pages import ARTIFACTS, PHONE, assert_fits_the_screen, open_dashboard
 from tests.integration.test_langgraph_steps import Trip, approve
@@ -108,3 +110,49 @@ async def test_a_graph_is_watched_node_by_node_and_its_question_shown(
     await expect(page.get_by_test_id("step-1")).to_have_attribute("data-status", "SUCCESS")
     await expect(page.locator("#status")).to_have_text("completed", timeout=20_000)
     await page.screenshot(path=ARTIFACTS / "graph-3-completed-phone.png", full_page=True)
+
+
+async def test_the_demo_trip_books_on_the_answer_the_page_offers(
+    dashboard: tuple[Server, str], browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards the LangGraph demo answered from the page: its question offers its
+    answers (``choices``) as buttons, the offered "yes" books the trip (a PNR, not
+    "not booked"), and a node feeding a join shows where it leads, never
+    LangGraph's ``join:...`` channel. Seen failing with the buttons not drawn, with
+    ``book`` taking only "yes" typed (the page suggested ``{"approved": true}``),
+    and with the join shown as a channel of the state."""
+    server, token = dashboard
+    monkeypatch.setattr(demo_graph, "PAUSE", 0.0)
+    thread_id = f"trip-{uuid.uuid4().hex[:8]}"
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    async with RunstateSaver.from_url(server.url, token) as saver:
+        graph = demo_graph.trip_graph(saver)
+        start = {"traveller": "Ana", "city": "Lisbon", "options": []}
+        asked = await graph.ainvoke(start, config)
+        assert asked["__interrupt__"][0].value["choices"] == ["yes", "no"]
+        page = await open_dashboard(browser, f"{server.url}/#token={token}&task={thread_id}", PHONE)
+        await expect(page.get_by_test_id("interrupt")).to_be_visible(timeout=20_000)
+        choices = page.get_by_test_id("interrupt-choice")
+        await expect(choices).to_have_text(["yes", "no"])
+        await expect(page.get_by_test_id("interrupt-form")).not_to_contain_text("approved")
+        steps = page.locator("#steps")
+        await expect(steps).to_contain_text("compare (once search_flights and search_hotels end)")
+        await expect(steps).not_to_contain_text("join:")
+        given = asyncio.create_task(saver.interrupt_answer(config))
+        await choices.first.click()
+        await expect(page.get_by_test_id("interrupt-answer")).to_have_value("yes")
+        await page.get_by_test_id("interrupt-send").click()
+        answer = await asyncio.wait_for(given, 30)
+        done = await graph.ainvoke(Command(resume=answer), config)
+    assert done["booking"].startswith("PNR-")
+
+
+def test_the_demo_books_on_every_way_of_saying_yes() -> None:
+    """Guards ``demo.graph.approved``: "yes", "Y", ``true`` and
+    ``{"approved": true}`` book; "no", ``false`` and ``{"approved": false}`` do
+    not. Seen failing with ``{"approved": true}`` (the form the page once
+    suggested) booking nothing."""
+    yes: list[Any] = ["yes", " Y ", True, "true", {"approved": True}]
+    no: list[Any] = ["no", False, {"approved": False}, {"ok": True}, ""]
+    assert [demo_graph.approved(a) for a in yes] == [True] * len(yes)
+    assert [demo_graph.approved(a) for a in no] == [False] * len(no)

@@ -51,6 +51,20 @@ def test_a_nodes_writes_are_summarised_with_where_they_lead() -> None:
     assert summary(big) == {"channels": sorted(f"c{i}" for i in range(30))}
 
 
+def test_a_join_is_shown_as_where_it_leads() -> None:
+    """Guards ``summary`` on a node that feeds a join (``add_edge([a, b], c)``):
+    LangGraph's channel ``join:a+b:c`` is its routing, shown as ``next`` with the
+    nodes ``c`` waits for, never as a channel of the graph's state (also when the
+    output is too long and only channels are named)."""
+    writes = [("flights", 2), ("join:search_flights+search_hotels:compare", "search_flights")]
+    assert summary(writes) == {
+        "flights": 2,
+        "next": ["compare (once search_flights and search_hotels end)"],
+    }
+    big = [(f"c{i}", "y" * 900) for i in range(30)] + [("join:a+b:c", "a"), ("branch:to:d", None)]
+    assert summary(big) == {"channels": sorted(f"c{i}" for i in range(30))}
+
+
 def test_which_writes_end_a_node_and_how() -> None:
     """Guards ``node_report``: a node's writes end it (SUCCESS, FAILED with its
     error, INTERRUPTED with the interrupts' values); the input's, a resume's

@@ -73,15 +73,30 @@ def compare(state: Trip) -> dict[str, Any]:
     return {"choice": {"items": [o["what"] for o in state["options"]], "eur": total}}
 
 
+CHOICES = ["yes", "no"]
+"""The answers the question offers: the dashboard shows them as buttons."""
+
+
 def approve(state: Trip) -> dict[str, Any]:
     choice = state["choice"]
     question = f"Book {' and '.join(choice['items'])} for {choice['eur']} EUR?"
-    return {"answer": interrupt({"question": question, "traveller": state["traveller"]})}
+    asked = {"question": question, "traveller": state["traveller"], "choices": CHOICES}
+    return {"answer": interrupt(asked)}
+
+
+def approved(answer: Any) -> bool:
+    """Whether a person's answer says yes, in any form a person would type: "yes"
+    or "y" in any case, ``true``, or ``{"approved": true}``."""
+    if isinstance(answer, dict):
+        return answer.get("approved") is True
+    if isinstance(answer, bool):
+        return answer
+    return str(answer).strip().lower() in ("yes", "y", "true")
 
 
 def book(state: Trip) -> dict[str, Any]:
     time.sleep(PAUSE)
-    if str(state["answer"]).strip().lower() not in ("yes", "y"):
+    if not approved(state["answer"]):
         return {"booking": "not booked"}
     return {"booking": f"PNR-{uuid.uuid4().hex[:6].upper()}"}
 

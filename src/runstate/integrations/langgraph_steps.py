@@ -34,6 +34,7 @@ RESUME = "__resume__"
 NO_WRITES = "__no_writes__"
 SENDS = "__pregel_tasks"
 NEXT = "branch:to:"
+JOIN = "join:"
 PULL_PATH = "~__pregel_pull, "
 START_NODE = "__start__"
 NULL_TASK = "00000000-0000-0000-0000-000000000000"
@@ -77,21 +78,34 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def routed_to(channel: str) -> str | None:
+    """Where a routing write leads, as a person reads it: ``branch:to:b`` is ``b``;
+    ``join:a+b:c`` (an edge from several nodes) is ``c`` with the nodes it waits
+    for. None for a channel of the graph's state."""
+    if channel.startswith(NEXT):
+        return channel.removeprefix(NEXT)
+    if channel.startswith(JOIN) and channel.count(":") >= 2:
+        starts, end = channel.removeprefix(JOIN).rsplit(":", 1)
+        return f"{end} (once {' and '.join(starts.split('+'))} end)"
+    return None
+
+
 def summary(writes: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     """A node's writes as its step's output: each channel's value, the nodes it
-    routed to (``next``) and those it sent work to (``sends``)."""
+    routed to (``next``) and those it sent work to (``sends``). LangGraph's own
+    channels (``__...``, routing) never show as the graph's state."""
     output: dict[str, Any] = {}
-    routed = [c.removeprefix(NEXT) for c, _ in writes if c.startswith(NEXT)]
+    routed = [r for c, _ in writes if (r := routed_to(c)) is not None]
     sends = [getattr(v, "node", "?") for c, v in writes if c == SENDS]
-    for channel, value in writes:
-        if not channel.startswith(("__", NEXT)):
-            output[channel] = shown(value)
+    state = [(c, v) for c, v in writes if not c.startswith("__") and routed_to(c) is None]
+    for channel, value in state:
+        output[channel] = shown(value)
     if routed:
         output["next"] = routed
     if sends:
         output["sends"] = sends
     if len(json.dumps(output, ensure_ascii=False)) > OUTPUT_CHARS:
-        return {"channels": sorted({c for c, _ in writes if not c.startswith("__")})}
+        return {"channels": sorted({c for c, _ in state})}
     return output
 
 

@@ -1028,6 +1028,7 @@ function renderInterrupt(task) {
   $("interrupt-question").textContent = `Step ${asking.index} "${asking.action}" asks:`;
   // The question as text: a value's "question" (or "message", "prompt"), else its JSON.
   $("interrupt-value").textContent = asking.output.interrupt.map(asked).join("\n");
+  drawChoices(asking.output.interrupt);
   const answered = "answer" in asking.output;
   $("interrupt-form").hidden = answered;
   $("interrupt-answered").hidden = !answered;
@@ -1035,6 +1036,30 @@ function renderInterrupt(task) {
     $("interrupt-answered").textContent = `Answered ${json(asking.output.answer)}: ` +
       "the graph goes on once its process reads the answer.";
   }
+}
+
+// The answers an interrupt offers (a value's "choices", strings or JSON), each a
+// button that puts it in the answer box: the graph decides what an answer means,
+// so the page suggests only what the graph itself offers.
+function drawChoices(values) {
+  const offered = values.flatMap((v) => (v && Array.isArray(v.choices) ? v.choices : []));
+  const box = $("interrupt-choices");
+  box.hidden = offered.length === 0;
+  const key = JSON.stringify(offered);
+  if (box.dataset.choices === key) return;
+  box.dataset.choices = key;
+  box.replaceChildren(...offered.map((choice) => {
+    const text = typeof choice === "string" ? choice : JSON.stringify(choice);
+    const button = document.createElement("button");
+    button.type = "button";
+    button.textContent = text;
+    button.dataset.testid = "interrupt-choice";
+    button.addEventListener("click", () => {
+      $("interrupt-answer").value = text;
+      $("interrupt-answer").focus();
+    });
+    return button;
+  }));
 }
 
 function asked(value) {
