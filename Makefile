@@ -11,7 +11,7 @@ PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar o
 .PHONY: run run-langgraph test test-fast screenshots bench lint fmt clean migrations
 
 $(RUNTIME): pyproject.toml
-	@echo "runstate: setting up $(VENV) (first run only; about a minute)"
+	@echo "runstate: setting up $(VENV) (first run only; about 15 seconds, more on a slow network)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "runstate: installing what running needs (pip prints each package)"
 	@$(PIP) -e . | grep --line-buffered -E '^(Collecting|Successfully)' || true

@@ -19,7 +19,7 @@ SOURCES = [
 ]
 
 FENCE = re.compile(r"^```.*?^```$", re.DOTALL | re.MULTILINE)
-LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)|<img src=\"([^\"]+)\"")
 HEADING = re.compile(r"^#{1,6} (.+)$", re.MULTILINE)
 NUMBER = re.compile(r"^\d+\. ")
 CITED_SECTION = re.compile(r"((?:docs/)?[\w-]+\.md)`{0,2},? \"([^\"]+)\"")
@@ -54,8 +54,10 @@ def anchors(page: Path) -> set[str]:
 
 
 def broken_links(page: Path) -> Iterator[str]:
-    """The relative links of ``page`` whose file or anchor does not exist."""
-    for target in LINK.findall(prose(page.read_text())):
+    """The relative links of ``page`` (markdown's, and an ``<img>``'s source) whose
+    file or anchor does not exist."""
+    for link, image in LINK.findall(prose(page.read_text())):
+        target = link or image
         if re.match(r"[a-z]+:", target):
             continue
         path, _, anchor = target.partition("#")
@@ -98,11 +100,13 @@ def test_the_checks_see_a_broken_link_and_a_missing_section(tmp_path: Path) -> N
     page = tmp_path / "page.md"
     page.write_text(
         "# Title\n\n[there](missing.md) [here](#title) [nowhere](#nowhere)\n"
+        '<img src="missing.png" alt="">\n'
         '```sh\n# not a heading\n```\nsee `docs/sdk.md`, "No such section"\n'
     )
     assert list(broken_links(page)) == [
         "page.md: missing.md (no such file)",
         "page.md: #nowhere (no such heading)",
+        "page.md: missing.png (no such file)",
     ]
     assert anchors(page) == {"title"}
     assert list(broken_citations(page)) == [
