@@ -8,10 +8,10 @@ STAMP := $(VENV)/.installed
 PORT ?= 8000
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off
 
-.PHONY: run run-langgraph test test-fast bench lint fmt clean migrations
+.PHONY: run run-langgraph test test-fast screenshots bench lint fmt clean migrations
 
 $(RUNTIME): pyproject.toml
-	@echo "runstate: setting up $(VENV) (first run only; about a minute)"
+	@echo "runstate: setting up $(VENV) (first run only; about 15 seconds, more on a slow network)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "runstate: installing what running needs (pip prints each package)"
 	@$(PIP) -e . | grep --line-buffered -E '^(Collecting|Successfully)' || true
@@ -44,6 +44,11 @@ test: $(STAMP)
 # at all). About 15 seconds: the loop while editing, `make test` before a commit.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit tests/test_contract.py
+
+# The README's images, taken again of the demo by a browser test (tests/browser/
+# test_screenshots.py), which checks first that the page shows what their captions say.
+screenshots: $(STAMP)
+	RUNSTATE_SCREENSHOTS=docs $(BIN)/python -m pytest -q tests/browser/test_screenshots.py
 
 # Figures side by side with their baselines; never part of `make test`.
 bench: $(STAMP)

@@ -422,7 +422,7 @@ CEILINGS: dict[str, float] = {
 }
 """The most each limit may be in production: past these one user, one request or
 one task can take a server's memory or time (development takes anything up to
-``MAX_INT``). The README lists them."""
+``MAX_INT``). docs/reference.md, "Production ceilings and floors", lists them."""
 
 
 FLOORS: dict[str, float] = {
@@ -467,7 +467,7 @@ FLOORS: dict[str, float] = {
 }
 """The least each setting may be in production: below these a server burns a core
 idle, or refuses what its own clients send (development takes any positive value,
-which tests use). The README lists them."""
+which tests use). docs/reference.md, "Production ceilings and floors", lists them."""
 
 
 def _number(value: float) -> str:

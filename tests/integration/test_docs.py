@@ -1,9 +1,9 @@
-"""The Python in ``docs/sdk.md`` runs as pasted: each block is saved as a file and
-run, in the order of the page (first calls, the agent loop, a session served
-input by input, then watching the loop's task), against a real server with a
-token of the reader's own. Guards the page against snippets that are fragments
-or no longer work (its first snippet once was a SyntaxError in a file, and its
-watcher once came before the task it watches)."""
+"""The Python in ``docs/sdk.md`` and the README runs as pasted: each block is saved
+as a file and run, in the order of the page (for the SDK's: first calls, the agent
+loop, a session served input by input, then watching the loop's task), against a
+real server with a token of the reader's own. Guards the pages against snippets
+that are fragments or no longer work (the SDK page's first snippet once was a
+SyntaxError in a file, and its watcher once came before the task it watches)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ import pytest
 
 from tests.support import Server, create_token
 
-SDK_DOC = Path(__file__).parent.parent.parent / "docs" / "sdk.md"
+ROOT = Path(__file__).parent.parent.parent
+SDK_DOC = ROOT / "docs" / "sdk.md"
+README = ROOT / "README.md"
 
 
 def python_blocks(text: str) -> list[str]:
@@ -75,3 +77,14 @@ def test_every_python_block_of_the_sdk_guide_runs(
 def test_the_doc_has_the_blocks_this_test_runs() -> None:
     """Control: a block added to the guide is run here too, or this fails."""
     assert len(python_blocks(SDK_DOC.read_text())) == 4
+
+
+def test_the_readmes_own_agent_runs_to_its_end(reader: tuple[Server, str], tmp_path: Path) -> None:
+    """The README's "Your own agent in ten lines" is a whole program: it prints its
+    task's page, runs both steps, and prints COMPLETED; run again, it resumes the
+    finished task and says the same."""
+    server, token = reader
+    (agent,) = python_blocks(README.read_text())
+    expected = f"watch it at {server.url}/#task=first-weekend\nCOMPLETED\n"
+    assert run_block(agent, tmp_path / "first.py", server, token) == expected
+    assert run_block(agent, tmp_path / "first.py", server, token) == expected

@@ -1,8 +1,8 @@
 """Memory comes back after subscriptions close.
 
-One server on SQLite, run as the README advises for servers whose subscriber count
-swings (``PYTHONMALLOC=malloc``), with the connection check every half second so
-the give-back follows soon after the sockets close.
+One server on SQLite, run as docs/performance.md, "Giving memory back", advises for
+servers whose subscriber count swings (``PYTHONMALLOC=malloc``), with the connection
+check every half second so the give-back follows soon after the sockets close.
 """
 
 from __future__ import annotations

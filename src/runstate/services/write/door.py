@@ -94,7 +94,8 @@ async def enter(
 class Prepaid:
     """Points paid before the writes they are for: an AG-UI resume pays for its
     stream and all its decisions at once, so that a refusal is a 429 before any
-    frame (``docs/agui.md``); each decision ``enter``s with this as its ``pay``."""
+    frame (``docs/architecture.md``, "The AG-UI endpoint's contract", §9); each
+    decision ``enter``s with this as its ``pay``."""
 
     def __init__(self, points: float) -> None:
         self.left = points

@@ -1,5 +1,5 @@
 """Answers to a run's interrupts (``RunAgentInput.resume``) made into ``decideStep``
-calls (``docs/agui.md`` §6).
+calls (``docs/architecture.md``, "The AG-UI endpoint's contract", §6).
 
 Every entry is checked first: an id of this task's ``<taskId>:<index>@<version>``,
 one version for all, distinct steps, a status AG-UI knows, a resolved payload that

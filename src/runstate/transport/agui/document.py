@@ -1,11 +1,11 @@
 """The AG-UI state document of a task, and the RFC 6902 delta of one event.
 
 The document is exactly what GraphQL answers to ``taskAt(id, seq) { ...AguiState }``
-(``docs/agui.md`` §3): the fields below, as the GraphQL types serialize them
-(enums by name, times by ``isoformat``, JSON values as stored, their object keys
-sorted). What changes with the clock and no event (``lock``, ``stalled``,
-``updatedAt``) is left out, so that the document after the delta of event n is
-the document at seq n.
+(``docs/architecture.md``, "The AG-UI endpoint's contract", §3): the fields below,
+as the GraphQL types serialize them (enums by name, times by ``isoformat``, JSON
+values as stored, their object keys sorted). What changes with the clock and no
+event (``lock``, ``stalled``, ``updatedAt``) is left out, so that the document
+after the delta of event n is the document at seq n.
 
 The delta applies an event the way a client applies it (``client.records.Task.apply``):
 the steps it carries replace theirs by index or are added, its tool state replaces
@@ -39,7 +39,8 @@ AGUI_STATE = """fragment AguiState on Task {
     toolName status version retryCount maxRetries lastResult lastError rateLimitResetAt updatedAt
   }
 }"""
-"""The selection the document is, as ``docs/agui.md`` fixes it."""
+"""The selection the document is, as the AG-UI endpoint's contract fixes it
+(``docs/architecture.md``)."""
 
 
 def canonical(value: Any) -> Any:

@@ -1,5 +1,5 @@
 """``POST /agui/tasks/{taskId}``: a task served as an AG-UI run over SSE
-(``docs/agui.md``).
+(``docs/agui.md``; its contract in ``docs/architecture.md``).
 
 Everything a request can get wrong is answered before the stream starts: 401 by
 ``BearerAuth``, 405 with ``Allow: POST``, 400 ``INVALID_INPUT`` for a body that is

@@ -1,5 +1,6 @@
 """AG-UI frames of a run, as a pure function of the task's log, the run's base, its
-``threadId`` and its ``runId`` (``docs/agui.md`` §4-§5).
+``threadId`` and its ``runId`` (``docs/architecture.md``, "The AG-UI endpoint's contract",
+§4-§5).
 
 A run's frames come in groups: the opening group at its base N (``opening``),
 then one group per event n > N (``render``, then ``framed`` for the run); the

@@ -1,5 +1,6 @@
 """How a run's frames reach the wire without a slow client costing the server its
-memory (``docs/agui.md``, "Slow clients, prices and pages").
+memory (``docs/architecture.md``, "The AG-UI endpoint's contract", §10: "Slow
+clients, prices and pages").
 
 A run's frames are written in chunks of about ``CHUNK`` bytes (``chunks``): a
 snapshot a step or tool state at a time, so no run holds a large task's snapshot
