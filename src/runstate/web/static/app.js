@@ -110,31 +110,91 @@ class Refused extends Error {
 
 // ------------------------------------------------------------- signing in
 
-function readFragment() {
-  // The token arrives in the fragment (never sent to a server, never logged) and is
-  // kept for this tab only; the address bar keeps just the task.
+// A token arrives in a link's fragment (never sent to a server, never logged). A tab
+// keeps the token it signed in with (sessionStorage), so tabs signed in as two users
+// stay so; the browser remembers the last one signed in with (localStorage), so that
+// a link with no token (the SDK's "waits for a person" line) opened in a new tab is
+// signed in too. Signing out forgets both.
+
+// The token of the link in the address bar, taken out of it: the address bar keeps
+// just what the link names (a task, a session).
+function takeToken() {
   const params = new URLSearchParams(location.hash.slice(1));
-  if (params.get("token")) {
-    sessionStorage.setItem(TOKEN_KEY, params.get("token"));
-    params.delete("token");
-    history.replaceState(null, "", location.pathname + (params.toString() ? "#" + params : ""));
-  }
-  token = sessionStorage.getItem(TOKEN_KEY);
+  const given = params.get("token");
+  if (!given) return null;
+  params.delete("token");
+  history.replaceState(null, "", location.pathname + (params.toString() ? "#" + params : ""));
+  return given;
 }
 
+function keepToken(given) {
+  sessionStorage.setItem(TOKEN_KEY, given);
+  localStorage.setItem(TOKEN_KEY, given);
+  token = given;
+}
+
+// On load: the link's token, else this tab's, else the browser's last (the tab's
+// own from now on, whoever signs in elsewhere later).
+function readToken() {
+  const given = takeToken();
+  if (given) keepToken(given);
+  else token = sessionStorage.getItem(TOKEN_KEY) ?? localStorage.getItem(TOKEN_KEY);
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+}
+
+// The address changed within the tab (a link clicked or pasted): a token link signs
+// the tab in at once, as another user if the token is another's, and the page opens
+// what the link names.
+function onHashChange() {
+  const given = takeToken();
+  if (given === null) {
+    if (token) route();
+    else nameTheLink();
+    return;
+  }
+  const another = given !== token;
+  keepToken(given);
+  if (!another) { route(); return; }
+  leave();
+  start();
+}
+
+// Signed out: this tab's token is forgotten, and the browser's too when it is the
+// same (a token the server refused; the Sign out button forgets the browser's
+// whatever it is).
 function signOut(why) {
   sessionStorage.removeItem(TOKEN_KEY);
+  if (localStorage.getItem(TOKEN_KEY) === token) localStorage.removeItem(TOKEN_KEY);
   token = null;
-  current = null;
-  if (socket) { const old = socket; socket = null; old.close(); }
-  closeLedger();
-  setConnection("idle", "not connected");
+  leave();
   $("signin").hidden = false;
   $("signin-error").hidden = !why;
   $("signin-error").textContent = why || "";
   $("tasks").hidden = $("task").hidden = $("empty").hidden = $("signout").hidden = true;
   $("needs").hidden = true;
   document.title = "runstate";
+  nameTheLink();
+}
+
+// Drops what the page shows for a token: the task, the session's ledger, the list.
+function leave() {
+  if (current) leaveTask();
+  closeLedger();
+  clearTimeout(listTimer);
+  sessionsRead = [];
+  listedAs = null;
+  $("task-list").replaceChildren();
+  $("missing").hidden = true;
+  setConnection("idle", "not connected");
+}
+
+// What the Sign-in page opens once signed in: the task or session the link names.
+function nameTheLink() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const named = params.get("task") ? "task " + params.get("task")
+    : params.get("session") ? "session " + params.get("session") : null;
+  $("signin-then").hidden = named === null;
+  $("signin-then").textContent = named === null ? "" : `Once you sign in, the page opens ${named}.`;
 }
 
 async function signIn(candidate) {
@@ -147,8 +207,7 @@ async function signIn(candidate) {
       : "Could not reach runstate: " + error.message;
     return;
   }
-  sessionStorage.setItem(TOKEN_KEY, candidate);
-  token = candidate;
+  keepToken(candidate);
   start();
 }
 
@@ -175,8 +234,10 @@ function setConnection(state, text) {
 async function loadTasks() {
   clearTimeout(listTimer); // a sign-in, a fork: one loop of reads, never two
   if (!token) return;
+  const asToken = token;
   try {
     const data = await graphql("pageSessions");
+    if (token !== asToken) return; // signed in anew meanwhile: that sign-in reads its own
     sessionsRead = data.sessions.edges.map((e) => e.node);
     showList();
     markNeeds();
@@ -1720,7 +1781,10 @@ $("signin-form").addEventListener("submit", (event) => {
   event.preventDefault();
   signIn($("token").value.trim());
 });
-$("signout").addEventListener("click", () => signOut(""));
+$("signout").addEventListener("click", () => {
+  localStorage.removeItem(TOKEN_KEY); // a new tab asks for a token again
+  signOut("");
+});
 $("retry").addEventListener("click", () => decide("RETRY"));
 $("skip").addEventListener("click", () => decide("SKIP"));
 $("complete-form").addEventListener("submit", (event) => { event.preventDefault(); decide("COMPLETE"); });
@@ -1740,9 +1804,9 @@ $("schedules").addEventListener("click", (event) => {
   if (button) changeSchedule(button);
 });
 $("zones").replaceChildren(...Intl.supportedValuesOf("timeZone").map((zone) => el("option", { value: zone })));
-window.addEventListener("hashchange", route);
+window.addEventListener("hashchange", onHashChange);
 setInterval(tick, TICK_MS);
 
-readFragment();
+readToken();
 if (token) start();
 else signOut("");
