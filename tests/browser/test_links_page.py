@@ -1,20 +1,37 @@
 """The links a person is shown, in headless Chromium: a task link printed by the SDK
 opens signed in in a new tab of a browser that signed in before, a token link pasted
-into a tab signs it in at once, and tabs of two users stay apart."""
+into a tab signs it in at once, tabs of two users stay apart, and a page that follows
+the newest task holds the task a person chose and never moves on to an abandoned one."""
 
 from __future__ import annotations
 
-from playwright.async_api import Browser, expect
+from typing import Any
+
+from playwright.async_api import Browser, Page, expect
 
 from runstate.client import Runstate
-from tests.browser.pages import DESK
-from tests.integration.test_api import create_task, start_session
+from tests.browser.pages import DESK, sends
+from tests.integration.test_api import checkpoint, create_task, start_session, update_session
 from tests.support import Api, Server, create_token
 
 
 def printed_link(server: Server, token: str, task_id: str) -> str:
     """The link the SDK prints for a task (``dashboard_link``: no token in it)."""
     return Runstate(server.url, token).dashboard_link(task_id)
+
+
+def finish(api: Api, task: dict[str, Any]) -> None:
+    """Completes a one-step task, as its agent would."""
+    done = checkpoint(api, task["id"], task["version"], steps=[{"index": 0, "status": "SUCCESS"}])
+    assert done["status"] == "COMPLETED", done
+
+
+async def two_list_reads(page: Page) -> None:
+    """Returns once the page sent its session list's read twice more: the second is
+    sent only after the first one's answer was drawn and followed (``loadTasks``)."""
+    for _ in range(2):
+        async with page.expect_request(lambda r: sends(r, "pageSessions"), timeout=10_000):
+            pass
 
 
 async def test_a_token_link_pasted_into_a_signed_out_tab_signs_it_in_at_once(
@@ -107,3 +124,58 @@ async def test_tabs_signed_in_as_two_users_stay_so(
     await expect(listed).to_have_count(1)
     await expect(listed).to_have_attribute("data-task", theirs["id"])
     await context.close()
+
+
+async def test_clicking_the_task_followed_pins_it_through_its_end(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards a person's choice holding (``route`` and ``follow`` in app.js): a page
+    opened with no task follows the newest active one; a click on that task's own
+    entry in the list chooses it, so once it completes the page stays on it (the
+    outcome of what the person did) though another task is active. Seen failing
+    with the entry's link equal to the address follow wrote (no hashchange): the
+    page moved on to the other task after the next read of the list."""
+    server, token = dashboard
+    chosen = create_task(api, start_session(api)["id"], 1, goal="My trip")
+    page = await browser.new_page(viewport=DESK)
+    await page.goto(f"{server.url}/#token={token}")
+    await expect(page.get_by_test_id("goal")).to_have_text("My trip")
+    await page.click(f"#task-list a[data-task='{chosen['id']}']")
+    await expect(page).to_have_url(f"{server.url}/#task={chosen['id']}")
+    other = create_task(api, start_session(api)["id"], 1, goal="Someone else's trip")
+    await expect(page.locator(f"#task-list a[data-task='{other['id']}']")).to_be_visible()
+    finish(api, chosen)
+    await expect(page.get_by_test_id("status")).to_have_text("completed")
+    await two_list_reads(page)
+    await expect(page.get_by_test_id("goal")).to_have_text("My trip")
+    await expect(page).to_have_url(f"{server.url}/#task={chosen['id']}")
+    await page.close()
+
+
+async def test_following_never_moves_on_to_an_abandoned_task(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards ``follow`` picking only a task someone may still move on (``moving`` in
+    app.js): an earlier session, closed, left a PLANNED task that nobody holds and
+    no worker may claim. A page following the newest task stays on the one it
+    showed once that completes, rather than open the abandoned one; a new task
+    then is followed as ever. Seen failing with any unfinished task followed: the
+    page opened the abandoned one."""
+    server, token = dashboard
+    left = start_session(api)
+    create_task(api, left["id"], 1, goal="Abandoned trip")
+    assert update_session(api, left["id"], left["version"], status="COMPLETED")["status"] == (
+        "COMPLETED"
+    )
+    session = start_session(api)["id"]
+    followed = create_task(api, session, 1, goal="Followed trip")
+    page = await browser.new_page(viewport=DESK)
+    await page.goto(f"{server.url}/#token={token}")
+    await expect(page.get_by_test_id("goal")).to_have_text("Followed trip")
+    finish(api, followed)
+    await expect(page.get_by_test_id("status")).to_have_text("completed")
+    await two_list_reads(page)
+    await expect(page.get_by_test_id("goal")).to_have_text("Followed trip")
+    create_task(api, session, 1, goal="Next trip")
+    await expect(page.get_by_test_id("goal")).to_have_text("Next trip", timeout=10_000)
+    await page.close()

@@ -23,6 +23,8 @@ const DOCUMENTS = fetch("/static/documents.json").then((r) => r.json()).then((ma
 const FINISHED = new Set(["SUCCESS", "SKIPPED"]);
 const FINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
 const AGENT_STATUSES = new Set(["RUNNING", "WAITING_TOOL"]); // a lapsed lease stalls these
+const OPEN_SESSIONS = new Set(["ACTIVE", "PAUSED"]); // a worker may claim their tasks
+const FOLLOW = "follow"; // the address of a page following the newest task: #follow&task=...
 const LEASE_EVENTS = new Set(["LOCK_ACQUIRED", "LOCK_RELEASED"]);
 const PAGE = 100; // the most a list may return at once
 const LOG_LINES = 500; // the log keeps the newest events; the server keeps them all
@@ -349,28 +351,39 @@ function markNeeds() {
   document.title = (count ? `(${count}) Decision needed · ` : "") + (goal ? goal + " · " : "") + "runstate";
 }
 
-// Opened on no task in particular: the most recent active task, and the next one
-// when it finishes (the demo books trip after trip).
 // Opened on no task in particular, the page follows the newest active task (of one
 // session with #session=, as the demo's link says: its own trips, not an earlier
 // run's), and moves on only once the task it shows is finished. In a session with
 // a ledger, the active task is the one whose turn it is, not a newer queued one:
-// the page waits for the session's ledger before it picks.
+// the page waits for the session's ledger before it picks. The address it writes
+// says it follows (#follow&task=, #session=...&task=), so that a link to the task
+// shown, clicked, is a choice of it like any other (route).
 function follow() {
   if (!following || (current && current.past)) return;
   if (followedSession !== null && !(ledger && ledger.session === followedSession && ledger.known)) return;
-  const tasks = followedSession === null ? listed()
-    : (sessionsRead.find((s) => s.id === followedSession)?.tasks.edges ?? []).map((e) => e.node);
-  const active = turn() ?? tasks.find((t) => !FINAL.has(t.status));
+  const sessions = followedSession === null ? sessionsRead : sessionsRead.filter((s) => s.id === followedSession);
+  const tasks = sessions.flatMap((s) => s.tasks.edges.map((e) => ({ ...e.node, session: s })));
+  const active = turn() ?? tasks.find((t) => moving(t, t.session));
   const finished = !current || !current.task || FINAL.has(current.task.status);
   const next = active || (!current ? tasks[0] : null);
   if (!next) { if (!current) showEmpty(); return; }
   if (current && current.id === next.id) return;
   if (!current || finished) {
-    const session = followedSession === null ? "" : "session=" + encodeURIComponent(followedSession) + "&";
-    history.replaceState(null, "", "#" + session + "task=" + encodeURIComponent(next.id));
+    const followed = followedSession === null ? FOLLOW : "session=" + encodeURIComponent(followedSession);
+    history.replaceState(null, "", "#" + followed + "&task=" + encodeURIComponent(next.id));
     select(next.id);
   }
+}
+
+// Whether anyone may still move an unfinished task on: a person (it waits for a
+// decision), its agent (working, its lease not lapsed), or a worker that claims it
+// (no live lease, in an open session, and no LangGraph thread: only its graph goes
+// on with one). A task nobody will move (a trip an earlier run left behind) is never
+// followed, however new.
+function moving(task, session) {
+  if (FINAL.has(task.status)) return false;
+  if (needsYou(task) || (AGENT_STATUSES.has(task.status) && !task.stalled)) return true;
+  return OPEN_SESSIONS.has(session.status) && !task.graphThread;
 }
 
 function showEmpty() {
@@ -388,7 +401,9 @@ function route() {
   const params = new URLSearchParams(location.hash.slice(1));
   const taskId = params.get("task");
   followedSession = params.get("session");
-  following = !taskId || followedSession !== null;
+  // A task the person chose (a link to it, a click on it) holds until they choose
+  // another: the page follows only while they chose none, or chose a session.
+  following = !taskId || followedSession !== null || params.has(FOLLOW);
   // A session opened from the list: a task of another session is no longer shown.
   if (!taskId && followedSession !== null && current && current.task &&
       current.task.sessionId !== followedSession) leaveTask();
