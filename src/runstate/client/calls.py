@@ -280,7 +280,10 @@ class Calls:
     def dashboard_link(self, task_id: str | None = None, *, signed_in: bool = False) -> str:
         """The dashboard's address, on ``task_id`` if given. ``signed_in`` puts this
         client's token in the link's fragment (never sent to a server, but keep such
-        a link to yourself); without it the page asks for the token."""
+        a link to yourself). Without it, as the runner's lines print it, a browser
+        that signed in before opens it signed in (the page remembers the last token),
+        and any other asks for a token, says how to get a signed-in link, and then
+        opens the task."""
         fragment = [f"token={self.token}"] if signed_in else []
         if task_id is not None:
             fragment.append(f"task={quote(task_id, safe='')}")

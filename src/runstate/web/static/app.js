@@ -23,6 +23,8 @@ const DOCUMENTS = fetch("/static/documents.json").then((r) => r.json()).then((ma
 const FINISHED = new Set(["SUCCESS", "SKIPPED"]);
 const FINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
 const AGENT_STATUSES = new Set(["RUNNING", "WAITING_TOOL"]); // a lapsed lease stalls these
+const OPEN_SESSIONS = new Set(["ACTIVE", "PAUSED"]); // a worker may claim their tasks
+const FOLLOW = "follow"; // the address of a page following the newest task: #follow&task=...
 const LEASE_EVENTS = new Set(["LOCK_ACQUIRED", "LOCK_RELEASED"]);
 const PAGE = 100; // the most a list may return at once
 const LOG_LINES = 500; // the log keeps the newest events; the server keeps them all
@@ -110,31 +112,91 @@ class Refused extends Error {
 
 // ------------------------------------------------------------- signing in
 
-function readFragment() {
-  // The token arrives in the fragment (never sent to a server, never logged) and is
-  // kept for this tab only; the address bar keeps just the task.
+// A token arrives in a link's fragment (never sent to a server, never logged). A tab
+// keeps the token it signed in with (sessionStorage), so tabs signed in as two users
+// stay so; the browser remembers the last one signed in with (localStorage), so that
+// a link with no token (the SDK's "waits for a person" line) opened in a new tab is
+// signed in too. Signing out forgets both.
+
+// The token of the link in the address bar, taken out of it: the address bar keeps
+// just what the link names (a task, a session).
+function takeToken() {
   const params = new URLSearchParams(location.hash.slice(1));
-  if (params.get("token")) {
-    sessionStorage.setItem(TOKEN_KEY, params.get("token"));
-    params.delete("token");
-    history.replaceState(null, "", location.pathname + (params.toString() ? "#" + params : ""));
-  }
-  token = sessionStorage.getItem(TOKEN_KEY);
+  const given = params.get("token");
+  if (!given) return null;
+  params.delete("token");
+  history.replaceState(null, "", location.pathname + (params.toString() ? "#" + params : ""));
+  return given;
 }
 
+function keepToken(given) {
+  sessionStorage.setItem(TOKEN_KEY, given);
+  localStorage.setItem(TOKEN_KEY, given);
+  token = given;
+}
+
+// On load: the link's token, else this tab's, else the browser's last (the tab's
+// own from now on, whoever signs in elsewhere later).
+function readToken() {
+  const given = takeToken();
+  if (given) keepToken(given);
+  else token = sessionStorage.getItem(TOKEN_KEY) ?? localStorage.getItem(TOKEN_KEY);
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+}
+
+// The address changed within the tab (a link clicked or pasted): a token link signs
+// the tab in at once, as another user if the token is another's, and the page opens
+// what the link names.
+function onHashChange() {
+  const given = takeToken();
+  if (given === null) {
+    if (token) route();
+    else nameTheLink();
+    return;
+  }
+  const another = given !== token;
+  keepToken(given);
+  if (!another) { route(); return; }
+  leave();
+  start();
+}
+
+// Signed out: this tab's token is forgotten, and the browser's too when it is the
+// same (a token the server refused; the Sign out button forgets the browser's
+// whatever it is).
 function signOut(why) {
   sessionStorage.removeItem(TOKEN_KEY);
+  if (localStorage.getItem(TOKEN_KEY) === token) localStorage.removeItem(TOKEN_KEY);
   token = null;
-  current = null;
-  if (socket) { const old = socket; socket = null; old.close(); }
-  closeLedger();
-  setConnection("idle", "not connected");
+  leave();
   $("signin").hidden = false;
   $("signin-error").hidden = !why;
   $("signin-error").textContent = why || "";
   $("tasks").hidden = $("task").hidden = $("empty").hidden = $("signout").hidden = true;
   $("needs").hidden = true;
   document.title = "runstate";
+  nameTheLink();
+}
+
+// Drops what the page shows for a token: the task, the session's ledger, the list.
+function leave() {
+  if (current) leaveTask();
+  closeLedger();
+  clearTimeout(listTimer);
+  sessionsRead = [];
+  listedAs = null;
+  $("task-list").replaceChildren();
+  $("missing").hidden = true;
+  setConnection("idle", "not connected");
+}
+
+// What the Sign-in page opens once signed in: the task or session the link names.
+function nameTheLink() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const named = params.get("task") ? "task " + params.get("task")
+    : params.get("session") ? "session " + params.get("session") : null;
+  $("signin-then").hidden = named === null;
+  $("signin-then").textContent = named === null ? "" : `Once you sign in, the page opens ${named}.`;
 }
 
 async function signIn(candidate) {
@@ -147,8 +209,7 @@ async function signIn(candidate) {
       : "Could not reach runstate: " + error.message;
     return;
   }
-  sessionStorage.setItem(TOKEN_KEY, candidate);
-  token = candidate;
+  keepToken(candidate);
   start();
 }
 
@@ -175,8 +236,10 @@ function setConnection(state, text) {
 async function loadTasks() {
   clearTimeout(listTimer); // a sign-in, a fork: one loop of reads, never two
   if (!token) return;
+  const asToken = token;
   try {
     const data = await graphql("pageSessions");
+    if (token !== asToken) return; // signed in anew meanwhile: that sign-in reads its own
     sessionsRead = data.sessions.edges.map((e) => e.node);
     showList();
     markNeeds();
@@ -288,28 +351,39 @@ function markNeeds() {
   document.title = (count ? `(${count}) Decision needed · ` : "") + (goal ? goal + " · " : "") + "runstate";
 }
 
-// Opened on no task in particular: the most recent active task, and the next one
-// when it finishes (the demo books trip after trip).
 // Opened on no task in particular, the page follows the newest active task (of one
 // session with #session=, as the demo's link says: its own trips, not an earlier
 // run's), and moves on only once the task it shows is finished. In a session with
 // a ledger, the active task is the one whose turn it is, not a newer queued one:
-// the page waits for the session's ledger before it picks.
+// the page waits for the session's ledger before it picks. The address it writes
+// says it follows (#follow&task=, #session=...&task=), so that a link to the task
+// shown, clicked, is a choice of it like any other (route).
 function follow() {
   if (!following || (current && current.past)) return;
   if (followedSession !== null && !(ledger && ledger.session === followedSession && ledger.known)) return;
-  const tasks = followedSession === null ? listed()
-    : (sessionsRead.find((s) => s.id === followedSession)?.tasks.edges ?? []).map((e) => e.node);
-  const active = turn() ?? tasks.find((t) => !FINAL.has(t.status));
+  const sessions = followedSession === null ? sessionsRead : sessionsRead.filter((s) => s.id === followedSession);
+  const tasks = sessions.flatMap((s) => s.tasks.edges.map((e) => ({ ...e.node, session: s })));
+  const active = turn() ?? tasks.find((t) => moving(t, t.session));
   const finished = !current || !current.task || FINAL.has(current.task.status);
   const next = active || (!current ? tasks[0] : null);
   if (!next) { if (!current) showEmpty(); return; }
   if (current && current.id === next.id) return;
   if (!current || finished) {
-    const session = followedSession === null ? "" : "session=" + encodeURIComponent(followedSession) + "&";
-    history.replaceState(null, "", "#" + session + "task=" + encodeURIComponent(next.id));
+    const followed = followedSession === null ? FOLLOW : "session=" + encodeURIComponent(followedSession);
+    history.replaceState(null, "", "#" + followed + "&task=" + encodeURIComponent(next.id));
     select(next.id);
   }
+}
+
+// Whether anyone may still move an unfinished task on: a person (it waits for a
+// decision), its agent (working, its lease not lapsed), or a worker that claims it
+// (no live lease, in an open session, and no LangGraph thread: only its graph goes
+// on with one). A task nobody will move (a trip an earlier run left behind) is never
+// followed, however new.
+function moving(task, session) {
+  if (FINAL.has(task.status)) return false;
+  if (needsYou(task) || (AGENT_STATUSES.has(task.status) && !task.stalled)) return true;
+  return OPEN_SESSIONS.has(session.status) && !task.graphThread;
 }
 
 function showEmpty() {
@@ -327,7 +401,9 @@ function route() {
   const params = new URLSearchParams(location.hash.slice(1));
   const taskId = params.get("task");
   followedSession = params.get("session");
-  following = !taskId || followedSession !== null;
+  // A task the person chose (a link to it, a click on it) holds until they choose
+  // another: the page follows only while they chose none, or chose a session.
+  following = !taskId || followedSession !== null || params.has(FOLLOW);
   // A session opened from the list: a task of another session is no longer shown.
   if (!taskId && followedSession !== null && current && current.task &&
       current.task.sessionId !== followedSession) leaveTask();
@@ -1745,7 +1821,10 @@ $("signin-form").addEventListener("submit", (event) => {
   event.preventDefault();
   signIn($("token").value.trim());
 });
-$("signout").addEventListener("click", () => signOut(""));
+$("signout").addEventListener("click", () => {
+  localStorage.removeItem(TOKEN_KEY); // a new tab asks for a token again
+  signOut("");
+});
 $("retry").addEventListener("click", () => decide("RETRY"));
 $("skip").addEventListener("click", () => decide("SKIP"));
 $("complete-form").addEventListener("submit", (event) => { event.preventDefault(); decide("COMPLETE"); });
@@ -1765,9 +1844,9 @@ $("schedules").addEventListener("click", (event) => {
   if (button) changeSchedule(button);
 });
 $("zones").replaceChildren(...Intl.supportedValuesOf("timeZone").map((zone) => el("option", { value: zone })));
-window.addEventListener("hashchange", route);
+window.addEventListener("hashchange", onHashChange);
 setInterval(tick, TICK_MS);
 
-readFragment();
+readToken();
 if (token) start();
 else signOut("");
