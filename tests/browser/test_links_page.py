@@ -11,6 +11,7 @@ from playwright.async_api import Browser, Page, expect
 
 from runstate.client import Runstate
 from tests.browser.pages import DESK, sends
+from tests.integration.test_agui import in_doubt
 from tests.integration.test_api import checkpoint, create_task, start_session, update_session
 from tests.support import Api, Server, create_token
 
@@ -178,4 +179,28 @@ async def test_following_never_moves_on_to_an_abandoned_task(
     await expect(page.get_by_test_id("goal")).to_have_text("Followed trip")
     create_task(api, session, 1, goal="Next trip")
     await expect(page.get_by_test_id("goal")).to_have_text("Next trip", timeout=10_000)
+    await page.close()
+
+
+async def test_deciding_the_task_followed_holds_it_through_its_end(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards a person's decision as a choice (``chosen`` in app.js): a page following
+    the newest task shows one waiting for a decision; the person skips its step on
+    the page, the task completes, and the page stays on it (the outcome of their
+    decision, the address naming it alone) though another task is active. Seen
+    failing with the decision leaving the page following: it moved on to the other
+    task at the next read of the list."""
+    server, token = dashboard
+    decided = in_doubt(api)
+    page = await browser.new_page(viewport=DESK)
+    await page.goto(f"{server.url}/#token={token}")
+    await expect(page.get_by_test_id("skip")).to_be_visible(timeout=10_000)
+    await expect(page).to_have_url(f"{server.url}/#follow&task={decided['id']}")
+    create_task(api, start_session(api)["id"], 1, goal="Someone else's trip")
+    await page.get_by_test_id("skip").click()
+    await expect(page.get_by_test_id("status")).to_have_text("completed")
+    await two_list_reads(page)
+    await expect(page).to_have_url(f"{server.url}/#task={decided['id']}")
+    await expect(page.get_by_test_id("goal")).to_have_text(decided["goal"])
     await page.close()

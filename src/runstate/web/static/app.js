@@ -412,6 +412,14 @@ function route() {
   watchLedger();
 }
 
+// A person who acted on the task shown (decided a step, answered a question) chose
+// it: the page holds it, so they see what came of it, until they choose another.
+function chosen(taskId) {
+  if (!following) return;
+  history.replaceState(null, "", "#task=" + encodeURIComponent(taskId));
+  route();
+}
+
 function leaveTask() {
   clearTimeout(current.leaseTimer);
   clearTimeout(current.spendTimer);
@@ -1160,7 +1168,11 @@ async function answerInterrupt(event) {
   try {
     const result = (await graphql("pageAnswer", { input })).answerInterrupt;
     $("interrupt-result").textContent = result.__typename === "Task" ? "" : result.message;
-    if (result.__typename === "Task") { $("interrupt-answer").value = ""; $("interrupt-why").value = ""; }
+    if (result.__typename === "Task") {
+      $("interrupt-answer").value = "";
+      $("interrupt-why").value = "";
+      chosen(task.id);
+    }
   } catch (error) {
     $("interrupt-result").textContent = error.message;
   }
@@ -1383,7 +1395,11 @@ async function decide(decision) {
     const data = await graphql("pageDecide", { input });
     const result = data.decideStep;
     $("decision-result").textContent = result.__typename === "Task" ? "" : result.message;
-    if (result.__typename === "Task") { $("complete-output").value = ""; $("decision-why").value = ""; }
+    if (result.__typename === "Task") {
+      $("complete-output").value = "";
+      $("decision-why").value = "";
+      chosen(task.id);
+    }
   } catch (error) {
     $("decision-result").textContent = error.message;
   }
