@@ -114,7 +114,7 @@ async def serve_with_demo(
     import uvicorn
 
     from runstate.app import create_app, server_options
-    from runstate.demo.trips import trips
+    from runstate.demo.trips import FIRST_TRIP_WAIT, trips
 
     settings = Settings.from_env().with_overrides(database_url=database_url)
     app = create_app(settings)
@@ -155,7 +155,8 @@ async def serve_with_demo(
     print(
         "\nrunstate is running. Open the dashboard (you are signed in as 'demo'):\n\n"
         f"    {base}/#token={token}&session={session}\n\n"
-        f"{story} The first trip starts when the page opens. Ctrl-C stops everything.\n",
+        f"{story} The first trip starts when the page opens (in {FIRST_TRIP_WAIT / 60:g}"
+        " minutes if none does). Ctrl-C stops everything.\n",
         flush=True,
     )
     demo = asyncio.create_task(work)

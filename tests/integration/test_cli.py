@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import sqlite3
@@ -553,3 +554,24 @@ def test_demo_langgraph_runs_a_graph_to_its_question_and_on(tmp_path: Path) -> N
         done = next(t for t in demo.tasks(fields) if t["id"] == trip["id"])
         assert [s["action"] for s in done["steps"]][-3:] == ["approve", "book", "confirm"]
         assert done["steps"][-2]["output"]["booking"] == "not booked"
+
+
+async def test_the_first_trip_that_starts_unwatched_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Guards ``trips.first_trip_when`` against trips that start in silence: with no
+    page opened within ``FIRST_TRIP_WAIT``, the terminal says the first trip
+    starts now and why (the banner says it waits for the page); with the page
+    open, it says nothing."""
+    from runstate.demo import trips
+
+    monkeypatch.setattr(trips, "FIRST_TRIP_WAIT", 0.01)
+    await trips.first_trip_when(asyncio.Event())
+    assert capsys.readouterr().out == (
+        "runstate: no page has opened, so the first trip starts now"
+        " (open the link above to watch it)\n"
+    )
+    opened = asyncio.Event()
+    opened.set()
+    await trips.first_trip_when(opened)
+    assert capsys.readouterr().out == ""
