@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8000
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off
 
-.PHONY: run run-langgraph test test-fast bench lint fmt clean migrations
+.PHONY: run run-langgraph test test-fast bench lint fmt clean migrations constraints
 
 $(RUNTIME): pyproject.toml
 	@echo "runstate: setting up $(VENV) (first run only; about a minute)"
@@ -83,3 +83,8 @@ clean:
 migrations: $(STAMP)
 	RUNSTATE_DATABASE_URL=sqlite:///tmp/runstate-makemigrations.db $(BIN)/tortoise -c runstate.storage.database.TORTOISE_ORM makemigrations
 	rm -f /tmp/runstate-makemigrations.db*
+
+# constraints.txt, what the container image installs, pinned anew from a fresh venv
+# (scripts/constraints.sh): after changing pyproject.toml's dependencies.
+constraints:
+	PYTHON=$(PYTHON) scripts/constraints.sh
