@@ -124,12 +124,12 @@ def stack() -> Iterator[Stack]:
 def test_the_compose_stack_serves_runstate_on_postgres_and_redis(stack: Stack) -> None:
     """Guards ``Dockerfile`` and ``compose.yaml`` together: the image builds from the
     repository, its server migrates PostgreSQL by itself and answers on the published
-    port, the CLI in the container makes a token, a write goes to PostgreSQL (read
+    port, the CLI in the container makes a signed-in link (``docker compose exec
+    runstate runstate token link``, as the files say), a write goes to PostgreSQL (read
     back with psql) and the user's rate budget to Redis (the settings reached the
     server, which else would use SQLite and its own memory), and the server runs as
     the image's own user, not root."""
-    token = stack.exec("runstate", "runstate", "token", "create", "demo").splitlines()[-1]
-    assert re.fullmatch(r"rs_\S+", token), token
+    token = token_of(stack.exec("runstate", "runstate", "token", "link", "demo"))
     ready = httpx.get(f"{stack.url}/readyz", timeout=10)
     assert (ready.status_code, ready.json()) == (200, {"database": "ok", "broker": "ok"})
     with Api(stack.url, token) as api:
