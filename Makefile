@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8000
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off
 
-.PHONY: run run-langgraph test test-fast screenshots bench lint fmt clean migrations
+.PHONY: run run-langgraph test test-fast screenshots bench lint fmt clean migrations constraints
 
 $(RUNTIME): pyproject.toml
 	@echo "runstate: setting up $(VENV) (first run only; about 15 seconds, more on a slow network)"
@@ -18,8 +18,10 @@ $(RUNTIME): pyproject.toml
 	@$(BIN)/python -c 'import runstate.app' || { echo "runstate: install failed"; exit 1; }
 	@touch $(RUNTIME)
 
-$(STAMP): $(RUNTIME)
-	$(PIP) --quiet -e '.[dev,langgraph,openai-agents]'
+# Everything the tests, lint and benchmarks need: `make lint` type-checks bench/, whose
+# imports (psycopg, LangGraph's Postgres saver) only the bench extra installs.
+$(STAMP): $(RUNTIME) Makefile
+	$(PIP) --quiet -e '.[dev,langgraph,openai-agents,bench]'
 	touch $(STAMP)
 
 # Exported rather than set on the command line, so make runs the command without a
@@ -52,7 +54,6 @@ screenshots: $(STAMP)
 
 # Figures side by side with their baselines; never part of `make test`.
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,langgraph,openai-agents,bench]'
 	@command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null || \
 		{ echo "runstate: make bench needs wrk (apt-get install wrk)"; exit 1; }
 	$(BIN)/python -m bench.wrk
@@ -87,3 +88,8 @@ clean:
 migrations: $(STAMP)
 	RUNSTATE_DATABASE_URL=sqlite:///tmp/runstate-makemigrations.db $(BIN)/tortoise -c runstate.storage.database.TORTOISE_ORM makemigrations
 	rm -f /tmp/runstate-makemigrations.db*
+
+# constraints.txt, what the container image installs, pinned anew from a fresh venv
+# (scripts/constraints.sh): after changing pyproject.toml's dependencies.
+constraints:
+	PYTHON=$(PYTHON) scripts/constraints.sh

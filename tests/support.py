@@ -139,8 +139,15 @@ def runstate(
 
 
 def create_token(database_url: str, user: str) -> str:
-    """A new API token for ``user``, made by the CLI (its last stdout line)."""
-    return runstate("token", "create", user, database_url=database_url).stdout.splitlines()[-1]
+    """A new API token for ``user``, made by the CLI (its last stdout line). A
+    database no server has set up yet is set up first (``runstate migrate``), as
+    a person would: the token commands refuse it rather than make one."""
+    made = runstate("token", "create", user, database_url=database_url, check=False)
+    if made.returncode != 0 and "runstate: no runstate database at " in made.stderr:
+        runstate("migrate", database_url=database_url)
+        made = runstate("token", "create", user, database_url=database_url)
+    made.check_returncode()
+    return made.stdout.splitlines()[-1]
 
 
 class Server:

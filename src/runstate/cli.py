@@ -9,21 +9,26 @@ import contextlib
 import errno
 import importlib.util
 import json
+import logging
 import os
+import shlex
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from urllib.parse import urlsplit
 
 from graphql import GraphQLInterfaceType, GraphQLSchema, GraphQLUnionType, build_schema
 from starlette.types import ASGIApp, Receive, Scope, Send
+from tortoise.exceptions import DBConnectionError
 
 from runstate.services.actions import tokens
 from runstate.services.domain.errors import DomainError
 from runstate.services.lifecycle.sweep import sweep
-from runstate.settings import Settings, SettingsError
-from runstate.storage.database import new_epoch, open_database
+from runstate.settings import DEFAULT_DATABASE_URL, Settings, SettingsError
+from runstate.storage.database import made, new_epoch, open_database, shown
 from runstate.transport.callers import announce_revoked
 
 
@@ -65,9 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         "link", help="create a token and print a link to the dashboard, signed in with it"
     )
     link.add_argument("user")
-    link.add_argument(
-        "--url", default="http://127.0.0.1:8000", help="the server's address, as its users see it"
-    )
+    link.add_argument("--url", default=LINK_URL, help="the server's address, as its users see it")
     revoke = token_commands.add_parser("revoke", help="stop accepting a token")
     revoke.add_argument("token")
 
@@ -111,7 +114,7 @@ async def serve_with_demo(
     import uvicorn
 
     from runstate.app import create_app, server_options
-    from runstate.demo.trips import trips
+    from runstate.demo.trips import FIRST_TRIP_WAIT, trips
 
     settings = Settings.from_env().with_overrides(database_url=database_url)
     app = create_app(settings)
@@ -152,7 +155,8 @@ async def serve_with_demo(
     print(
         "\nrunstate is running. Open the dashboard (you are signed in as 'demo'):\n\n"
         f"    {base}/#token={token}&session={session}\n\n"
-        f"{story} The first trip starts when the page opens. Ctrl-C stops everything.\n",
+        f"{story} The first trip starts when the page opens (in {FIRST_TRIP_WAIT / 60:g}"
+        " minutes if none does). Ctrl-C stops everything.\n",
         flush=True,
     )
     demo = asyncio.create_task(work)
@@ -244,14 +248,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         print(listing.writes(build.build_schema()), end="")
     elif args.command == "migrate":
-        _with_database(settings, _noop)
+        _with_database(settings, _noop, making=True)
         print("migrations applied")
     elif args.command == "restore-mark":
 
         async def mark(_installation: str) -> None:
             print(f"new epoch {await new_epoch()}: restart the servers; clients will resync")
 
-        _with_database(settings, mark)
+        _with_database(settings, mark, "restore-mark")
     elif args.command == "sweep":
 
         async def run_sweep(_installation: str) -> None:
@@ -261,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f" {result.keys} idempotency keys deleted"
             )
 
-        _with_database(settings, run_sweep)
+        _with_database(settings, run_sweep, "sweep")
     elif args.token_command == "create":
         user = args.user
 
@@ -269,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"token for {user} (shown once, stored hashed):", file=sys.stderr)
             print(await tokens.create_token(user))
 
-        _with_database(settings, create)
+        _with_database(settings, create, "token create")
     elif args.token_command == "link":
         user, base = args.user, args.url.rstrip("/")
 
@@ -280,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
             print(f"{base}/#token={token}")
 
-        _with_database(settings, signed_in_link)
+        _with_database(settings, signed_in_link, "token link")
     else:
         token = args.token
 
@@ -291,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 await announce_revoked(settings.redis_url, installation, tokens.digest(token))
             print("revoked")
 
-        _with_database(settings, revoke)
+        _with_database(settings, revoke, "token revoke")
 
 
 RUN_BY_MAKE = "RUNSTATE_RUN_BY_MAKE"
@@ -328,6 +332,7 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> None:
 
     configure_logging(settings)
     raise_open_file_limit()
+    _announce_when_listening(settings, host, port)
     if workers > 1:
         os.environ.update(settings.environment())
     uvicorn.run(
@@ -347,11 +352,23 @@ async def _noop(_installation: str) -> None:
     return None
 
 
-def _with_database(settings: Settings, work: Callable[[str], Awaitable[None]]) -> None:
-    """Run ``work`` with the database open, given the database's installation id."""
+def _with_database(
+    settings: Settings,
+    work: Callable[[str], Awaitable[None]],
+    command: str = "",
+    *,
+    making: bool = False,
+) -> None:
+    """Run ``work`` with the database open, given the database's installation id,
+    after saying on stderr which database it is. Unless ``making`` (``migrate``),
+    a database runstate has not set up is refused (``_missing``): opening it would
+    make one, and what ``command`` did there no server would see."""
 
     async def run() -> None:
+        if not making:
+            await _require_made(settings.database_url, command)
         database = await open_database(settings.database_url)
+        print(f"runstate: database {shown(settings.database_url)}", file=sys.stderr)
         try:
             await work(database.installation)
         finally:
@@ -361,3 +378,80 @@ def _with_database(settings: Settings, work: Callable[[str], Awaitable[None]]) -
         asyncio.run(run())
     except DomainError as e:
         sys.exit(f"runstate: {e.message}")
+
+
+async def _require_made(database_url: str, command: str) -> None:
+    """Exit with what to do unless the database exists and runstate has set it up."""
+    try:
+        found = await made(database_url)
+    except (OSError, DBConnectionError) as e:
+        sys.exit(f"runstate: cannot open the database {shown(database_url)}: {e}")
+    if not found:
+        sys.exit(_missing(database_url, command))
+
+
+def _missing(database_url: str, command: str) -> str:
+    """Why ``command`` refuses a database runstate has not set up, and how to name
+    the server's instead."""
+    where = shown(database_url)
+    if database_url == DEFAULT_DATABASE_URL:
+        where += " (RUNSTATE_DATABASE_URL is not set: runstate.db in this folder)"
+    return (
+        f"runstate: no runstate database at {where}. `runstate {command}` works on the"
+        " database of the server it is for, and makes no new one.\n"
+        "runstate: run it in the folder the server runs in, or name the server's database"
+        " with RUNSTATE_DATABASE_URL or --database-url (`runstate serve` prints the command"
+        " as it starts); `runstate migrate` makes a new database."
+    )
+
+
+LINK_URL = "http://127.0.0.1:8000"
+"""The server ``runstate token link`` links to unless told another (``--url``)."""
+
+log = logging.getLogger("runstate.serve")
+
+
+def _reachable(host: str) -> str:
+    """The address a client on this machine reaches a server bound to ``host`` at."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+
+
+def next_step(database_url: str, host: str, port: int, folder: str) -> str:
+    """What to run for a signed-in link to the dashboard of a server on ``host:port``
+    and ``database_url``, started in ``folder``, and for a token alone: the
+    database named as the command line takes it, unless it is the default (then
+    the folder to run in) or holds a password (then the variable, masked)."""
+    address = _reachable(host)
+    base = f"http://{f'[{address}]' if ':' in address else address}:{port}"
+    link = "token link me" + ("" if base == LINK_URL else f" --url {base}")
+    where = ""
+    if database_url == DEFAULT_DATABASE_URL:
+        where = f" (run in {folder})"
+        command = f"runstate {link}"
+    elif urlsplit(database_url).password is not None:
+        where = f" (with this server's RUNSTATE_DATABASE_URL, {shown(database_url)})"
+        command = f"runstate {link}"
+    else:
+        command = f"runstate --database-url {shlex.quote(shown(database_url))} {link}"
+    return (
+        f"a signed-in link to its dashboard: {command}{where};"
+        " `token create me` instead of `token link me` prints a token for the API"
+    )
+
+
+def _announce_when_listening(settings: Settings, host: str, port: int) -> None:
+    """Log the next step (``next_step``) once ``host:port`` takes connections, from a
+    thread of its own: uvicorn has no hook for the moment it starts listening."""
+    step = next_step(settings.database_url, host, port, os.getcwd())
+
+    def announce() -> None:
+        while True:
+            try:
+                socket.create_connection((_reachable(host), port), timeout=1).close()
+            except OSError:
+                time.sleep(0.05)  # not listening yet
+                continue
+            log.info("serving on %s; %s", shown(settings.database_url), step)
+            return
+
+    threading.Thread(target=announce, name="runstate-next-step", daemon=True).start()

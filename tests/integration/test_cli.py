@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support import (
     Api,
@@ -27,7 +30,9 @@ from tests.support import (
 
 def test_token_create_prints_the_token_last_and_stores_only_its_hash(tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path / 'cli.db'}"
+    runstate("migrate", database_url=url)
     result = runstate("token", "create", "carol", database_url=url)
+    assert result.stderr.splitlines()[0] == f"runstate: database {url}"
     token = result.stdout.splitlines()[-1]
     assert token.startswith("rs_")
     assert len(token) > 40
@@ -40,9 +45,9 @@ def test_token_create_prints_the_token_last_and_stores_only_its_hash(tmp_path: P
 
 
 def test_token_create_refuses_a_bad_user_name(tmp_path: Path) -> None:
-    result = runstate(
-        "token", "create", "a b", database_url=f"sqlite://{tmp_path / 'x.db'}", check=False
-    )
+    url = f"sqlite://{tmp_path / 'x.db'}"
+    runstate("migrate", database_url=url)
+    result = runstate("token", "create", "a b", database_url=url, check=False)
     assert result.returncode != 0
     assert "user" in result.stderr
 
@@ -70,6 +75,148 @@ def test_revoked_token_is_refused(tmp_path: Path) -> None:
         )
     finally:
         server.stop()
+
+
+def in_folder(folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The command line run in ``folder`` as a person runs it there: no
+    ``RUNSTATE_*`` variable but ``env``, so the database is the default one
+    (``runstate.db`` in the folder) unless ``env`` names another."""
+    person = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "runstate", *args],
+        cwd=folder,
+        env={**person, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+GRAPHQL_SESSIONS = {"query": "{ sessions { edges { cursor } } }"}
+
+
+def answers(server: str, token: str) -> int:
+    """The status the server at ``server`` answers a query with ``token``."""
+    headers = {"Authorization": f"Bearer {token}"}
+    return httpx.post(f"{server}/graphql", json=GRAPHQL_SESSIONS, headers=headers).status_code
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["token", "create", "bob"],
+        ["token", "link", "bob"],
+        ["token", "revoke", "rs_none"],
+        ["sweep"],
+        ["restore-mark"],
+    ],
+    ids=" ".join,
+)
+def test_a_command_on_a_server_database_makes_none_where_there_is_none(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """Guards ``cli._require_made``: run in a folder with no database, a command that
+    works on a server's database exits 1, names the database it looked for and how
+    to name the server's, and leaves the folder as it was. Before, ``token create``
+    in the wrong folder made a new runstate.db there and printed a token that the
+    server it was meant for answered 401."""
+    done = in_folder(tmp_path, *command)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"runstate: no runstate database at sqlite://{tmp_path / 'runstate.db'}"
+        " (RUNSTATE_DATABASE_URL is not set: runstate.db in this folder)."
+        f" `runstate {' '.join(command[:2] if command[0] == 'token' else command)}` works on"
+        " the database of the server it is for, and makes no new one.\n"
+        "runstate: run it in the folder the server runs in, or name the server's database"
+        " with RUNSTATE_DATABASE_URL or --database-url (`runstate serve` prints the command"
+        " as it starts); `runstate migrate` makes a new database.\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_database_with_no_runstate_in_it_is_refused_too(tmp_path: Path) -> None:
+    """Guards ``database.made``: a file that is there but holds no runstate tables
+    (another program's database, a file touched by hand) is not taken for the
+    server's, and is left unchanged: no migration runs in it."""
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+    before = other.read_bytes()
+    done = in_folder(tmp_path, "token", "create", "bob", RUNSTATE_DATABASE_URL=f"sqlite://{other}")
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"runstate: no runstate database at sqlite://{other}. ")
+    assert other.read_bytes() == before
+
+
+def test_serve_says_how_to_get_a_signed_in_link_and_the_command_works(tmp_path: Path) -> None:
+    """Guards ``cli.next_step``: once listening, ``runstate serve`` on the default
+    database logs the command for a signed-in link and the folder to run it in;
+    run there, it says which database it used and its link's token opens that
+    server, while the same command in another folder is refused."""
+    served, elsewhere = tmp_path / "served", tmp_path / "elsewhere"
+    served.mkdir()
+    elsewhere.mkdir()
+    port = free_port()
+    log = tmp_path / "serve.log"
+    person = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "runstate", "serve", "--port", str(port)],
+            cwd=served,
+            env=person,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(lambda: "runstate.serve: " in log.read_text(), 60, "serve's next step")
+        (said,) = [line for line in log.read_text().splitlines() if "runstate.serve: " in line]
+        database = f"sqlite://{served / 'runstate.db'}"
+        assert said.split("runstate.serve: ", 1)[1] == (
+            f"serving on {database}; a signed-in link to its dashboard:"
+            f" runstate token link me --url http://127.0.0.1:{port} (run in {served});"
+            " `token create me` instead of `token link me` prints a token for the API"
+        )
+        command = ["token", "link", "me", "--url", f"http://127.0.0.1:{port}"]
+        assert in_folder(elsewhere, *command).returncode == 1
+        assert list(elsewhere.iterdir()) == []
+        done = in_folder(served, *command)
+        assert done.stderr.splitlines()[0] == f"runstate: database {database}"
+        link = done.stdout.strip()
+        assert link.startswith(f"http://127.0.0.1:{port}/#token=rs_")
+        assert answers(f"http://127.0.0.1:{port}", link.split("#token=", 1)[1]) == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_serve_names_its_database_in_the_command_it_prints(tmp_path: Path) -> None:
+    """Guards ``cli.next_step`` on a database that is not the default: the command
+    serve logs names it (``--database-url``), so it works from any folder; a
+    token made by it there opens the server."""
+    url = f"sqlite://{tmp_path / 'named.db'}"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with Server(url, tmp_path / "server.log") as server:
+        wait_until(lambda: "runstate.serve: " in server.log(), 60, "serve's next step")
+        (said,) = [line for line in server.log().splitlines() if "runstate.serve: " in line]
+        command = said.split("dashboard: ", 1)[1].split(";", 1)[0]
+        assert command == f"runstate --database-url {url} token link me --url {server.url}"
+        made = in_folder(elsewhere, *shlex.split(command)[1:]).stdout.strip()
+        assert answers(server.url, made.split("#token=", 1)[1]) == 200
+
+
+def test_the_next_step_masks_a_password_and_names_the_variable() -> None:
+    """Guards ``cli.next_step`` on a URL with a password (compose.yaml's): the
+    password never reaches the log; the command names the variable to set."""
+    from runstate.cli import next_step  # imported here: the module's other tests run the CLI
+
+    url = "postgres://runstate:secret@postgres:5432/runstate"
+    assert next_step(url, "0.0.0.0", 8000, "/data") == (
+        "a signed-in link to its dashboard: runstate token link me (with this server's"
+        " RUNSTATE_DATABASE_URL, postgres://runstate:***@postgres:5432/runstate);"
+        " `token create me` instead of `token link me` prints a token for the API"
+    )
 
 
 def test_migrate_is_repeatable(tmp_path: Path) -> None:
@@ -407,3 +554,24 @@ def test_demo_langgraph_runs_a_graph_to_its_question_and_on(tmp_path: Path) -> N
         done = next(t for t in demo.tasks(fields) if t["id"] == trip["id"])
         assert [s["action"] for s in done["steps"]][-3:] == ["approve", "book", "confirm"]
         assert done["steps"][-2]["output"]["booking"] == "not booked"
+
+
+async def test_the_first_trip_that_starts_unwatched_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Guards ``trips.first_trip_when`` against trips that start in silence: with no
+    page opened within ``FIRST_TRIP_WAIT``, the terminal says the first trip
+    starts now and why (the banner says it waits for the page); with the page
+    open, it says nothing."""
+    from runstate.demo import trips
+
+    monkeypatch.setattr(trips, "FIRST_TRIP_WAIT", 0.01)
+    await trips.first_trip_when(asyncio.Event())
+    assert capsys.readouterr().out == (
+        "runstate: no page has opened, so the first trip starts now"
+        " (open the link above to watch it)\n"
+    )
+    opened = asyncio.Event()
+    opened.set()
+    await trips.first_trip_when(opened)
+    assert capsys.readouterr().out == ""

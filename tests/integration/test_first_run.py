@@ -226,3 +226,24 @@ def test_make_run_in_a_fresh_clone_shows_progress_then_the_link(tmp_path: Path) 
         assert not any("Traceback" in line for line in output.lines), output.lines
     finally:
         stop(run)
+
+
+def test_a_non_editable_install_leaves_the_clone_clean(tmp_path: Path) -> None:
+    """Guards ``.gitignore`` against what ``pip install .`` (not ``-e``) leaves in a
+    clone: setuptools' ``build/`` (and the egg-info) must not show in ``git
+    status``, where they could be committed. Seen failing without ``build/`` in
+    it (``?? build/``)."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+    install = ["install", "--quiet", "--disable-pip-version-check", "--no-deps"]
+    subprocess.run(
+        [sys.executable, "-m", "pip", *install, "--target", str(tmp_path / "site"), str(clone)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert (clone / "build").is_dir(), "the install built in the clone, as pip install . does"
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True, check=True
+    )
+    assert status.stdout == ""

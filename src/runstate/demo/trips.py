@@ -295,9 +295,17 @@ async def inbox(rs: Runstate, session_id: str, *, base: str, token: str) -> None
 
 
 async def first_trip_when(opened: asyncio.Event) -> None:
-    """Wait for the dashboard to open, or ``FIRST_TRIP_WAIT`` seconds."""
-    with contextlib.suppress(TimeoutError):
+    """Wait for the dashboard to open, or ``FIRST_TRIP_WAIT`` seconds; then say in
+    the terminal that the first trip starts unwatched, so that trips starting in a
+    terminal where no page was opened are not a surprise."""
+    try:
         await asyncio.wait_for(opened.wait(), FIRST_TRIP_WAIT)
+    except TimeoutError:
+        print(
+            "runstate: no page has opened, so the first trip starts now"
+            " (open the link above to watch it)",
+            flush=True,
+        )
 
 
 async def _until_finished(rs: Runstate, task_id: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import fcntl
 import os
@@ -108,8 +109,8 @@ async def _migration_lock(database_url: str) -> AsyncIterator[None]:
     """
     url = urlsplit(database_url)
     if url.scheme == "sqlite":
-        path = database_url.removeprefix("sqlite://").split("?", 1)[0]
-        if path in ("", ":memory:"):
+        path = _sqlite_path(database_url)
+        if path is None:
             yield
             return
         lock_file = await asyncio.to_thread(Path(f"{path}.migrate-lock").open, "a")
@@ -139,6 +140,55 @@ async def lock_connection(database_url: str) -> AsyncIterator[Any]:
             yield conn
     finally:
         await client.close()
+
+
+def shown(database_url: str) -> str:
+    """``database_url`` as a person should read it in a message: a SQLite file's
+    path made absolute (a relative one is relative to the folder a command runs
+    in, so the same URL names another file elsewhere), any password masked."""
+    parts = urlsplit(database_url)
+    if parts.scheme == "sqlite":
+        path = _sqlite_path(database_url)
+        return database_url if path is None else f"sqlite://{Path(path).absolute()}"
+    if parts.password is None:
+        return database_url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _sqlite_path(database_url: str) -> str | None:
+    """The file of a ``sqlite://`` URL; None for an in-memory database."""
+    path = database_url.removeprefix("sqlite://").split("?", 1)[0]
+    return None if path in ("", ":memory:") else path
+
+
+async def made(database_url: str) -> bool:
+    """Whether the database exists and runstate has set it up (its ``installation``
+    table), found without creating anything: a SQLite file is opened read-only, a
+    PostgreSQL database through a connection of its own. For the commands that
+    work on a server's database and must not make another where none is (``runstate
+    token create`` in the wrong folder would, and its token open nothing). A
+    PostgreSQL server that cannot be reached raises as connecting does."""
+    table = Installation._meta.db_table
+    scheme = urlsplit(database_url).scheme
+    if scheme in _POSTGRES:
+        async with lock_connection(database_url) as conn:
+            return bool(await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", table))
+    path = _sqlite_path(database_url) if scheme == "sqlite" else None
+    return path is not None and await asyncio.to_thread(_sqlite_holds, path, table)
+
+
+def _sqlite_holds(path: str, table: str) -> bool:
+    """Whether the SQLite file ``path`` exists and has ``table``; read-only, so a
+    missing file stays missing."""
+    if not Path(path).is_file():
+        return False
+    uri = f"{Path(path).absolute().as_uri()}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+        found = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        )
+        return found.fetchone() is not None
 
 
 class Database:
