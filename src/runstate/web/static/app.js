@@ -348,7 +348,7 @@ function leaveTask() {
 function select(taskId) {
   if (current) { clearTimeout(current.leaseTimer); clearTimeout(current.spendTimer); }
   current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], told: 0, holes: new Set(),
-    doubts: {}, runs: {}, leases: {},
+    doubts: {}, runs: {}, leases: {}, released: null,
     ttls: {}, leaseTimer: null, graph: false,
     pending: null, past: null, source: null, spent: null, spendTimer: null };
   scrubTo = null;
@@ -435,7 +435,7 @@ function onEvent(watching, event) {
   watching.epoch = event.epoch;
   if (event.kind === "SNAPSHOT") {
     watching.task = event.task;
-    noteLease(watching, event.task.lock, ms(event.at));
+    noteLease(watching, event.task.lock, ms(event.at), true);
     watching.pending = [];
     watching.holes = new Set(); // the log is told again, its holes found again
     loadLog(watching, event);
@@ -542,25 +542,25 @@ function record(watching, before, event) {
   for (const step of event.steps) {
     const was = before.steps[step.index];
     if (step.status === "IN_DOUBT" && (!was || was.status !== "IN_DOUBT")) {
-      const run = watching.runs[step.index];
-      const holder = run && run.holder ? run.holder : null;
-      const heard = holder ? run.heard : null;
-      // When the agent's lease lapsed, if this page saw its last renewal (it read the
-      // lease while the agent lived); an end from before the agent was last heard of
-      // was renewed since, and says nothing.
-      const end = holder ? watching.leases[holder]?.expiresAt : null;
-      const lapsed = end && ms(end) >= ms(heard) ? end : null;
-      watching.doubts[step.index] = { since: event.at, decided: null, heard, holder, lapsed, takenOver: watching.takenOver };
+      watching.doubts[step.index] = doubtOf(watching, watching.runs[step.index], before, event);
     } else if (was && was.status === "IN_DOUBT" && step.status !== "IN_DOUBT" && watching.doubts[step.index]) {
       watching.doubts[step.index].decided = event.at;
     }
   }
   if (event.kind.startsWith("GRAPH_")) watching.graph = true; // a LangGraph thread's
   if (LEASE_EVENTS.has(event.kind)) {
-    noteLease(watching, event.lock, ms(event.at));
+    noteLease(watching, event.lock, ms(event.at), false);
     if (event.kind === "LOCK_ACQUIRED") {
-      watching.takenOver = event.at;
+      // A new lease (its holder's extension keeps the token): a takeover.
+      if (!before.lock || before.lock.fencingToken !== event.lock.fencingToken) watching.takenOver = event.at;
+      watching.released = null;
       watching.ttls[event.lock.holderId] = ms(event.lock.expiresAt) - ms(event.at);
+    } else {
+      const holder = before.lock ? before.lock.holderId : null;
+      watching.released = { holder, at: event.at };
+      for (const doubt of Object.values(watching.doubts)) {
+        if (doubt.own && doubt.holder === holder && !doubt.released) doubt.released = event.at;
+      }
     }
   }
   // Who wrote it: the lease holder for a write under a lease, else the user; a lease
@@ -575,11 +575,34 @@ function record(watching, before, event) {
 // Each holder's lease as last seen (lease events, the snapshot, this page's own
 // reads; renewals write no event), and when: a later sighting replaces an earlier
 // one, longer or shorter (a task created leased for a minute is taken over by its
-// agent's five-second lease).
-function noteLease(watching, lock, seen) {
+// agent's five-second lease). `read`: the server's lease as it stood (the snapshot,
+// a read), not as an event granted it, renewals since unknown.
+function noteLease(watching, lock, seen, read) {
   if (!lock) return;
   const known = watching.leases[lock.holderId];
-  if (!known || seen >= known.seen) watching.leases[lock.holderId] = { expiresAt: lock.expiresAt, seen };
+  if (!known || seen >= known.seen) watching.leases[lock.holderId] = { expiresAt: lock.expiresAt, seen, read };
+}
+
+// A step just found IN_DOUBT, as its `run` (RUNNING since, under whose lease) left
+// it. Put in doubt under the lease it ran under, by its holder (an OpenAI Agents
+// run asking for approval), it is no crash: `own`, and the lease's release is told
+// when it comes. Else its agent stopped, and its lease lapsed: when, only if this
+// page read that lease (renewals write no event, so a lease's end as granted says
+// nothing of a lease renewed since, shorter or longer), the agent was not heard of
+// after it, and it is not after the takeover (the first new lease since); otherwise
+// the page says the lease lapsed before the takeover, as the log shows it.
+function doubtOf(watching, run, before, event) {
+  const holder = run && run.holder ? run.holder : null;
+  const heard = holder ? run.heard : null;
+  const own = holder !== null && event.holder === holder && before.lock !== null &&
+    before.lock.fencingToken === run.token;
+  const end = holder && !own ? watching.leases[holder] : null;
+  const after = watching.takenOver && heard && ms(watching.takenOver) >= ms(heard);
+  const takenOver = after ? watching.takenOver : null;
+  const known = end && end.read && ms(end.expiresAt) >= ms(heard) &&
+    (!takenOver || ms(end.expiresAt) <= ms(takenOver));
+  return { since: event.at, decided: null, heard, holder, own, released: null,
+    lapsed: known ? end.expiresAt : null, takenOver };
 }
 
 // When each running step's agent was last heard of: the step's start, then every
@@ -590,7 +613,8 @@ function heard(watching, before, event) {
   for (const step of event.steps) {
     const was = before.steps[step.index];
     if (step.status === "RUNNING" && (!was || was.status !== "RUNNING")) {
-      watching.runs[step.index] = { holder: event.holder, heard: event.at };
+      const token = event.holder && before.lock ? before.lock.fencingToken : null;
+      watching.runs[step.index] = { holder: event.holder, heard: event.at, token };
     } else if (step.status !== "RUNNING") {
       if (step.status !== "IN_DOUBT") delete watching.runs[step.index];
     }
@@ -995,9 +1019,7 @@ function renderDecision(task, now) {
   $("decision").hidden = !inDoubt;
   if (!inDoubt) return;
   $("decision").dataset.step = inDoubt.index;
-  // An OpenAI Agents run stopped at a tool that needs approval (integrations.openai_agents):
-  // retry approves the call, skip rejects it; nothing has happened to mark done.
-  const approval = task.steps[0].action === "openai-agents run" && inDoubt.action.startsWith("approve ");
+  const approval = asksApproval(task, inDoubt);
   $("question").textContent = approval
     ? `Step ${inDoubt.index}: the agent asks to call ${inDoubt.action.slice("approve ".length)}. ` +
       "Approve it, and the agent's next run calls it once; reject it, and the agent is told your reason."
@@ -1006,6 +1028,9 @@ function renderDecision(task, now) {
   $("retry").textContent = approval ? "Approve the call" : "It did not happen: retry it";
   $("skip").textContent = approval ? "Reject it" : "Skip it and go on";
   $("complete-form").hidden = approval;
+  $("decision-why").placeholder = approval
+    ? `e.g. why ${inDoubt.action.slice("approve ".length).split("(")[0]} may, or may not, be called`
+    : `e.g. how you know whether "${inDoubt.action}" happened`;
   $("complete-output").placeholder = `What "${inDoubt.action}" produced, e.g. {"reference": "…"}`;
   // While an agent holds a live lease the server refuses anyone else's write.
   const waiting = held(task.lock, now);
@@ -1014,6 +1039,13 @@ function renderDecision(task, now) {
     $("decision-note").textContent = `${task.lock.holderId} still holds the task for ` +
       `${seconds(ms(task.lock.expiresAt) - now)}: a decision is refused until it lets go or its lease runs out.`;
   }
+}
+
+// An OpenAI Agents run stopped at a tool that needs approval (integrations.openai_agents):
+// retry approves the call, skip rejects it; nothing has happened to mark done, and
+// no agent crashed.
+function asksApproval(task, step) {
+  return task.steps[0].action === "openai-agents run" && step.action.startsWith("approve ");
 }
 
 // A LangGraph node stopped at interrupt(): its step is PENDING with the values it
@@ -1089,7 +1121,8 @@ function renderSteps(task, now, live) {
       el("div", { class: "step-head" },
         el("span", { class: "index" }, step.index),
         el("span", { class: "action" }, step.action),
-        step.idempotent ? null : el("span", { class: "unsafe", title: "needs a person's decision after a crash" }, "not safe to repeat"),
+        step.idempotent || asksApproval(task, step) ? null
+          : el("span", { class: "unsafe", title: "needs a person's decision after a crash" }, "not safe to repeat"),
         el("span", { class: "badge s-" + step.status }, words(step.status))),
       el("div", { class: "track" }, bars),
       el("div", { class: "step-foot" },
@@ -1125,6 +1158,10 @@ function stepTiming(step, now, live) {
     // not until the worker that took over found it in doubt.
     if (!doubt.holder) return { start, runEnd: asked, waitEnd: answered, text: `ran ${seconds(asked - start)} · ${wait}` };
     const began = `started ${clock(step.startedAt)}`;
+    if (doubt.own) { // its agent put it in doubt and let the task go: no crash
+      const released = doubt.released ? ` · ${doubt.holder} released its lease at ${clock(doubt.released)}` : "";
+      return { start, runEnd: asked, waitEnd: answered, text: `${began}${released} · ${wait}` };
+    }
     if (doubt.lapsed) {
       const lapsedAt = ms(doubt.lapsed);
       return { start, runEnd: lapsedAt, waitEnd: answered,
@@ -1335,7 +1372,7 @@ async function checkLease(watching) {
     const lock = data.task.lock ?? (data.task.stalled ? watching.task.lock : null);
     const before = watching.task.lock;
     const now = Date.now();
-    noteLease(watching, data.task.lock, now);
+    noteLease(watching, data.task.lock, now, true);
     if (data.task.lock && before && before.holderId === data.task.lock.holderId &&
         before.expiresAt !== data.task.lock.expiresAt) {
       // Renewed since the last read: its ttl is at least what is left of it now.
