@@ -121,7 +121,7 @@ def _parts(settings: Settings) -> _Parts:
     checks, metrics), open connections, token check, GraphQL view on a schema of
     its own, rate budgets and admission: nothing shared with another app."""
     database = Database(settings.database_url)
-    house = House(limits=settings.content)
+    house = House(limits=settings.content, currency=settings.currency)
     house.relay.flush = uncork_all  # the frames of a relay's pass go out together
     connections = Connections(settings.max_connections)
     house.metrics.websockets.set_function(lambda: len(connections))

@@ -24,8 +24,9 @@ from tests.browser.pages import (
     sends,
 )
 from tests.integration.test_api import create_task, start_session, step
+from tests.integration.test_claim import claim
 from tests.integration.test_lifecycle import acquire, at_second_step, resume
-from tests.support import TASK, AgentProcess, Api, Server, mutate
+from tests.support import TASK, AgentProcess, Api, Server, mutate, settled
 
 PLAN: list[dict[str, Any]] = [
     {"action": "search flights"},
@@ -462,5 +463,69 @@ async def test_a_crashed_step_tells_when_its_agents_own_lease_lapsed(
     )
     await expect(page.get_by_test_id("time-0")).to_contain_text(
         f"agent-s's lease lapsed at {lapsed} · waiting for you"
+    )
+    await page.close()
+
+
+async def test_a_crashed_step_opened_later_never_names_a_lapse_after_the_takeover(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the crashed step's time line on a page opened after the fact
+    (``record``): renewals write no event, so the log knows the agent's lease only
+    as first granted, for a minute, though the agent renewed it for a second and
+    died. The page said the lease "lapsed at" that minute's end, after the takeover
+    its own log shows; it says the lease lapsed before the takeover, and asks for
+    a reason in words of the step itself."""
+    server, token = dashboard
+    session = start_session(api)
+    plan = [{"action": "pay the hotel", "idempotent": False}]
+    lease = {"holderId": "agent-3", "ttlSeconds": 60}
+    created = create_task(api, session["id"], plan, goal="Pay", lease=lease)
+    tid = created["id"]
+    step(
+        api,
+        "startStep",
+        "StepRefInput",
+        taskId=tid,
+        stepIndex=0,
+        expectedVersion=created["version"],
+        fencingToken=1,
+    )
+    renewed = mutate(
+        api,
+        "renewTaskLock",
+        "RenewTaskLockInput",
+        "__typename",
+        taskId=tid,
+        holderId="agent-3",
+        ttlSeconds=1,
+    )
+    assert renewed["__typename"] == "TaskLock"
+    stalled = "query($id: ID!) { task(id: $id) { ... on Task { stalled } } }"
+    await settled(lambda: api(stalled, id=tid)["task"]["stalled"], "agent-3's lease to lapse")
+    taken = claim(api, "agent-4", session["id"])
+    resume(api, tid, fencingToken=taken["fencingToken"])
+    log = api(
+        "query($id: ID!) { task(id: $id) { ... on Task { steps { startedAt }"
+        " events(afterSeq: 0, first: 100) { kind at lock { holderId } } } } }",
+        id=tid,
+    )["task"]
+    (takeover,) = [
+        e
+        for e in log["events"]
+        if e["kind"] == "LOCK_ACQUIRED" and e["lock"]["holderId"] == "agent-4"
+    ]
+    page = await open_dashboard(browser, f"{server.url}/#token={token}&task={tid}", DESK)
+    clock = "(iso) => new Date(iso).toLocaleTimeString()"
+    started = await page.evaluate(clock, log["steps"][0]["startedAt"])
+    before = await page.evaluate(clock, takeover["at"])
+    await expect(page.get_by_test_id("time-0")).to_have_text(
+        re.compile(
+            rf"^started {re.escape(started)}, then agent-3 stopped · its lease lapsed before"
+            rf" {re.escape(before)} · waiting for you for \d+(\.\d)? s$"
+        )
+    )
+    await expect(page.get_by_test_id("decision-why")).to_have_attribute(
+        "placeholder", 'e.g. how you know whether "pay the hotel" happened'
     )
     await page.close()

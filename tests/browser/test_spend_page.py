@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from playwright.async_api import Browser, expect
 
+from runstate.client import BudgetExceeded, Runstate, SpendReport
 from tests.browser.pages import ARTIFACTS, DESK, PHONE, assert_fits_the_screen, open_dashboard
-from tests.support import Api, Server, mutate
+from tests.support import Api, Server, mutate, settled
 
 ANSWER = "__typename ... on Task { version } ... on Problem { code }"
 
@@ -157,4 +159,110 @@ async def test_a_sessions_budget_is_shown_and_raised_on_its_other_tasks(
         id=session["id"],
     )["session"]
     assert raised == {"version": session["version"] + 1, "budget": {"maxCostMicros": 5_000_000}}
+    await page.close()
+
+
+async def stopped_by_its_budget(server: Server, token: str) -> tuple[str, str]:
+    """A task of three steps with a $0.020 budget, its first step done for $0.024
+    and 10 tokens by an SDK runner, its second start refused: the runner let the
+    task go. And a task of the same session whose step reported nothing (a report
+    of no tokens and no cost). Their ids."""
+    async with Runstate(server.url, token) as rs:
+        session = await rs.start_session()
+        task = await rs.create_task(
+            session.id,
+            "summarise",
+            ["read", "summarise", "send"],
+            budget={"max_cost_micros": 20_000},
+        )
+        async with rs.run(task.id, holder="w") as run:
+            await run.begin(0)
+            await run.succeed(0, "read", spend=SpendReport(input_tokens=10, cost_micros=24_000))
+        with pytest.raises(BudgetExceeded):
+            async with rs.run(task.id, holder="w") as run:
+                await run.begin(1)
+        quiet = await rs.create_task(session.id, "check", ["look"])
+        async with rs.run(quiet.id, holder="q") as run:
+            await run.begin(0)
+            await run.succeed(0, "fine", spend=SpendReport())
+    return task.id, quiet.id
+
+
+async def test_a_task_its_budget_stopped_says_so_everywhere(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards what the page says of a task its budget stopped (``renderLease``,
+    ``renderSpend``, ``money``, the session list): its agent let it go, and claims
+    pass over it, so the page no longer says "lease lapsed. A worker calling
+    claimTask takes it over"; its totals show the decimals that make spend past the
+    budget visible (they read "$0.02 of its $0.02"); the session list says
+    "budget spent", for the task followed and for one not followed, where it said
+    "no agent"; and a fork from its past says it keeps the budget."""
+    server, token = dashboard
+    task_id, quiet_id = await stopped_by_its_budget(server, token)
+    log = api(
+        "query($id: ID!) { task(id: $id) { ... on Task {"
+        " events(afterSeq: 0, first: 100) { seq kind at } } } }",
+        id=task_id,
+    )["task"]["events"]
+    released = [e for e in log if e["kind"] == "LOCK_RELEASED"][-1]
+    page = await open_dashboard(browser, f"{server.url}/#token={token}&task={task_id}", DESK)
+    let_go = await page.evaluate("(iso) => new Date(iso).toLocaleTimeString()", released["at"])
+    await expect(page.get_by_test_id("over-budget")).to_have_text(
+        "stopped: spent $0.024 of its $0.020 budget"
+    )
+    await expect(page.get_by_test_id("budget-text")).to_have_text("$0.024 of its $0.020 budget")
+    await expect(page.get_by_test_id("spend-text")).to_have_text(
+        "Spent 10 tokens · $0.024 (10 in, 0 out) in 1 report."
+    )
+    await expect(page.get_by_test_id("agent")).to_have_text("no agent: budget spent")
+    await expect(page.get_by_test_id("lease")).to_have_text(
+        f"No agent: stopped by its budget; w let the task go at {let_go}. claimTask passes"
+        " over it until the budget is raised."
+    )
+    await expect(page.get_by_test_id(f"progress-{task_id}")).to_have_text("budget spent · 33%")
+    await page.get_by_test_id("scrubber").fill(str(log[-2]["seq"]))
+    await expect(page.get_by_test_id("past")).to_be_visible()
+    await expect(page.get_by_test_id("fork-budget")).to_have_text(
+        "A fork starts with nothing spent, under the $0.02 budget this task had then."
+    )
+    await page.close()
+
+    page = await open_dashboard(browser, f"{server.url}/#token={token}&task={quiet_id}", DESK)
+    await expect(page.get_by_test_id("step-0")).to_have_attribute("data-status", "SUCCESS")
+    await expect(page.get_by_test_id(f"progress-{task_id}")).to_have_text("budget spent · 33%")
+    await expect(page.get_by_test_id("events")).to_contain_text("step 0 look: RUNNING -> SUCCESS")
+    await expect(page.get_by_test_id("events")).not_to_contain_text("spent")
+    await expect(page.get_by_test_id("spend")).to_be_hidden()
+    await expect(page.get_by_test_id("spend-0")).to_have_count(0)
+    await page.close()
+
+
+async def test_a_task_of_an_expired_session_is_not_listed_as_running(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the session list's word for a task nothing will run: one whose
+    session expired mid-step stayed "running"; it says its session expired."""
+    server, token = dashboard
+    session = mutate(
+        api, "startSession", "StartSessionInput", "... on AgentSession { id }", ttlSeconds=1
+    )
+    made = mutate(
+        api,
+        "createTask",
+        "CreateTaskInput",
+        "... on Task { id }",
+        sessionId=session["id"],
+        goal="left behind",
+        steps=[{"action": "wait"}],
+    )
+    write(api, "startStep", "StepRefInput", taskId=made["id"], stepIndex=0, expectedVersion=1)
+    status = "{ sessions(first: 1) { edges { node { status } } } }"
+    await settled(
+        lambda: api(status)["sessions"]["edges"][0]["node"]["status"] == "EXPIRED",
+        "the session to expire",
+    )
+    page = await browser.new_page(viewport=DESK)
+    await page.goto(f"{server.url}/#token={token}")
+    await expect(page.get_by_test_id(f"progress-{made['id']}")).to_have_text("session expired · 0%")
     await page.close()

@@ -84,7 +84,10 @@ REFUSALS: dict[str, errors.DomainError] = {
     "IdempotencyKeyReused": errors.IdempotencyKeyReusedError("k-1"),
     "RateLimited": errors.RateLimitedError(1.5),
     "BudgetExceeded": errors.BudgetExceededError(
-        "TASK", BudgetView(max_tokens=10), SpendView(input_tokens=7, output_tokens=5, calls=2)
+        "TASK",
+        BudgetView(max_tokens=10),
+        SpendView(input_tokens=7, output_tokens=5, calls=2),
+        "USD",
     ),
     "TaskInterrupted": errors.TaskInterruptedError(SUBMISSION),
     "SessionBusy": errors.SessionBusyError(SUBMISSION),

@@ -480,6 +480,52 @@ def test_a_fork_has_spent_nothing(alice: Api) -> None:
     assert fork["session"]["spend"]["inputTokens"] == 40
 
 
+def test_a_fork_keeps_its_sources_budget_as_it_stood(alice: Api) -> None:
+    """Guards forks and budgets: a fork spends under the budget its source had at
+    the fork's seq (raised since or not), named on its TASK_CREATED event, rather
+    than under none (forks once dropped it without a word)."""
+    session = start_session(alice)
+    made = create_task(alice, session["id"], steps=2, budget={"maxCostMicros": 20_000})
+    version = start(alice, made["id"], 0, 1)["version"]
+    done = complete(alice, made["id"], 0, version, spend={"costMicros": 24_000})
+    raised = set_budget(alice, done["version"], {"maxCostMicros": 90_000}, taskId=made["id"])
+    assert raised["budget"] == {"maxTokens": None, "maxCostMicros": 90_000}
+    fork = write(alice, "forkTask", "ForkTaskInput", taskId=made["id"], atSeq=done["eventSeq"])
+    assert fork["budget"] == {"maxTokens": None, "maxCostMicros": 20_000}
+    assert fork["spend"] == NOTHING
+    assert fork["overBudget"] is False
+    created = alice(
+        "query($id: ID!) { task(id: $id) { ... on Task {"
+        " events(afterSeq: 0, first: 1) { kind budget { maxTokens maxCostMicros } } } } }",
+        id=fork["id"],
+    )["task"]["events"]
+    assert created == [
+        {"kind": "TASK_CREATED", "budget": {"maxTokens": None, "maxCostMicros": 20_000}}
+    ]
+
+
+def test_a_budgets_refusal_says_its_amounts_in_money(alice: Api) -> None:
+    """Guards BudgetExceeded's message: cost in dollars with the decimals that show
+    it exactly, so a spend past its limit never reads as equal to it (it said
+    "24000 cost micros", and a page rounding to cents "$0.02 of its $0.02")."""
+    session = start_session(alice)
+    made = create_task(
+        alice,
+        session["id"],
+        steps=2,
+        budget={"maxCostMicros": 20_000, "maxTokens": 5000},
+    )
+    version = start(alice, made["id"], 0, 1)["version"]
+    done = complete(
+        alice, made["id"], 0, version, spend={"costMicros": 24_000, "inputTokens": 1200}
+    )
+    refused = start(alice, made["id"], 1, done["version"])
+    assert refused["message"] == (
+        "the task spent 1,200 tokens and $0.024 of its 5,000 tokens and $0.020 budget:"
+        " no new work until it is raised"
+    )
+
+
 def test_keyed_set_budget_answers_a_session_again(alice: Api) -> None:
     """Guards setBudget's kept answers: a session's, sent again with its key,
     answers the session as the first call did."""

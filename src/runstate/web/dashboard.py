@@ -35,7 +35,7 @@ PAGE_SIGN_IN = "query pageSignIn { sessions(first: 1) { edges { cursor } } }"
 """A token's check: any answer but 401 signs the page in."""
 PAGE_SESSIONS = (
     "query pageSessions { sessions(first: 20) { edges { node { id status"
-    " tasks(first: 20) { edges { node { id goal status currentStep totalSteps stalled"
+    " tasks(first: 20) { edges { node { id goal status currentStep totalSteps stalled overBudget"
     " createdAt graphThread origin { taskId seq } } } }"
     " } } } }"
 )

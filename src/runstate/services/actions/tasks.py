@@ -139,12 +139,14 @@ async def fork_task(
     after ``at_seq``, RUNNING and IN_DOUBT ones turned PENDING (nobody is running them
     in the fork).
 
-    Outputs, errors and attempts carry over; tool states and the lease do not; the
-    kind does (a fork of a framework's run is a run of it too, claimed by its
-    loader). The fork is PLANNED, so that ``claimTask`` hands it to a worker and a
-    runner resumes it at its first unfinished step (a FAILED step is reset by that
-    resume), or COMPLETED when every step is finished. Its TASK_CREATED event names
-    the source and seq as its ``origin``.
+    Outputs, errors and attempts carry over, spend does not (the source paid for
+    it) and the budget does, as it stood at ``at_seq``: the fork spends from nothing
+    under the limit its source ran under, not without one. Tool states and the
+    lease do not carry over; the kind does (a fork of a framework's run is a run
+    of it too, claimed by its loader). The fork is PLANNED, so that ``claimTask``
+    hands it to a worker and a runner resumes it at its first unfinished step (a
+    FAILED step is reset by that resume), or COMPLETED when every step is finished.
+    Its TASK_CREATED event names the source and seq as its ``origin``.
     """
     public_id = validation.object_id(new_id)
     if goal is not None:
@@ -170,6 +172,7 @@ async def fork_task(
         status=_forked_status(picked),
         steps=[_copied_step(s) for s in picked],
         origin=OriginView(source.id, at_seq),
+        budget=source.budget,
         run_of=source.run_of,
     )
 
@@ -254,7 +257,7 @@ async def _insert_task(
                     session.spent_cost_micros,
                     session.spent_calls,
                 )
-                spend.refuse_reached(BudgetScope.SESSION, limit, spent)
+                spend.refuse_reached(BudgetScope.SESSION, limit, spent, house.currency)
             session.expires_at = now + timedelta(seconds=session.ttl_seconds)
             await session.save(using_db=conn, update_fields=["expires_at"])
             submission = None if admit is None else await admit(conn, session, now)

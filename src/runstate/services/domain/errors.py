@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -174,29 +175,53 @@ class RateLimitedError(DomainError):
 
 
 class BudgetExceededError(DomainError):
-    """New work refused: the task's or its session's spend reached its budget."""
+    """New work refused: the task's or its session's spend reached its budget. The
+    message says the spend in the units of the budget's limits, cost as money in
+    ``currency`` with the decimals that show it exactly (``$0.024 of its $0.020
+    budget``): in whole cents a spend just past its limit read as equal to it."""
 
     code = "BUDGET_EXCEEDED"
 
-    def __init__(self, scope: str, budget: BudgetView, spend: SpendView) -> None:
+    def __init__(self, scope: str, budget: BudgetView, spend: SpendView, currency: str) -> None:
         whose = "the task" if scope == "TASK" else "its session"
+        spent, limit = _in_units_of(budget, spend, currency)
         super().__init__(
-            f"{whose} spent {spend.tokens} tokens and {spend.cost_micros} cost micros,"
-            f" reaching its budget ({_limits(budget)}): no new work until it is raised"
+            f"{whose} spent {spent} of its {limit} budget: no new work until it is raised"
         )
         self.scope = scope
         self.budget = budget
         self.spend = spend
 
 
-def _limits(budget: BudgetView) -> str:
-    """A budget's limits in words."""
-    parts = []
+def _in_units_of(budget: BudgetView, spend: SpendView, currency: str) -> tuple[str, str]:
+    """What was spent and the budget's limits, each in the units the budget limits
+    ("1,200 tokens", "$0.024"), costs with the same decimals."""
+    spent, limit = [], []
     if budget.max_tokens is not None:
-        parts.append(f"{budget.max_tokens} tokens")
+        spent.append(f"{spend.tokens:,} tokens")
+        limit.append(f"{budget.max_tokens:,} tokens")
     if budget.max_cost_micros is not None:
-        parts.append(f"{budget.max_cost_micros} cost micros")
-    return " and ".join(parts)
+        digits = decimals(spend.cost_micros, budget.max_cost_micros)
+        spent.append(money(spend.cost_micros, currency, digits))
+        limit.append(money(budget.max_cost_micros, currency, digits))
+    return " and ".join(spent), " and ".join(limit)
+
+
+def decimals(*micros: int) -> int:
+    """The fewest decimals, 2 to 6, that show each of ``micros`` (millionths of a
+    currency unit) exactly."""
+    digits = 2
+    for amount in micros:
+        while digits < 6 and amount % 10 ** (6 - digits):
+            digits += 1
+    return digits
+
+
+def money(micros: int, currency: str, digits: int) -> str:
+    """``micros`` millionths of ``currency`` with ``digits`` decimals: "$0.024" in
+    dollars, "0.024 EUR" in any other currency."""
+    amount = f"{Decimal(micros).scaleb(-6):,.{digits}f}"
+    return f"${amount}" if currency == "USD" else f"{amount} {currency}"
 
 
 class SessionBusyError(DomainError):

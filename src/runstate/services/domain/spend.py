@@ -68,10 +68,13 @@ def budget(
     return BudgetView.of(max_tokens, max_cost_micros)
 
 
-def refuse_reached(scope: BudgetScope, limit: BudgetView | None, spent: SpendView) -> None:
-    """BudgetExceeded for ``scope`` when ``spent`` reached ``limit`` (None: no limit)."""
+def refuse_reached(
+    scope: BudgetScope, limit: BudgetView | None, spent: SpendView, currency: str
+) -> None:
+    """BudgetExceeded for ``scope`` when ``spent`` reached ``limit`` (None: no limit),
+    its message counting cost in ``currency``."""
     if limit is not None and limit.reached(spent):
-        raise BudgetExceededError(scope, limit, spent)
+        raise BudgetExceededError(scope, limit, spent, currency)
 
 
 def crossed(limit: BudgetView | None, before: SpendView, after: SpendView) -> bool:

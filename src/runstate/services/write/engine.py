@@ -133,6 +133,8 @@ class Draft:
     status: TaskStatus
     limits: ContentLimits
     """The house's limits, which the write's content is held to."""
+    currency: str
+    """The house's currency, which a budget's refusal counts cost in."""
     steps: dict[int, Step] = field(default_factory=dict)
     changed: set[int] = field(default_factory=set)
     added: list[Step] = field(default_factory=list)
@@ -282,10 +284,13 @@ class Draft:
         budget: called by the writes that would start new work, in their
         transaction. The task row is locked by the opening UPDATE; a session's
         spend, its row's totals, is read locked only when it has a budget."""
-        spend.refuse_reached(BudgetScope.TASK, self.task_budget, self.task_spend)
+        spend.refuse_reached(BudgetScope.TASK, self.task_budget, self.task_spend, self.currency)
         if self.session_budget is not None:
             spend.refuse_reached(
-                BudgetScope.SESSION, self.session_budget, await self.session_spent()
+                BudgetScope.SESSION,
+                self.session_budget,
+                await self.session_spent(),
+                self.currency,
             )
 
     @property
@@ -499,7 +504,7 @@ async def write_selected(
     names it by id); ``explain`` gives the refusal for a miss, None to try again."""
 
     async def write(conn: BaseDBAsyncClient) -> tuple[TaskView, EventView | None, Draft]:
-        draft = await _open(conn, select, guard, utcnow(), house.limits)
+        draft = await _open(conn, select, guard, utcnow(), house.limits, house.currency)
         return (*await _finish(draft, await apply(draft)), draft)
 
     for _ in range(attempts):
@@ -558,6 +563,7 @@ async def _open(
     guard: Guard,
     now: datetime,
     limits: ContentLimits,
+    currency: str,
 ) -> Draft:
     """The opening compare-and-swap; its RETURNING row becomes the draft."""
     sets, values = guard.sets(now)
@@ -583,6 +589,7 @@ async def _open(
         conn=conn,
         status=task.status,
         limits=limits,
+        currency=currency,
         holder=task.lock_holder if guard.leased else None,
         session_budget=BudgetView.of(
             session["budget_max_tokens"], session["budget_max_cost_micros"]

@@ -26,10 +26,12 @@ from runstate.services.write.group_commit import Group
 
 @dataclass(eq=False)
 class House:
-    """The limits, the group commit, the live streams' head checks, decoded
+    """The limits and currency, the group commit, the live streams' head checks, decoded
     messages and relay, and (once started) the broker with its publisher."""
 
     limits: ContentLimits = field(default_factory=ContentLimits)
+    currency: str = "USD"
+    """The currency spend is counted in (``Settings.currency``), which refusals name."""
     group: Group = field(default_factory=Group)
     heads: Heads = field(default_factory=Heads)
     decoded: Decoded = field(default_factory=Decoded)

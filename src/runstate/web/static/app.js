@@ -22,6 +22,7 @@ const DOCUMENTS = fetch("/static/documents.json").then((r) => r.json()).then((ma
 
 const FINISHED = new Set(["SUCCESS", "SKIPPED"]);
 const FINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
+const CLOSED_SESSIONS = new Set(["COMPLETED", "EXPIRED"]); // no claim hands out their tasks
 const AGENT_STATUSES = new Set(["RUNNING", "WAITING_TOOL"]); // a lapsed lease stalls these
 const OPEN_SESSIONS = new Set(["ACTIVE", "PAUSED"]); // a worker may claim their tasks
 const FOLLOW = "follow"; // the address of a page following the newest task: #follow&task=...
@@ -264,7 +265,8 @@ function showList() {
 
 // What the list shows of a task.
 function listKey(task) {
-  return [task.id, task.status, task.currentStep, task.totalSteps, task.done, task.stalled].join();
+  return [task.id, task.status, task.currentStep, task.totalSteps, task.done, task.stalled,
+    task.overBudget].join();
 }
 
 // A listed task as the page knows it: the followed one as its events left it, with
@@ -276,7 +278,8 @@ function known(task) {
   const done = finishedSteps(steps);
   const graphThread = task.graphThread || current.graph; // its events say so first
   const stalled = lapsed(current.task, Date.now());
-  return { ...task, status, currentStep, totalSteps, done, graphThread, stalled };
+  const overBudget = current.spent ? current.spent.overBudget : task.overBudget; // read after each event
+  return { ...task, status, currentStep, totalSteps, done, graphThread, stalled, overBudget };
 }
 
 function sessionItem(session) {
@@ -288,7 +291,7 @@ function sessionItem(session) {
         title: "open this session: its inputs and schedules" }, session.id),
       waiting ? el("span", { class: "needs-mark" }, "needs you") : null,
       el("span", { class: "badge s-" + session.status }, words(session.status))),
-    el("ul", {}, tasks.map(taskLink)));
+    el("ul", {}, tasks.map((task) => taskLink(task, session))));
 }
 
 function needsYou(task) {
@@ -298,18 +301,30 @@ function needsYou(task) {
 // A listed task's progress: a share of its plan, or for a LangGraph thread (whose
 // steps are added as its nodes run) the nodes run, as its header says. A task not
 // followed counts the steps before its first unfinished one.
-function taskLink(task) {
+function taskLink(task, session) {
   const done = task.done ?? task.currentStep;
   const progress = task.graphThread ? nodesRun(done) : percent(done, task.totalSteps) + "%";
-  const state = task.stalled ? "no agent" : words(task.status);
+  const [state, dot] = listedState(task, session);
   return el("li", {}, el("a", {
     href: "#task=" + encodeURIComponent(task.id), "data-task": task.id,
     class: current && current.id === task.id ? "current" : null,
-  }, el("span", { class: "dot s-" + (task.stalled ? "STALLED" : task.status) }),
+  }, el("span", { class: "dot s-" + dot }),
   el("span", { class: "goal" }, task.goal),
   needsYou(task) ? el("span", { class: "needs-mark" }, "needs you") : null,
   el("small", { "data-testid": "progress-" + task.id }, `${state} · ${progress}`),
   el("small", { class: "task-meta", "data-testid": "meta-" + task.id }, taskMeta(task))));
+}
+
+// What a listed task is, in words and as its dot's state: its status, unless
+// nothing will run it: its session closed (claims pass over a COMPLETED or EXPIRED
+// session's tasks), its budget or its session's spent (until raised; a decision
+// may still be made), or its agent gone.
+function listedState(task, session) {
+  if (FINAL.has(task.status)) return [words(task.status), task.status];
+  if (CLOSED_SESSIONS.has(session.status)) return [`session ${words(session.status)}`, "STALLED"];
+  if (task.overBudget && task.status !== "AWAITING_DECISION") return ["budget spent", "BUDGET"];
+  if (task.stalled) return ["no agent", "STALLED"];
+  return [words(task.status), task.status];
 }
 
 // What tells a listed task from others of the same goal: a fork's source and event,
@@ -432,7 +447,7 @@ function leaveTask() {
 function select(taskId) {
   if (current) { clearTimeout(current.leaseTimer); clearTimeout(current.spendTimer); }
   current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], told: 0, holes: new Set(),
-    doubts: {}, runs: {}, leases: {},
+    doubts: {}, runs: {}, leases: {}, released: null,
     ttls: {}, leaseTimer: null, graph: false,
     pending: null, past: null, source: null, spent: null, spendTimer: null };
   scrubTo = null;
@@ -519,7 +534,7 @@ function onEvent(watching, event) {
   watching.epoch = event.epoch;
   if (event.kind === "SNAPSHOT") {
     watching.task = event.task;
-    noteLease(watching, event.task.lock, ms(event.at));
+    noteLease(watching, event.task.lock, ms(event.at), true);
     watching.pending = [];
     watching.holes = new Set(); // the log is told again, its holes found again
     loadLog(watching, event);
@@ -626,25 +641,25 @@ function record(watching, before, event) {
   for (const step of event.steps) {
     const was = before.steps[step.index];
     if (step.status === "IN_DOUBT" && (!was || was.status !== "IN_DOUBT")) {
-      const run = watching.runs[step.index];
-      const holder = run && run.holder ? run.holder : null;
-      const heard = holder ? run.heard : null;
-      // When the agent's lease lapsed, if this page saw its last renewal (it read the
-      // lease while the agent lived); an end from before the agent was last heard of
-      // was renewed since, and says nothing.
-      const end = holder ? watching.leases[holder]?.expiresAt : null;
-      const lapsed = end && ms(end) >= ms(heard) ? end : null;
-      watching.doubts[step.index] = { since: event.at, decided: null, heard, holder, lapsed, takenOver: watching.takenOver };
+      watching.doubts[step.index] = doubtOf(watching, watching.runs[step.index], before, event);
     } else if (was && was.status === "IN_DOUBT" && step.status !== "IN_DOUBT" && watching.doubts[step.index]) {
       watching.doubts[step.index].decided = event.at;
     }
   }
   if (event.kind.startsWith("GRAPH_")) watching.graph = true; // a LangGraph thread's
   if (LEASE_EVENTS.has(event.kind)) {
-    noteLease(watching, event.lock, ms(event.at));
+    noteLease(watching, event.lock, ms(event.at), false);
     if (event.kind === "LOCK_ACQUIRED") {
-      watching.takenOver = event.at;
+      // A new lease (its holder's extension keeps the token): a takeover.
+      if (!before.lock || before.lock.fencingToken !== event.lock.fencingToken) watching.takenOver = event.at;
+      watching.released = null;
       watching.ttls[event.lock.holderId] = ms(event.lock.expiresAt) - ms(event.at);
+    } else {
+      const holder = before.lock ? before.lock.holderId : null;
+      watching.released = { holder, at: event.at };
+      for (const doubt of Object.values(watching.doubts)) {
+        if (doubt.own && doubt.holder === holder && !doubt.released) doubt.released = event.at;
+      }
     }
   }
   // Who wrote it: the lease holder for a write under a lease, else the user; a lease
@@ -659,11 +674,34 @@ function record(watching, before, event) {
 // Each holder's lease as last seen (lease events, the snapshot, this page's own
 // reads; renewals write no event), and when: a later sighting replaces an earlier
 // one, longer or shorter (a task created leased for a minute is taken over by its
-// agent's five-second lease).
-function noteLease(watching, lock, seen) {
+// agent's five-second lease). `read`: the server's lease as it stood (the snapshot,
+// a read), not as an event granted it, renewals since unknown.
+function noteLease(watching, lock, seen, read) {
   if (!lock) return;
   const known = watching.leases[lock.holderId];
-  if (!known || seen >= known.seen) watching.leases[lock.holderId] = { expiresAt: lock.expiresAt, seen };
+  if (!known || seen >= known.seen) watching.leases[lock.holderId] = { expiresAt: lock.expiresAt, seen, read };
+}
+
+// A step just found IN_DOUBT, as its `run` (RUNNING since, under whose lease) left
+// it. Put in doubt under the lease it ran under, by its holder (an OpenAI Agents
+// run asking for approval), it is no crash: `own`, and the lease's release is told
+// when it comes. Else its agent stopped, and its lease lapsed: when, only if this
+// page read that lease (renewals write no event, so a lease's end as granted says
+// nothing of a lease renewed since, shorter or longer), the agent was not heard of
+// after it, and it is not after the takeover (the first new lease since); otherwise
+// the page says the lease lapsed before the takeover, as the log shows it.
+function doubtOf(watching, run, before, event) {
+  const holder = run && run.holder ? run.holder : null;
+  const heard = holder ? run.heard : null;
+  const own = holder !== null && event.holder === holder && before.lock !== null &&
+    before.lock.fencingToken === run.token;
+  const end = holder && !own ? watching.leases[holder] : null;
+  const after = watching.takenOver && heard && ms(watching.takenOver) >= ms(heard);
+  const takenOver = after ? watching.takenOver : null;
+  const known = end && end.read && ms(end.expiresAt) >= ms(heard) &&
+    (!takenOver || ms(end.expiresAt) <= ms(takenOver));
+  return { since: event.at, decided: null, heard, holder, own, released: null,
+    lapsed: known ? end.expiresAt : null, takenOver };
 }
 
 // When each running step's agent was last heard of: the step's start, then every
@@ -674,7 +712,8 @@ function heard(watching, before, event) {
   for (const step of event.steps) {
     const was = before.steps[step.index];
     if (step.status === "RUNNING" && (!was || was.status !== "RUNNING")) {
-      watching.runs[step.index] = { holder: event.holder, heard: event.at };
+      const token = event.holder && before.lock ? before.lock.fencingToken : null;
+      watching.runs[step.index] = { holder: event.holder, heard: event.at, token };
     } else if (step.status !== "RUNNING") {
       if (step.status !== "IN_DOUBT") delete watching.runs[step.index];
     }
@@ -776,12 +815,24 @@ const DECISIONS = { PENDING: "retry", SKIPPED: "skip", SUCCESS: "it happened" };
 const NO_SPEND = { inputTokens: 0, outputTokens: 0, costMicros: 0, calls: 0 };
 const count = (n) => n.toLocaleString();
 
-/** Millionths of the deployment's currency as money: "$4.10", "$0.0051" below a cent. */
-function money(micros) {
+/** The fewest decimals, 2 to 6, that show each of `amounts` (millionths) exactly:
+ * in whole cents, $0.024 spent of a $0.020 budget read "$0.02 of $0.02". */
+function decimals(...amounts) {
+  let digits = 2;
+  for (const micros of amounts) while (digits < 6 && micros % 10 ** (6 - digits) !== 0) digits++;
+  return digits;
+}
+
+/** Millionths of the deployment's currency as money, exactly: "$4.10", "$0.0051". */
+function money(micros, digits = decimals(micros)) {
   const currency = (current && current.spent && current.spent.currency) || "USD";
-  const digits = micros > 0 && micros < 10000 ? 4 : 2;
   return new Intl.NumberFormat(undefined, { style: "currency", currency,
     minimumFractionDigits: digits, maximumFractionDigits: digits }).format(micros / 1e6);
+}
+
+/** Whether a spend counts anything: a report of no tokens and no cost does not. */
+function anySpent(spend) {
+  return spend.inputTokens + spend.outputTokens + spend.costMicros > 0;
 }
 
 /** "1,540 tokens · $0.0051": what a spend adds up to, shown in words. */
@@ -794,27 +845,35 @@ function spentText(spend) {
 function spentBetween(before, after) {
   if (!after || !after.calls || (before && before.calls === after.calls)) return null;
   const was = before || NO_SPEND;
-  return spentText({ inputTokens: after.inputTokens - was.inputTokens,
-    outputTokens: after.outputTokens - was.outputTokens, costMicros: after.costMicros - was.costMicros });
+  const added = { inputTokens: after.inputTokens - was.inputTokens,
+    outputTokens: after.outputTokens - was.outputTokens, costMicros: after.costMicros - was.costMicros };
+  return anySpent(added) ? spentText(added) : null;
 }
 
 /** A cost and a count of tokens in the units a budget limits: "$4.00", "50,000
- * tokens", or both. */
-function inUnitsOf(budget, costMicros, tokens) {
+ * tokens", or both; the cost with `digits` decimals (else as many as it needs). */
+function inUnitsOf(budget, costMicros, tokens, digits) {
   const parts = [];
-  if (budget.maxCostMicros !== null) parts.push(money(costMicros));
+  if (budget.maxCostMicros !== null) parts.push(money(costMicros, digits));
   if (budget.maxTokens !== null) parts.push(`${count(tokens)} tokens`);
   return parts.join(" and ");
 }
 
 /** A budget's limits in words. */
-function limits(budget) {
-  return inUnitsOf(budget, budget.maxCostMicros, budget.maxTokens);
+function limits(budget, digits) {
+  return inUnitsOf(budget, budget.maxCostMicros, budget.maxTokens, digits);
 }
 
 /** What was spent, in the units of the budget's limits. */
-function spentOf(spend, budget) {
-  return inUnitsOf(budget, spend.costMicros, spend.inputTokens + spend.outputTokens);
+function spentOf(spend, budget, digits) {
+  return inUnitsOf(budget, spend.costMicros, spend.inputTokens + spend.outputTokens, digits);
+}
+
+/** What was spent and the budget's limits, costs with the same decimals, so that
+ * a spend past the limit reads as more: ["$0.024", "$0.020"]. */
+function against(spend, budget) {
+  const digits = decimals(spend.costMicros, budget.maxCostMicros ?? 0);
+  return [spentOf(spend, budget, digits), limits(budget, digits)];
 }
 
 /** The share of a budget spent (1: reached), by whichever limit is nearer. */
@@ -841,14 +900,15 @@ function sumSpend(steps) {
 function stoppedBy(task, spend) {
   if (FINAL.has(task.status)) return null; // nothing left to start
   if (task.budget && used(spend, task.budget) >= 1) {
+    const [spent, limit] = against(spend, task.budget);
     return { scope: "TASK", budget: task.budget, spend, version: task.version,
-      text: `stopped: spent ${spentOf(spend, task.budget)} of its ${limits(task.budget)} budget` };
+      text: `stopped: spent ${spent} of its ${limit} budget` };
   }
   const session = current.spent && current.spent.session;
   if (session && session.budget && used(session.spend, session.budget) >= 1) {
+    const [spent, limit] = against(session.spend, session.budget);
     return { scope: "SESSION", budget: session.budget, spend: session.spend, version: session.version,
-      text: `stopped: its session spent ${spentOf(session.spend, session.budget)} of its ` +
-        `${limits(session.budget)} budget` };
+      text: `stopped: its session spent ${spent} of its ${limit} budget` };
   }
   return null;
 }
@@ -857,9 +917,9 @@ function renderSpend(task, live) {
   const spend = sumSpend(task.steps);
   const session = current.spent && current.spent.session;
   const budget = task.budget || (session && session.budget) || null;
-  $("spend").hidden = !spend.calls && !budget;
+  $("spend").hidden = !anySpent(spend) && !budget;
   if ($("spend").hidden) return;
-  $("spend-text").textContent = spend.calls
+  $("spend-text").textContent = anySpent(spend)
     ? `Spent ${spentText(spend)} (${count(spend.inputTokens)} in, ${count(spend.outputTokens)} out) ` +
       `in ${spend.calls} report${spend.calls === 1 ? "" : "s"}.`
     : "Nothing spent yet.";
@@ -871,8 +931,8 @@ function renderSpend(task, live) {
     const share = used(shown.spend, shown.budget);
     $("budget-bar").style.width = Math.min(100, share * 100) + "%";
     $("budget-bar").dataset.over = String(share >= 1);
-    $("budget-text").textContent = `${spentOf(shown.spend, shown.budget)} of ${shown.whose} ` +
-      `${limits(shown.budget)} budget`;
+    const [spent, limit] = against(shown.spend, shown.budget);
+    $("budget-text").textContent = `${spent} of ${shown.whose} ${limit} budget`;
   }
   const stop = live ? stoppedBy(task, spend) : null;
   $("over-budget").hidden = !stop;
@@ -1044,19 +1104,28 @@ function due(task, now) {
     !lapsed(task, now);
 }
 
+// With no agent, why: a budget spent (claims pass over the task until it is
+// raised), its agent letting it go (a LOCK_RELEASED event, told at its time), or
+// its lease lapsing.
 function renderLease(task, now, live) {
   const lock = task.lock;
   const agent = $("agent");
   const gone = live && lapsed(task, now);
+  const stop = gone ? stoppedBy(task, sumSpend(task.steps)) : null;
+  const released = gone && !lock ? current.released : null;
   agent.hidden = FINAL.has(task.status) || (!lock && !gone);
   agent.className = "badge " + (gone ? "s-STALLED" : "s-RUNNING");
-  agent.textContent = gone ? "no agent: lease lapsed" : lock ? lock.holderId : "";
+  agent.textContent = !gone ? (lock ? lock.holderId : "")
+    : stop ? "no agent: budget spent" : released ? "no agent: lease released" : "no agent: lease lapsed";
+  const left = released ? `${released.holder ?? "its agent"} let the task go at ${clock(released.at)}`
+    : lock ? `the lease of ${lock.holderId} (lease ${lock.fencingToken}) lapsed ${seconds(now - ms(lock.expiresAt))} ago`
+      : "its lease lapsed";
   let text;
   if (!live) text = lock ? `${lock.holderId} held the lease (lease ${lock.fencingToken})` : "no lease";
-  else if (gone && lock) {
-    text = `No agent: the lease of ${lock.holderId} (lease ${lock.fencingToken}) lapsed ` +
-      `${seconds(now - ms(lock.expiresAt))} ago. A worker calling claimTask takes it over.`;
-  } else if (gone) text = "No agent: its lease lapsed. A worker calling claimTask takes it over.";
+  else if (gone && stop) {
+    text = `No agent: stopped by ${stop.scope === "TASK" ? "its" : "its session's"} budget; ${left}. ` +
+      "claimTask passes over it until the budget is raised.";
+  } else if (gone) text = `No agent: ${left}. A worker calling claimTask takes it over.`;
   else if (held(lock, now)) {
     text = `${lock.holderId} holds the lease (lease ${lock.fencingToken}); it runs out in ` +
       `${seconds(ms(lock.expiresAt) - now)} unless the agent renews it.`;
@@ -1079,9 +1148,7 @@ function renderDecision(task, now) {
   $("decision").hidden = !inDoubt;
   if (!inDoubt) return;
   $("decision").dataset.step = inDoubt.index;
-  // An OpenAI Agents run stopped at a tool that needs approval (integrations.openai_agents):
-  // retry approves the call, skip rejects it; nothing has happened to mark done.
-  const approval = task.steps[0].action === "openai-agents run" && inDoubt.action.startsWith("approve ");
+  const approval = asksApproval(task, inDoubt);
   $("question").textContent = approval
     ? `Step ${inDoubt.index}: the agent asks to call ${inDoubt.action.slice("approve ".length)}. ` +
       "Approve it, and the agent's next run calls it once; reject it, and the agent is told your reason."
@@ -1090,6 +1157,9 @@ function renderDecision(task, now) {
   $("retry").textContent = approval ? "Approve the call" : "It did not happen: retry it";
   $("skip").textContent = approval ? "Reject it" : "Skip it and go on";
   $("complete-form").hidden = approval;
+  $("decision-why").placeholder = approval
+    ? `e.g. why ${inDoubt.action.slice("approve ".length).split("(")[0]} may, or may not, be called`
+    : `e.g. how you know whether "${inDoubt.action}" happened`;
   $("complete-output").placeholder = `What "${inDoubt.action}" produced, e.g. {"reference": "…"}`;
   // While an agent holds a live lease the server refuses anyone else's write.
   const waiting = held(task.lock, now);
@@ -1098,6 +1168,13 @@ function renderDecision(task, now) {
     $("decision-note").textContent = `${task.lock.holderId} still holds the task for ` +
       `${seconds(ms(task.lock.expiresAt) - now)}: a decision is refused until it lets go or its lease runs out.`;
   }
+}
+
+// An OpenAI Agents run stopped at a tool that needs approval (integrations.openai_agents):
+// retry approves the call, skip rejects it; nothing has happened to mark done, and
+// no agent crashed.
+function asksApproval(task, step) {
+  return task.steps[0].action === "openai-agents run" && step.action.startsWith("approve ");
 }
 
 // A LangGraph node stopped at interrupt(): its step is PENDING with the values it
@@ -1202,13 +1279,14 @@ function renderSteps(task, now, live) {
       el("div", { class: "step-head" },
         el("span", { class: "index" }, step.index),
         el("span", { class: "action" }, step.action),
-        step.idempotent ? null : el("span", { class: "unsafe", title: "needs a person's decision after a crash" }, "not safe to repeat"),
+        step.idempotent || asksApproval(task, step) ? null
+          : el("span", { class: "unsafe", title: "needs a person's decision after a crash" }, "not safe to repeat"),
         el("span", { class: "badge s-" + step.status }, words(step.status))),
       el("div", { class: "track" }, bars),
       el("div", { class: "step-foot" },
         el("span", { class: "time", "data-testid": "time-" + step.index }, timing.text),
         step.attempts > 1 ? el("span", {}, `${step.attempts} attempts`) : null,
-        step.spend && step.spend.calls ? el("span", { class: "spent", "data-testid": "spend-" + step.index },
+        step.spend && anySpent(step.spend) ? el("span", { class: "spent", "data-testid": "spend-" + step.index },
           spentText(step.spend) + (step.models && step.models.length ? " · " + step.models.join(", ") : "")) : null,
         ...reported(step),
         detail ? el("code", { class: step.error ? "out err" : "out", "data-testid": "output-" + step.index }, detail) : null));
@@ -1238,6 +1316,10 @@ function stepTiming(step, now, live) {
     // not until the worker that took over found it in doubt.
     if (!doubt.holder) return { start, runEnd: asked, waitEnd: answered, text: `ran ${seconds(asked - start)} · ${wait}` };
     const began = `started ${clock(step.startedAt)}`;
+    if (doubt.own) { // its agent put it in doubt and let the task go: no crash
+      const released = doubt.released ? ` · ${doubt.holder} released its lease at ${clock(doubt.released)}` : "";
+      return { start, runEnd: asked, waitEnd: answered, text: `${began}${released} · ${wait}` };
+    }
     if (doubt.lapsed) {
       const lapsedAt = ms(doubt.lapsed);
       return { start, runEnd: lapsedAt, waitEnd: answered,
@@ -1314,6 +1396,7 @@ async function showPast(seq) {
     $("past-seq").textContent = past.seq;
     $("past-at").textContent = entry ? clock(entry.at) : `of ${watching.task.eventSeq}`;
     $("fork-result").textContent = "";
+    $("fork-budget").textContent = forkKeeps(past.task);
     $("past").hidden = false;
     render();
   } catch (error) {
@@ -1358,6 +1441,12 @@ function backToLive() {
   current.past = null;
   $("past").hidden = true;
   render();
+}
+
+// What a fork from the past shown keeps of spend and budget (services: fork_task).
+function forkKeeps(task) {
+  return task.budget ? `A fork starts with nothing spent, under the ${limits(task.budget)} budget this task had then.`
+    : "A fork starts with nothing spent and, as this task had then, no budget.";
 }
 
 async function fork() {
@@ -1452,7 +1541,7 @@ async function checkLease(watching) {
     const lock = data.task.lock ?? (data.task.stalled ? watching.task.lock : null);
     const before = watching.task.lock;
     const now = Date.now();
-    noteLease(watching, data.task.lock, now);
+    noteLease(watching, data.task.lock, now, true);
     if (data.task.lock && before && before.holderId === data.task.lock.holderId &&
         before.expiresAt !== data.task.lock.expiresAt) {
       // Renewed since the last read: its ttl is at least what is left of it now.
