@@ -19,10 +19,12 @@ import json
 import sys
 from pathlib import Path
 
-from agents import Agent, Runner, function_tool
+from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message
 
 from runstate.integrations.openai_agents import RunstateSession
+
+set_tracing_disabled(True)  # no trace export (it needs OPENAI_API_KEY), as the docs do
 
 
 def say(**line: object) -> None:

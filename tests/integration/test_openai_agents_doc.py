@@ -29,6 +29,24 @@ def test_the_conversation_example_runs(reader: tuple[Server, str], tmp_path: Pat
         assert said == "California\n3 items sent to the model\n4 items kept by runstate\n"
 
 
+def test_the_examples_print_nothing_on_stderr_without_a_model_key(
+    reader: tuple[Server, str], tmp_path: Path
+) -> None:
+    """Guards the examples turning the Agents SDK's tracing off: without
+    ``OPENAI_API_KEY`` its exporter prints "OPENAI_API_KEY is not set, skipping
+    trace export" after every run, which a reader takes for a failure. Seen failing
+    with ``set_tracing_disabled(True)`` left out of the example."""
+    server, token = reader
+    script = tmp_path / "quiet.py"
+    script.write_text(python_blocks(DOC.read_text())[0])
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    env |= {"RUNSTATE_URL": server.url, "RUNSTATE_TOKEN": token}
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 def test_the_approvals_example_runs_the_tool_once_approved(
     reader: tuple[Server, str], tmp_path: Path
 ) -> None:
