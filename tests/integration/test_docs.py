@@ -80,7 +80,7 @@ def test_the_doc_has_the_blocks_this_test_runs() -> None:
 
 
 def test_the_readmes_own_agent_runs_to_its_end(reader: tuple[Server, str], tmp_path: Path) -> None:
-    """The README's "Your own agent in ten lines" is a whole program: it prints its
+    """The README's "Your own agent" is a whole program: it prints its
     task's page, runs both steps, and prints COMPLETED; run again, it resumes the
     finished task and says the same."""
     server, token = reader
