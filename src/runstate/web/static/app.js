@@ -447,7 +447,7 @@ function leaveTask() {
 function select(taskId) {
   if (current) { clearTimeout(current.leaseTimer); clearTimeout(current.spendTimer); }
   current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], told: 0, holes: new Set(),
-    doubts: {}, runs: {}, leases: {}, released: null,
+    doubts: {}, runs: {}, leases: {}, released: null, letGo: {},
     ttls: {}, leaseTimer: null, graph: false,
     pending: null, past: null, source: null, spent: null, spendTimer: null };
   scrubTo = null;
@@ -653,10 +653,12 @@ function record(watching, before, event) {
       // A new lease (its holder's extension keeps the token): a takeover.
       if (!before.lock || before.lock.fencingToken !== event.lock.fencingToken) watching.takenOver = event.at;
       watching.released = null;
+      delete watching.letGo[event.lock.holderId];
       watching.ttls[event.lock.holderId] = ms(event.lock.expiresAt) - ms(event.at);
     } else {
       const holder = before.lock ? before.lock.holderId : null;
       watching.released = { holder, at: event.at };
+      if (holder) watching.letGo[holder] = event.at;
       for (const doubt of Object.values(watching.doubts)) {
         if (doubt.own && doubt.holder === holder && !doubt.released) doubt.released = event.at;
       }
@@ -685,7 +687,9 @@ function noteLease(watching, lock, seen, read) {
 // A step just found IN_DOUBT, as its `run` (RUNNING since, under whose lease) left
 // it. Put in doubt under the lease it ran under, by its holder (an OpenAI Agents
 // run asking for approval), it is no crash: `own`, and the lease's release is told
-// when it comes. Else its agent stopped, and its lease lapsed: when, only if this
+// when it comes. Else its agent stopped: it let the task go (`letGo`, a release the
+// log holds since the agent was last heard of, as Ctrl-C in a runner writes), or
+// its lease lapsed: when, only if this
 // page read that lease (renewals write no event, so a lease's end as granted says
 // nothing of a lease renewed since, shorter or longer), the agent was not heard of
 // after it, and it is not after the takeover (the first new lease since); otherwise
@@ -696,12 +700,14 @@ function doubtOf(watching, run, before, event) {
   const own = holder !== null && event.holder === holder && before.lock !== null &&
     before.lock.fencingToken === run.token;
   const end = holder && !own ? watching.leases[holder] : null;
+  const gone = holder && !own ? watching.letGo[holder] : null;
+  const letGo = gone && heard && ms(gone) >= ms(heard) ? gone : null;
   const after = watching.takenOver && heard && ms(watching.takenOver) >= ms(heard);
   const takenOver = after ? watching.takenOver : null;
   const known = end && end.read && ms(end.expiresAt) >= ms(heard) &&
     (!takenOver || ms(end.expiresAt) <= ms(takenOver));
-  return { since: event.at, decided: null, heard, holder, own, released: null,
-    lapsed: known ? end.expiresAt : null, takenOver };
+  return { since: event.at, decided: null, heard, holder, own, released: null, letGo,
+    lapsed: known && !letGo ? end.expiresAt : null, takenOver };
 }
 
 // When each running step's agent was last heard of: the step's start, then every
@@ -1311,14 +1317,19 @@ function stepTiming(step, now, live) {
     const asked = ms(doubt.since);
     const answered = doubt.decided ? ms(doubt.decided) : now;
     const wait = doubt.decided ? `decided after ${seconds(answered - asked)}` : `waiting for you for ${seconds(answered - asked)}`;
-    // A crash: the step was running from its start until its agent's lease lapsed
-    // (when this page saw it), else until its agent was last heard of at the latest;
-    // not until the worker that took over found it in doubt.
+    // A crash: the step was running from its start until its agent let the task go
+    // or its lease lapsed (when this page saw it), else until its agent was last
+    // heard of at the latest; not until the worker that took over found it in doubt.
     if (!doubt.holder) return { start, runEnd: asked, waitEnd: answered, text: `ran ${seconds(asked - start)} · ${wait}` };
     const began = `started ${clock(step.startedAt)}`;
     if (doubt.own) { // its agent put it in doubt and let the task go: no crash
       const released = doubt.released ? ` · ${doubt.holder} released its lease at ${clock(doubt.released)}` : "";
       return { start, runEnd: asked, waitEnd: answered, text: `${began}${released} · ${wait}` };
+    }
+    if (doubt.letGo) { // its agent stopped and let the task go: no lease lapsed
+      const letGo = ms(doubt.letGo);
+      return { start, runEnd: letGo, waitEnd: answered,
+        text: `${began}, then ${doubt.holder} let the task go at ${clock(doubt.letGo)} · ${wait}` };
     }
     if (doubt.lapsed) {
       const lapsedAt = ms(doubt.lapsed);
