@@ -754,6 +754,27 @@ function delta(event) {
   return shown;
 }
 
+// The steps an event moved, one sentence per move: "step 3 book flight: RUNNING ->
+// IN_DOUBT (timeout)". A step the event added as it started it (a LangGraph node's
+// first run) moved from PENDING; steps moved alike with nothing more to say are named
+// together: "steps 1 search_flights, 2 search_hotels: PENDING -> RUNNING".
+function moves(before, event) {
+  const said = []; // { move, steps, more }, in the event's order
+  for (const step of event.steps) {
+    const was = before.steps[step.index] ?? (step.status === "RUNNING" ? { status: "PENDING" } : null);
+    if (!was || was.status === step.status) continue;
+    const move = `${was.status} -> ${step.status}`;
+    let more = "";
+    if (step.status === "FAILED" && step.error) more = ` (${step.error})`;
+    if (step.status === "RUNNING" && step.attempts > 1) more = ` (attempt ${step.attempts})`;
+    const alike = more ? null : said.find((s) => s.move === move && !s.more);
+    if (alike) alike.steps.push(step);
+    else said.push({ move, steps: [step], more });
+  }
+  return said.map(({ move, steps, more }) => steps.length === 1 ? `${stepName(steps[0])}: ${move}${more}`
+    : `steps ${steps.map((s) => `${s.index} ${s.action}`).join(", ")}: ${move}`);
+}
+
 // An event as a sentence: "agent-14182 took over (lease 3)", "hotel-api rate-limited
 // until 10:41:05", "step 3 book flight: RUNNING -> IN_DOUBT".
 function describe(before, after, event) {
@@ -796,17 +817,7 @@ function describe(before, after, event) {
   if (event.budgetCrossed) {
     parts.push(`${event.budgetCrossed === "TASK" ? "its" : "its session's"} budget is spent: no new work`);
   }
-  if (event.kind !== "TASK_CREATED" && event.kind !== "STEPS_ADDED") {
-    for (const step of event.steps) {
-      const was = before.steps[step.index];
-      if (was && was.status !== step.status) {
-        let text = `${stepName(step)}: ${was.status} -> ${step.status}`;
-        if (step.status === "FAILED" && step.error) text += ` (${step.error})`;
-        if (step.status === "RUNNING" && step.attempts > 1) text += ` (attempt ${step.attempts})`;
-        parts.push(text);
-      }
-    }
-  }
+  if (event.kind !== "TASK_CREATED" && event.kind !== "STEPS_ADDED") parts.push(...moves(before, event));
   if (before.status !== after.status && event.kind !== "TASK_CREATED") {
     parts.push(`task: ${before.status} -> ${after.status}`);
   }
@@ -1306,12 +1317,20 @@ function reported(step) {
       `${name.replace(/[A-Z]/g, (c) => " " + c.toLowerCase())}: ${json(step[name])}`));
 }
 
+/** What a PENDING step waits for: a LangGraph node stopped at interrupt() for a
+ * person's answer, else to run (again). */
+function pendingText(step) {
+  const asks = step.output && Array.isArray(step.output.interrupt) && !("answer" in step.output);
+  if (asks) return "waiting for your answer";
+  return step.attempts ? "waiting to run again" : "not started";
+}
+
 function stepTiming(step, now, live) {
   const start = ms(step.startedAt);
   const end = ms(step.completedAt);
   const doubt = live ? current.doubts[step.index] : null;
   const none = { start: null, runEnd: null, waitEnd: null };
-  if (step.status === "PENDING") return { ...none, text: step.attempts ? "waiting to run again" : "not started" };
+  if (step.status === "PENDING") return { ...none, text: pendingText(step) };
   if (start === null) return { ...none, text: end ? `done at ${clock(step.completedAt)}` : "" };
   if (doubt && ms(doubt.since) >= start) {
     const asked = ms(doubt.since);
