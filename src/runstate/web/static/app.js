@@ -312,7 +312,8 @@ function taskLink(task, session) {
   el("span", { class: "goal" }, task.goal),
   needsYou(task) ? el("span", { class: "needs-mark" }, "needs you") : null,
   el("small", { "data-testid": "progress-" + task.id }, `${state} · ${progress}`),
-  el("small", { class: "task-meta", "data-testid": "meta-" + task.id }, taskMeta(task))));
+  el("small", { class: "task-meta", "data-testid": "meta-" + task.id, title: task.origin ? null : task.id },
+    taskMeta(task))));
 }
 
 // What a listed task is, in words and as its dot's state: its status, unless
@@ -327,11 +328,14 @@ function listedState(task, session) {
   return [words(task.status), task.status];
 }
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 // What tells a listed task from others of the same goal: a fork's source and event,
-// else the start of its id; and when it was created.
+// else its id (a UUID's start: a chosen id, "first-weekend", is shown whole); and
+// when it was created.
 function taskMeta(task) {
   const created = clock(task.createdAt);
-  if (!task.origin) return `${task.id.slice(0, 8)} · created ${created}`;
+  if (!task.origin) return `${UUID.test(task.id) ? task.id.slice(0, 8) : task.id} · created ${created}`;
   const source = listed().find((t) => t.id === task.origin.taskId);
   const of = source ? `"${source.goal}"` : "a task not listed";
   return `fork of ${of} at event ${task.origin.seq} · created ${created}`;
