@@ -836,17 +836,18 @@ const DECISIONS = { PENDING: "retry", SKIPPED: "skip", SUCCESS: "it happened" };
 const NO_SPEND = { inputTokens: 0, outputTokens: 0, costMicros: 0, calls: 0 };
 const count = (n) => n.toLocaleString();
 
-/** The fewest decimals, 2 to 6, that show each of `amounts` (millionths) exactly:
- * in whole cents, $0.024 spent of a $0.020 budget read "$0.02 of $0.02". */
-function decimals(...amounts) {
+/** The fewest decimals, 2 to 6, that show `micros` (millionths) exactly: in whole
+ * cents, $0.024 spent of a $0.02 budget read "$0.02 of $0.02". */
+function decimals(micros) {
   let digits = 2;
-  for (const micros of amounts) while (digits < 6 && micros % 10 ** (6 - digits) !== 0) digits++;
+  while (digits < 6 && micros % 10 ** (6 - digits) !== 0) digits++;
   return digits;
 }
 
 /** Millionths of the deployment's currency as money, exactly: "$4.10", "$0.0051". */
-function money(micros, digits = decimals(micros)) {
+function money(micros) {
   const currency = (current && current.spent && current.spent.currency) || "USD";
+  const digits = decimals(micros);
   return new Intl.NumberFormat(undefined, { style: "currency", currency,
     minimumFractionDigits: digits, maximumFractionDigits: digits }).format(micros / 1e6);
 }
@@ -872,29 +873,29 @@ function spentBetween(before, after) {
 }
 
 /** A cost and a count of tokens in the units a budget limits: "$4.00", "50,000
- * tokens", or both; the cost with `digits` decimals (else as many as it needs). */
-function inUnitsOf(budget, costMicros, tokens, digits) {
+ * tokens", or both; the cost with the decimals that show it exactly. */
+function inUnitsOf(budget, costMicros, tokens) {
   const parts = [];
-  if (budget.maxCostMicros !== null) parts.push(money(costMicros, digits));
+  if (budget.maxCostMicros !== null) parts.push(money(costMicros));
   if (budget.maxTokens !== null) parts.push(`${count(tokens)} tokens`);
   return parts.join(" and ");
 }
 
 /** A budget's limits in words. */
-function limits(budget, digits) {
-  return inUnitsOf(budget, budget.maxCostMicros, budget.maxTokens, digits);
+function limits(budget) {
+  return inUnitsOf(budget, budget.maxCostMicros, budget.maxTokens);
 }
 
 /** What was spent, in the units of the budget's limits. */
-function spentOf(spend, budget, digits) {
-  return inUnitsOf(budget, spend.costMicros, spend.inputTokens + spend.outputTokens, digits);
+function spentOf(spend, budget) {
+  return inUnitsOf(budget, spend.costMicros, spend.inputTokens + spend.outputTokens);
 }
 
-/** What was spent and the budget's limits, costs with the same decimals, so that
- * a spend past the limit reads as more: ["$0.024", "$0.020"]. */
+/** What was spent and the budget's limits, each cost exact with its own decimals,
+ * so that a spend past the limit reads as more and a limit as set: ["$0.024",
+ * "$0.02"], ["$0.00345", "$0.05"]. */
 function against(spend, budget) {
-  const digits = decimals(spend.costMicros, budget.maxCostMicros ?? 0);
-  return [spentOf(spend, budget, digits), limits(budget, digits)];
+  return [spentOf(spend, budget), limits(budget)];
 }
 
 /** The share of a budget spent (1: reached), by whichever limit is nearer. */
