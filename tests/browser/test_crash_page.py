@@ -529,3 +529,51 @@ async def test_a_crashed_step_opened_later_never_names_a_lapse_after_the_takeove
         "placeholder", 'e.g. how you know whether "pay the hotel" happened'
     )
     await page.close()
+
+
+async def test_a_step_whose_agent_let_the_task_go_says_so_not_lapsed(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the step's time line after a release and a takeover (``doubtOf``): an
+    agent stopped by Ctrl-C lets its lease go while a step not safe to repeat runs,
+    and the next run takes the task over and finds the step in doubt. The line said
+    the agent "stopped · its lease lapsed before" the takeover, though the log says
+    it let the task go; it says when the agent let the task go."""
+    server, token = dashboard
+    session = start_session(api)
+    plan = [{"action": "email the plan", "idempotent": False}]
+    created = create_task(api, session["id"], plan, goal="Plan a weekend")
+    tid = created["id"]
+    lease = acquire(api, tid, "agent-r", ttl=60)
+    step(
+        api,
+        "startStep",
+        "StepRefInput",
+        taskId=tid,
+        stepIndex=0,
+        expectedVersion=created["version"],
+        fencingToken=lease["fencingToken"],
+    )
+    mutate(
+        api, "releaseTaskLock", "ReleaseTaskLockInput", "__typename", taskId=tid, holderId="agent-r"
+    )
+    taken = acquire(api, tid, "agent-s", ttl=60)
+    resume(api, tid, fencingToken=taken["fencingToken"])
+    log = api(
+        "query($id: ID!) { task(id: $id) { ... on Task { steps { startedAt }"
+        " events(afterSeq: 0, first: 100) { kind at } } } }",
+        id=tid,
+    )["task"]
+    (released,) = [e for e in log["events"] if e["kind"] == "LOCK_RELEASED"]
+    page = await open_dashboard(browser, f"{server.url}/#token={token}&task={tid}", DESK)
+    clock = "(iso) => new Date(iso).toLocaleTimeString()"
+    started = await page.evaluate(clock, log["steps"][0]["startedAt"])
+    let_go = await page.evaluate(clock, released["at"])
+    await expect(page.get_by_test_id("step-0")).to_have_attribute("data-status", "IN_DOUBT")
+    await expect(page.get_by_test_id("time-0")).to_have_text(
+        re.compile(
+            rf"^started {re.escape(started)}, then agent-r let the task go at {re.escape(let_go)}"
+            r" · waiting for you for \d+(\.\d)? s$"
+        )
+    )
+    await page.close()

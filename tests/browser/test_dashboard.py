@@ -259,3 +259,22 @@ async def test_the_list_tells_tasks_of_one_goal_apart(
         re.compile(r'^fork of "Book a trip to Lisbon for Ana" at event 1 · created \S+')
     )
     await page.close()
+
+
+async def test_the_list_shows_a_chosen_task_id_whole(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards ``taskMeta`` on ids a client chose: only a UUID is cut to its start;
+    "first-weekend" and "first-weekend-2" are shown whole (they both read
+    "first-we"), each with its id as the line's title."""
+    server, token = dashboard
+    session = start_session(api)
+    ids = ["first-weekend", "first-weekend-2"]
+    for task_id in ids:
+        create_task(api, session["id"], STEPS, goal="Plan a weekend", id=task_id)
+    page = await open_task(browser, server.url, token, ids[0])
+    for task_id in ids:
+        meta = page.get_by_test_id(f"meta-{task_id}")
+        await expect(meta).to_have_text(re.compile(rf"^{task_id} · created \S+"))
+        await expect(meta).to_have_attribute("title", task_id)
+    await page.close()

@@ -120,7 +120,10 @@ async def test_the_demo_trip_books_on_the_answer_the_page_offers(
     "not booked"), and a node feeding a join shows where it leads, never
     LangGraph's ``join:...`` channel. Seen failing with the buttons not drawn, with
     ``book`` taking only "yes" typed (the page suggested ``{"approved": true}``),
-    and with the join shown as a channel of the state."""
+    and with the join shown as a channel of the state. Guards too the log's
+    sentence of a start that started two nodes (it said "step started", naming
+    neither), and the asking node's time line ("waiting to run again", not what
+    it waits for)."""
     server, token = dashboard
     monkeypatch.setattr(demo_graph, "PAUSE", 0.0)
     thread_id = f"trip-{uuid.uuid4().hex[:8]}"
@@ -138,6 +141,10 @@ async def test_the_demo_trip_books_on_the_answer_the_page_offers(
         steps = page.locator("#steps")
         await expect(steps).to_contain_text("compare (once search_flights and search_hotels end)")
         await expect(steps).not_to_contain_text("join:")
+        await expect(page.get_by_test_id("events")).to_contain_text(
+            "steps 1 search_flights, 2 search_hotels: PENDING -> RUNNING"
+        )
+        await expect(page.get_by_test_id("time-4")).to_have_text("waiting for your answer")
         given = asyncio.create_task(saver.interrupt_answer(config))
         await choices.first.click()
         await expect(page.get_by_test_id("interrupt-answer")).to_have_value("yes")

@@ -195,7 +195,8 @@ async def test_a_task_its_budget_stopped_says_so_everywhere(
     ``renderSpend``, ``money``, the session list): its agent let it go, and claims
     pass over it, so the page no longer says "lease lapsed. A worker calling
     claimTask takes it over"; its totals show the decimals that make spend past the
-    budget visible (they read "$0.02 of its $0.02"); the session list says
+    budget visible (they read "$0.02 of its $0.02"), each amount with its own
+    decimals (the budget read "$0.020", as many as the spend's); the session list says
     "budget spent", for the task followed and for one not followed, where it said
     "no agent"; and a fork from its past says it keeps the budget."""
     server, token = dashboard
@@ -209,9 +210,9 @@ async def test_a_task_its_budget_stopped_says_so_everywhere(
     page = await open_dashboard(browser, f"{server.url}/#token={token}&task={task_id}", DESK)
     let_go = await page.evaluate("(iso) => new Date(iso).toLocaleTimeString()", released["at"])
     await expect(page.get_by_test_id("over-budget")).to_have_text(
-        "stopped: spent $0.024 of its $0.020 budget"
+        "stopped: spent $0.024 of its $0.02 budget"
     )
-    await expect(page.get_by_test_id("budget-text")).to_have_text("$0.024 of its $0.020 budget")
+    await expect(page.get_by_test_id("budget-text")).to_have_text("$0.024 of its $0.02 budget")
     await expect(page.get_by_test_id("spend-text")).to_have_text(
         "Spent 10 tokens · $0.024 (10 in, 0 out) in 1 report."
     )

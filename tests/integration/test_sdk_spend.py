@@ -74,7 +74,7 @@ async def test_the_runner_stops_cleanly_on_a_budget_and_goes_on_once_raised(
         assert refused.value.spend.cost_micros == 1200
         assert rs.dashboard_link(task.id) in caplog.text
         assert "budget is spent" in caplog.text
-        said = "the task spent $0.0012 of its $0.0010 budget: no new work until it is raised"
+        said = "the task spent $0.0012 of its $0.001 budget: no new work until it is raised"
         assert refused.value.message == said
         assert said in caplog.text
         stopped = await rs.task(task.id)

@@ -507,7 +507,8 @@ def test_a_fork_keeps_its_sources_budget_as_it_stood(alice: Api) -> None:
 def test_a_budgets_refusal_says_its_amounts_in_money(alice: Api) -> None:
     """Guards BudgetExceeded's message: cost in dollars with the decimals that show
     it exactly, so a spend past its limit never reads as equal to it (it said
-    "24000 cost micros", and a page rounding to cents "$0.02 of its $0.02")."""
+    "24000 cost micros", and a page rounding to cents "$0.02 of its $0.02"), each
+    amount with its own decimals (the budget read "$0.020", the spend's decimals)."""
     session = start_session(alice)
     made = create_task(
         alice,
@@ -521,7 +522,7 @@ def test_a_budgets_refusal_says_its_amounts_in_money(alice: Api) -> None:
     )
     refused = start(alice, made["id"], 1, done["version"])
     assert refused["message"] == (
-        "the task spent 1,200 tokens and $0.024 of its 5,000 tokens and $0.020 budget:"
+        "the task spent 1,200 tokens and $0.024 of its 5,000 tokens and $0.02 budget:"
         " no new work until it is raised"
     )
 

@@ -195,32 +195,31 @@ class BudgetExceededError(DomainError):
 
 def _in_units_of(budget: BudgetView, spend: SpendView, currency: str) -> tuple[str, str]:
     """What was spent and the budget's limits, each in the units the budget limits
-    ("1,200 tokens", "$0.024"), costs with the same decimals."""
+    ("1,200 tokens", "$0.024"), each cost exact with its own decimals ("$0.024" of
+    "$0.02")."""
     spent, limit = [], []
     if budget.max_tokens is not None:
         spent.append(f"{spend.tokens:,} tokens")
         limit.append(f"{budget.max_tokens:,} tokens")
     if budget.max_cost_micros is not None:
-        digits = decimals(spend.cost_micros, budget.max_cost_micros)
-        spent.append(money(spend.cost_micros, currency, digits))
-        limit.append(money(budget.max_cost_micros, currency, digits))
+        spent.append(money(spend.cost_micros, currency))
+        limit.append(money(budget.max_cost_micros, currency))
     return " and ".join(spent), " and ".join(limit)
 
 
-def decimals(*micros: int) -> int:
-    """The fewest decimals, 2 to 6, that show each of ``micros`` (millionths of a
-    currency unit) exactly."""
+def decimals(micros: int) -> int:
+    """The fewest decimals, 2 to 6, that show ``micros`` (millionths of a currency
+    unit) exactly."""
     digits = 2
-    for amount in micros:
-        while digits < 6 and amount % 10 ** (6 - digits):
-            digits += 1
+    while digits < 6 and micros % 10 ** (6 - digits):
+        digits += 1
     return digits
 
 
-def money(micros: int, currency: str, digits: int) -> str:
-    """``micros`` millionths of ``currency`` with ``digits`` decimals: "$0.024" in
-    dollars, "0.024 EUR" in any other currency."""
-    amount = f"{Decimal(micros).scaleb(-6):,.{digits}f}"
+def money(micros: int, currency: str) -> str:
+    """``micros`` millionths of ``currency`` with the fewest decimals that show it
+    exactly, at least 2: "$0.024" in dollars, "0.024 EUR" in any other currency."""
+    amount = f"{Decimal(micros).scaleb(-6):,.{decimals(micros)}f}"
     return f"${amount}" if currency == "USD" else f"{amount} {currency}"
 
 

@@ -312,7 +312,8 @@ function taskLink(task, session) {
   el("span", { class: "goal" }, task.goal),
   needsYou(task) ? el("span", { class: "needs-mark" }, "needs you") : null,
   el("small", { "data-testid": "progress-" + task.id }, `${state} · ${progress}`),
-  el("small", { class: "task-meta", "data-testid": "meta-" + task.id }, taskMeta(task))));
+  el("small", { class: "task-meta", "data-testid": "meta-" + task.id, title: task.origin ? null : task.id },
+    taskMeta(task))));
 }
 
 // What a listed task is, in words and as its dot's state: its status, unless
@@ -327,11 +328,14 @@ function listedState(task, session) {
   return [words(task.status), task.status];
 }
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 // What tells a listed task from others of the same goal: a fork's source and event,
-// else the start of its id; and when it was created.
+// else its id (a UUID's start: a chosen id, "first-weekend", is shown whole); and
+// when it was created.
 function taskMeta(task) {
   const created = clock(task.createdAt);
-  if (!task.origin) return `${task.id.slice(0, 8)} · created ${created}`;
+  if (!task.origin) return `${UUID.test(task.id) ? task.id.slice(0, 8) : task.id} · created ${created}`;
   const source = listed().find((t) => t.id === task.origin.taskId);
   const of = source ? `"${source.goal}"` : "a task not listed";
   return `fork of ${of} at event ${task.origin.seq} · created ${created}`;
@@ -447,7 +451,7 @@ function leaveTask() {
 function select(taskId) {
   if (current) { clearTimeout(current.leaseTimer); clearTimeout(current.spendTimer); }
   current = { id: taskId, task: null, lastSeq: null, epoch: null, entries: [], told: 0, holes: new Set(),
-    doubts: {}, runs: {}, leases: {}, released: null,
+    doubts: {}, runs: {}, leases: {}, released: null, letGo: {},
     ttls: {}, leaseTimer: null, graph: false,
     pending: null, past: null, source: null, spent: null, spendTimer: null };
   scrubTo = null;
@@ -653,10 +657,12 @@ function record(watching, before, event) {
       // A new lease (its holder's extension keeps the token): a takeover.
       if (!before.lock || before.lock.fencingToken !== event.lock.fencingToken) watching.takenOver = event.at;
       watching.released = null;
+      delete watching.letGo[event.lock.holderId];
       watching.ttls[event.lock.holderId] = ms(event.lock.expiresAt) - ms(event.at);
     } else {
       const holder = before.lock ? before.lock.holderId : null;
       watching.released = { holder, at: event.at };
+      if (holder) watching.letGo[holder] = event.at;
       for (const doubt of Object.values(watching.doubts)) {
         if (doubt.own && doubt.holder === holder && !doubt.released) doubt.released = event.at;
       }
@@ -685,7 +691,9 @@ function noteLease(watching, lock, seen, read) {
 // A step just found IN_DOUBT, as its `run` (RUNNING since, under whose lease) left
 // it. Put in doubt under the lease it ran under, by its holder (an OpenAI Agents
 // run asking for approval), it is no crash: `own`, and the lease's release is told
-// when it comes. Else its agent stopped, and its lease lapsed: when, only if this
+// when it comes. Else its agent stopped: it let the task go (`letGo`, a release the
+// log holds since the agent was last heard of, as Ctrl-C in a runner writes), or
+// its lease lapsed: when, only if this
 // page read that lease (renewals write no event, so a lease's end as granted says
 // nothing of a lease renewed since, shorter or longer), the agent was not heard of
 // after it, and it is not after the takeover (the first new lease since); otherwise
@@ -696,12 +704,14 @@ function doubtOf(watching, run, before, event) {
   const own = holder !== null && event.holder === holder && before.lock !== null &&
     before.lock.fencingToken === run.token;
   const end = holder && !own ? watching.leases[holder] : null;
+  const gone = holder && !own ? watching.letGo[holder] : null;
+  const letGo = gone && heard && ms(gone) >= ms(heard) ? gone : null;
   const after = watching.takenOver && heard && ms(watching.takenOver) >= ms(heard);
   const takenOver = after ? watching.takenOver : null;
   const known = end && end.read && ms(end.expiresAt) >= ms(heard) &&
     (!takenOver || ms(end.expiresAt) <= ms(takenOver));
-  return { since: event.at, decided: null, heard, holder, own, released: null,
-    lapsed: known ? end.expiresAt : null, takenOver };
+  return { since: event.at, decided: null, heard, holder, own, released: null, letGo,
+    lapsed: known && !letGo ? end.expiresAt : null, takenOver };
 }
 
 // When each running step's agent was last heard of: the step's start, then every
@@ -748,6 +758,27 @@ function delta(event) {
   return shown;
 }
 
+// The steps an event moved, one sentence per move: "step 3 book flight: RUNNING ->
+// IN_DOUBT (timeout)". A step the event added as it started it (a LangGraph node's
+// first run) moved from PENDING; steps moved alike with nothing more to say are named
+// together: "steps 1 search_flights, 2 search_hotels: PENDING -> RUNNING".
+function moves(before, event) {
+  const said = []; // { move, steps, more }, in the event's order
+  for (const step of event.steps) {
+    const was = before.steps[step.index] ?? (step.status === "RUNNING" ? { status: "PENDING" } : null);
+    if (!was || was.status === step.status) continue;
+    const move = `${was.status} -> ${step.status}`;
+    let more = "";
+    if (step.status === "FAILED" && step.error) more = ` (${step.error})`;
+    if (step.status === "RUNNING" && step.attempts > 1) more = ` (attempt ${step.attempts})`;
+    const alike = more ? null : said.find((s) => s.move === move && !s.more);
+    if (alike) alike.steps.push(step);
+    else said.push({ move, steps: [step], more });
+  }
+  return said.map(({ move, steps, more }) => steps.length === 1 ? `${stepName(steps[0])}: ${move}${more}`
+    : `steps ${steps.map((s) => `${s.index} ${s.action}`).join(", ")}: ${move}`);
+}
+
 // An event as a sentence: "agent-14182 took over (lease 3)", "hotel-api rate-limited
 // until 10:41:05", "step 3 book flight: RUNNING -> IN_DOUBT".
 function describe(before, after, event) {
@@ -790,17 +821,7 @@ function describe(before, after, event) {
   if (event.budgetCrossed) {
     parts.push(`${event.budgetCrossed === "TASK" ? "its" : "its session's"} budget is spent: no new work`);
   }
-  if (event.kind !== "TASK_CREATED" && event.kind !== "STEPS_ADDED") {
-    for (const step of event.steps) {
-      const was = before.steps[step.index];
-      if (was && was.status !== step.status) {
-        let text = `${stepName(step)}: ${was.status} -> ${step.status}`;
-        if (step.status === "FAILED" && step.error) text += ` (${step.error})`;
-        if (step.status === "RUNNING" && step.attempts > 1) text += ` (attempt ${step.attempts})`;
-        parts.push(text);
-      }
-    }
-  }
+  if (event.kind !== "TASK_CREATED" && event.kind !== "STEPS_ADDED") parts.push(...moves(before, event));
   if (before.status !== after.status && event.kind !== "TASK_CREATED") {
     parts.push(`task: ${before.status} -> ${after.status}`);
   }
@@ -815,17 +836,18 @@ const DECISIONS = { PENDING: "retry", SKIPPED: "skip", SUCCESS: "it happened" };
 const NO_SPEND = { inputTokens: 0, outputTokens: 0, costMicros: 0, calls: 0 };
 const count = (n) => n.toLocaleString();
 
-/** The fewest decimals, 2 to 6, that show each of `amounts` (millionths) exactly:
- * in whole cents, $0.024 spent of a $0.020 budget read "$0.02 of $0.02". */
-function decimals(...amounts) {
+/** The fewest decimals, 2 to 6, that show `micros` (millionths) exactly: in whole
+ * cents, $0.024 spent of a $0.02 budget read "$0.02 of $0.02". */
+function decimals(micros) {
   let digits = 2;
-  for (const micros of amounts) while (digits < 6 && micros % 10 ** (6 - digits) !== 0) digits++;
+  while (digits < 6 && micros % 10 ** (6 - digits) !== 0) digits++;
   return digits;
 }
 
 /** Millionths of the deployment's currency as money, exactly: "$4.10", "$0.0051". */
-function money(micros, digits = decimals(micros)) {
+function money(micros) {
   const currency = (current && current.spent && current.spent.currency) || "USD";
+  const digits = decimals(micros);
   return new Intl.NumberFormat(undefined, { style: "currency", currency,
     minimumFractionDigits: digits, maximumFractionDigits: digits }).format(micros / 1e6);
 }
@@ -851,29 +873,29 @@ function spentBetween(before, after) {
 }
 
 /** A cost and a count of tokens in the units a budget limits: "$4.00", "50,000
- * tokens", or both; the cost with `digits` decimals (else as many as it needs). */
-function inUnitsOf(budget, costMicros, tokens, digits) {
+ * tokens", or both; the cost with the decimals that show it exactly. */
+function inUnitsOf(budget, costMicros, tokens) {
   const parts = [];
-  if (budget.maxCostMicros !== null) parts.push(money(costMicros, digits));
+  if (budget.maxCostMicros !== null) parts.push(money(costMicros));
   if (budget.maxTokens !== null) parts.push(`${count(tokens)} tokens`);
   return parts.join(" and ");
 }
 
 /** A budget's limits in words. */
-function limits(budget, digits) {
-  return inUnitsOf(budget, budget.maxCostMicros, budget.maxTokens, digits);
+function limits(budget) {
+  return inUnitsOf(budget, budget.maxCostMicros, budget.maxTokens);
 }
 
 /** What was spent, in the units of the budget's limits. */
-function spentOf(spend, budget, digits) {
-  return inUnitsOf(budget, spend.costMicros, spend.inputTokens + spend.outputTokens, digits);
+function spentOf(spend, budget) {
+  return inUnitsOf(budget, spend.costMicros, spend.inputTokens + spend.outputTokens);
 }
 
-/** What was spent and the budget's limits, costs with the same decimals, so that
- * a spend past the limit reads as more: ["$0.024", "$0.020"]. */
+/** What was spent and the budget's limits, each cost exact with its own decimals,
+ * so that a spend past the limit reads as more and a limit as set: ["$0.024",
+ * "$0.02"], ["$0.00345", "$0.05"]. */
 function against(spend, budget) {
-  const digits = decimals(spend.costMicros, budget.maxCostMicros ?? 0);
-  return [spentOf(spend, budget, digits), limits(budget, digits)];
+  return [spentOf(spend, budget), limits(budget)];
 }
 
 /** The share of a budget spent (1: reached), by whichever limit is nearer. */
@@ -1300,25 +1322,38 @@ function reported(step) {
       `${name.replace(/[A-Z]/g, (c) => " " + c.toLowerCase())}: ${json(step[name])}`));
 }
 
+/** What a PENDING step waits for: a LangGraph node stopped at interrupt() for a
+ * person's answer, else to run (again). */
+function pendingText(step) {
+  const asks = step.output && Array.isArray(step.output.interrupt) && !("answer" in step.output);
+  if (asks) return "waiting for your answer";
+  return step.attempts ? "waiting to run again" : "not started";
+}
+
 function stepTiming(step, now, live) {
   const start = ms(step.startedAt);
   const end = ms(step.completedAt);
   const doubt = live ? current.doubts[step.index] : null;
   const none = { start: null, runEnd: null, waitEnd: null };
-  if (step.status === "PENDING") return { ...none, text: step.attempts ? "waiting to run again" : "not started" };
+  if (step.status === "PENDING") return { ...none, text: pendingText(step) };
   if (start === null) return { ...none, text: end ? `done at ${clock(step.completedAt)}` : "" };
   if (doubt && ms(doubt.since) >= start) {
     const asked = ms(doubt.since);
     const answered = doubt.decided ? ms(doubt.decided) : now;
     const wait = doubt.decided ? `decided after ${seconds(answered - asked)}` : `waiting for you for ${seconds(answered - asked)}`;
-    // A crash: the step was running from its start until its agent's lease lapsed
-    // (when this page saw it), else until its agent was last heard of at the latest;
-    // not until the worker that took over found it in doubt.
+    // A crash: the step was running from its start until its agent let the task go
+    // or its lease lapsed (when this page saw it), else until its agent was last
+    // heard of at the latest; not until the worker that took over found it in doubt.
     if (!doubt.holder) return { start, runEnd: asked, waitEnd: answered, text: `ran ${seconds(asked - start)} · ${wait}` };
     const began = `started ${clock(step.startedAt)}`;
     if (doubt.own) { // its agent put it in doubt and let the task go: no crash
       const released = doubt.released ? ` · ${doubt.holder} released its lease at ${clock(doubt.released)}` : "";
       return { start, runEnd: asked, waitEnd: answered, text: `${began}${released} · ${wait}` };
+    }
+    if (doubt.letGo) { // its agent stopped and let the task go: no lease lapsed
+      const letGo = ms(doubt.letGo);
+      return { start, runEnd: letGo, waitEnd: answered,
+        text: `${began}, then ${doubt.holder} let the task go at ${clock(doubt.letGo)} · ${wait}` };
     }
     if (doubt.lapsed) {
       const lapsedAt = ms(doubt.lapsed);
