@@ -1200,8 +1200,9 @@ function renderInterrupt(task) {
 }
 
 // The answers an interrupt offers (a value's "choices", strings or JSON), each a
-// button that puts it in the answer box: the graph decides what an answer means,
-// so the page suggests only what the graph itself offers.
+// button that sends it as the answer at once, with the reason typed if any: the
+// graph decides what an answer means, so the page offers only what the graph itself
+// offers; the answer box stays for any other.
 function drawChoices(values) {
   const offered = values.flatMap((v) => (v && Array.isArray(v.choices) ? v.choices : []));
   const box = $("interrupt-choices");
@@ -1215,10 +1216,7 @@ function drawChoices(values) {
     button.type = "button";
     button.textContent = text;
     button.dataset.testid = "interrupt-choice";
-    button.addEventListener("click", () => {
-      $("interrupt-answer").value = text;
-      $("interrupt-answer").focus();
-    });
+    button.addEventListener("click", () => sendAnswer(choice));
     return button;
   }));
 }
@@ -1230,14 +1228,21 @@ function asked(value) {
 }
 
 // The answer typed in, as the graph gets it: JSON when it parses, else the text.
-async function answerInterrupt(event) {
+function answerInterrupt(event) {
   event.preventDefault();
-  const task = current && current.task;
-  const step = task ? Number($("interrupt").dataset.step) : null;
   const text = $("interrupt-answer").value.trim();
-  if (step === null || !text) return;
+  if (!text) return;
   let value = text;
   try { value = JSON.parse(text); } catch { /* the text itself */ }
+  sendAnswer(value);
+}
+
+// An answer (typed, or a choice clicked, sent as the graph offered it), with the
+// reason typed if any.
+async function sendAnswer(value) {
+  const task = current && current.task;
+  const step = task ? Number($("interrupt").dataset.step) : null;
+  if (step === null) return;
   const input = { taskId: task.id, stepIndex: step, expectedVersion: task.version, value };
   const why = $("interrupt-why").value.trim();
   if (why) input.note = why;
