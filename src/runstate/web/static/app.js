@@ -38,6 +38,7 @@ const EMPTY_TASK = { status: "PLANNED", steps: [], toolStates: [], lock: null, s
 
 const $ = (id) => document.getElementById(id);
 let token = null;
+let promised = null; // the address (fragment) the Sign-in page said it opens, if any
 let current = null; // { id, task, lastSeq, epoch, entries, told, holes, doubts, runs, pending, past, source }
 let following = false; // opened on no task in particular: follow the newest active one
 let followedSession = null; // following the tasks of this session only (#session=)
@@ -147,13 +148,17 @@ function readToken() {
 
 // The address changed within the tab (a link clicked or pasted): a token link signs
 // the tab in at once, as another user if the token is another's, and the page opens
-// what the link names.
+// what the link names; a link naming nothing (`runstate token link`'s) opens what
+// the Sign-in page said it would.
 function onHashChange() {
   const given = takeToken();
   if (given === null) {
     if (token) route();
     else nameTheLink();
     return;
+  }
+  if (token === null && promised !== null && !names(location.hash)) {
+    history.replaceState(null, "", location.pathname + "#" + promised);
   }
   const another = given !== token;
   keepToken(given);
@@ -191,11 +196,19 @@ function leave() {
   setConnection("idle", "not connected");
 }
 
-// What the Sign-in page opens once signed in: the task or session the link names.
+// Whether an address names a task or a session to open.
+function names(hash) {
+  const params = new URLSearchParams(hash.slice(1));
+  return Boolean(params.get("task") || params.get("session"));
+}
+
+// What the Sign-in page opens once signed in: the task or session the link names,
+// kept (its address's fragment) for a token link that names none.
 function nameTheLink() {
   const params = new URLSearchParams(location.hash.slice(1));
   const named = params.get("task") ? "task " + params.get("task")
     : params.get("session") ? "session " + params.get("session") : null;
+  promised = named === null ? null : location.hash.slice(1);
   $("signin-then").hidden = named === null;
   $("signin-then").textContent = named === null ? "" : `Once you sign in, the page opens ${named}.`;
 }
