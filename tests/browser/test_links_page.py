@@ -10,7 +10,7 @@ from typing import Any
 from playwright.async_api import Browser, Page, expect
 
 from runstate.client import Runstate
-from tests.browser.pages import DESK, sends
+from tests.browser.pages import DESK, PHONE, assert_fits_the_screen, sends
 from tests.integration.test_agui import in_doubt
 from tests.integration.test_api import checkpoint, create_task, start_session, update_session
 from tests.support import Api, Server, create_token
@@ -83,6 +83,34 @@ async def test_a_token_link_naming_no_task_opens_the_task_the_sign_in_page_named
     await two_list_reads(page)
     await expect(page.get_by_test_id("goal")).to_have_text("Named trip")
     await context.close()
+
+
+async def test_the_sign_in_page_says_how_in_one_line_on_a_desk_and_fits_a_phone(
+    dashboard: tuple[Server, str], browser: Browser
+) -> None:
+    """Guards the Sign-in page's layout (index.html, style.css): how to sign in, in
+    one line on a desk, naming the command as a clone runs it (``.venv/bin/``),
+    above a token field wide enough to read what is pasted; on a phone, nothing
+    sticks out sideways. Seen failing with three sentences in the session list's
+    column (272 px wide, six lines, a field as narrow)."""
+    server, _ = dashboard
+    page = await browser.new_page(viewport=DESK)
+    await page.goto(server.url)
+    how = page.get_by_test_id("signin-how")
+    await expect(how).to_have_text(
+        "Open the link make run printed, or one from .venv/bin/runstate token link USER in"
+        " the server's folder; or paste a token:"
+    )
+    line = await how.evaluate("p => parseFloat(getComputedStyle(p).lineHeight)")
+    said = await how.bounding_box()
+    field = await page.get_by_test_id("token").bounding_box()
+    assert said is not None
+    assert field is not None
+    assert said["height"] < 1.5 * line, f"{said['height']} px high: more than one line"
+    assert field["width"] >= 480, f"the token field is {field['width']} px wide"
+    await page.set_viewport_size(PHONE)
+    await assert_fits_the_screen(page, "signin-how", "token")
+    await page.close()
 
 
 async def test_a_printed_task_link_opens_signed_in_in_a_new_tab(
