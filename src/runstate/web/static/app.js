@@ -1584,6 +1584,9 @@ let ledger = null; // { session, entries (by seq), schedules, socket, retry, liv
 const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone; // the viewer's
 const POLICIES = { REJECT: "reject", ENQUEUE: "queue", INTERRUPT: "interrupt", ROLLBACK: "roll back" };
 const ENTRIES_READ = 100; // pageEntries reads the ledger's first 100
+// The forms under a task, folded away while its session has no inputs and no
+// schedules: a person who only has to decide sees the task alone.
+const FOLDS = ["send-fold", "schedules-fold"];
 
 function openSession() {
   if (followedSession !== null) return followedSession;
@@ -1604,12 +1607,22 @@ function watchLedger() {
   const session = openSession();
   if (!token || session === null || (ledger && ledger.session === session)) return;
   closeLedger();
-  ledger = { session, entries: new Map(), schedules: null, socket: null, retry: 500, live: false, known: false };
+  ledger = { session, entries: new Map(), schedules: null, socket: null, retry: 500, live: false, known: false,
+    unfolded: new Set() };
   for (const id of ["submit-result", "cancel-result", "schedule-result"]) $(id).textContent = "";
+  for (const id of FOLDS) $(id).open = false;
   $("schedule-zone").value = ZONE;
   $("ledger").hidden = false;
   connectLedger(ledger);
   renderLedger();
+}
+
+// Opens a folded part of the ledger once the session has what it is about (inputs,
+// schedules), once per session: a person who folds it again keeps it folded.
+function unfold(id) {
+  if (ledger.unfolded.has(id)) return;
+  ledger.unfolded.add(id);
+  $(id).open = true;
 }
 
 function closeLedger() {
@@ -1709,6 +1722,7 @@ function renderLedger() {
   $("ledger-session").textContent = ledger.session;
   const entries = [...ledger.entries.values()].sort((a, b) => a.seq - b.seq);
   $("no-entries").hidden = entries.length > 0 || !ledger.live;
+  if (entries.length > 0) unfold("send-fold");
   const items = [];
   let last = 0;
   for (const entry of entries) {
@@ -1868,6 +1882,7 @@ function when(iso, testId) {
 function renderSchedules() {
   const schedules = ledger.schedules ?? [];
   $("no-schedules").hidden = ledger.schedules === null || schedules.length > 0;
+  if (schedules.length > 0) unfold("schedules-fold");
   $("schedules").replaceChildren(...schedules.map((s) => el("li", { class: "schedule",
     "data-testid": "schedule-" + s.id, "data-enabled": String(s.enabled), "data-version": s.version },
   el("div", { class: "schedule-head" },
