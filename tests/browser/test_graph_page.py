@@ -116,14 +116,16 @@ async def test_the_demo_trip_books_on_the_answer_the_page_offers(
     dashboard: tuple[Server, str], browser: Browser, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Guards the LangGraph demo answered from the page: its question offers its
-    answers (``choices``) as buttons, the offered "yes" books the trip (a PNR, not
-    "not booked"), and a node feeding a join shows where it leads, never
-    LangGraph's ``join:...`` channel. Seen failing with the buttons not drawn, with
-    ``book`` taking only "yes" typed (the page suggested ``{"approved": true}``),
-    and with the join shown as a channel of the state. Guards too the log's
-    sentence of a start that started two nodes (it said "step started", naming
-    neither), and the asking node's time line ("waiting to run again", not what
-    it waits for)."""
+    answers (``choices``) as buttons, one click on the offered "yes" sends it as
+    the answer (with the reason typed) and books the trip (a PNR, not "not
+    booked"), and a node feeding a join shows where it leads, never LangGraph's
+    ``join:...`` channel. Seen failing with the buttons not drawn, with ``book``
+    taking only "yes" typed (the page suggested ``{"approved": true}``), with the
+    join shown as a channel of the state, and with a click only copying the choice
+    into the answer box (nothing sent: the demo answered itself later). Guards too
+    the log's sentence of a start that started two nodes (it said "step started",
+    naming neither), and the asking node's time line ("waiting to run again", not
+    what it waits for)."""
     server, token = dashboard
     monkeypatch.setattr(demo_graph, "PAUSE", 0.0)
     thread_id = f"trip-{uuid.uuid4().hex[:8]}"
@@ -146,10 +148,14 @@ async def test_the_demo_trip_books_on_the_answer_the_page_offers(
         )
         await expect(page.get_by_test_id("time-4")).to_have_text("waiting for your answer")
         given = asyncio.create_task(saver.interrupt_answer(config))
+        await page.get_by_test_id("interrupt-why").fill("the hotel is near the office")
         await choices.first.click()
-        await expect(page.get_by_test_id("interrupt-answer")).to_have_value("yes")
-        await page.get_by_test_id("interrupt-send").click()
+        await expect(page.get_by_test_id("interrupt-answered")).to_contain_text('Answered "yes"')
+        await expect(page.get_by_test_id("events")).to_contain_text(
+            "(the hotel is near the office)"
+        )
         answer = await asyncio.wait_for(given, 30)
+        assert answer == "yes"
         done = await graph.ainvoke(Command(resume=answer), config)
     assert done["booking"].startswith("PNR-")
 

@@ -14,10 +14,10 @@ from zoneinfo import ZoneInfo
 from playwright.async_api import Browser, Page, WebSocketRoute, expect
 
 from tests.browser.pages import ARTIFACTS, DESK, PHONE, assert_fits_the_screen, open_dashboard
-from tests.integration.test_api import start_session, step
+from tests.integration.test_api import create_task, start_session, step
 from tests.integration.test_claim import claim
 from tests.integration.test_ledger import ledger, submit, task
-from tests.support import Api, Server
+from tests.support import Api, Server, mutate
 
 
 async def open_ledger(page: Page) -> None:
@@ -210,6 +210,46 @@ async def test_a_queued_input_is_cancelled_on_the_page_and_refusals_are_said_in_
     await page.close()
 
 
+async def test_the_sessions_forms_fold_away_until_it_has_inputs_or_schedules(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards a task page ending on what a person must decide (``unfold`` in
+    app.js): under a task whose session has no inputs and no schedules, the form to
+    send an input and the schedules (with theirs) are folded away, each a one-line
+    summary, so the ledger takes little of a phone's screen, and a click opens
+    them; under a task whose session has an input and a schedule, both are open.
+    Seen failing with both forms always shown (the ledger some 1,000 px high on a
+    phone)."""
+    server, token = dashboard
+    bare = create_task(api, start_session(api)["id"], 1, goal="Book a trip")
+    page = await open_dashboard(browser, f"{server.url}/#token={token}&task={bare['id']}", PHONE)
+    await open_ledger(page)
+    await expect(page.get_by_text("Nothing sent to this session yet.")).to_be_visible()
+    for fold, form in (("send-fold", "submit-form"), ("schedules-fold", "schedule-form")):
+        await expect(page.get_by_test_id(fold).locator(":scope > summary")).to_be_visible()
+        await expect(page.get_by_test_id(form)).to_be_hidden()
+    folded = await page.get_by_test_id("ledger").bounding_box()
+    assert folded is not None
+    assert folded["height"] < 400, f"the folded ledger is {folded['height']} px high"
+    await page.screenshot(path=ARTIFACTS / "ledger-folded-phone.png", full_page=True)
+    await page.get_by_test_id("send-fold").locator(":scope > summary").click()
+    await expect(page.get_by_test_id("submit-form")).to_be_visible()
+    await assert_fits_the_screen(page, "ledger", "submit-form")
+
+    session = start_session(api)["id"]
+    sent = submit(api, session, goal="Answer Ana")
+    mutate(
+        api, "createSchedule", "CreateScheduleInput", "... on Schedule { id }",
+        sessionId=session, cron="@yearly", goal="Yearly summary", steps=[{"action": "sum"}],
+    )  # fmt: skip
+    await page.goto(f"{server.url}/#task={sent['taskId']}")
+    await expect(page.get_by_test_id("goal")).to_have_text("Answer Ana")
+    await expect(page.get_by_test_id("ledger-session")).to_have_text(session)
+    await expect(page.get_by_test_id("submit-form")).to_be_visible()
+    await expect(page.locator("[data-testid^='schedule-state-']")).to_be_visible()
+    await page.close()
+
+
 SCHEDULE = """query($s: ID!) { session(id: $s) { ... on AgentSession {
   schedules { id version enabled nextFireAt } } } }"""
 
@@ -246,6 +286,7 @@ async def test_a_schedule_shows_its_next_time_in_the_viewers_zone_through_a_paus
     page = await browser.new_page(viewport=DESK, timezone_id="Asia/Tokyo", locale="en-GB")
     await page.goto(f"{server.url}/#token={token}&task={first['taskId']}")
     await open_ledger(page)
+    await page.get_by_test_id("schedules-fold").locator(":scope > summary").click()
     await page.get_by_text("Add a schedule").click()
     await expect(page.get_by_test_id("schedule-zone")).to_have_value("Asia/Tokyo")
 

@@ -10,7 +10,7 @@ from typing import Any
 from playwright.async_api import Browser, Page, expect
 
 from runstate.client import Runstate
-from tests.browser.pages import DESK, sends
+from tests.browser.pages import DESK, PHONE, assert_fits_the_screen, sends
 from tests.integration.test_agui import in_doubt
 from tests.integration.test_api import checkpoint, create_task, start_session, update_session
 from tests.support import Api, Server, create_token
@@ -55,6 +55,61 @@ async def test_a_token_link_pasted_into_a_signed_out_tab_signs_it_in_at_once(
     await expect(page.locator("#signin")).to_be_hidden()
     assert page.url == f"{server.url}/#task={task['id']}", "the token leaves the address bar"
     assert await page.evaluate("window.loadedOnce") is True, "signed in with no reload"
+    await page.close()
+
+
+async def test_a_token_link_naming_no_task_opens_the_task_the_sign_in_page_named(
+    dashboard: tuple[Server, str], browser: Browser, api: Api
+) -> None:
+    """Guards the Sign-in page's promise (``onHashChange`` in app.js): a fresh
+    browser opens an older task's link, the page says it opens that task once
+    signed in; the link ``runstate token link`` prints (``#token=...``, no task)
+    pasted into that tab signs in and opens that task, held (not followed away),
+    though a newer task is active. Seen failing with the page following the newest
+    task instead."""
+    server, token = dashboard
+    named = create_task(api, start_session(api)["id"], 1, goal="Named trip")
+    create_task(api, start_session(api)["id"], 1, goal="Newer trip")
+    context = await browser.new_context(viewport=DESK)
+    page = await context.new_page()
+    await page.goto(f"{server.url}/#task={named['id']}")
+    await expect(page.get_by_test_id("signin-then")).to_have_text(
+        f"Once you sign in, the page opens task {named['id']}."
+    )
+    await page.goto(f"{server.url}/#token={token}")
+    await expect(page.get_by_test_id("conn")).to_have_attribute("data-state", "live")
+    await expect(page.get_by_test_id("goal")).to_have_text("Named trip")
+    await expect(page).to_have_url(f"{server.url}/#task={named['id']}")
+    await two_list_reads(page)
+    await expect(page.get_by_test_id("goal")).to_have_text("Named trip")
+    await context.close()
+
+
+async def test_the_sign_in_page_says_how_in_one_line_on_a_desk_and_fits_a_phone(
+    dashboard: tuple[Server, str], browser: Browser
+) -> None:
+    """Guards the Sign-in page's layout (index.html, style.css): how to sign in, in
+    one line on a desk, naming the command as a clone runs it (``.venv/bin/``),
+    above a token field wide enough to read what is pasted; on a phone, nothing
+    sticks out sideways. Seen failing with three sentences in the session list's
+    column (272 px wide, six lines, a field as narrow)."""
+    server, _ = dashboard
+    page = await browser.new_page(viewport=DESK)
+    await page.goto(server.url)
+    how = page.get_by_test_id("signin-how")
+    await expect(how).to_have_text(
+        "Open the link make run printed, or one from .venv/bin/runstate token link USER in"
+        " the server's folder; or paste a token:"
+    )
+    line = await how.evaluate("p => parseFloat(getComputedStyle(p).lineHeight)")
+    said = await how.bounding_box()
+    field = await page.get_by_test_id("token").bounding_box()
+    assert said is not None
+    assert field is not None
+    assert said["height"] < 1.5 * line, f"{said['height']} px high: more than one line"
+    assert field["width"] >= 480, f"the token field is {field['width']} px wide"
+    await page.set_viewport_size(PHONE)
+    await assert_fits_the_screen(page, "signin-how", "token")
     await page.close()
 
 

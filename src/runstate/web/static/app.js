@@ -38,6 +38,7 @@ const EMPTY_TASK = { status: "PLANNED", steps: [], toolStates: [], lock: null, s
 
 const $ = (id) => document.getElementById(id);
 let token = null;
+let promised = null; // the address (fragment) the Sign-in page said it opens, if any
 let current = null; // { id, task, lastSeq, epoch, entries, told, holes, doubts, runs, pending, past, source }
 let following = false; // opened on no task in particular: follow the newest active one
 let followedSession = null; // following the tasks of this session only (#session=)
@@ -147,13 +148,17 @@ function readToken() {
 
 // The address changed within the tab (a link clicked or pasted): a token link signs
 // the tab in at once, as another user if the token is another's, and the page opens
-// what the link names.
+// what the link names; a link naming nothing (`runstate token link`'s) opens what
+// the Sign-in page said it would.
 function onHashChange() {
   const given = takeToken();
   if (given === null) {
     if (token) route();
     else nameTheLink();
     return;
+  }
+  if (token === null && promised !== null && !names(location.hash)) {
+    history.replaceState(null, "", location.pathname + "#" + promised);
   }
   const another = given !== token;
   keepToken(given);
@@ -191,11 +196,19 @@ function leave() {
   setConnection("idle", "not connected");
 }
 
-// What the Sign-in page opens once signed in: the task or session the link names.
+// Whether an address names a task or a session to open.
+function names(hash) {
+  const params = new URLSearchParams(hash.slice(1));
+  return Boolean(params.get("task") || params.get("session"));
+}
+
+// What the Sign-in page opens once signed in: the task or session the link names,
+// kept (its address's fragment) for a token link that names none.
 function nameTheLink() {
   const params = new URLSearchParams(location.hash.slice(1));
   const named = params.get("task") ? "task " + params.get("task")
     : params.get("session") ? "session " + params.get("session") : null;
+  promised = named === null ? null : location.hash.slice(1);
   $("signin-then").hidden = named === null;
   $("signin-then").textContent = named === null ? "" : `Once you sign in, the page opens ${named}.`;
 }
@@ -1222,8 +1235,9 @@ function renderInterrupt(task) {
 }
 
 // The answers an interrupt offers (a value's "choices", strings or JSON), each a
-// button that puts it in the answer box: the graph decides what an answer means,
-// so the page suggests only what the graph itself offers.
+// button that sends it as the answer at once, with the reason typed if any: the
+// graph decides what an answer means, so the page offers only what the graph itself
+// offers; the answer box stays for any other.
 function drawChoices(values) {
   const offered = values.flatMap((v) => (v && Array.isArray(v.choices) ? v.choices : []));
   const box = $("interrupt-choices");
@@ -1237,10 +1251,7 @@ function drawChoices(values) {
     button.type = "button";
     button.textContent = text;
     button.dataset.testid = "interrupt-choice";
-    button.addEventListener("click", () => {
-      $("interrupt-answer").value = text;
-      $("interrupt-answer").focus();
-    });
+    button.addEventListener("click", () => sendAnswer(choice));
     return button;
   }));
 }
@@ -1252,14 +1263,21 @@ function asked(value) {
 }
 
 // The answer typed in, as the graph gets it: JSON when it parses, else the text.
-async function answerInterrupt(event) {
+function answerInterrupt(event) {
   event.preventDefault();
-  const task = current && current.task;
-  const step = task ? Number($("interrupt").dataset.step) : null;
   const text = $("interrupt-answer").value.trim();
-  if (step === null || !text) return;
+  if (!text) return;
   let value = text;
   try { value = JSON.parse(text); } catch { /* the text itself */ }
+  sendAnswer(value);
+}
+
+// An answer (typed, or a choice clicked, sent as the graph offered it), with the
+// reason typed if any.
+async function sendAnswer(value) {
+  const task = current && current.task;
+  const step = task ? Number($("interrupt").dataset.step) : null;
+  if (step === null) return;
   const input = { taskId: task.id, stepIndex: step, expectedVersion: task.version, value };
   const why = $("interrupt-why").value.trim();
   if (why) input.note = why;
@@ -1601,6 +1619,9 @@ let ledger = null; // { session, entries (by seq), schedules, socket, retry, liv
 const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone; // the viewer's
 const POLICIES = { REJECT: "reject", ENQUEUE: "queue", INTERRUPT: "interrupt", ROLLBACK: "roll back" };
 const ENTRIES_READ = 100; // pageEntries reads the ledger's first 100
+// The forms under a task, folded away while its session has no inputs and no
+// schedules: a person who only has to decide sees the task alone.
+const FOLDS = ["send-fold", "schedules-fold"];
 
 function openSession() {
   if (followedSession !== null) return followedSession;
@@ -1621,12 +1642,22 @@ function watchLedger() {
   const session = openSession();
   if (!token || session === null || (ledger && ledger.session === session)) return;
   closeLedger();
-  ledger = { session, entries: new Map(), schedules: null, socket: null, retry: 500, live: false, known: false };
+  ledger = { session, entries: new Map(), schedules: null, socket: null, retry: 500, live: false, known: false,
+    unfolded: new Set() };
   for (const id of ["submit-result", "cancel-result", "schedule-result"]) $(id).textContent = "";
+  for (const id of FOLDS) $(id).open = false;
   $("schedule-zone").value = ZONE;
   $("ledger").hidden = false;
   connectLedger(ledger);
   renderLedger();
+}
+
+// Opens a folded part of the ledger once the session has what it is about (inputs,
+// schedules), once per session: a person who folds it again keeps it folded.
+function unfold(id) {
+  if (ledger.unfolded.has(id)) return;
+  ledger.unfolded.add(id);
+  $(id).open = true;
 }
 
 function closeLedger() {
@@ -1726,6 +1757,7 @@ function renderLedger() {
   $("ledger-session").textContent = ledger.session;
   const entries = [...ledger.entries.values()].sort((a, b) => a.seq - b.seq);
   $("no-entries").hidden = entries.length > 0 || !ledger.live;
+  if (entries.length > 0) unfold("send-fold");
   const items = [];
   let last = 0;
   for (const entry of entries) {
@@ -1885,6 +1917,7 @@ function when(iso, testId) {
 function renderSchedules() {
   const schedules = ledger.schedules ?? [];
   $("no-schedules").hidden = ledger.schedules === null || schedules.length > 0;
+  if (schedules.length > 0) unfold("schedules-fold");
   $("schedules").replaceChildren(...schedules.map((s) => el("li", { class: "schedule",
     "data-testid": "schedule-" + s.id, "data-enabled": String(s.enabled), "data-version": s.version },
   el("div", { class: "schedule-head" },
