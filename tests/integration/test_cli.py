@@ -554,6 +554,24 @@ def test_demo_langgraph_runs_a_graph_to_its_question_and_on(tmp_path: Path) -> N
         done = next(t for t in demo.tasks(fields) if t["id"] == trip["id"])
         assert [s["action"] for s in done["steps"]][-3:] == ["approve", "book", "confirm"]
         assert done["steps"][-2]["output"]["booking"] == "not booked"
+    # The terminal says who answered: the person on the page, not the demo.
+    assert f"{trip['id']}: you answered 'no' on the page: not booked" in demo.output.splitlines()
+
+
+def test_the_langgraph_demo_says_who_answered_its_question() -> None:
+    """Guards the line ``runstate demo --langgraph`` prints as a trip goes on from its
+    question: it tells a person's answer on the page from the demo's own "yes"
+    after ``ANSWER_AFTER`` (both were "answered 'yes'", so a newcomer could not
+    tell whether the click counted)."""
+    from runstate.demo.graph import answered_line
+
+    assert answered_line("trip-kyoto-1a2b3c", "yes", "PNR-9EA954", by_person=True) == (
+        "trip-kyoto-1a2b3c: you answered 'yes' on the page: booked PNR-9EA954"
+    )
+    assert answered_line("trip-kyoto-1a2b3c", "yes", "PNR-9EA954", by_person=False) == (
+        "trip-kyoto-1a2b3c: nobody answered in 60 s, so the demo answered 'yes' itself:"
+        " booked PNR-9EA954"
+    )
 
 
 async def test_the_first_trip_that_starts_unwatched_says_so(
