@@ -129,8 +129,9 @@ def test_a_command_on_a_server_database_makes_none_where_there_is_none(
         f" `runstate {' '.join(command[:2] if command[0] == 'token' else command)}` works on"
         " the database of the server it is for, and makes no new one.\n"
         "runstate: run it in the folder the server runs in, or name the server's database"
-        " with RUNSTATE_DATABASE_URL or --database-url (`runstate serve` prints the command"
-        " as it starts); `runstate migrate` makes a new database.\n"
+        " with RUNSTATE_DATABASE_URL or --database-url (`runstate serve`, `runstate demo`"
+        " and `make run` print the command as they start); `runstate migrate` makes a new"
+        " database.\n"
     )
     assert list(tmp_path.iterdir()) == []
 
@@ -151,15 +152,24 @@ def test_a_database_with_no_runstate_in_it_is_refused_too(tmp_path: Path) -> Non
 
 def test_serve_says_how_to_get_a_signed_in_link_and_the_command_works(tmp_path: Path) -> None:
     """Guards ``cli.next_step``: once listening, ``runstate serve`` on the default
-    database logs the command for a signed-in link and the folder to run it in;
-    run there, it says which database it used and its link's token opens that
-    server, while the same command in another folder is refused."""
+    database logs the command for a signed-in link and the folder to run it in,
+    naming the program by its path where ``runstate`` is not on PATH; run there as
+    printed, it says which database it used and its link's token opens that
+    server, while the same command in another folder is refused. Seen failing
+    with ``runstate token link me`` printed, which a clone's shell cannot find."""
     served, elsewhere = tmp_path / "served", tmp_path / "elsewhere"
     served.mkdir()
     elsewhere.mkdir()
     port = free_port()
     log = tmp_path / "serve.log"
+    script = Path(sys.executable).parent / "runstate"
+    assert script.is_file(), "the venv running the tests has runstate's script"
     person = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
+    person["PATH"] = os.pathsep.join(
+        folder
+        for folder in os.environ["PATH"].split(os.pathsep)
+        if not (Path(folder) / "runstate").exists()
+    )
     with log.open("w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "runstate", "serve", "--port", str(port)],
@@ -174,13 +184,21 @@ def test_serve_says_how_to_get_a_signed_in_link_and_the_command_works(tmp_path: 
         database = f"sqlite://{served / 'runstate.db'}"
         assert said.split("runstate.serve: ", 1)[1] == (
             f"serving on {database}; a signed-in link to its dashboard:"
-            f" runstate token link me --url http://127.0.0.1:{port} (run in {served});"
+            f" {script} token link me --url http://127.0.0.1:{port} (run in {served});"
             " `token create me` instead of `token link me` prints a token for the API"
         )
         command = ["token", "link", "me", "--url", f"http://127.0.0.1:{port}"]
         assert in_folder(elsewhere, *command).returncode == 1
         assert list(elsewhere.iterdir()) == []
-        done = in_folder(served, *command)
+        done = subprocess.run(
+            [str(script), *command],
+            cwd=served,
+            env=person,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.stderr.splitlines()[0] == f"runstate: database {database}"
         link = done.stdout.strip()
         assert link.startswith(f"http://127.0.0.1:{port}/#token=rs_")
@@ -212,11 +230,33 @@ def test_the_next_step_masks_a_password_and_names_the_variable() -> None:
     from runstate.cli import next_step  # imported here: the module's other tests run the CLI
 
     url = "postgres://runstate:secret@postgres:5432/runstate"
-    assert next_step(url, "0.0.0.0", 8000, "/data") == (
+    assert next_step(url, "0.0.0.0", 8000, "/data", "runstate") == (
         "a signed-in link to its dashboard: runstate token link me (with this server's"
         " RUNSTATE_DATABASE_URL, postgres://runstate:***@postgres:5432/runstate);"
         " `token create me` instead of `token link me` prints a token for the API"
     )
+
+
+def test_the_next_step_names_the_program_as_the_folder_can_run_it(tmp_path: Path) -> None:
+    """Guards ``cli.runnable``: ``runstate`` when PATH finds the running script;
+    else the script's path, relative to the folder it is in (a clone's
+    ``.venv/bin/runstate``: ``make run`` there left ``runstate: command not
+    found``), or whole outside it; under ``python -m runstate``, the script
+    beside that Python, or ``python -m runstate`` itself when there is none."""
+    from runstate.cli import runnable
+
+    clone = tmp_path / "clone"
+    bin_ = clone / ".venv" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "runstate").write_text("")
+    python, script = str(bin_ / "python"), str(bin_ / "runstate")
+    main = str(clone / "src" / "runstate" / "__main__.py")
+    assert runnable(".venv/bin/runstate", python, None, str(clone)) == ".venv/bin/runstate"
+    assert runnable(main, python, None, str(clone)) == ".venv/bin/runstate"
+    assert runnable(script, python, script, str(clone)) == "runstate"
+    assert runnable(script, python, "/usr/bin/runstate", str(tmp_path / "other")) == script
+    assert runnable(script, python, None, str(bin_)) == "./runstate"
+    assert runnable(main, "/opt/py 3/python", None, str(clone)) == "'/opt/py 3/python' -m runstate"
 
 
 def test_migrate_is_repeatable(tmp_path: Path) -> None:
