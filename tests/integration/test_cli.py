@@ -459,24 +459,32 @@ def test_the_demo_says_it_killed_its_agent_and_the_trip_stays_stalled_a_while(
         assert (datetime.fromisoformat(taken) - lapsed).total_seconds() >= 5
 
 
-def test_a_restarted_demo_picks_up_the_task_it_left(tmp_path: Path) -> None:
-    """Guards the demo's pool worker (claimTask): the demo is stopped while its agent
-    works a trip; started again on the same database, its worker claims that trip
-    once the dead agent's lease lapses, so no task is left RUNNING with no agent."""
-    fields = "id status stalled eventSeq lock { holderId }"
+def test_a_restarted_demo_ends_what_the_earlier_run_left(tmp_path: Path) -> None:
+    """Guards ``demo.earlier.end_earlier_runs``: a demo stopped while its agent works
+    a trip, started again on the same database, has ended that trip CANCELLED
+    (the log says why) and the earlier run's session COMPLETED by the time it
+    prints its link (before it makes its own session), so its page asks nothing
+    for a run no longer there. Seen failing: the earlier trip went on in the new run
+    (its pool claimed it), and its question showed as "needs you" beside the
+    new run's."""
     with Demo(tmp_path / "demo.db") as first:
         first.wait_for_work()
         (left,) = [t["id"] for t in first.tasks("id")]
-    with Demo(tmp_path / "demo.db") as second:
-
-        def picked_up() -> bool:
-            task = next(t for t in second.tasks(fields) if t["id"] == left)
-            holder = (task["lock"] or {}).get("holderId", "")
-            return not task["stalled"] and (
-                holder.startswith("worker-") or task["status"] in ("AWAITING_DECISION", "COMPLETED")
-            )
-
-        wait_until(picked_up, 90, "the restarted demo's worker to claim the task left behind")
+    with Demo(tmp_path / "demo.db", open_page=False) as second:
+        statuses = second.api("{ sessions { edges { node { id status } } } }")["sessions"]
+        assert [(e["node"]["id"], e["node"]["status"]) for e in statuses["edges"]] == [
+            (first.session, "COMPLETED")
+        ]
+        (task,) = second.tasks("id status")
+        assert task == {"id": left, "status": "CANCELLED"}
+        events = second.api(
+            "query($id: ID!) { task(id: $id) { ... on Task { events { kind note } } } }",
+            id=left,
+        )["task"]["events"]
+        assert events[-1] == {
+            "kind": "INTERRUPT_REQUESTED",
+            "note": "the demo run that started it ended",
+        }
 
 
 def test_the_demo_pool_drives_a_fork_to_its_end(tmp_path: Path) -> None:
