@@ -150,6 +150,19 @@ def test_a_database_with_no_runstate_in_it_is_refused_too(tmp_path: Path) -> Non
     assert other.read_bytes() == before
 
 
+def off_path() -> tuple[Path, str]:
+    """The ``runstate`` script of the venv running the tests, and a PATH that finds
+    no ``runstate``: as in a clone, where only ``.venv/bin/runstate`` has it."""
+    script = Path(sys.executable).parent / "runstate"
+    assert script.is_file(), "the venv running the tests has runstate's script"
+    path = os.pathsep.join(
+        folder
+        for folder in os.environ["PATH"].split(os.pathsep)
+        if not (Path(folder) / "runstate").exists()
+    )
+    return script, path
+
+
 def test_serve_says_how_to_get_a_signed_in_link_and_the_command_works(tmp_path: Path) -> None:
     """Guards ``cli.next_step``: once listening, ``runstate serve`` on the default
     database logs the command for a signed-in link and the folder to run it in,
@@ -162,14 +175,9 @@ def test_serve_says_how_to_get_a_signed_in_link_and_the_command_works(tmp_path: 
     elsewhere.mkdir()
     port = free_port()
     log = tmp_path / "serve.log"
-    script = Path(sys.executable).parent / "runstate"
-    assert script.is_file(), "the venv running the tests has runstate's script"
+    script, path = off_path()
     person = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
-    person["PATH"] = os.pathsep.join(
-        folder
-        for folder in os.environ["PATH"].split(os.pathsep)
-        if not (Path(folder) / "runstate").exists()
-    )
+    person["PATH"] = path
     with log.open("w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "runstate", "serve", "--port", str(port)],
@@ -210,17 +218,21 @@ def test_serve_says_how_to_get_a_signed_in_link_and_the_command_works(tmp_path: 
 
 def test_serve_names_its_database_in_the_command_it_prints(tmp_path: Path) -> None:
     """Guards ``cli.next_step`` on a database that is not the default: the command
-    serve logs names it (``--database-url``), so it works from any folder; a
-    token made by it there opens the server."""
+    serve logs names it (``--database-url``), so it works from any folder, run
+    as printed (the program by its path, ``runstate`` being off PATH); a token
+    made by it there opens the server."""
     url = f"sqlite://{tmp_path / 'named.db'}"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    with Server(url, tmp_path / "server.log") as server:
+    script, path = off_path()
+    with Server(url, tmp_path / "server.log", PATH=path) as server:
         wait_until(lambda: "runstate.serve: " in server.log(), 60, "serve's next step")
         (said,) = [line for line in server.log().splitlines() if "runstate.serve: " in line]
         command = said.split("dashboard: ", 1)[1].split(";", 1)[0]
-        assert command == f"runstate --database-url {url} token link me --url {server.url}"
-        made = in_folder(elsewhere, *shlex.split(command)[1:]).stdout.strip()
+        assert command == f"{script} --database-url {url} token link me --url {server.url}"
+        made = subprocess.run(
+            shlex.split(command), cwd=elsewhere, capture_output=True, text=True, check=True
+        ).stdout.strip()
         assert answers(server.url, made.split("#token=", 1)[1]) == 200
 
 
@@ -429,7 +441,7 @@ def test_the_demo_says_it_killed_its_agent_and_the_trip_stays_stalled_a_while(
     lease lapsing, and "no agent: lease lapsed" blinked on the page, if at all."""
     with Demo(tmp_path / "demo.db") as demo:
         assert demo.process.stdout is not None
-        while "killed" not in (said := demo.process.stdout.readline()):
+        while " killed (SIGKILL) " not in (said := demo.process.stdout.readline()):
             assert said, "the demo exited before killing its agent"
         assert said.startswith("agent-1 killed (SIGKILL) during 'book flight' of "), said
         leases: list[str] = []
