@@ -499,6 +499,29 @@ def test_a_restarted_demo_ends_what_the_earlier_run_left(tmp_path: Path) -> None
         }
 
 
+def test_a_restarted_langgraph_demo_ends_the_question_the_earlier_run_asked(
+    tmp_path: Path,
+) -> None:
+    """Guards ``demo.earlier.end_earlier_runs`` on ``--langgraph``'s sessions: a
+    thread stopped at its question (AWAITING_DECISION, "needs you") by a run
+    that then stopped is CANCELLED, with the note, once the next run prints its
+    link, and that run's session is COMPLETED."""
+    with Demo(tmp_path / "demo.db", "--langgraph") as first:
+        wait_until(
+            lambda: [t["status"] for t in first.tasks("status")] == ["AWAITING_DECISION"],
+            60,
+            "the graph to ask its question",
+        )
+        (asked,) = [t["id"] for t in first.tasks("id")]
+    with Demo(tmp_path / "demo.db", "--langgraph", open_page=False) as second:
+        assert second.tasks("id status") == [{"id": asked, "status": "CANCELLED"}]
+        ended = second.api(
+            "query($id: ID!) { session(id: $id) { ... on AgentSession { status } } }",
+            id=first.session,
+        )["session"]
+        assert ended == {"status": "COMPLETED"}
+
+
 def test_the_demo_pool_drives_a_fork_to_its_end(tmp_path: Path) -> None:
     """Guards forks people can run, in the demo: a fork of the running trip, made
     from its history as the dashboard does, is claimed by the demo's pool and run
