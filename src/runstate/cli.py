@@ -12,12 +12,14 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from graphql import GraphQLInterfaceType, GraphQLSchema, GraphQLUnionType, build_schema
@@ -106,14 +108,16 @@ def _parser() -> argparse.ArgumentParser:
 async def serve_with_demo(
     host: str, port: int, database_url: str, *, langgraph: bool = False
 ) -> str | None:
-    """Serve (SQLite and the in-process broker by default), print a signed-in link,
-    and book trips: with the SDK's agents, or with a LangGraph graph
-    (``demo.graph``). Serves until stopped, or until the demo fails: then the server
-    stops too (a dashboard where nothing moves any more would be unexplained) and
-    the answer is the one line that says why."""
+    """Serve (SQLite and the in-process broker by default), end what earlier demo
+    runs left (``demo.earlier``), print a signed-in link, and book trips: with the
+    SDK's agents, or with a LangGraph graph (``demo.graph``). Serves until stopped,
+    or until the demo fails: then the server stops too (a dashboard where nothing
+    moves any more would be unexplained) and the answer is the one line that says
+    why."""
     import uvicorn
 
     from runstate.app import create_app, server_options
+    from runstate.demo.earlier import end_earlier_runs
     from runstate.demo.trips import FIRST_TRIP_WAIT, trips
 
     settings = Settings.from_env().with_overrides(database_url=database_url)
@@ -135,6 +139,8 @@ async def serve_with_demo(
         await asyncio.sleep(0.05)  # uvicorn has no started event to await
     with app.state.database.current():  # the app's own database, opened as it started
         token = await tokens.create_token("demo")
+        # What earlier runs left asks nothing on this run's page (``demo.earlier``).
+        await end_earlier_runs(app.state.house, "demo")
     base = f"http://{host}:{port}"
     # A session of this run's own: the link follows its trips, not an earlier run's.
     session = f"{'langgraph-demo' if langgraph else 'demo'}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -152,9 +158,12 @@ async def serve_with_demo(
             "you to decide."
         )
         work = trips(base, token, session, opened)
+    folder = os.getcwd()
+    own = next_step(database_url, host, port, folder, this_program(folder))
     print(
         "\nrunstate is running. Open the dashboard (you are signed in as 'demo'):\n\n"
         f"    {base}/#token={token}&session={session}\n\n"
+        f"As yourself instead, {own}.\n\n"
         f"{story} The first trip starts when the page opens (in {FIRST_TRIP_WAIT / 60:g}"
         " minutes if none does). Ctrl-C stops everything.\n",
         flush=True,
@@ -400,8 +409,9 @@ def _missing(database_url: str, command: str) -> str:
         f"runstate: no runstate database at {where}. `runstate {command}` works on the"
         " database of the server it is for, and makes no new one.\n"
         "runstate: run it in the folder the server runs in, or name the server's database"
-        " with RUNSTATE_DATABASE_URL or --database-url (`runstate serve` prints the command"
-        " as it starts); `runstate migrate` makes a new database."
+        " with RUNSTATE_DATABASE_URL or --database-url (`runstate serve`, `runstate demo`"
+        " and `make run` print the command as they start); `runstate migrate` makes a new"
+        " database."
     )
 
 
@@ -416,23 +426,49 @@ def _reachable(host: str) -> str:
     return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
 
 
-def next_step(database_url: str, host: str, port: int, folder: str) -> str:
+def runnable(argv0: str, executable: str, on_path: str | None, folder: str) -> str:
+    """How a person in ``folder`` runs this program (started there as ``argv0`` by
+    the Python ``executable``; ``on_path``: what ``runstate`` on PATH is): ``runstate``
+    when PATH finds this one, else its script's path, relative to ``folder`` when
+    inside it (``.venv/bin/runstate`` in a clone, where ``runstate`` is not on
+    PATH), else its Python with ``-m runstate``."""
+    script = Path(argv0)
+    if script.name != "runstate":  # python -m runstate: the script installed beside it
+        script = Path(executable).parent / "runstate"
+        if not script.is_file():
+            return f"{shlex.quote(executable)} -m runstate"
+    script = Path(os.path.normpath(Path(folder, script)))  # folder: the working directory
+    if on_path is not None and os.path.realpath(on_path) == os.path.realpath(script):
+        return "runstate"
+    if script.is_relative_to(folder):
+        inside = str(script.relative_to(folder))
+        return shlex.quote(inside if os.sep in inside else f".{os.sep}{inside}")
+    return shlex.quote(str(script))
+
+
+def this_program(folder: str) -> str:
+    """``runnable`` for this process."""
+    return runnable(sys.argv[0], sys.executable, shutil.which("runstate"), folder)
+
+
+def next_step(database_url: str, host: str, port: int, folder: str, program: str) -> str:
     """What to run for a signed-in link to the dashboard of a server on ``host:port``
-    and ``database_url``, started in ``folder``, and for a token alone: the
-    database named as the command line takes it, unless it is the default (then
-    the folder to run in) or holds a password (then the variable, masked)."""
+    and ``database_url``, started in ``folder``, and for a token alone, with
+    ``program`` (``runnable``): the database named as the command line takes it,
+    unless it is the default (then the folder to run in) or holds a password (then
+    the variable, masked)."""
     address = _reachable(host)
     base = f"http://{f'[{address}]' if ':' in address else address}:{port}"
     link = "token link me" + ("" if base == LINK_URL else f" --url {base}")
     where = ""
     if database_url == DEFAULT_DATABASE_URL:
         where = f" (run in {folder})"
-        command = f"runstate {link}"
+        command = f"{program} {link}"
     elif urlsplit(database_url).password is not None:
         where = f" (with this server's RUNSTATE_DATABASE_URL, {shown(database_url)})"
-        command = f"runstate {link}"
+        command = f"{program} {link}"
     else:
-        command = f"runstate --database-url {shlex.quote(shown(database_url))} {link}"
+        command = f"{program} --database-url {shlex.quote(shown(database_url))} {link}"
     return (
         f"a signed-in link to its dashboard: {command}{where};"
         " `token create me` instead of `token link me` prints a token for the API"
@@ -442,7 +478,8 @@ def next_step(database_url: str, host: str, port: int, folder: str) -> str:
 def _announce_when_listening(settings: Settings, host: str, port: int) -> None:
     """Log the next step (``next_step``) once ``host:port`` takes connections, from a
     thread of its own: uvicorn has no hook for the moment it starts listening."""
-    step = next_step(settings.database_url, host, port, os.getcwd())
+    folder = os.getcwd()
+    step = next_step(settings.database_url, host, port, folder, this_program(folder))
 
     def announce() -> None:
         while True:

@@ -22,6 +22,7 @@ from websockets.asyncio.client import connect
 
 from runstate.transport.admission import RESERVE_FDS
 from tests.integration.test_limits import ws_url
+from tests.integration.test_logs import lines
 from tests.support import GRAPHQL_WS, Server, create_token, wait_until
 
 CAP = 20
@@ -464,3 +465,36 @@ def test_a_request_with_a_live_token_vouches_for_its_connection(
             held.enter_context(dial(patient, "127.0.0.12")).sendall(HALF_SENT)
             wait_until(lambda n=n: not is_open(anonymous[n]), 10, "the oldest to be closed")
             assert all(map(is_open, anonymous[n + 1 :]))
+
+
+def test_a_connection_that_sent_nothing_is_told_below_warning(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Guards the level of the header deadline's report: a connection closed having
+    sent no byte (what a browser's speculative, pre-opened connection does) is
+    counted at INFO, so that no warning interrupts ``runstate demo``'s terminal
+    minutes after a page opened; one whose head began and stalled (a slowloris)
+    is still a WARNING."""
+    tmp = tmp_path_factory.mktemp("unused")
+    with Server(
+        f"sqlite://{tmp / 'unused.db'}",
+        tmp / "server.log",
+        RUNSTATE_HEADER_SECONDS="1",
+        RUNSTATE_LOG_FORMAT="json",
+    ) as srv:
+        with dial(srv) as idle:
+            assert read_all(idle) == b""
+        wait_until(lambda: "sent nothing" in srv.log(), 10, "the unused connection's line")
+        with dial(srv) as stalled:
+            stalled.sendall(HALF_SENT)
+            assert read_all(stalled).startswith(b"HTTP/1.1 408 ")
+        wait_until(lambda: "too slow" in srv.log(), 20, "the stalled request's line")
+        told = [
+            (line["level"], line["message"].split(" (")[0])
+            for line in lines(srv)
+            if line.get("logger") == "runstate.transport.admission"
+        ]
+    assert told == [
+        ("INFO", "closed connections: 1 sent nothing before the header deadline"),
+        ("WARNING", "refused connections: 1 headers too slow"),
+    ]

@@ -129,8 +129,9 @@ def test_a_command_on_a_server_database_makes_none_where_there_is_none(
         f" `runstate {' '.join(command[:2] if command[0] == 'token' else command)}` works on"
         " the database of the server it is for, and makes no new one.\n"
         "runstate: run it in the folder the server runs in, or name the server's database"
-        " with RUNSTATE_DATABASE_URL or --database-url (`runstate serve` prints the command"
-        " as it starts); `runstate migrate` makes a new database.\n"
+        " with RUNSTATE_DATABASE_URL or --database-url (`runstate serve`, `runstate demo`"
+        " and `make run` print the command as they start); `runstate migrate` makes a new"
+        " database.\n"
     )
     assert list(tmp_path.iterdir()) == []
 
@@ -149,17 +150,34 @@ def test_a_database_with_no_runstate_in_it_is_refused_too(tmp_path: Path) -> Non
     assert other.read_bytes() == before
 
 
+def off_path() -> tuple[Path, str]:
+    """The ``runstate`` script of the venv running the tests, and a PATH that finds
+    no ``runstate``: as in a clone, where only ``.venv/bin/runstate`` has it."""
+    script = Path(sys.executable).parent / "runstate"
+    assert script.is_file(), "the venv running the tests has runstate's script"
+    path = os.pathsep.join(
+        folder
+        for folder in os.environ["PATH"].split(os.pathsep)
+        if not (Path(folder) / "runstate").exists()
+    )
+    return script, path
+
+
 def test_serve_says_how_to_get_a_signed_in_link_and_the_command_works(tmp_path: Path) -> None:
     """Guards ``cli.next_step``: once listening, ``runstate serve`` on the default
-    database logs the command for a signed-in link and the folder to run it in;
-    run there, it says which database it used and its link's token opens that
-    server, while the same command in another folder is refused."""
+    database logs the command for a signed-in link and the folder to run it in,
+    naming the program by its path where ``runstate`` is not on PATH; run there as
+    printed, it says which database it used and its link's token opens that
+    server, while the same command in another folder is refused. Seen failing
+    with ``runstate token link me`` printed, which a clone's shell cannot find."""
     served, elsewhere = tmp_path / "served", tmp_path / "elsewhere"
     served.mkdir()
     elsewhere.mkdir()
     port = free_port()
     log = tmp_path / "serve.log"
+    script, path = off_path()
     person = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
+    person["PATH"] = path
     with log.open("w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "runstate", "serve", "--port", str(port)],
@@ -174,13 +192,21 @@ def test_serve_says_how_to_get_a_signed_in_link_and_the_command_works(tmp_path: 
         database = f"sqlite://{served / 'runstate.db'}"
         assert said.split("runstate.serve: ", 1)[1] == (
             f"serving on {database}; a signed-in link to its dashboard:"
-            f" runstate token link me --url http://127.0.0.1:{port} (run in {served});"
+            f" {script} token link me --url http://127.0.0.1:{port} (run in {served});"
             " `token create me` instead of `token link me` prints a token for the API"
         )
         command = ["token", "link", "me", "--url", f"http://127.0.0.1:{port}"]
         assert in_folder(elsewhere, *command).returncode == 1
         assert list(elsewhere.iterdir()) == []
-        done = in_folder(served, *command)
+        done = subprocess.run(
+            [str(script), *command],
+            cwd=served,
+            env=person,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.stderr.splitlines()[0] == f"runstate: database {database}"
         link = done.stdout.strip()
         assert link.startswith(f"http://127.0.0.1:{port}/#token=rs_")
@@ -192,17 +218,21 @@ def test_serve_says_how_to_get_a_signed_in_link_and_the_command_works(tmp_path: 
 
 def test_serve_names_its_database_in_the_command_it_prints(tmp_path: Path) -> None:
     """Guards ``cli.next_step`` on a database that is not the default: the command
-    serve logs names it (``--database-url``), so it works from any folder; a
-    token made by it there opens the server."""
+    serve logs names it (``--database-url``), so it works from any folder, run
+    as printed (the program by its path, ``runstate`` being off PATH); a token
+    made by it there opens the server."""
     url = f"sqlite://{tmp_path / 'named.db'}"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    with Server(url, tmp_path / "server.log") as server:
+    script, path = off_path()
+    with Server(url, tmp_path / "server.log", PATH=path) as server:
         wait_until(lambda: "runstate.serve: " in server.log(), 60, "serve's next step")
         (said,) = [line for line in server.log().splitlines() if "runstate.serve: " in line]
         command = said.split("dashboard: ", 1)[1].split(";", 1)[0]
-        assert command == f"runstate --database-url {url} token link me --url {server.url}"
-        made = in_folder(elsewhere, *shlex.split(command)[1:]).stdout.strip()
+        assert command == f"{script} --database-url {url} token link me --url {server.url}"
+        made = subprocess.run(
+            shlex.split(command), cwd=elsewhere, capture_output=True, text=True, check=True
+        ).stdout.strip()
         assert answers(server.url, made.split("#token=", 1)[1]) == 200
 
 
@@ -212,11 +242,33 @@ def test_the_next_step_masks_a_password_and_names_the_variable() -> None:
     from runstate.cli import next_step  # imported here: the module's other tests run the CLI
 
     url = "postgres://runstate:secret@postgres:5432/runstate"
-    assert next_step(url, "0.0.0.0", 8000, "/data") == (
+    assert next_step(url, "0.0.0.0", 8000, "/data", "runstate") == (
         "a signed-in link to its dashboard: runstate token link me (with this server's"
         " RUNSTATE_DATABASE_URL, postgres://runstate:***@postgres:5432/runstate);"
         " `token create me` instead of `token link me` prints a token for the API"
     )
+
+
+def test_the_next_step_names_the_program_as_the_folder_can_run_it(tmp_path: Path) -> None:
+    """Guards ``cli.runnable``: ``runstate`` when PATH finds the running script;
+    else the script's path, relative to the folder it is in (a clone's
+    ``.venv/bin/runstate``: ``make run`` there left ``runstate: command not
+    found``), or whole outside it; under ``python -m runstate``, the script
+    beside that Python, or ``python -m runstate`` itself when there is none."""
+    from runstate.cli import runnable
+
+    clone = tmp_path / "clone"
+    bin_ = clone / ".venv" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "runstate").write_text("")
+    python, script = str(bin_ / "python"), str(bin_ / "runstate")
+    main = str(clone / "src" / "runstate" / "__main__.py")
+    assert runnable(".venv/bin/runstate", python, None, str(clone)) == ".venv/bin/runstate"
+    assert runnable(main, python, None, str(clone)) == ".venv/bin/runstate"
+    assert runnable(script, python, script, str(clone)) == "runstate"
+    assert runnable(script, python, "/usr/bin/runstate", str(tmp_path / "other")) == script
+    assert runnable(script, python, None, str(bin_)) == "./runstate"
+    assert runnable(main, "/opt/py 3/python", None, str(clone)) == "'/opt/py 3/python' -m runstate"
 
 
 def test_migrate_is_repeatable(tmp_path: Path) -> None:
@@ -389,7 +441,7 @@ def test_the_demo_says_it_killed_its_agent_and_the_trip_stays_stalled_a_while(
     lease lapsing, and "no agent: lease lapsed" blinked on the page, if at all."""
     with Demo(tmp_path / "demo.db") as demo:
         assert demo.process.stdout is not None
-        while "killed" not in (said := demo.process.stdout.readline()):
+        while " killed (SIGKILL) " not in (said := demo.process.stdout.readline()):
             assert said, "the demo exited before killing its agent"
         assert said.startswith("agent-1 killed (SIGKILL) during 'book flight' of "), said
         leases: list[str] = []
@@ -419,24 +471,55 @@ def test_the_demo_says_it_killed_its_agent_and_the_trip_stays_stalled_a_while(
         assert (datetime.fromisoformat(taken) - lapsed).total_seconds() >= 5
 
 
-def test_a_restarted_demo_picks_up_the_task_it_left(tmp_path: Path) -> None:
-    """Guards the demo's pool worker (claimTask): the demo is stopped while its agent
-    works a trip; started again on the same database, its worker claims that trip
-    once the dead agent's lease lapses, so no task is left RUNNING with no agent."""
-    fields = "id status stalled eventSeq lock { holderId }"
+def test_a_restarted_demo_ends_what_the_earlier_run_left(tmp_path: Path) -> None:
+    """Guards ``demo.earlier.end_earlier_runs``: a demo stopped while its agent works
+    a trip, started again on the same database, has ended that trip CANCELLED
+    (the log says why) and the earlier run's session COMPLETED by the time it
+    prints its link (before it makes its own session), so its page asks nothing
+    for a run no longer there. Seen failing: the earlier trip went on in the new run
+    (its pool claimed it), and its question showed as "needs you" beside the
+    new run's."""
     with Demo(tmp_path / "demo.db") as first:
         first.wait_for_work()
         (left,) = [t["id"] for t in first.tasks("id")]
-    with Demo(tmp_path / "demo.db") as second:
+    with Demo(tmp_path / "demo.db", open_page=False) as second:
+        statuses = second.api("{ sessions { edges { node { id status } } } }")["sessions"]
+        assert [(e["node"]["id"], e["node"]["status"]) for e in statuses["edges"]] == [
+            (first.session, "COMPLETED")
+        ]
+        (task,) = second.tasks("id status")
+        assert task == {"id": left, "status": "CANCELLED"}
+        events = second.api(
+            "query($id: ID!) { task(id: $id) { ... on Task { events { kind note } } } }",
+            id=left,
+        )["task"]["events"]
+        assert events[-1] == {
+            "kind": "INTERRUPT_REQUESTED",
+            "note": "the demo run that started it ended",
+        }
 
-        def picked_up() -> bool:
-            task = next(t for t in second.tasks(fields) if t["id"] == left)
-            holder = (task["lock"] or {}).get("holderId", "")
-            return not task["stalled"] and (
-                holder.startswith("worker-") or task["status"] in ("AWAITING_DECISION", "COMPLETED")
-            )
 
-        wait_until(picked_up, 90, "the restarted demo's worker to claim the task left behind")
+def test_a_restarted_langgraph_demo_ends_the_question_the_earlier_run_asked(
+    tmp_path: Path,
+) -> None:
+    """Guards ``demo.earlier.end_earlier_runs`` on ``--langgraph``'s sessions: a
+    thread stopped at its question (AWAITING_DECISION, "needs you") by a run
+    that then stopped is CANCELLED, with the note, once the next run prints its
+    link, and that run's session is COMPLETED."""
+    with Demo(tmp_path / "demo.db", "--langgraph") as first:
+        wait_until(
+            lambda: [t["status"] for t in first.tasks("status")] == ["AWAITING_DECISION"],
+            60,
+            "the graph to ask its question",
+        )
+        (asked,) = [t["id"] for t in first.tasks("id")]
+    with Demo(tmp_path / "demo.db", "--langgraph", open_page=False) as second:
+        assert second.tasks("id status") == [{"id": asked, "status": "CANCELLED"}]
+        ended = second.api(
+            "query($id: ID!) { session(id: $id) { ... on AgentSession { status } } }",
+            id=first.session,
+        )["session"]
+        assert ended == {"status": "COMPLETED"}
 
 
 def test_the_demo_pool_drives_a_fork_to_its_end(tmp_path: Path) -> None:
@@ -554,6 +637,24 @@ def test_demo_langgraph_runs_a_graph_to_its_question_and_on(tmp_path: Path) -> N
         done = next(t for t in demo.tasks(fields) if t["id"] == trip["id"])
         assert [s["action"] for s in done["steps"]][-3:] == ["approve", "book", "confirm"]
         assert done["steps"][-2]["output"]["booking"] == "not booked"
+    # The terminal says who answered: the person on the page, not the demo.
+    assert f"{trip['id']}: you answered 'no' on the page: not booked" in demo.output.splitlines()
+
+
+def test_the_langgraph_demo_says_who_answered_its_question() -> None:
+    """Guards the line ``runstate demo --langgraph`` prints as a trip goes on from its
+    question: it tells a person's answer on the page from the demo's own "yes"
+    after ``ANSWER_AFTER`` (both were "answered 'yes'", so a newcomer could not
+    tell whether the click counted)."""
+    from runstate.demo.graph import answered_line
+
+    assert answered_line("trip-kyoto-1a2b3c", "yes", "PNR-9EA954", by_person=True) == (
+        "trip-kyoto-1a2b3c: you answered 'yes' on the page: booked PNR-9EA954"
+    )
+    assert answered_line("trip-kyoto-1a2b3c", "yes", "PNR-9EA954", by_person=False) == (
+        "trip-kyoto-1a2b3c: nobody answered in 60 s, so the demo answered 'yes' itself:"
+        " booked PNR-9EA954"
+    )
 
 
 async def test_the_first_trip_that_starts_unwatched_says_so(

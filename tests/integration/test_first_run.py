@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shlex
 import signal
 import socket
 import subprocess
@@ -196,7 +197,9 @@ def test_make_run_in_a_fresh_clone_shows_progress_then_the_link(tmp_path: Path) 
     the install does its work, pip's progress shows while it installs, the link
     follows, and Ctrl-C ends it all in one line. Guards the Makefile's run target:
     silent installs, the test and lint tools it once installed (checked absent),
-    and PORT.
+    and PORT; and ``serve_with_demo``'s line for a link of one's own, which names
+    the clone's ``.venv/bin/runstate`` and runs as printed there (seen failing:
+    the demo printed its own link alone).
 
     Not timed: the order of the lines shows the first came while it installs (it
     precedes the install's own lines, which precede the link), where a deadline of
@@ -214,6 +217,21 @@ def test_make_run_in_a_fresh_clone_shows_progress_then_the_link(tmp_path: Path) 
         assert first.startswith("runstate: setting up"), first
         link = output.until("#token=", 600).strip()
         assert link.startswith(f"http://127.0.0.1:{port}/#token=rs_")
+        # The line for a link of one's own names the clone's script, runnable there.
+        assert output.next_line(10) == "\n"
+        database = f"sqlite://{tmp_path / 'first.db'}"
+        command = (
+            f".venv/bin/runstate --database-url {database} token link me"
+            f" --url http://127.0.0.1:{port}"
+        )
+        assert output.next_line(10) == (
+            f"As yourself instead, a signed-in link to its dashboard: {command};"
+            " `token create me` instead of `token link me` prints a token for the API.\n"
+        )
+        own = subprocess.run(
+            shlex.split(command), cwd=clone, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        assert own.startswith(f"http://127.0.0.1:{port}/#token=rs_")
         installing = output.lines[1:-1]
         progress = ("Collecting ", "Successfully installed ")
         assert any(line.startswith(progress) for line in installing), output.lines

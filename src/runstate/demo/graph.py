@@ -133,6 +133,19 @@ def trip_graph(saver: RunstateSaver) -> CompiledStateGraph[Any]:
     return saver.watch(builder.compile(checkpointer=saver))
 
 
+def answered_line(thread_id: str, answer: Any, booking: str, *, by_person: bool) -> str:
+    """The line the terminal shows as a trip goes on from its question: who
+    answered (a person on the page, or the demo itself after ``ANSWER_AFTER``),
+    what, and what came of it, so that a person can tell their answer counted."""
+    who = (
+        f"you answered {answer!r} on the page"
+        if by_person
+        else f"nobody answered in {ANSWER_AFTER:.0f} s, so the demo answered {answer!r} itself"
+    )
+    outcome = booking if booking == "not booked" else f"booked {booking}"
+    return f"{thread_id}: {who}: {outcome}"
+
+
 async def graph_trips(base: str, token: str, session_id: str, opened: asyncio.Event) -> None:
     """Book trips one after another in the session ``session_id``, each a thread of
     its own, forever: the first once ``opened`` (the dashboard is open) or after
@@ -152,10 +165,13 @@ async def graph_trips(base: str, token: str, session_id: str, opened: asyncio.Ev
                 f" (the demo answers yes itself after {ANSWER_AFTER:.0f} s).",
                 flush=True,
             )
+            by_person = True
             try:
                 answer = await asyncio.wait_for(saver.interrupt_answer(config), ANSWER_AFTER)
             except TimeoutError:
-                answer = "yes"
+                answer, by_person = "yes", False
             done = await graph.ainvoke(Command(resume=answer), config)
-            print(f"{thread_id}: answered {answer!r}, {done['booking']}", flush=True)
+            print(
+                answered_line(thread_id, answer, done["booking"], by_person=by_person), flush=True
+            )
             await asyncio.sleep(NEXT_TRIP_AFTER)

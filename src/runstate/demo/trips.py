@@ -7,10 +7,11 @@ loop, in one process for the whole demo) claims the task once its lease lapses
 and resumes it; since booking a flight is not safe to repeat, it waits for a
 person to decide in the dashboard, then finishes. Then the next trip starts.
 
-The pool also runs whatever else needs a worker: a fork made from the dashboard's
-history (PLANNED), and a task left behind by an earlier demo run (its agent died
-with it, so it is stalled): no orphan. Each trip is created leased to its first agent
-(``createTask``'s lease, one write), so the pool does not take it before its crash.
+The pool also runs whatever else needs a worker, such as a fork made from the
+dashboard's history (PLANNED); what an earlier demo run left was ended as this
+one started (``demo.earlier``), so it is no one's to run. Each trip is created
+leased to its first agent (``createTask``'s lease, one write), so the pool does
+not take it before its crash.
 """
 
 from __future__ import annotations

@@ -34,7 +34,9 @@ tracebacks (94.5 MB of log) in 14 s. So, as nginx (``client_header_timeout``,
   it, is closed at once.
 
 Refusals and connections closed to make room are logged as one line per
-``REPORT_SECONDS``, with their counts,
+``REPORT_SECONDS``, with their counts, at WARNING; connections closed at the
+header deadline having sent no byte at all (``unused``: a browser opens spare
+ones it may never use) in a line of their own at INFO;
 never a line (let alone a traceback) per connection, and so is asyncio's "accept
 out of system resource" if descriptors run out all the same.
 """
@@ -140,6 +142,9 @@ class Admission:
         self._counted = 0
         """How many connections are counted against an address."""
         self._refused: Counter[str] = Counter()
+        self._unused = 0
+        """Connections closed at the header deadline having sent nothing, since
+        the last report."""
         self._report: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
         """Set when the server begins to stop (``HttpProtocol.shutdown``): answers
@@ -235,15 +240,31 @@ class Admission:
         if self._report is None:
             self._tell()
 
+    def unused(self) -> None:
+        """Note a connection closed at the header deadline that sent no byte: a
+        browser's speculative connection as often as a client's fault (a
+        slowloris sends bytes, slowly: ``refused``), so it is counted at INFO."""
+        self._unused += 1
+        if self._report is None:
+            self._tell()
+
     def _tell(self) -> None:
         """Log what was refused since the last report, in one line, and hold the
         next report back for ``REPORT_SECONDS``."""
         self._report = None
-        if not self._refused:
+        if not self._refused and not self._unused:
             return
-        counts = ", ".join(f"{n} {reason}" for reason, n in self._refused.most_common())
-        log.warning("refused connections: %s (%d open)", counts, self.open)
+        if self._refused:
+            counts = ", ".join(f"{n} {reason}" for reason, n in self._refused.most_common())
+            log.warning("refused connections: %s (%d open)", counts, self.open)
+        if self._unused:
+            log.info(
+                "closed connections: %d sent nothing before the header deadline (%d open)",
+                self._unused,
+                self.open,
+            )
         self._refused.clear()
+        self._unused = 0
         with contextlib.suppress(RuntimeError):  # no loop: each refusal is told
             self._report = asyncio.get_running_loop().call_later(REPORT_SECONDS, self._tell)
 

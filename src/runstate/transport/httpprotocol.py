@@ -118,7 +118,10 @@ class HttpProtocol(HttpToolsProtocol):
         what, self.reading = self.reading, None
         if self.transport.is_closing():
             return
-        self.admission.refused(f"{what} too slow")
+        if what == "headers" and not self.began:
+            self.admission.unused()  # not a byte since it opened: a browser's spare
+        else:
+            self.admission.refused(f"{what} too slow")
         answering = what == "body" and self.cycle is not None and self.cycle.response_started
         if self.began and not answering:
             self.transport.write(TIMED_OUT)
