@@ -105,11 +105,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+DEMO_SESSIONS = ("demo-", "langgraph-demo-")
+"""How the ids of the sessions a demo run makes begin (``serve_with_demo``)."""
+DEMO_ENDED = "the demo run that started it ended"
+"""Why an earlier demo run's unfinished task was cancelled, as its log says."""
+
+
 async def serve_with_demo(
     host: str, port: int, database_url: str, *, langgraph: bool = False
 ) -> str | None:
     """Serve (SQLite and the in-process broker by default), end what earlier demo
-    runs left (``demo.earlier``), print a signed-in link, and book trips: with the
+    runs left (``end_open_sessions``), print a signed-in link, and book trips: with the
     SDK's agents, or with a LangGraph graph (``demo.graph``). Serves until stopped,
     or until the demo fails: then the server stops too (a dashboard where nothing
     moves any more would be unexplained) and the answer is the one line that says
@@ -117,8 +123,8 @@ async def serve_with_demo(
     import uvicorn
 
     from runstate.app import create_app, server_options
-    from runstate.demo.earlier import end_earlier_runs
     from runstate.demo.trips import FIRST_TRIP_WAIT, trips
+    from runstate.services.lifecycle.leftovers import end_open_sessions
 
     settings = Settings.from_env().with_overrides(database_url=database_url)
     app = create_app(settings)
@@ -139,8 +145,8 @@ async def serve_with_demo(
         await asyncio.sleep(0.05)  # uvicorn has no started event to await
     with app.state.database.current():  # the app's own database, opened as it started
         token = await tokens.create_token("demo")
-        # What earlier runs left asks nothing on this run's page (``demo.earlier``).
-        await end_earlier_runs(app.state.house, "demo")
+        # What earlier runs left asks nothing on this run's page.
+        await end_open_sessions(app.state.house, "demo", DEMO_SESSIONS, DEMO_ENDED)
     base = f"http://{host}:{port}"
     # A session of this run's own: the link follows its trips, not an earlier run's.
     session = f"{'langgraph-demo' if langgraph else 'demo'}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -472,13 +472,13 @@ def test_the_demo_says_it_killed_its_agent_and_the_trip_stays_stalled_a_while(
 
 
 def test_a_restarted_demo_ends_what_the_earlier_run_left(tmp_path: Path) -> None:
-    """Guards ``demo.earlier.end_earlier_runs``: a demo stopped while its agent works
-    a trip, started again on the same database, has ended that trip CANCELLED
-    (the log says why) and the earlier run's session COMPLETED by the time it
-    prints its link (before it makes its own session), so its page asks nothing
-    for a run no longer there. Seen failing: the earlier trip went on in the new run
-    (its pool claimed it), and its question showed as "needs you" beside the
-    new run's."""
+    """Guards ``end_open_sessions`` (services.lifecycle.leftovers) as ``runstate demo``
+    starts: a demo stopped while its agent works a trip, started again on the same
+    database, has ended that trip CANCELLED (the log says why) and the earlier run's
+    session COMPLETED by the time it prints its link (before it makes its own session),
+    so its page asks nothing for a run no longer there. Seen failing: the earlier trip
+    went on in the new run (its pool claimed it), and its question showed as "needs you"
+    beside the new run's."""
     with Demo(tmp_path / "demo.db") as first:
         first.wait_for_work()
         (left,) = [t["id"] for t in first.tasks("id")]
@@ -502,10 +502,10 @@ def test_a_restarted_demo_ends_what_the_earlier_run_left(tmp_path: Path) -> None
 def test_a_restarted_langgraph_demo_ends_the_question_the_earlier_run_asked(
     tmp_path: Path,
 ) -> None:
-    """Guards ``demo.earlier.end_earlier_runs`` on ``--langgraph``'s sessions: a
-    thread stopped at its question (AWAITING_DECISION, "needs you") by a run
-    that then stopped is CANCELLED, with the note, once the next run prints its
-    link, and that run's session is COMPLETED."""
+    """Guards ``end_open_sessions`` (services.lifecycle.leftovers) as ``runstate demo``
+    starts, on ``--langgraph``'s sessions: a thread stopped at its question
+    (AWAITING_DECISION, "needs you") by a run that then stopped is CANCELLED, with the
+    note, once the next run prints its link, and that run's session is COMPLETED."""
     with Demo(tmp_path / "demo.db", "--langgraph") as first:
         wait_until(
             lambda: [t["status"] for t in first.tasks("status")] == ["AWAITING_DECISION"],

@@ -9,9 +9,9 @@ person to decide in the dashboard, then finishes. Then the next trip starts.
 
 The pool also runs whatever else needs a worker, such as a fork made from the
 dashboard's history (PLANNED); what an earlier demo run left was ended as this
-one started (``demo.earlier``), so it is no one's to run. Each trip is created
-leased to its first agent (``createTask``'s lease, one write), so the pool does
-not take it before its crash.
+one started (``runstate demo``: ``services.lifecycle.leftovers``), so it is no
+one's to run. Each trip is created leased to its first agent (``createTask``'s
+lease, one write), so the pool does not take it before its crash.
 """
 
 from __future__ import annotations

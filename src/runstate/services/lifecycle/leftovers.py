@@ -1,13 +1,13 @@
-"""Ending what earlier runs of ``runstate demo`` left on the database.
+"""Ending what a program's earlier runs left open on the database.
 
-A demo run's trips live in sessions of its own (``demo-<time>``, its
+``runstate demo`` makes sessions of its own each run (``demo-<time>``, its
 ``-inbox``; ``langgraph-demo-<time>`` for ``--langgraph``'s threads). Stopped or
 killed, a run leaves them as they were: a trip waiting for a person's decision
-would ask for it on the next run's page, beside that run's own. So each run,
-as it starts and before its agents do, ends the earlier runs' sessions: their
-unfinished tasks CANCELLED with a note the log keeps, the sessions COMPLETED,
-still listed as history. Done at the start, not on Ctrl-C: a killed run never
-sees its Ctrl-C.
+would ask for it on the next run's page, beside that run's own. So each run, as
+it starts and before its agents do, ends the earlier runs' sessions with
+``end_open_sessions``: their unfinished tasks CANCELLED with a note the log
+keeps, the sessions COMPLETED, still listed as history. Done at the start, not on
+Ctrl-C: a killed run never sees its Ctrl-C.
 """
 
 from __future__ import annotations
@@ -24,23 +24,21 @@ from runstate.services.domain.moves import FINAL_TASKS
 from runstate.services.write.house import House
 from runstate.storage.clock import utcnow
 
-SESSION_PREFIXES = ("demo-", "langgraph-demo-")
-"""How the ids of the sessions a demo run makes begin."""
-NOTE = "the demo run that started it ended"
-"""Why an earlier run's task was cancelled, as its log says."""
 
-
-async def end_earlier_runs(house: House, user_id: str) -> int:
-    """End the open demo sessions of ``user_id`` and their unfinished tasks; how
-    many sessions were ended. Called before this run makes its own session."""
-    named = Q(*(Q(public_id__startswith=prefix) for prefix in SESSION_PREFIXES), join_type="OR")
+async def end_open_sessions(
+    house: House, user_id: str, prefixes: tuple[str, ...], note: str
+) -> int:
+    """End the open sessions of ``user_id`` whose ids begin with one of
+    ``prefixes``, their unfinished tasks stopped with ``note`` (the reason their
+    logs keep); how many sessions were ended."""
+    named = Q(*(Q(public_id__startswith=prefix) for prefix in prefixes), join_type="OR")
     left = await Session.filter(
         named, user_id=user_id, status__in=[SessionStatus.ACTIVE, SessionStatus.PAUSED]
     )
     for session in left:
         for task in await Task.filter(session_id=session.id).exclude(status__in=FINAL_TASKS):
             await _lease_lapsed(task)
-            written = await stops.request(house, task.id, NOTE)
+            written = await stops.request(house, task.id, note)
             house.publish(written.events, written.wakes)
         await sessions.update_session(
             house,
