@@ -14,11 +14,11 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
-from playwright.async_api import Browser, expect
+from playwright.async_api import Browser, Route, expect
 
 from runstate.demo import graph as demo_graph
 from runstate.integrations.langgraph import RunstateSaver
-from tests.browser.pages import ARTIFACTS, PHONE, assert_fits_the_screen, open_dashboard
+from tests.browser.pages import ARTIFACTS, PHONE, assert_fits_the_screen, open_dashboard, sends
 from tests.integration.test_langgraph_steps import Trip, approve
 from tests.support import Server
 
@@ -124,8 +124,10 @@ async def test_the_demo_trip_books_on_the_answer_the_page_offers(
     join shown as a channel of the state, and with a click only copying the choice
     into the answer box (nothing sent: the demo answered itself later). Guards too
     the log's sentence of a start that started two nodes (it said "step started",
-    naming neither), and the asking node's time line ("waiting to run again", not
-    what it waits for)."""
+    naming neither), the asking node's time line before and after the answer
+    ("waiting to run again", not what it waits for), and the buttons disabled while
+    an answer is on its way (seen failing with them left enabled: a second click
+    sent a second answer)."""
     server, token = dashboard
     monkeypatch.setattr(demo_graph, "PAUSE", 0.0)
     thread_id = f"trip-{uuid.uuid4().hex[:8]}"
@@ -148,9 +150,23 @@ async def test_the_demo_trip_books_on_the_answer_the_page_offers(
         )
         await expect(page.get_by_test_id("time-4")).to_have_text("waiting for your answer")
         given = asyncio.create_task(saver.interrupt_answer(config))
+        sent = asyncio.Event()
+
+        async def hold_the_answer(route: Route) -> None:
+            if sends(route.request, "pageAnswer"):
+                await sent.wait()
+            await route.continue_()
+
+        await page.route("**/graphql", hold_the_answer)
         await page.get_by_test_id("interrupt-why").fill("the hotel is near the office")
         await choices.first.click()
+        for button in (choices.first, choices.last, page.get_by_test_id("interrupt-send")):
+            await expect(button).to_be_disabled()  # one answer at a time
+        sent.set()
         await expect(page.get_by_test_id("interrupt-answered")).to_contain_text('Answered "yes"')
+        await expect(page.get_by_test_id("time-4")).to_have_text(
+            "answered: waiting for the graph to go on"
+        )
         await expect(page.get_by_test_id("events")).to_contain_text(
             "(the hotel is near the office)"
         )

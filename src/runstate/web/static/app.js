@@ -1282,6 +1282,10 @@ async function sendAnswer(value) {
   const why = $("interrupt-why").value.trim();
   if (why) input.note = why;
   $("interrupt-result").textContent = "…";
+  // One answer at a time: a second click while the first is on its way would be
+  // refused (the version moved) and say so over the first's outcome.
+  const buttons = [...$("interrupt-choices").children, $("interrupt-send")];
+  buttons.forEach((button) => { button.disabled = true; });
   try {
     const result = (await graphql("pageAnswer", { input })).answerInterrupt;
     $("interrupt-result").textContent = result.__typename === "Task" ? "" : result.message;
@@ -1292,6 +1296,8 @@ async function sendAnswer(value) {
     }
   } catch (error) {
     $("interrupt-result").textContent = error.message;
+  } finally {
+    buttons.forEach((button) => { button.disabled = false; });
   }
 }
 
@@ -1341,10 +1347,11 @@ function reported(step) {
 }
 
 /** What a PENDING step waits for: a LangGraph node stopped at interrupt() for a
- * person's answer, else to run (again). */
+ * person's answer (or, answered, for its graph to read it), else to run (again). */
 function pendingText(step) {
-  const asks = step.output && Array.isArray(step.output.interrupt) && !("answer" in step.output);
-  if (asks) return "waiting for your answer";
+  if (step.output && Array.isArray(step.output.interrupt)) {
+    return "answer" in step.output ? "answered: waiting for the graph to go on" : "waiting for your answer";
+  }
   return step.attempts ? "waiting to run again" : "not started";
 }
 
