@@ -207,6 +207,19 @@ async def running_with_heartbeat(
     return tid, datetime.fromisoformat(lease["expiresAt"]), beating
 
 
+def start_first_step(api: Api, created: dict[str, Any], fencing_token: int) -> None:
+    """Step 0 of the task just ``created`` started by the lease of ``fencing_token``."""
+    step(
+        api,
+        "startStep",
+        "StepRefInput",
+        taskId=created["id"],
+        stepIndex=0,
+        expectedVersion=created["version"],
+        fencingToken=fencing_token,
+    )
+
+
 RECORD_LEASE_STATES = """() => {
   const lease = document.getElementById("lease");
   window.leaseStates = new Set([lease.dataset.state]);
@@ -434,15 +447,7 @@ async def test_a_crashed_step_tells_when_its_agents_own_lease_lapsed(
     )
     tid = created["id"]
     lease = acquire(api, tid, "agent-s", ttl=3)
-    step(
-        api,
-        "startStep",
-        "StepRefInput",
-        taskId=tid,
-        stepIndex=0,
-        expectedVersion=created["version"],
-        fencingToken=lease["fencingToken"],
-    )
+    start_first_step(api, created, lease["fencingToken"])
     page = await open_dashboard(browser, f"{server.url}/#token={token}&task={tid}", DESK)
     await expect(page.get_by_test_id("lease")).to_have_attribute("data-state", "held")
     stop = asyncio.Event()
@@ -482,15 +487,7 @@ async def test_a_crashed_step_opened_later_never_names_a_lapse_after_the_takeove
     lease = {"holderId": "agent-3", "ttlSeconds": 60}
     created = create_task(api, session["id"], plan, goal="Pay", lease=lease)
     tid = created["id"]
-    step(
-        api,
-        "startStep",
-        "StepRefInput",
-        taskId=tid,
-        stepIndex=0,
-        expectedVersion=created["version"],
-        fencingToken=1,
-    )
+    start_first_step(api, created, 1)
     renewed = mutate(
         api,
         "renewTaskLock",
@@ -545,15 +542,7 @@ async def test_a_step_whose_agent_let_the_task_go_says_so_not_lapsed(
     created = create_task(api, session["id"], plan, goal="Plan a weekend")
     tid = created["id"]
     lease = acquire(api, tid, "agent-r", ttl=60)
-    step(
-        api,
-        "startStep",
-        "StepRefInput",
-        taskId=tid,
-        stepIndex=0,
-        expectedVersion=created["version"],
-        fencingToken=lease["fencingToken"],
-    )
+    start_first_step(api, created, lease["fencingToken"])
     mutate(
         api, "releaseTaskLock", "ReleaseTaskLockInput", "__typename", taskId=tid, holderId="agent-r"
     )
