@@ -432,12 +432,15 @@ def _reachable(host: str) -> str:
     return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
 
 
-def runnable(argv0: str, executable: str, on_path: str | None, folder: str) -> str:
+def runnable(
+    argv0: str, executable: str, on_path: str | None, folder: str, *, anywhere: bool = False
+) -> str:
     """How a person in ``folder`` runs this program (started there as ``argv0`` by
     the Python ``executable``; ``on_path``: what ``runstate`` on PATH is): ``runstate``
     when PATH finds this one, else its script's path, relative to ``folder`` when
     inside it (``.venv/bin/runstate`` in a clone, where ``runstate`` is not on
-    PATH), else its Python with ``-m runstate``."""
+    PATH) unless the command is for ``anywhere`` (then whole), else its Python with
+    ``-m runstate``."""
     script = Path(argv0)
     if script.name != "runstate":  # python -m runstate: the script installed beside it
         script = Path(executable).parent / "runstate"
@@ -446,35 +449,45 @@ def runnable(argv0: str, executable: str, on_path: str | None, folder: str) -> s
     script = Path(os.path.normpath(Path(folder, script)))  # folder: the working directory
     if on_path is not None and os.path.realpath(on_path) == os.path.realpath(script):
         return "runstate"
-    if script.is_relative_to(folder):
+    if not anywhere and script.is_relative_to(folder):
         inside = str(script.relative_to(folder))
         return shlex.quote(inside if os.sep in inside else f".{os.sep}{inside}")
     return shlex.quote(str(script))
 
 
-def this_program(folder: str) -> str:
-    """``runnable`` for this process."""
-    return runnable(sys.argv[0], sys.executable, shutil.which("runstate"), folder)
+def this_program(folder: str) -> Callable[[bool], str]:
+    """``runnable`` for this process, started in ``folder``: given whether the
+    command is for any folder (``anywhere``)."""
+
+    def program(anywhere: bool) -> str:
+        return runnable(
+            sys.argv[0], sys.executable, shutil.which("runstate"), folder, anywhere=anywhere
+        )
+
+    return program
 
 
-def next_step(database_url: str, host: str, port: int, folder: str, program: str) -> str:
+def next_step(
+    database_url: str, host: str, port: int, folder: str, program: Callable[[bool], str]
+) -> str:
     """What to run for a signed-in link to the dashboard of a server on ``host:port``
     and ``database_url``, started in ``folder``, and for a token alone, with
-    ``program`` (``runnable``): the database named as the command line takes it,
-    unless it is the default (then the folder to run in) or holds a password (then
-    the variable, masked)."""
+    ``program`` (``this_program``: whole when the command works from any folder):
+    the database named as the command line takes it, unless it is the default
+    (then the folder to run in, where a path relative to it works) or holds a
+    password (then the variable, masked)."""
     address = _reachable(host)
     base = f"http://{f'[{address}]' if ':' in address else address}:{port}"
     link = "token link me" + ("" if base == LINK_URL else f" --url {base}")
     where = ""
     if database_url == DEFAULT_DATABASE_URL:
         where = f" (run in {folder})"
-        command = f"{program} {link}"
+        command = f"{program(False)} {link}"
     elif urlsplit(database_url).password is not None:
         where = f" (with this server's RUNSTATE_DATABASE_URL, {shown(database_url)})"
-        command = f"{program} {link}"
+        command = f"{program(True)} {link}"
     else:
-        command = f"{program} --database-url {shlex.quote(shown(database_url))} {link}"
+        command = f"{program(True)} --database-url {shlex.quote(shown(database_url))} {link}"
     return (
         f"a signed-in link to its dashboard: {command}{where};"
         " `token create me` instead of `token link me` prints a token for the API"

@@ -242,7 +242,7 @@ def test_the_next_step_masks_a_password_and_names_the_variable() -> None:
     from runstate.cli import next_step  # imported here: the module's other tests run the CLI
 
     url = "postgres://runstate:secret@postgres:5432/runstate"
-    assert next_step(url, "0.0.0.0", 8000, "/data", "runstate") == (
+    assert next_step(url, "0.0.0.0", 8000, "/data", lambda anywhere: "runstate") == (
         "a signed-in link to its dashboard: runstate token link me (with this server's"
         " RUNSTATE_DATABASE_URL, postgres://runstate:***@postgres:5432/runstate);"
         " `token create me` instead of `token link me` prints a token for the API"
@@ -254,7 +254,9 @@ def test_the_next_step_names_the_program_as_the_folder_can_run_it(tmp_path: Path
     else the script's path, relative to the folder it is in (a clone's
     ``.venv/bin/runstate``: ``make run`` there left ``runstate: command not
     found``), or whole outside it; under ``python -m runstate``, the script
-    beside that Python, or ``python -m runstate`` itself when there is none."""
+    beside that Python, or ``python -m runstate`` itself when there is none; whole
+    for a command that names its database, to be run from any folder (seen failing
+    in a clone: ``.venv/bin/runstate --database-url ...`` run elsewhere)."""
     from runstate.cli import runnable
 
     clone = tmp_path / "clone"
@@ -268,6 +270,7 @@ def test_the_next_step_names_the_program_as_the_folder_can_run_it(tmp_path: Path
     assert runnable(script, python, script, str(clone)) == "runstate"
     assert runnable(script, python, "/usr/bin/runstate", str(tmp_path / "other")) == script
     assert runnable(script, python, None, str(bin_)) == "./runstate"
+    assert runnable(".venv/bin/runstate", python, None, str(clone), anywhere=True) == script
     assert runnable(main, "/opt/py 3/python", None, str(clone)) == "'/opt/py 3/python' -m runstate"
 
 
