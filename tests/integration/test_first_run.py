@@ -217,11 +217,12 @@ def test_make_run_in_a_fresh_clone_shows_progress_then_the_link(tmp_path: Path) 
         assert first.startswith("runstate: setting up"), first
         link = output.until("#token=", 600).strip()
         assert link.startswith(f"http://127.0.0.1:{port}/#token=rs_")
-        # The line for a link of one's own names the clone's script, runnable there.
+        # The line for a link of one's own names the clone's script (whole: the
+        # command names its database, so it is for any folder) and runs elsewhere.
         assert output.next_line(10) == "\n"
         database = f"sqlite://{tmp_path / 'first.db'}"
         command = (
-            f".venv/bin/runstate --database-url {database} token link me"
+            f"{clone}/.venv/bin/runstate --database-url {database} token link me"
             f" --url http://127.0.0.1:{port}"
         )
         assert output.next_line(10) == (
@@ -229,7 +230,7 @@ def test_make_run_in_a_fresh_clone_shows_progress_then_the_link(tmp_path: Path) 
             " `token create me` instead of `token link me` prints a token for the API.\n"
         )
         own = subprocess.run(
-            shlex.split(command), cwd=clone, capture_output=True, text=True, check=True
+            shlex.split(command), cwd=tmp_path, capture_output=True, text=True, check=True
         ).stdout.strip()
         assert own.startswith(f"http://127.0.0.1:{port}/#token=rs_")
         installing = output.lines[1:-1]
