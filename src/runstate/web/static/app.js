@@ -22,9 +22,8 @@ const DOCUMENTS = fetch("/static/documents.json").then((r) => r.json()).then((ma
 
 const FINISHED = new Set(["SUCCESS", "SKIPPED"]);
 const FINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
-const CLOSED_SESSIONS = new Set(["COMPLETED", "EXPIRED"]); // no claim hands out their tasks
+const CLOSED_SESSIONS = new Set(["COMPLETED", "EXPIRED"]); // no claim hands out their tasks, only an open one's
 const AGENT_STATUSES = new Set(["RUNNING", "WAITING_TOOL"]); // a lapsed lease stalls these
-const OPEN_SESSIONS = new Set(["ACTIVE", "PAUSED"]); // a worker may claim their tasks
 const FOLLOW = "follow"; // the address of a page following the newest task: #follow&task=...
 const LEASE_EVENTS = new Set(["LOCK_ACQUIRED", "LOCK_RELEASED"]);
 const PAGE = 100; // the most a list may return at once
@@ -415,7 +414,7 @@ function follow() {
 function moving(task, session) {
   if (FINAL.has(task.status)) return false;
   if (needsYou(task) || (AGENT_STATUSES.has(task.status) && !task.stalled)) return true;
-  return OPEN_SESSIONS.has(session.status) && !task.graphThread;
+  return !CLOSED_SESSIONS.has(session.status) && !task.graphThread;
 }
 
 function showEmpty() {
@@ -904,13 +903,6 @@ function spentOf(spend, budget) {
   return inUnitsOf(budget, spend.costMicros, spend.inputTokens + spend.outputTokens);
 }
 
-/** What was spent and the budget's limits, each cost exact with its own decimals,
- * so that a spend past the limit reads as more and a limit as set: ["$0.024",
- * "$0.02"], ["$0.00345", "$0.05"]. */
-function against(spend, budget) {
-  return [spentOf(spend, budget), limits(budget)];
-}
-
 /** The share of a budget spent (1: reached), by whichever limit is nearer. */
 function used(spend, budget) {
   const shares = [];
@@ -935,15 +927,14 @@ function sumSpend(steps) {
 function stoppedBy(task, spend) {
   if (FINAL.has(task.status)) return null; // nothing left to start
   if (task.budget && used(spend, task.budget) >= 1) {
-    const [spent, limit] = against(spend, task.budget);
     return { scope: "TASK", budget: task.budget, spend, version: task.version,
-      text: `stopped: spent ${spent} of its ${limit} budget` };
+      text: `stopped: spent ${spentOf(spend, task.budget)} of its ${limits(task.budget)} budget` };
   }
   const session = current.spent && current.spent.session;
   if (session && session.budget && used(session.spend, session.budget) >= 1) {
-    const [spent, limit] = against(session.spend, session.budget);
     return { scope: "SESSION", budget: session.budget, spend: session.spend, version: session.version,
-      text: `stopped: its session spent ${spent} of its ${limit} budget` };
+      text: `stopped: its session spent ${spentOf(session.spend, session.budget)} of its ` +
+        `${limits(session.budget)} budget` };
   }
   return null;
 }
@@ -966,8 +957,8 @@ function renderSpend(task, live) {
     const share = used(shown.spend, shown.budget);
     $("budget-bar").style.width = Math.min(100, share * 100) + "%";
     $("budget-bar").dataset.over = String(share >= 1);
-    const [spent, limit] = against(shown.spend, shown.budget);
-    $("budget-text").textContent = `${spent} of ${shown.whose} ${limit} budget`;
+    $("budget-text").textContent = `${spentOf(shown.spend, shown.budget)} of ${shown.whose} ` +
+      `${limits(shown.budget)} budget`;
   }
   const stop = live ? stoppedBy(task, spend) : null;
   $("over-budget").hidden = !stop;
@@ -1184,8 +1175,9 @@ function renderDecision(task, now) {
   if (!inDoubt) return;
   $("decision").dataset.step = inDoubt.index;
   const approval = asksApproval(task, inDoubt);
+  const call = approval ? inDoubt.action.slice("approve ".length) : null; // "send_mail({...})"
   $("question").textContent = approval
-    ? `Step ${inDoubt.index}: the agent asks to call ${inDoubt.action.slice("approve ".length)}. ` +
+    ? `Step ${inDoubt.index}: the agent asks to call ${call}. ` +
       "Approve it, and the agent's next run calls it once; reject it, and the agent is told your reason."
     : `Step ${inDoubt.index} "${inDoubt.action}" was running when its ` +
       "agent stopped, and it is not safe to run twice. Did it happen?";
@@ -1193,7 +1185,7 @@ function renderDecision(task, now) {
   $("skip").textContent = approval ? "Reject it" : "Skip it and go on";
   $("complete-form").hidden = approval;
   $("decision-why").placeholder = approval
-    ? `e.g. why ${inDoubt.action.slice("approve ".length).split("(")[0]} may, or may not, be called`
+    ? `e.g. why ${call.split("(")[0]} may, or may not, be called`
     : `e.g. how you know whether "${inDoubt.action}" happened`;
   $("complete-output").placeholder = `What "${inDoubt.action}" produced, e.g. {"reference": "…"}`;
   // While an agent holds a live lease the server refuses anyone else's write.
