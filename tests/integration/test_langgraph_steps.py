@@ -7,6 +7,7 @@ history, forks and cancelling as on any task."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import operator
 import threading
 import uuid
@@ -649,3 +650,70 @@ def test_an_interrupt_is_answered_while_its_graph_holds_the_thread(
         version = version_of(api, thread_id)
         answered = answer(api, thread_id, version, "yes")
         assert answered == {"__typename": "Task", "version": version + 1}
+
+
+class Count(TypedDict):
+    count: int
+
+
+def counting_chain(saver: RunstateSaver, *names: str, **options: Any) -> CompiledStateGraph[Any]:
+    """The nodes in a line, each adding one, watched."""
+    builder = StateGraph(Count)
+    for name in names:
+        builder.add_node(name, lambda state: {"count": state["count"] + 1})
+    builder.add_edge(START, names[0])
+    for first, then in itertools.pairwise(names):
+        builder.add_edge(first, then)
+    builder.add_edge(names[-1], END)
+    return saver.watch(builder.compile(checkpointer=saver, **options))
+
+
+def test_a_watched_super_step_sends_its_starts_with_the_checkpoint(
+    served: tuple[Server, str],
+) -> None:
+    """Guards the starts folded into the checkpoint (``RunstateSaver._next_nodes``,
+    ``nodes.expected``): a watched chain run with ``durability="sync"`` shows each
+    node RUNNING, then SUCCESS, in order, yet no start went on its own
+    (no STEP_STARTED event: each came with the checkpoint before it), and
+    ``taskAt`` that checkpoint's seq shows the next node RUNNING. The control,
+    the saver sending no expected starts, sends each start alone."""
+    server, token = served
+    for folded in (True, False):
+        config = thread()
+        with RunstateSaver.from_url_sync(server.url, token) as saver:
+            if not folded:
+                saver._next_nodes = lambda *_: []  # type: ignore[method-assign]
+            graph = counting_chain(saver, "a", "b", "c")
+            assert graph.invoke({"count": 0}, config, durability="sync")["count"] == 3
+        task = settled(server, token, config, "COMPLETED")
+        assert shown(task) == [("a", "SUCCESS", 1), ("b", "SUCCESS", 1), ("c", "SUCCESS", 1)]
+        moves = [(s["index"], s["status"]) for e in task["events"] for s in e["steps"]]
+        assert moves == [(i, status) for i in range(3) for status in ("RUNNING", "SUCCESS")]
+        kinds = [e["kind"] for e in task["events"]]
+        assert kinds.count("STEP_STARTED") == (0 if folded else 3)
+    b_started = [{"index": 1, "action": "b", "status": "RUNNING"}]
+    started = next(e for e in task["events"] if e["steps"][-1:] == b_started)
+    with Api(server.url, token) as api:
+        then = api(TASK_AT, id=config["configurable"]["thread_id"], seq=started["seq"])["taskAt"]
+    assert then["steps"][1] == {"index": 1, "action": "b", "status": "RUNNING"}
+
+
+def test_a_node_expected_but_not_run_waits_in_its_step_for_its_run(
+    served: tuple[Server, str],
+) -> None:
+    """Guards the expected start's step taken by the node's own report
+    (``nodes._adopted``): a graph stopped before ``b`` (``interrupt_before``) has
+    shown ``b`` starting with the checkpoint; the run's end puts it back to
+    PENDING, and the next run runs ``b`` in that same step: two steps, not three
+    (``b`` shown started twice: two attempts)."""
+    server, token = served
+    config = thread()
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        graph = counting_chain(saver, "a", "b", interrupt_before=["b"])
+        graph.invoke({"count": 0}, config, durability="sync")
+    assert shown(task_of(server, token, config)) == [("a", "SUCCESS", 1), ("b", "PENDING", 1)]
+    with RunstateSaver.from_url_sync(server.url, token) as saver:
+        graph = counting_chain(saver, "a", "b", interrupt_before=["b"])
+        assert graph.invoke(None, config, durability="sync")["count"] == 2
+    task = settled(server, token, config, "COMPLETED")
+    assert shown(task) == [("a", "SUCCESS", 1), ("b", "SUCCESS", 2)]

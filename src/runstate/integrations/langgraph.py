@@ -70,6 +70,9 @@ HOLD_WRITES = 0.05
 """How long, in seconds, a node's pending writes may wait for the checkpoint that
 follows them, to go in its request (``RunstateSaver``'s ``hold_writes``)."""
 
+BRANCH = "branch:to:"
+"""The channel LangGraph writes to start a node at the next super-step."""
+
 SESSION_TTL = 366 * 24 * 3600
 """The inactivity a session of threads outlives, the most runstate allows: a thread
 may wait at an interrupt for days, and writes to an expired session's tasks are
@@ -249,6 +252,12 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         checkpoint they are written against (the next one's parent)."""
         self._putting: dict[str, int] = {}
         """Checkpoints on their way, by thread."""
+        self._expected: set[tuple[str, str, str, int]] = set()
+        """Node starts sent with a checkpoint (``_next_nodes``), by thread, namespace,
+        node and super-step, until the watcher reports them (not sent again)."""
+        self._reached: dict[tuple[str, str], int] = {}
+        """The latest super-step whose node start the watcher reported, by thread and
+        namespace (set from the graph's thread, as it reports)."""
         self._flushing: set[asyncio.Task[None]] = set()
         self.watcher = Watcher(self._report, self._seen, self._begun)
         """The callback handler ``watch`` adds to a graph; give it yourself in a
@@ -634,10 +643,20 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         why, once."""
         if not is_id(thread_id):
             return
+        if node is not None:  # here, before it is queued: ``_next_nodes`` reads it
+            key = (thread_id, node["namespace"])
+            self._reached[key] = max(self._reached.get(key, -1), node["superStep"])
         if not self._closed and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._queue, thread_id, node or ended)
 
     def _queue(self, thread_id: str, report: dict[str, Any] | str | None) -> None:
+        if isinstance(report, dict):
+            sent = (thread_id, report["namespace"], report["name"], report["superStep"])
+            if sent in self._expected:  # its checkpoint showed it starting
+                self._expected.discard(sent)
+                return
+        else:  # a run's end: the nodes expected and never started will not be
+            self._expected = {e for e in self._expected if e[0] != thread_id}
         reports = self._reports.get(thread_id)
         if reports is None:
             reports = self._reports[thread_id] = Reports(thread_id, self._sender(thread_id))
@@ -804,6 +823,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         parent = configurable.get("checkpoint_id")
         held = self._take(thread_id, namespace, parent)
         self._putting[thread_id] = self._putting.get(thread_id, 0) + 1
+        next_nodes = self._next_nodes(thread_id, namespace, metadata, new_versions, values)
 
         async def write() -> None:
             await self._client.put_graph_checkpoint(
@@ -817,6 +837,7 @@ class RunstateSaver(BaseCheckpointSaver[str]):
                 channelVersions={k: str(v) for k, v in checkpoint["channel_versions"].items()},
                 channels=channels,
                 writes=held.groups if held else None,
+                nextNodes=next_nodes or None,
             )
 
         try:
@@ -833,6 +854,34 @@ class RunstateSaver(BaseCheckpointSaver[str]):
                 "checkpoint_id": checkpoint["id"],
             }
         }
+
+    def _next_nodes(
+        self,
+        thread_id: str,
+        namespace: str,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        values: dict[str, Any],
+    ) -> builtins.list[str]:
+        """In a watched run, the nodes the checkpoint's super-step starts next: those
+        whose ``branch:to:`` channel it wrote and holds (a node consumed its own, now
+        empty). They go with the checkpoint, shown RUNNING with it, and the watcher's
+        reports of their starts are not sent (``_queue``): a super-step costs one
+        request, watched or not. None once the watcher reported a start of that
+        super-step (a checkpoint written in the background, ``durability="async"``,
+        while the next super-step runs): those starts went on their own."""
+        step = metadata.get("step")
+        if not self._runs.get(thread_id) or not isinstance(step, int):
+            return []
+        names = sorted(
+            channel.removeprefix(BRANCH)
+            for channel in new_versions
+            if channel.startswith(BRANCH) and channel in values
+        )
+        if self._reached.get((thread_id, namespace), -1) > step:
+            return []
+        self._expected.update((thread_id, namespace, name, step + 1) for name in names)
+        return names
 
     async def _put_writes(
         self,

@@ -246,6 +246,15 @@ class PutGraphCheckpointInput:
             "checkpoint that follows them cost one request and one transaction."
         ),
     )
+    next_nodes: list[str] = strawberry.field(
+        default_factory=list,
+        description=(
+            "The nodes this checkpoint's super-step starts next (a watched graph's), "
+            "shown RUNNING with it, so that their starts cost no request: each node's "
+            "first report under its LangGraph task id takes the step. Recorded only "
+            "with a checkpoint new to the thread."
+        ),
+    )
     fencing_token: int | None = None
     idempotency_key: str | None = strawberry.field(default=None, description=IDEMPOTENCY_KEY)
 

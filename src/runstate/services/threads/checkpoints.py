@@ -147,6 +147,7 @@ async def put_checkpoint(
     channel_versions: Mapping[str, str],
     channels: Sequence[ChannelValue],
     held: Sequence[TaskWrites] = (),
+    next_nodes: Sequence[str] = (),
     fencing_token: int | None = None,
 ) -> Written[TaskView]:
     """Store a checkpoint and the channel values it changed (GRAPH_CHECKPOINT).
@@ -159,7 +160,11 @@ async def put_checkpoint(
     ``held``: LangGraph tasks' writes against the parent checkpoint, stored first
     in the same write, as ``put_writes`` stores them (their nodes' reports too):
     a node's writes and the checkpoint that follows them are one transaction and
-    one event. Nothing new in either part writes nothing."""
+    one event. Nothing new in either part writes nothing.
+
+    ``next_nodes``: the nodes the checkpoint's super-step starts (a watched graph's),
+    shown RUNNING with it, so that a node's start costs no request of its own
+    (``nodes.expected``); stored only with a checkpoint new to the thread."""
     _text(namespace, "namespace", GRAPH_NAMESPACE_LENGTH, empty=True)
     _text(checkpoint_id, "checkpointId", ID_LENGTH)
     if parent_id is not None:
@@ -174,6 +179,7 @@ async def put_checkpoint(
         for i, group in enumerate(held)
         if group.node is not None
     ]
+    starts = nodes.expected(house.limits, namespace, metadata, next_nodes)
 
     async def apply(draft: Draft) -> Change:
         pk = draft.task.id
@@ -196,6 +202,9 @@ async def put_checkpoint(
         shown = await nodes.record(draft, runs) if runs and wrote else None
         if new["checkpoint"] is None:
             stored += await _replaced(draft, made, nothing_new=new["blobs"] is None and not wrote)
+        elif starts:
+            started = await nodes.record(draft, starts)
+            shown = min((p for p in (shown, started) if p is not None), default=None)
         draft.stored = stored
         return Change(TaskEventKind.GRAPH_CHECKPOINT, step_index=shown)
 

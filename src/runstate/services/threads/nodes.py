@@ -90,18 +90,47 @@ class NodeRun:
         return self
 
 
+EXPECTED = "next:"
+"""How the key of a node expected to start (``expected``) begins: LangGraph's task
+ids are hexadecimal or UUIDs, never this."""
+
+
+def expected(
+    limits: ContentLimits, namespace: str, metadata: Any, names: Sequence[str]
+) -> list[NodeRun]:
+    """The starts of the nodes a checkpoint's super-step runs next (``names``), each
+    keyed ``next:<name>`` until the node's own report, under LangGraph's task id,
+    takes its step (``record``). A node expected but never run (the graph stopped
+    before it: ``interrupt_before``, an error) goes back to PENDING with the run's
+    end, as any node left RUNNING does; a deferred node's report, super-steps later,
+    still finds it by name."""
+    step = metadata.get("step") if isinstance(metadata, dict) else None
+    super_step = step + 1 if isinstance(step, int) and not isinstance(step, bool) else None
+    return [
+        NodeRun(namespace, f"{EXPECTED}{name}", name, N.RUNNING, super_step).checked(
+            limits, f"nextNodes[{i}]"
+        )
+        for i, name in enumerate(names)
+    ]
+
+
 async def record(draft: Draft, runs: Sequence[NodeRun]) -> int | None:
     """Apply the reports to the draft's steps and status; the position of the
     first step they touched (None: none, a thread already at its step limit).
-    Run inside ``write_thread(progress=True)``, which refuses a CANCELLED thread."""
+    A node's first report under its task id takes the step of its expected start
+    (``expected``), if one waits. Run inside ``write_thread(progress=True)``, which
+    refuses a CANCELLED thread."""
     conn = draft.conn
     held = await _nodes(draft, runs)
     await draft.load(n.position for n in held.values())
     made: list[GraphNode] = []
+    adopted: list[GraphNode] = []
     touched: list[int] = []
     flagged: dict[int, bool] = {}
     for run in runs:
         node = held.get((run.namespace, run.task_key))
+        if node is None and (node := _adopted(held, run)) is not None:
+            adopted.append(node)
         if node is None:
             if draft.total >= draft.limits.steps:
                 continue  # the plan is full: the graph goes on, unshown
@@ -122,6 +151,10 @@ async def record(draft: Draft, runs: Sequence[NodeRun]) -> int | None:
             flagged[node.id] = node.interrupted
         touched.append(step.position)
         draft.status = await _follow(draft, run, was)
+    for node in adopted:
+        await sql.execute(
+            conn, 'UPDATE "graph_nodes" SET "task_key" = ? WHERE "id" = ?', [node.task_key, node.id]
+        )
     if made:  # one small row per step, bounded as the steps are: not counted apart
         rows = [{f: getattr(n, f) for f in _NEW_FIELDS} for n in made]
         await sql.execute(conn, *sql.insert_rows(GraphNode, rows))
@@ -140,10 +173,25 @@ _FIELDS = sql.columns(GraphNode)
 _NEW_FIELDS = sql.columns(GraphNode, "id")
 
 
+def _adopted(held: dict[tuple[str, str], GraphNode], run: NodeRun) -> GraphNode | None:
+    """The stored expected start of the run's node, keyed from now on by the run's
+    task id (``record`` updates its row); None when none waits."""
+    if run.task_key.startswith(EXPECTED):
+        return None
+    waiting = held.get((run.namespace, f"{EXPECTED}{run.name}"))
+    if waiting is None or waiting.id is None:
+        return None
+    del held[(run.namespace, waiting.task_key)]
+    waiting.task_key = run.task_key
+    held[(run.namespace, run.task_key)] = waiting
+    return waiting
+
+
 async def _nodes(draft: Draft, runs: Sequence[NodeRun]) -> dict[tuple[str, str], GraphNode]:
-    """The stored nodes the runs name, by (namespace, task key): one indexed read
-    (in SQL: through the ORM it cost more than the statement)."""
-    keys = sorted({r.task_key for r in runs})
+    """The stored nodes the runs name, by (namespace, task key), with the expected
+    starts of their nodes: one indexed read (in SQL: through the ORM it cost more
+    than the statement)."""
+    keys = sorted({r.task_key for r in runs} | {f"{EXPECTED}{r.name}" for r in runs})
     rows = await sql.fetch(
         draft.conn,
         f'SELECT {sql.names(_FIELDS)} FROM "graph_nodes"'
