@@ -172,7 +172,7 @@ async def put_checkpoint(
     metadata = _metadata(house.limits, metadata)
     size = _blob(checkpoint, "checkpoint") + validation.json_size(metadata)
     size += _versions_size(channel_versions) + _channels_size(channels)
-    size += _held_size(held, parent_id)
+    size += _held_size(held, parent_id) + validation.json_size(list(next_nodes))
     _within(house.limits, size, "checkpoint")
     runs = [
         group.node.checked(house.limits, f"writes[{i}].node")
