@@ -69,6 +69,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.policies
 	$(BIN)/python -m bench.hostile
 	$(BIN)/python -m bench.langgraph
+	$(BIN)/python -m bench.peers
 	$(BIN)/python -m bench.lean
 
 lint: $(STAMP)
