@@ -36,7 +36,7 @@ warm-up round):
 Then the same with a watcher in another process following each run: for runstate
 the graph reports its nodes (``saver.watch``) and the watcher subscribes to the
 thread's task (``Runstate.watch``); for the peers the runner creates the run
-(``stream_mode: updates``) and waits on ``/join`` while the watcher joins its stream
+(streaming its updates and values) and waits on ``/join`` while the watcher joins its stream
 (``GET /threads/{id}/runs/{run_id}/stream``), and a joined stream misses what came
 before it joined: only what the watcher saw is counted. The latency is from a
 node's ``ended`` to the watcher's receipt; runstate's watcher sees a node's output
@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import glob
 import json
 import os
@@ -92,9 +93,8 @@ WATCH_SECONDS = 30.0
 QUIET = {
     "LANGGRAPH_CLI_NO_ANALYTICS": "1",
     "LANGSMITH_TRACING": "false",
+    "LANGCHAIN_TRACING": "false",
     "LANGCHAIN_TRACING_V2": "false",
-    "LANGSMITH_TRACING_V2": "false",
-    "DO_NOT_TRACK": "1",
     "OTEL_SDK_DISABLED": "true",
     "OTEL_TARGETS": "",
 }
@@ -117,7 +117,7 @@ class Peer:
 
 
 RUNTIME_PG = Peer(
-    "Agent Server, runtime-pg (PG + Redis)",
+    "Agent Server runtime-pg (PG + Redis)",
     "pg",
     ("langgraph-runtime-pg==0.11.1.post1", "langhost==0.11.1.post1"),
     ("langgraph-runtime-pg", "langhost", "langgraph-api", "langgraph"),
@@ -318,14 +318,16 @@ def peer_serving(peer: Peer, venv: Path) -> Iterator[System]:
 
 
 class Watcher:
-    """``python -m bench.peers --watch URL [TOKEN]``: follows each run it is told of
-    (a line ``thread_id run_id counted``) and, once told no more, answers with the
-    latencies of the counted runs' nodes it saw."""
+    """``python -m bench.peers --watch URL`` (with runstate's token in
+    BENCH_PEERS_TOKEN): follows each run it is told of (a line ``thread_id run_id
+    counted``) and, once told no more, answers with the latencies of the counted
+    runs' nodes it saw."""
 
     def __init__(self, system: System) -> None:
-        argv = [sys.executable, "-m", "bench.peers", "--watch", system.url]
+        token = {"BENCH_PEERS_TOKEN": system.token} if system.token else {}
         self.process = subprocess.Popen(
-            [*argv, *([system.token] if system.token else [])],
+            [sys.executable, "-m", "bench.peers", "--watch", system.url],
+            env={**os.environ, **token},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -413,7 +415,11 @@ async def peer_runner(system: System, watcher: Watcher | None) -> AsyncIterator[
         yield wait if watcher is None else watched
 
 
-async def follow_runstate(rs: Runstate, thread_id: str) -> list[float]:
+Follow = Callable[[str, str], Awaitable[list[float]]]
+"""The latencies of one run's nodes (its thread's id and its run's given)."""
+
+
+async def follow_runstate(rs: Runstate, thread_id: str, _run_id: str) -> list[float]:
     """The latencies of a thread's nodes as its task's events show their output
     (``ended`` in the step's output); a task not created yet is waited for."""
     latencies: list[float] = []
@@ -462,28 +468,32 @@ async def follow_peer(http: httpx.AsyncClient, thread_id: str, run_id: str) -> l
 
 async def watching(url: str, token: str | None) -> None:
     """The watcher's process: follow each run read from stdin; at its end, print
-    the counted runs' latencies as JSON."""
+    the counted runs' latencies as JSON (a run it failed to follow: on stderr)."""
     loop = asyncio.get_running_loop()
     counted: list[asyncio.Task[list[float]]] = []
     others: list[asyncio.Task[list[float]]] = []
     async with contextlib.AsyncExitStack() as stack:
-        if token is not None:
-            rs = await stack.enter_async_context(Runstate(url, token))
-        else:
+        follow: Follow
+        if token is None:
             http = await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=60))
+            follow = functools.partial(follow_peer, http)
+        else:
+            rs = await stack.enter_async_context(Runstate(url, token))
+            follow = functools.partial(follow_runstate, rs)
         print("ready", flush=True)
         while line := await loop.run_in_executor(None, sys.stdin.readline):
             thread_id, run_id, counts = line.split()
-            follow = (
-                follow_runstate(rs, thread_id) if token else follow_peer(http, thread_id, run_id)
-            )
-            (counted if counts == "1" else others).append(asyncio.create_task(follow))
+            task = asyncio.create_task(follow(thread_id, run_id))
+            (counted if counts == "1" else others).append(task)
         done, pending = await asyncio.wait(counted + others, timeout=WATCH_SECONDS)
         for task in pending:
             task.cancel()
-        latencies = [
-            s for task in counted if task in done and not task.exception() for s in task.result()
-        ]
+        latencies = []
+        for task in counted:
+            if task not in done or task.exception():
+                print(f"watcher: a run not followed to its end: {task}", file=sys.stderr)
+            else:
+                latencies += task.result()
     print(json.dumps(latencies), flush=True)
 
 
@@ -572,45 +582,43 @@ def shown(value: float | None) -> str:
 def report(found: dict[str, tuple[Figures, Watched]]) -> None:
     """The tables, then runstate against the best durable peer."""
     print(
-        f"\n  {'per super-step, ms':40s} {'wall':>8s} {'span':>8s} {'server':>8s}"
+        f"\n  {'per super-step, ms':{WIDTH}s} {'wall':>8s} {'span':>8s} {'server':>8s}"
         f" {'database':>8s} {'client':>8s} {'CPU':>8s}"
     )
     for name, (f, _) in found.items():
         print(
-            f"  {name:40s} {shown(f.wall)} {shown(f.span)} {shown(f.server)}"
+            f"  {name:{WIDTH}s} {shown(f.wall)} {shown(f.span)} {shown(f.server)}"
             f" {shown(f.database)} {shown(f.client)} {shown(f.total)}"
         )
     expected = REPEATS * ROUNDS * NODES
-    print(
-        f"\n  {'watched (a watcher in another process)':40s}"
-        f" {'wall':>8s} {'p50':>8s} {'p90':>8s}  seen"
-    )
+    print(f"\n  {'watched: latency ms (a node end to receipt)':{WIDTH}s}", end="")
+    print(f" {'wall':>8s} {'p50':>8s} {'p90':>8s}  seen")
     for name, (_, w) in found.items():
         ms = sorted(1000 * s for s in w.latencies)
         p50 = statistics.median(ms) if ms else None
         p90 = ms[int(0.9 * (len(ms) - 1))] if ms else None
-        print(f"  {name:40s} {shown(w.wall)} {shown(p50)} {shown(p90)}  {len(ms)}/{expected}")
+        print(f"  {name:{WIDTH}s} {shown(w.wall)} {shown(p50)} {shown(p90)}  {len(ms)}/{expected}")
     print(
-        "  (latency: a node's end to the watcher's receipt. runstate's watcher sees a"
-        " node's output once its checkpoint is committed;\n   the peers stream an update"
-        " before or while its checkpoint is written, and a joined stream misses what"
-        " came before it joined)"
+        "  runstate's watcher sees a node's output once its checkpoint is committed; the"
+        " peers stream\n  an update before or while its checkpoint is written (a joined"
+        " stream misses what came before it joined)"
     )
     durable = {name: found[name][0] for name in DURABLE if name in found}
-    if not durable:
-        return
-    for figure in ("wall", "total"):
-        best = min(durable, key=lambda name: getattr(durable[name], figure))
+    if durable:
+        print()
+    for figure, label in (("wall", "wall"), ("total", "total CPU")):
+        best = min(durable, key=lambda name: getattr(durable[name], figure), default=None)
+        if best is None:
+            return
         against = getattr(durable[best], figure)
-        ratios = ", ".join(
-            f"{name} {getattr(found[name][0], figure) / against:.2f}x"
-            for name in (SQLITE, POSTGRES)
-        )
-        print(f"  {figure if figure == 'wall' else 'total CPU'} against {best}: {ratios}")
+        for name in (SQLITE, POSTGRES):
+            ratio = getattr(found[name][0], figure) / against
+            print(f"  {label:9s} {name} / {best}: {ratio:.2f}x")
 
 
-SQLITE = "runstate on SQLite (graph in this process)"
-POSTGRES = "runstate on PostgreSQL (graph in this process)"
+WIDTH = 44
+SQLITE = "runstate, SQLite (graph in the bench)"
+POSTGRES = "runstate, PostgreSQL (graph in the bench)"
 
 
 def peers() -> list[tuple[Peer, Path]]:
@@ -634,7 +642,7 @@ def peers() -> list[tuple[Peer, Path]]:
 
 def main() -> None:
     if sys.argv[1:2] == ["--watch"]:
-        asyncio.run(watching(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None))
+        asyncio.run(watching(sys.argv[2], os.environ.get("BENCH_PEERS_TOKEN")))
         return
     print(
         f"runstate and LangGraph's servers: {NODES}-node chain, {ROUNDS} runs a round,"
