@@ -34,8 +34,9 @@ warm-up round):
 - total CPU: client + server + database.
 
 Then the same with a watcher in another process following each run: for runstate
-the graph reports its nodes (``saver.watch``) and the watcher subscribes to the
-thread's task (``Runstate.watch``); for the peers the runner creates the run
+the graph reports its nodes' starts (``saver.watch``: one more request a
+super-step) and the watcher subscribes to the thread's task (``Runstate.watch``,
+a node's ``ended`` read from its step's output); for the peers the runner creates the run
 (streaming its updates and values) and waits on ``/join`` while the watcher joins its stream
 (``GET /threads/{id}/runs/{run_id}/stream``), and a joined stream misses what came
 before it joined: only what the watcher saw is counted. The latency is from a
@@ -336,9 +337,11 @@ class Watcher:
         """Whether the runs it is now told of count (the warm-up's do not)."""
         assert self.process.stdout is not None
         if self.process.stdout.readline().strip() != "ready":
+            self.close()
             raise RuntimeError("the watcher did not start")
 
     def follow(self, thread_id: str, run_id: str = "-") -> None:
+        """Have it follow a run (runstate's: its thread's task, no run id)."""
         assert self.process.stdin is not None
         self.process.stdin.write(f"{thread_id} {run_id} {int(self.counted)}\n")
         self.process.stdin.flush()
@@ -350,6 +353,7 @@ class Watcher:
         return seen
 
     def close(self) -> None:
+        """End it, if it has not ended."""
         if self.process.poll() is None:
             self.process.terminate()
             self.process.wait()
