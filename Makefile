@@ -70,6 +70,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.hostile
 	$(BIN)/python -m bench.langgraph
 	$(BIN)/python -m bench.capacity
+	$(BIN)/python -m bench.peers
 	$(BIN)/python -m bench.lean
 
 lint: $(STAMP)

@@ -1,0 +1,1 @@
+"""The graph bench/peers.py runs on every system, and the peers' configuration files."""
