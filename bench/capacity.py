@@ -9,7 +9,7 @@ then writes the super-steps of a thread of its own, a new checkpoint a request
 (``bench/wrk_graph.lua``), for ``BENCH_CAPACITY_SECONDS``; a super-step counts when
 its answer names the Task (stored). Printed per database: super-steps a second,
 p50 and p99 latency, the server's CPU per super-step (its process, from /proc) and
-PostgreSQL's (every ``postgres`` process), beside the sizing LangGraph publishes
+PostgreSQL's (``bench.peers.database_cpu``), beside the sizing LangGraph publishes
 for its own Agent Server. Run with ``make bench``; never part of ``make test``.
 """
 
@@ -23,8 +23,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.fanout import cpu_seconds, serving
+from bench.fanout import serving
 from bench.langgraph import chain
+from bench.peers import database_cpu
 from bench.wrk import tree_cpu
 from runstate.client import calls
 from runstate.client import documents as doc
@@ -38,20 +39,6 @@ PUBLISHED = (
     "LangGraph's published sizing for its Agent Server: 500 write requests a second"
     " on 15 API servers + 10 queue workers + an 8-CPU PostgreSQL"
 )
-
-
-def postgres_cpu() -> float:
-    """CPU seconds so far of every ``postgres`` process (the server and its backends)."""
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (entry / "comm").read_text().strip() == "postgres":
-                total += cpu_seconds(int(entry.name))
-        except OSError:  # it ended meanwhile
-            continue
-    return total
 
 
 async def captured(url: str, token: str, threads: list[str]) -> str:
@@ -88,6 +75,11 @@ async def captured(url: str, token: str, threads: list[str]) -> str:
     return json.dumps(body)
 
 
+def name_of(database_url: str | None) -> str | None:
+    """The PostgreSQL database a URL names (None for SQLite's)."""
+    return None if database_url is None else database_url.rpartition("/")[2].partition("?")[0]
+
+
 def measure(name: str, database_url: str | None) -> None:
     """One server process on the database, saturated by CONNECTIONS wrk connections."""
     with serving(1, database_url=database_url, RUNSTATE_REQUEST_LOG="off") as served:
@@ -96,7 +88,7 @@ def measure(name: str, database_url: str | None) -> None:
         body = asyncio.run(captured(url, token, threads))
         env = {**os.environ, "BENCH_TASKS": ",".join(threads), "BENCH_TOKEN": token}
         command = ["wrk", "-t", str(CONNECTIONS), "-c", str(CONNECTIONS), "-d", f"{SECONDS}s"]
-        server, database = tree_cpu(pid), postgres_cpu()
+        server, database = tree_cpu(pid), database_cpu(name_of(database_url), redis=False)
         ran = subprocess.run(
             [*command, "-s", str(SCRIPT), url],
             env={**env, "BENCH_BODY": body},
@@ -104,7 +96,8 @@ def measure(name: str, database_url: str | None) -> None:
             text=True,
             check=True,
         )
-        server, database = tree_cpu(pid) - server, postgres_cpu() - database
+        server = tree_cpu(pid) - server
+        database = database_cpu(name_of(database_url), redis=False) - database
     figures = json.loads(ran.stdout.strip().splitlines()[-1])
     stored = figures["stored"]
     beside = f", PostgreSQL {1000 * database / stored:.2f} ms" if database_url else ""
