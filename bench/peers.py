@@ -34,8 +34,8 @@ warm-up round):
 - total CPU: client + server + database.
 
 Then the same with a watcher in another process following each run: for runstate
-the graph reports its nodes' starts (``saver.watch``: one more request a
-super-step) and the watcher subscribes to the thread's task (``Runstate.watch``,
+the graph reports its nodes' starts (``saver.watch``: a chain's go with the
+checkpoint before them, ``nextNodes``) and the watcher subscribes to the thread's task (``Runstate.watch``,
 a node's ``ended`` read from its step's output); for the peers the runner creates the run
 (streaming its updates and values) and waits on ``/join`` while the watcher joins its stream
 (``GET /threads/{id}/runs/{run_id}/stream``), and a joined stream misses what came
