@@ -121,11 +121,8 @@ class _Connection(asyncio.Protocol):
         self.reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        lowered = name.lower()
-        if lowered in (b"content-length", b"transfer-encoding"):
+        if name.lower() in (b"content-length", b"transfer-encoding"):
             self.framed = True
-        elif lowered == b"connection" and value.lower() == b"close":
-            self.reusable = False
 
     def on_headers_complete(self) -> None:
         self.headed = True
@@ -136,7 +133,7 @@ class _Connection(asyncio.Protocol):
         self.body.append(body)
 
     def on_message_complete(self) -> None:
-        if not self.parser.should_keep_alive():
+        if not self.parser.should_keep_alive():  # Connection: close, or HTTP/1.0
             self.reusable = False
         self._finish()
 
