@@ -5,7 +5,10 @@ and the SDK's retry of a 502."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -226,3 +229,33 @@ async def test_the_sdk_sends_a_502_again(serving: Start, monkeypatch: pytest.Mon
         assert await rs.clear_session_items("chat-1") == 3
     first, second = canned.bodies
     assert first == second
+
+
+def test_closing_waits_for_a_connection_a_cancel_closed() -> None:
+    """Guards ``aclose``: a connection closed by a cancelled request (its answer left
+    unread) is waited for too, so that closing the loop right after leaves no socket
+    open (seen in test_sdk as ``ResourceWarning: unclosed transport``)."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        writer.close()
+
+    async def cancel_then_close() -> None:
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/graphql"
+        pool = Connections()
+        sending = asyncio.ensure_future(pool.endpoint(url, {}).post(b"{}", 5))
+        await asyncio.sleep(0.1)
+        sending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sending
+        await pool.aclose()
+        server.close()
+
+    loop = asyncio.new_event_loop()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loop.run_until_complete(cancel_then_close())
+        loop.close()
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []

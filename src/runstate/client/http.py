@@ -179,7 +179,8 @@ class _Origin:
         self.host, self.port = host, port
         self.tls = _tls() if scheme == "https" else None
         self.idle: list[_Connection] = []
-        self.busy: set[_Connection] = set()
+        self.open: set[_Connection] = set()
+        """Every connection whose socket is not yet closed, idle, busy or closing."""
         self.closed = False
 
     async def post(self, message: bytes, within: float) -> Response:
@@ -206,17 +207,16 @@ class _Origin:
         except OSError as error:
             where = f"{self.host}:{self.port}"
             raise ConnectionFailedError(f"cannot connect to {where} ({error})") from error
+        self.open.add(connection)
+        connection.gone.add_done_callback(lambda _: self.open.discard(connection))
         return connection
 
     async def _exchange(self, connection: _Connection, message: bytes) -> Response:
-        self.busy.add(connection)
         try:
             answer = await connection.exchange(message)
         except BaseException:  # a timeout or a cancel leaves the answer unread
             connection.close()
             raise
-        finally:
-            self.busy.discard(connection)
         if connection.reusable and not self.closed:
             self.idle.append(connection)
         else:  # closed by ``aclose`` while it opened, or the server's to close
@@ -224,10 +224,11 @@ class _Origin:
         return answer
 
     async def aclose(self) -> None:
-        """Close every connection, and wait until their sockets are: the loop may
-        close next, which would leave them open."""
+        """Close every connection, and wait until their sockets are, those closed
+        before too (a request cancelled mid-answer): the loop may close next, which
+        would leave them open."""
         self.closed = True
-        connections = [*self.idle, *self.busy]
+        connections = list(self.open)
         self.idle.clear()
         for connection in connections:
             connection.close()
