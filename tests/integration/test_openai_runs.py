@@ -23,7 +23,7 @@ import pytest
 from agents.testing import ScriptedModel, assistant_message
 
 from runstate.client import Runstate
-from runstate.client.calls import _GQL_HTTPX
+from runstate.client.http import Connections
 from runstate.integrations import openai_agents
 from runstate.integrations.openai_agents import RUN_OF, RunstateSession
 from tests.agents.openai_agent import mailer
@@ -200,7 +200,7 @@ async def test_sessions_made_and_never_closed_leave_nothing_behind(
     first = open_session()
     await first.get_items()
     threads, sockets = threading.active_count(), connections_to(port)
-    clients, runstates = alive(_GQL_HTTPX.AsyncClient), alive(Runstate)
+    clients, runstates = alive(Connections), alive(Runstate)
     assert sockets >= 1
     for n in range(200):
         session = RunstateSession(
@@ -210,7 +210,7 @@ async def test_sessions_made_and_never_closed_leave_nothing_behind(
         del session
     assert threading.active_count() == threads
     assert connections_to(port) <= sockets
-    assert (alive(_GQL_HTTPX.AsyncClient), alive(Runstate)) == (clients, runstates)
+    assert (alive(Connections), alive(Runstate)) == (clients, runstates)
     closed = open_session()
     await closed.add_items([{"role": "user", "content": "hi"}])
     await closed.close()

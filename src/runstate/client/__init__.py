@@ -6,7 +6,6 @@ See docs/sdk.md for a complete agent loop.
 """
 
 from runstate.client.api import Runstate
-from runstate.client.calls import Connections
 from runstate.client.exceptions import (
     BudgetExceeded,
     InvalidInput,
@@ -28,6 +27,7 @@ from runstate.client.exceptions import (
     Unauthorized,
     VersionConflict,
 )
+from runstate.client.http import Connections
 from runstate.client.policies import AtEnd, CheckpointPolicy, EveryNSteps, EveryStep, KeyPoints
 from runstate.client.records import (
     Budget,

@@ -1,16 +1,19 @@
-"""``Runstate``: the async SDK client, on the gql GraphQL client library.
+"""``Runstate``: the async SDK client.
 
-Queries and mutations go over HTTP (httpx); ``watch`` follows a task over
-graphql-transport-ws and reconnects by itself, resuming after the last seq it saw.
-A ``Problem`` answer becomes the matching exception of ``runstate.client.exceptions``,
-and so does every other error, over HTTP or a WebSocket: a caller catches
-``RunstateError``, never gql's, httpx's or websockets' exceptions.
+Queries and mutations are POSTs of their JSON through the SDK's own HTTP client
+(``runstate.client.http``: gql's session on httpx cost ten times its CPU per
+request); ``watch`` follows a task over graphql-transport-ws with the gql client
+library and reconnects by itself, resuming after the last seq it saw. A ``Problem``
+answer becomes the matching exception of ``runstate.client.exceptions``, and so
+does every other error, over HTTP or a WebSocket: a caller catches
+``RunstateError``, never the HTTP client's, gql's or websockets' exceptions.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import random
 import uuid
@@ -19,20 +22,10 @@ from functools import cache
 from typing import Any, Self
 from urllib.parse import quote
 
-import gql.transport.httpx as gql_httpx
 from gql import Client, GraphQLRequest
-from gql.client import AsyncClientSession
-from gql.transport.exceptions import (
-    TransportClosed,
-    TransportConnectionFailed,
-    TransportError,
-    TransportProtocolError,
-    TransportQueryError,
-    TransportServerError,
-)
-from gql.transport.httpx import HTTPXAsyncTransport
+from gql.transport.exceptions import TransportError, TransportQueryError
 from gql.transport.websockets import WebsocketsTransport
-from graphql import DocumentNode, ExecutionResult, parse
+from graphql import DocumentNode, parse
 from websockets.exceptions import WebSocketException
 
 from runstate.basics.enums import AdmissionPolicy, SubmissionStatus
@@ -45,6 +38,14 @@ from runstate.client.exceptions import (
     ServerError,
     ServerUnavailable,
     Unauthorized,
+)
+from runstate.client.http import (
+    BrokenAnswerError,
+    ClosedError,
+    ConnectionFailedError,
+    Connections,
+    Endpoint,
+    Response,
 )
 from runstate.client.ids import checked_id
 from runstate.client.records import (
@@ -66,9 +67,10 @@ RATE_LIMIT_WAIT = 60.0
 """The longest a call waits, in all, for the caller's rate limit before it raises."""
 FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 3.0
-_TRANSIENT = (TransportConnectionFailed, TransportProtocolError, TransportServerError, TimeoutError)
-"""The failures after which a request is sent again: no answer, a broken one, a 5xx
-(a 4xx is a ServerError), none within the client's ``timeout`` (TimeoutError)."""
+_TRANSIENT = (ConnectionFailedError, BrokenAnswerError, TimeoutError)
+"""The failures after which a request is sent again: no answer, a broken one (a 5xx
+without a GraphQL body among them: ``_answer``), none within the client's
+``timeout`` (TimeoutError)."""
 
 StepPlan = str | Mapping[str, Any]
 """A step to plan: its action, or ``{"action", "input", "idempotent"}``."""
@@ -83,24 +85,41 @@ TRUSTED = {body: doc.document_id(body) for body in doc.operations().values()}
 """The documents servers register (``web/static/documents.json``), sent by id."""
 
 
-class _ById(GraphQLRequest):
-    """A request naming a trusted document by its id: nothing printed, its text not
-    sent (gql prints the whole document again for every request)."""
+def _body(document: str, variables: dict[str, Any]) -> bytes:
+    """The JSON body that asks ``document``: by its id if servers register it (its
+    text not sent), else its text."""
+    document_id = TRUSTED.get(document)
+    payload = (
+        {"query": document, "variables": variables}
+        if document_id is None
+        else {"documentId": document_id, "variables": variables}
+    )
+    return json.dumps(payload, separators=(",", ":")).encode()
 
-    def __init__(self, document: str, variables: dict[str, Any]) -> None:
-        super().__init__(_parsed(document), variable_values=variables)
-        self.document_id = TRUSTED[document]
 
-    @property
-    def payload(self) -> dict[str, Any]:
-        return {"documentId": self.document_id, "variables": self.variable_values or {}}
+def _answer(response: Response, url: str) -> dict[str, Any]:
+    """The GraphQL answer (``data``, maybe ``errors``) that ``response`` carries,
+    whatever its status (the server answers GraphQL errors with a 200 or a 4xx, as
+    gql took them). Without one: ``_RefusedError`` for a status below 500 that is not a
+    success, ``BrokenAnswerError`` (sent again) for a 5xx or a success."""
+    try:
+        answer = json.loads(response.body)
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and (answer.get("errors") or answer.get("data") is not None):
+        return answer
+    status = f"'{response.status} {response.reason}' for url '{url}'"
+    if response.status >= 500:
+        raise BrokenAnswerError(f"Server error {status}")
+    if response.status >= 300:
+        kind = "Client error" if response.status >= 400 else "Redirect response"
+        raise _RefusedError(f"{kind} {status}")
+    raise BrokenAnswerError(f"not a GraphQL answer: {response.body[:200]!r}")
 
 
-def _request(document: str, variables: dict[str, Any]) -> GraphQLRequest:
-    """The request of ``document``: by id if servers register it, else its text."""
-    if document in TRUSTED:
-        return _ById(document, variables)
-    return GraphQLRequest(_parsed(document), variable_values=variables)
+class _RefusedError(Exception):
+    """An answer outside 2xx and 5xx with no GraphQL body (a proxy's 404, say): its
+    status line, a ``ServerError`` not sent again."""
 
 
 def _plan(step: StepPlan) -> dict[str, Any]:
@@ -125,53 +144,6 @@ def _budget(budget: Mapping[str, int | None] | None) -> dict[str, Any] | None:
     """A budget given as Python names it (``{"max_cost_micros": 4_000_000}``), as
     ``BudgetInput``."""
     return None if budget is None else wire(budget)
-
-
-_GQL_HTTPX = gql_httpx.httpx  # type: ignore[attr-defined]
-"""The HTTP library gql's transport sends with (httpx2 where installed, else httpx):
-it reads the answers and the errors of that library's client, so a pool is one."""
-
-
-class Connections:
-    """One pool of HTTP connections for any number of ``Runstate`` clients, of any
-    tokens (``Runstate(url, token, connections=pool)``): each sends its own token
-    and timeout with each request, and closing one closes no connection. Its owner
-    closes it, once (``await pool.aclose()``). It belongs to the event loop that
-    first sends through it: use it on that loop only."""
-
-    def __init__(self) -> None:
-        self.http = _GQL_HTTPX.AsyncClient()
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
-
-
-class _Borrowing(HTTPXAsyncTransport):
-    """gql's HTTP transport on a pool its owner opened, and closes (``Connections``):
-    this caller's headers (its token) and timeout go with each request."""
-
-    def __init__(
-        self, url: str, connections: Connections, headers: dict[str, str], timeout: float
-    ) -> None:
-        super().__init__(url=url)
-        self._connections = connections
-        self._sent: dict[str, Any] = {"headers": headers, "timeout": timeout}
-
-    async def connect(self) -> None:
-        self.client = self._connections.http
-
-    async def close(self) -> None:
-        self.client = None  # the owner's to close
-
-    async def execute(
-        self,
-        request: GraphQLRequest,
-        *,
-        extra_args: dict[str, Any] | None = None,
-        upload_files: bool = False,
-    ) -> ExecutionResult:
-        sent = {**self._sent, **(extra_args or {})}
-        return await super().execute(request, extra_args=sent, upload_files=upload_files)
 
 
 _BY_CODE = {cls.code: cls for cls in PROBLEMS.values()}
@@ -264,18 +236,12 @@ class Calls:
         self.url = url.rstrip("/")
         self.token = token
         self.retries = retries
-        sent = {**(headers or {}), "Authorization": f"Bearer {token}"}
-        endpoint = f"{self.url}/graphql"
-        transport = (
-            HTTPXAsyncTransport(url=endpoint, headers=sent, timeout=timeout)
-            if connections is None
-            else _Borrowing(endpoint, connections, sent, timeout)
-        )
-        self._client = Client(
-            transport=transport,
-            execute_timeout=timeout,  # gql's own default, 10 s, would cut in first
-        )
-        self._session: AsyncClientSession | None = None
+        self.timeout = timeout
+        self._headers = {**(headers or {}), "Authorization": f"Bearer {token}"}
+        self._connections = connections
+        self._own: Connections | None = None
+        """The connections this client opened on entering, when it borrows none."""
+        self._endpoint: Endpoint | None = None
 
     def dashboard_link(self, task_id: str | None = None, *, signed_in: bool = False) -> str:
         """The dashboard's address, on ``task_id`` if given. ``signed_in`` puts this
@@ -290,22 +256,27 @@ class Calls:
         return f"{self.url}/" + (f"#{'&'.join(fragment)}" if fragment else "")
 
     async def __aenter__(self) -> Self:
-        self._session = await self._client.connect_async()  # type: ignore[no-untyped-call]
+        connections = self._connections
+        if connections is None:
+            connections = self._own = Connections()
+        self._endpoint = connections.endpoint(f"{self.url}/graphql", self._headers)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._client.close_async()  # type: ignore[no-untyped-call]
-        self._session = None
+        self._endpoint = None
+        own, self._own = self._own, None
+        if own is not None:
+            await own.aclose()
 
     async def _call(self, document: str, name: str, **variables: Any) -> dict[str, Any]:
         """One operation's answer, or the exception of its Problem; a RateLimited
         answer (the Problem, or the 429 a request gets when its budget cannot pay its
         first point) is waited out and the request sent again."""
-        request = _request(document, variables)
+        body = _body(document, variables)
         waited = 0.0
         while True:
             try:
-                data: dict[str, Any] = (await self._send(request, name))[name]
+                data: dict[str, Any] = (await self._send(body, name))[name]
                 problem = PROBLEMS.get(data["__typename"])
                 if problem is not None:
                     raise problem(data)
@@ -315,27 +286,27 @@ class Calls:
                     raise
                 waited += await _pause(name, refused.retry_after)
 
-    async def _send(self, request: GraphQLRequest, name: str) -> dict[str, Any]:
-        """One request; a transport failure (no answer, a broken one, a 5xx, a
-        timeout) is tried again after a jittered, growing pause, up to ``retries``
-        times in all, then raised as ``ServerUnavailable``. An answer with GraphQL
-        ``errors`` raises what ``_refusal`` makes of them (a refused token is
-        ``Unauthorized``), and a 4xx without a GraphQL body a ``ServerError``."""
-        session = self._session
-        if session is None:
+    async def _send(self, body: bytes, name: str) -> dict[str, Any]:
+        """One request's ``data``; a transport failure (no answer, a broken one, a
+        5xx, a timeout) is tried again after a jittered, growing pause, up to
+        ``retries`` times in all, then raised as ``ServerUnavailable``. An answer
+        with GraphQL ``errors`` raises what ``_refusal`` makes of them (a refused
+        token is ``Unauthorized``), and a 4xx without a GraphQL body a
+        ``ServerError``."""
+        if self._endpoint is None:
             raise RunstateError("use Runstate as `async with Runstate(url, token) as rs:`")
         for attempt in itertools.count(1):
+            endpoint = self._endpoint
             try:
-                answer = await session.execute(request)
+                if endpoint is None:  # closed while a retry waited
+                    raise ClosedError
+                answer = _answer(await endpoint.post(body, self.timeout), endpoint.url)
                 break
-            except TransportQueryError as error:
-                raise _refusal(self.url, name, _errors(error)) from None
-            except TransportClosed:  # closed while a retry waited
+            except ClosedError:
                 raise RunstateError(f"{name} was not sent: this Runstate was closed") from None
+            except _RefusedError as refused:
+                raise ServerError(name, [{"message": str(refused)}]) from None
             except _TRANSIENT as error:
-                if isinstance(error, TransportServerError) and (error.code or 500) < 500:
-                    refusal = str(error).splitlines()[0]  # httpx's "Client error '404 ...'"
-                    raise ServerError(name, [{"message": refusal}]) from error
                 if attempt >= self.retries:
                     raise ServerUnavailable(
                         f"{self.url} did not answer {name} ({error}), {attempt} tries"
@@ -343,7 +314,11 @@ class Calls:
                 pause = random.uniform(0, min(MAX_BACKOFF, FIRST_BACKOFF * 2**attempt))
                 log.info("%s failed (%s); trying again in %.2fs", name, error, pause)
                 await asyncio.sleep(pause)
-        return answer
+        errors = answer.get("errors")
+        if errors:
+            raise _refusal(self.url, name, errors)
+        data: dict[str, Any] = answer["data"]
+        return data
 
     async def _mutate(
         self, document: str, name: str, idempotency_key: str | None = None, **input: Any
