@@ -4,6 +4,7 @@ in order, while the next step runs; a step that is not idempotent waits for them
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import signal
@@ -53,10 +54,11 @@ async def step_log(rs: Runstate, task_id: str) -> list[tuple[str, int | None]]:
     """The task's events as (kind, step index), in order."""
     head = await rs.task(task_id)
     log: list[tuple[str, int | None]] = []
-    async for event in rs.watch(task_id, after_seq=0):
-        log.append((event.kind, event.step_index))
-        if event.seq == head.event_seq:
-            return log
+    async with contextlib.aclosing(rs.watch(task_id, after_seq=0).__aiter__()) as watched:
+        async for event in watched:
+            log.append((event.kind, event.step_index))
+            if event.seq == head.event_seq:
+                return log
     raise AssertionError("the watch ended early")
 
 

@@ -78,10 +78,12 @@ async def new_task(rs: Runstate, steps: int = STEPS, **plan: bool) -> str:
 async def kinds(rs: Runstate, task_id: str) -> Counter[str]:
     task = await rs.task(task_id)
     events: list[Event] = []
-    async for event in rs.watch(task_id, after_seq=0):
-        events.append(event)
-        if event.seq == task.event_seq:
-            break
+    # Closed as it is left: a generator left open keeps its socket until collected.
+    async with contextlib.aclosing(rs.watch(task_id, after_seq=0).__aiter__()) as watched:
+        async for event in watched:
+            events.append(event)
+            if event.seq == task.event_seq:
+                break
     return Counter(e.kind for e in events)
 
 
@@ -373,10 +375,11 @@ async def events_of(rs: Runstate, task_id: str) -> list[Event]:
     """The task's whole log, through watch(after_seq=0)."""
     last = (await rs.task(task_id)).event_seq
     found: list[Event] = []
-    async for event in rs.watch(task_id, after_seq=0):
-        found.append(event)
-        if event.seq == last:
-            return found
+    async with contextlib.aclosing(rs.watch(task_id, after_seq=0).__aiter__()) as watched:
+        async for event in watched:
+            found.append(event)
+            if event.seq == last:
+                return found
     return found
 
 
