@@ -35,13 +35,14 @@ warm-up round):
 
 Then the same with a watcher in another process following each run: for runstate
 the graph reports its nodes' starts (``saver.watch``: a chain's go with the
-checkpoint before them, ``nextNodes``) and the watcher subscribes to the thread's task (``Runstate.watch``,
-a node's ``ended`` read from its step's output); for the peers the runner creates the run
-(streaming its updates and values) and waits on ``/join`` while the watcher joins its stream
-(``GET /threads/{id}/runs/{run_id}/stream``), and a joined stream misses what came
-before it joined: only what the watcher saw is counted. The latency is from a
-node's ``ended`` to the watcher's receipt; runstate's watcher sees a node's output
-once its checkpoint is committed, the peers stream an update before or while its
+checkpoint before them, ``nextNodes``) and the watcher subscribes to the thread's
+task (``Runstate.watch``, a node's ``ended`` read from its step's output); for the
+peers the runner creates the run (streaming its updates and values) and waits on
+``/join`` while the watcher joins its stream (``GET
+/threads/{id}/runs/{run_id}/stream``), and a joined stream misses what came before
+it joined: only what the watcher saw is counted. The latency is from a node's
+``ended`` to the watcher's receipt; runstate's watcher sees a node's output once
+its checkpoint is committed, the peers stream an update before or while its
 checkpoint is written.
 
 PostgreSQL and Redis are shared with whatever else runs on the machine, and the
