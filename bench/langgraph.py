@@ -11,9 +11,11 @@ run's time less the bare run's, over the super-steps run:
 - ``RunstateSaver`` against ``runstate serve`` on SQLite, and on PostgreSQL (a
   fresh database of the same server), with the server process's CPU per
   super-step (from /proc) beside; on SQLite once more with the lean path off
-  (``RUNSTATE_LEAN=false``: trusted writes run the standard path), and on
-  PostgreSQL once more with the graph watched (``saver.watch``: each node's start
-  shown, one more request a super-step).
+  (``RUNSTATE_LEAN=false``: trusted writes run the standard path), once with no
+  request log line (``RUNSTATE_REQUEST_LOG=off``), and watched (``saver.watch``:
+  each node's start shown, going with the checkpoint before it), beside the same
+  watched graph sending each start in a request of its own (as it did before);
+  on PostgreSQL once more watched.
 
 Run with ``make bench``; never part of ``make test``.
 """
@@ -88,6 +90,14 @@ class Watched(RunstateSaver):
     """A RunstateSaver whose graphs ``run`` watches."""
 
 
+class WatchedAlone(Watched):
+    """A watched saver that sends each node's start in a request of its own, as
+    before the starts went with the checkpoint before them (the A of that A/B)."""
+
+    def _next_nodes(self, *_: Any) -> list[str]:
+        return []
+
+
 @asynccontextmanager
 async def sqlite_saver(path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
     async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
@@ -136,6 +146,9 @@ def main() -> None:
             serving(1, RUNSTATE_LEAN="false")
         )
         (pg_url,), pg_token, (pg_pid,) = stack.enter_context(serving(1, database_url=runstate_pg))
+        (quiet_url,), quiet_token, (quiet_pid,) = stack.enter_context(
+            serving(1, RUNSTATE_REQUEST_LOG="off")
+        )
 
         async def rounds() -> dict[str, float]:
             await run(None)
@@ -151,6 +164,24 @@ def main() -> None:
                 "runstate_sqlite": await measure(
                     "RunstateSaver, runstate serve on SQLite",
                     RunstateSaver.from_url(sqlite_url, token),
+                    bare,
+                    sqlite_pid,
+                ),
+                "runstate_quiet": await measure(
+                    "the same, no request log line (RUNSTATE_REQUEST_LOG=off)",
+                    RunstateSaver.from_url(quiet_url, quiet_token),
+                    bare,
+                    quiet_pid,
+                ),
+                "watched_sqlite": await measure(
+                    "RunstateSaver watched (starts shown), on SQLite",
+                    Watched.from_url(sqlite_url, token),
+                    bare,
+                    sqlite_pid,
+                ),
+                "watched_alone": await measure(
+                    "the same, each start in a request of its own",
+                    WatchedAlone.from_url(sqlite_url, token),
                     bare,
                     sqlite_pid,
                 ),
