@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.langgraph
 	$(BIN)/python -m bench.capacity
 	$(BIN)/python -m bench.peers
+	$(BIN)/python -m bench.sdk_http
 	$(BIN)/python -m bench.lean
 
 lint: $(STAMP)
