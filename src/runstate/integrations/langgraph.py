@@ -873,13 +873,13 @@ class RunstateSaver(BaseCheckpointSaver[str]):
         step = metadata.get("step")
         if not self._runs.get(thread_id) or not isinstance(step, int):
             return []
+        if self._reached.get((thread_id, namespace), -1) > step:
+            return []
         names = sorted(
             channel.removeprefix(BRANCH)
             for channel in new_versions
             if channel.startswith(BRANCH) and channel in values
         )
-        if self._reached.get((thread_id, namespace), -1) > step:
-            return []
         self._expected.update((thread_id, namespace, name, step + 1) for name in names)
         return names
 

@@ -199,12 +199,11 @@ async def put_checkpoint(
         new = await _inserted(draft.conn, inserts)
         wrote = wrote or new["writes"] is not None
         stored += (new["writes"] or 0) + (new["blobs"] or 0) + (new["checkpoint"] or 0)
-        shown = await nodes.record(draft, runs) if runs and wrote else None
+        # The nodes' ends, then the starts a new checkpoint shows: one read of their rows.
+        reported = [*(runs if wrote else ()), *(starts if new["checkpoint"] is not None else ())]
+        shown = await nodes.record(draft, reported) if reported else None
         if new["checkpoint"] is None:
             stored += await _replaced(draft, made, nothing_new=new["blobs"] is None and not wrote)
-        elif starts:
-            started = await nodes.record(draft, starts)
-            shown = min((p for p in (shown, started) if p is not None), default=None)
         draft.stored = stored
         return Change(TaskEventKind.GRAPH_CHECKPOINT, step_index=shown)
 

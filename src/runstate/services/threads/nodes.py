@@ -95,6 +95,11 @@ EXPECTED = "next:"
 ids are hexadecimal or UUIDs, never this."""
 
 
+def _expected_key(name: str) -> str:
+    """The key of the node ``name``'s expected start, until its own report takes it."""
+    return f"{EXPECTED}{name}"
+
+
 def expected(
     limits: ContentLimits, namespace: str, metadata: Any, names: Sequence[str]
 ) -> list[NodeRun]:
@@ -107,7 +112,7 @@ def expected(
     step = metadata.get("step") if isinstance(metadata, dict) else None
     super_step = step + 1 if isinstance(step, int) and not isinstance(step, bool) else None
     return [
-        NodeRun(namespace, f"{EXPECTED}{name}", name, N.RUNNING, super_step).checked(
+        NodeRun(namespace, _expected_key(name), name, N.RUNNING, super_step).checked(
             limits, f"nextNodes[{i}]"
         )
         for i, name in enumerate(names)
@@ -178,7 +183,7 @@ def _adopted(held: dict[tuple[str, str], GraphNode], run: NodeRun) -> GraphNode 
     task id (``record`` updates its row); None when none waits."""
     if run.task_key.startswith(EXPECTED):
         return None
-    waiting = held.get((run.namespace, f"{EXPECTED}{run.name}"))
+    waiting = held.get((run.namespace, _expected_key(run.name)))
     if waiting is None or waiting.id is None:
         return None
     del held[(run.namespace, waiting.task_key)]
@@ -191,7 +196,7 @@ async def _nodes(draft: Draft, runs: Sequence[NodeRun]) -> dict[tuple[str, str],
     """The stored nodes the runs name, by (namespace, task key), with the expected
     starts of their nodes: one indexed read (in SQL: through the ORM it cost more
     than the statement)."""
-    keys = sorted({r.task_key for r in runs} | {f"{EXPECTED}{r.name}" for r in runs})
+    keys = sorted({r.task_key for r in runs} | {_expected_key(r.name) for r in runs})
     rows = await sql.fetch(
         draft.conn,
         f'SELECT {sql.names(_FIELDS)} FROM "graph_nodes"'
