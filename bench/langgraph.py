@@ -10,7 +10,8 @@ run's time less the bare run's, over the super-steps run:
   on the machine's PostgreSQL (a fresh database), in this process;
 - ``RunstateSaver`` against ``runstate serve`` on SQLite, and on PostgreSQL (a
   fresh database of the same server), with the server process's CPU per
-  super-step (from /proc) beside; on SQLite once more with the lean path off
+  super-step (from /proc) beside; on SQLite once more making each new thread
+  apart from its first checkpoint (as before ``newThread``), with the lean path off
   (``RUNSTATE_LEAN=false``: trusted writes run the standard path), once with no
   request log line (``RUNSTATE_REQUEST_LOG=off``), and watched (``saver.watch``:
   each node's start shown, going with the checkpoint before it), beside the same
@@ -98,6 +99,15 @@ class WatchedAlone(Watched):
         return []
 
 
+class MadeApart(RunstateSaver):
+    """A saver that makes a new thread apart from its first checkpoint: a refused
+    checkpoint, a ``startSession`` and a ``createTask`` before it is sent again, as
+    before ``newThread`` (the A of that A/B)."""
+
+    def _new_thread(self, thread_id: str) -> dict[str, Any] | None:
+        return None
+
+
 @asynccontextmanager
 async def sqlite_saver(path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
     async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
@@ -164,6 +174,12 @@ def main() -> None:
                 "runstate_sqlite": await measure(
                     "RunstateSaver, runstate serve on SQLite",
                     RunstateSaver.from_url(sqlite_url, token),
+                    bare,
+                    sqlite_pid,
+                ),
+                "made_apart": await measure(
+                    "the same, a new thread made apart from its first checkpoint",
+                    MadeApart.from_url(sqlite_url, token),
                     bare,
                     sqlite_pid,
                 ),

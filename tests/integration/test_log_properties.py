@@ -1054,7 +1054,22 @@ class LogMachine(RuleBasedStateMachine):
         data=st.data(), checkpoint=st.sampled_from(["c1", "c2"]), value=st.sampled_from(["1", "2"])
     )
     def put_graph_checkpoint(self, data: st.DataObject, checkpoint: str, value: str) -> None:
-        task_id = self.task(data)
+        """A checkpoint of a known thread, or of a new one, with or without
+        ``newThread`` (in a known session or a new one, or with a goal refused)."""
+        fresh = data.draw(st.integers(0, 4), label="a new thread") == 0
+        task_id = self.new_id("g") if fresh else self.task(data)
+        new_thread = data.draw(
+            st.one_of(
+                st.none(),
+                st.fixed_dictionaries(
+                    {
+                        "sessionId": st.sampled_from([self.session(data), self.new_id("s")]),
+                        "goal": st.sampled_from(["a graph", "a graph", " "]),
+                    }
+                ),
+            ),
+            label="new thread",
+        )
         run = data.draw(st.sampled_from(["r1", "r2"]), label="run")
         self.send(
             data,
@@ -1068,6 +1083,7 @@ class LogMachine(RuleBasedStateMachine):
             channelVersions={"a": value},
             channels=[{"channel": "a", "version": value, "type": "json", "payload": _blob(value)}],
             fencingToken=self.token(data, task_id),
+            newThread=new_thread,
         )
 
     @rule(data=st.data(), idx=st.sampled_from([0, 1, -1]), value=st.sampled_from(["x", "y"]))

@@ -139,6 +139,11 @@ class _Held:
     its way (LangGraph sends the next one only after it)."""
 
 
+def _goal(thread_id: str) -> str:
+    """The goal of a thread's task, as the dashboard lists it."""
+    return f"LangGraph thread {thread_id}"
+
+
 def _thread_id(configurable: dict[str, Any]) -> str:
     """The config's ``thread_id``, the id of the thread's task: checked before
     anything is sent (``client.ids``)."""
@@ -783,10 +788,22 @@ class RunstateSaver(BaseCheckpointSaver[str]):
 
     async def _create(self, thread_id: str) -> None:
         await self._client.start_session(self.session_id, ttl_seconds=self.session_ttl)
-        await self._client.create_task(
-            self.session_id, f"LangGraph thread {thread_id}", [], id=thread_id
-        )
+        await self._client.create_task(self.session_id, _goal(thread_id), [], id=thread_id)
         self._threads.add(thread_id)
+
+    def _new_thread(self, thread_id: str) -> dict[str, Any] | None:
+        """What a checkpoint of a thread not known to exist carries so that the
+        server makes its task (and the session) first (``newThread``): a new
+        thread's first checkpoint is one request, not a refusal, a ``startSession``
+        and a ``createTask`` before it is sent again. None for a known thread, and
+        with a holder, whose lease is taken on the task before the first write."""
+        if thread_id in self._threads or self.holder is not None:
+            return None
+        return {
+            "sessionId": self.session_id,
+            "goal": _goal(thread_id),
+            "sessionTtlSeconds": self.session_ttl,
+        }
 
     async def _written(self, thread_id: str, write: Any) -> None:
         """``write()``, after creating the thread's task when it is missing."""
@@ -838,7 +855,9 @@ class RunstateSaver(BaseCheckpointSaver[str]):
                 channels=channels,
                 writes=held.groups if held else None,
                 nextNodes=next_nodes or None,
+                newThread=self._new_thread(thread_id),
             )
+            self._threads.add(thread_id)
 
         try:
             await self._settled(held, self._written(thread_id, write))

@@ -362,6 +362,11 @@ class Mutation:
             "channel_versions": lambda _, input: input.versions(),
             "channels": lambda _, input: input.values(),
             "held": lambda _, input: input.held(),
+            "new_thread": lambda info, input: (
+                None
+                if input.new_thread is None
+                else input.new_thread.thread(info.context.settings.session_ttl)
+            ),
         },
         reads=("type", "payload", "writes"),
         description=(

@@ -29,6 +29,7 @@ from runstate.services.threads.checkpoints import (
     ChannelValue,
     CheckpointPage,
     CheckpointView,
+    NewThread,
     PendingWrite,
     TaskWrites,
 )
@@ -224,6 +225,29 @@ class GraphTaskWritesInput:
 
 @strawberry.input(
     description=(
+        "The thread's task to make when it does not exist yet "
+        "(`PutGraphCheckpointInput.newThread`)."
+    )
+)
+class NewGraphThreadInput:
+    session_id: strawberry.ID = strawberry.field(
+        description="The session the task goes in: started now when it does not exist."
+    )
+    goal: str = strawberry.field(description="The task's goal, as createTask takes it.")
+    session_ttl_seconds: int | None = strawberry.field(
+        default=None,
+        description=(
+            "A session started now idles at most this long; the server default when omitted."
+        ),
+    )
+
+    def thread(self, default_ttl: int) -> NewThread:
+        ttl = default_ttl if self.session_ttl_seconds is None else self.session_ttl_seconds
+        return NewThread(self.session_id, self.goal, ttl)
+
+
+@strawberry.input(
+    description=(
         "Store a checkpoint in the thread's task, with the channel values it changed "
         "(a value already stored at its version is kept)."
     )
@@ -253,6 +277,16 @@ class PutGraphCheckpointInput:
             "shown RUNNING with it, so that their starts cost no request: each node's "
             "first report under its LangGraph task id takes the step. Recorded only "
             "with a checkpoint new to the thread."
+        ),
+    )
+    new_thread: NewGraphThreadInput | None = strawberry.field(
+        default=None,
+        description=(
+            "When the thread's task does not exist: make it first (its session too, "
+            "when missing), as startSession and createTask would, then store the "
+            "checkpoint, so that a new thread's first checkpoint is one request. Its "
+            "TASK_CREATED event comes before the GRAPH_CHECKPOINT. Ignored when the "
+            "task exists."
         ),
     )
     fencing_token: int | None = None

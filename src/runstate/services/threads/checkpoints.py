@@ -12,7 +12,7 @@ task's and the user's quotas.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,7 +31,7 @@ from runstate.models import (
     GraphWrite,
     Task,
 )
-from runstate.services.actions import tasks
+from runstate.services.actions import sessions, tasks
 from runstate.services.domain import quota, validation
 from runstate.services.domain.errors import InvalidInputError, NotFoundError
 from runstate.services.domain.views import TaskView, Written
@@ -82,6 +82,34 @@ class TaskWrites:
 
     writes: Sequence[PendingWrite]
     node: NodeRun | None = None
+
+
+_NEW_THREAD_FIELDS = {"ttlSeconds": "sessionTtlSeconds"}
+"""``newThread``'s names of what the session's and the task's checks name otherwise."""
+
+
+@dataclass(frozen=True)
+class NewThread:
+    """How a thread missing at its first checkpoint is made: its task, with
+    ``goal``, in session ``session_id``, the session started with ``ttl_seconds``
+    of idle life when it is missing too (as ``startSession`` and ``createTask``)."""
+
+    session_id: str
+    goal: str
+    ttl_seconds: int
+
+    def checked(self, limits: validation.ContentLimits) -> NewThread:
+        """Refused (InvalidInput on ``newThread.<field>``) before anything is
+        written, as the writes that would make the thread refuse it."""
+        try:
+            validation.object_id(self.session_id, "sessionId")
+            validation.ttl_seconds(self.ttl_seconds, self.ttl_seconds)
+            limits.goal(self.goal)
+        except InvalidInputError as refused:
+            message = str(refused).removeprefix(f"{refused.field}: ")
+            field = _NEW_THREAD_FIELDS.get(refused.field, refused.field)
+            raise InvalidInputError(f"newThread.{field}", message) from None
+        return self
 
 
 @dataclass(frozen=True)
@@ -149,6 +177,7 @@ async def put_checkpoint(
     held: Sequence[TaskWrites] = (),
     next_nodes: Sequence[str] = (),
     fencing_token: int | None = None,
+    new_thread: NewThread | None = None,
 ) -> Written[TaskView]:
     """Store a checkpoint and the channel values it changed (GRAPH_CHECKPOINT).
 
@@ -164,7 +193,13 @@ async def put_checkpoint(
 
     ``next_nodes``: the nodes the checkpoint's super-step starts (a watched graph's),
     shown RUNNING with it, so that a node's start costs no request of its own
-    (``nodes.expected``); stored only with a checkpoint new to the thread."""
+    (``nodes.expected``); stored only with a checkpoint new to the thread.
+
+    ``new_thread``: when the thread's task does not exist, it is made first
+    (``NewThread``), its events published before the checkpoint's: a new thread's
+    first checkpoint costs one request, not a refusal and two writes more."""
+    if new_thread is not None:
+        new_thread.checked(house.limits)
     _text(namespace, "namespace", GRAPH_NAMESPACE_LENGTH, empty=True)
     _text(checkpoint_id, "checkpointId", ID_LENGTH)
     if parent_id is not None:
@@ -207,7 +242,31 @@ async def put_checkpoint(
         draft.stored = stored
         return Change(TaskEventKind.GRAPH_CHECKPOINT, step_index=shown)
 
-    return await nodes.write_thread(house, user_id, task_id, apply, fencing_token, progress=True)
+    def put() -> Awaitable[Written[TaskView]]:
+        return nodes.write_thread(house, user_id, task_id, apply, fencing_token, progress=True)
+
+    try:
+        return await put()
+    except NotFoundError as missing:
+        if new_thread is None or missing.id != task_id:
+            raise
+    made = await _made(house, user_id, task_id, new_thread)
+    return (await put()).after(made)
+
+
+async def _made(house: House, user_id: str, task_id: str, thread: NewThread) -> Written[TaskView]:
+    """A missing thread's task made as ``thread`` says (its session too, unless it
+    exists); a task made meanwhile by another write is answered as it is."""
+    await sessions.start_session(
+        house,
+        user_id,
+        default_ttl=thread.ttl_seconds,
+        session_id=thread.session_id,
+        ttl_seconds=thread.ttl_seconds,
+    )
+    return await tasks.create_task(
+        house, user_id, thread.session_id, goal=thread.goal, steps=(), task_id=task_id
+    )
 
 
 def _versions_size(channel_versions: Mapping[str, str]) -> int:
