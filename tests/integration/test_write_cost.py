@@ -29,19 +29,22 @@ from runstate.storage.clock import utcnow
 from tests.support import opened, postgres_database
 
 USER = "counter"
-SINGLE = [
-    "BEGIN",
+BEGUN = ["PRAGMA busy_timeout=0", "BEGIN IMMEDIATE", "PRAGMA busy_timeout=30000"]
+"""How a transaction begins on SQLite (``storage.sqlite``): the write lock taken
+on the loop's thread if it is free now, never waiting for it there."""
+WRITE = [
     "UPDATE tasks SET",
     "UPDATE steps SET",
     "INSERT INTO step_versions",
     "UPDATE tasks SET",
     "INSERT INTO task_events",
     "UPDATE user_usage SET",
-    "COMMIT",
 ]
-"""The statements of a single-step write, in order (the SQLite test's docstring
-says what each is for)."""
-SPENT_SINGLE = [*SINGLE[:5], "UPDATE sessions SET", *SINGLE[5:]]
+"""The statements of a single-step write inside its transaction, in order (the
+SQLite test's docstring says what each is for)."""
+SINGLE = [*BEGUN, *WRITE, "COMMIT"]
+"""A single-step write's transaction on SQLite."""
+SPENT_SINGLE = [*BEGUN, *WRITE[:4], "UPDATE sessions SET", *WRITE[4:], "COMMIT"]
 """A single-step write reporting spend: the session's running totals raised after
 the task's row (``spend.added_to_session``)."""
 STEPS = 1000
@@ -515,7 +518,7 @@ async def test_a_step_write_on_postgresql_is_as_many_statements_as_on_sqlite(
             version = view.value.version
             found.append(statements.kinds())
             (tail,) = [s for s in statements.seen if s.startswith("WITH")]
-            assert inner_kinds(tail) == SINGLE[2:-1]
+            assert inner_kinds(tail) == WRITE[1:]
     assert found == [["BEGIN", "UPDATE tasks SET", "WITH _0 AS", "COMMIT"]] * 4
 
 
@@ -537,7 +540,7 @@ async def test_a_write_with_spend_on_postgresql_is_the_same_round_trips(
     for logged in found:
         assert logged.kinds() == ["BEGIN", "UPDATE tasks SET", "WITH _0 AS", "COMMIT"]
         (tail,) = [s for s in logged.seen if s.startswith("WITH")]
-        assert inner_kinds(tail) == SPENT_SINGLE[2:-1]
+        assert inner_kinds(tail) == SPENT_SINGLE[len(BEGUN) + 1 : -1]
 
 
 def inner_kinds(joined: str) -> list[str]:
@@ -593,9 +596,9 @@ async def test_a_keyed_write_is_three_statements_more(
     async with Statements() as statements:
         await idempotency.once(house, call, 3600, TaskView, start)
     assert statements.kinds() == [
-        "BEGIN",
+        *BEGUN,
         "INSERT INTO idempotency_keys",
-        *SINGLE[1:-1],
+        *WRITE,
         "UPDATE idempotency_keys SET",
         "UPDATE user_usage SET",
         "COMMIT",
@@ -658,7 +661,7 @@ async def super_step(
 
 
 SUPER_STEP = [
-    "BEGIN",
+    *BEGUN,
     "UPDATE tasks SET",
     "INSERT INTO graph_writes",
     "INSERT INTO graph_blobs",

@@ -35,7 +35,8 @@ def tortoise_config(database_url: str) -> dict[str, Any]:
     if urlsplit(database_url).scheme in _POSTGRES:
         connection: str | dict[str, Any] = _postgres_connection(database_url)
     else:
-        connection = _with_sqlite_pragmas(database_url)
+        connection = expand_db_url(_with_sqlite_pragmas(database_url))
+        connection["engine"] = "runstate.storage.sqlite"
     return {
         "connections": {"default": connection},
         "apps": {

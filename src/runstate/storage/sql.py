@@ -84,12 +84,14 @@ async def run_all(conn: BaseDBAsyncClient, statements: Sequence[Statement]) -> l
     """Run ``statements`` (``?`` placeholders); the rows of the last. They must not
     read one another's changes (a write's tail: rows built from values in hand).
 
-    On SQLite all of them go to SQLite's thread in one trip, in order: a statement
-    a trip, a write held the one connection across nine of them, each waiting its
-    turn on the busy event loop. On PostgreSQL they go as one statement, all but
-    the last as data-modifying WITH queries of the last (``joined``): one round
-    trip to the server instead of one each, and each of those a send that wakes a
-    server process. Errors are Tortoise's, as one statement at a time raises them."""
+    On SQLite all of them run in one call, in order (inside a transaction on the
+    loop's own thread, ``storage.sqlite``; outside one, a single trip to SQLite's
+    thread): a statement a trip, a write held the one connection across nine of
+    them, each waiting its turn on the busy event loop. On PostgreSQL they go as
+    one statement, all but the last as data-modifying WITH queries of the last
+    (``joined``): one round trip to the server instead of one each, and each of
+    those a send that wakes a server process. Errors are Tortoise's, as one
+    statement at a time raises them."""
     if not statements:
         return []
     if conn.capabilities.dialect != "sqlite":
@@ -106,8 +108,9 @@ async def _in_sqlite_thread(
     run: Callable[[sqlite3.Connection, Sequence[Statement]], T],
     statements: Sequence[Statement],
 ) -> T:
-    """``run(db, statements)`` in SQLite's thread, in one trip, its errors raised
-    as Tortoise raises them for one statement at a time."""
+    """``run(db, statements)`` in one call where the connection runs its statements
+    (a transaction's: the loop's thread; else SQLite's, in one trip), its errors
+    raised as Tortoise raises them for one statement at a time."""
     async with conn.acquire_connection() as raw:
         try:
             done: T = await raw._execute(run, raw._conn, statements)
@@ -119,7 +122,7 @@ async def _in_sqlite_thread(
 
 
 def _executed(db: sqlite3.Connection, statement: Statement) -> list[Any]:
-    """One statement's rows, in SQLite's thread (a NUL in its text written as
+    """One statement's rows, where the connection runs it (a NUL in its text written as
     ``CHAR(0)``, which SQLite's parser would take for the text's end)."""
     text, params = statement
     return db.execute(text.replace("\x00", "'||CHAR(0)||'"), list(params)).fetchall()
@@ -129,7 +132,7 @@ async def stored_each(conn: BaseDBAsyncClient, inserts: Sequence[Statement]) -> 
     """Run ``INSERT ... RETURNING "stored_bytes"`` statements together: the bytes
     each stored (None: it stored no row, every row's key being held already).
 
-    On SQLite they go to SQLite's thread in one trip; on PostgreSQL as one
+    On SQLite they run in one call (``run_all``'s); on PostgreSQL as one
     statement, each a data-modifying WITH query whose rows a ``UNION ALL`` reads
     back by its position. As ``run_all``'s, they must not read one another's
     changes: inserts into different tables, or of different keys."""
@@ -151,7 +154,7 @@ async def stored_each(conn: BaseDBAsyncClient, inserts: Sequence[Statement]) -> 
 
 
 def _stored_each(db: sqlite3.Connection, inserts: Sequence[Statement]) -> list[int | None]:
-    """``stored_each`` in SQLite's thread."""
+    """``stored_each`` where the connection runs it."""
     stored: list[int | None] = []
     for insert in inserts:
         rows = _executed(db, insert)
@@ -185,7 +188,7 @@ def joined(statements: Sequence[Statement]) -> Statement:
 
 
 def _run_all(db: sqlite3.Connection, statements: Sequence[Statement]) -> list[dict[str, Any]]:
-    """``run_all`` in SQLite's thread."""
+    """``run_all`` where the connection runs it."""
     rows: list[Any] = []
     for statement in statements:
         rows = _executed(db, statement)

@@ -1,7 +1,7 @@
 """Group commit: on SQLite, task writes that arrive together share one transaction.
 
 SQLite gives a process one connection, and a write holds it from BEGIN to COMMIT
-across its round trips to SQLite's thread; each also pays its own COMMIT, an
+(its statements on the loop's thread, ``storage.sqlite``); each also pays its own COMMIT, an
 fsync of the write-ahead log under ``synchronous=FULL`` (about 370 us of the
 650 us of database time a write takes). So sixteen clients queue one transaction
 at a time. Here the writes that are waiting when the connection comes free go in
