@@ -73,12 +73,18 @@ def test_numbers_past_the_api_int_are_refused() -> None:
 
 
 def test_sqlite_waits_for_other_writers_and_caches_64_mib() -> None:
-    """Guards ``db.SQLITE_PRAGMAS``: added unless the URL sets them itself; and a
-    PostgreSQL URL goes to runstate's engine (``runstate.storage.postgres``)."""
-    url = tortoise_config("sqlite://x.db")["connections"]["default"]
-    assert url == "sqlite://x.db?busy_timeout=30000&cache_size=-65536"
-    url = tortoise_config("sqlite://x.db?cache_size=-2000")["connections"]["default"]
-    assert url == "sqlite://x.db?cache_size=-2000&busy_timeout=30000"
+    """Guards ``db.SQLITE_PRAGMAS``: added unless the URL sets them itself; a SQLite
+    URL goes to runstate's SQLite engine (``runstate.storage.sqlite``) and a
+    PostgreSQL URL to its PostgreSQL one (``runstate.storage.postgres``)."""
+    sqlite = tortoise_config("sqlite://x.db")["connections"]["default"]
+    assert sqlite["engine"] == "runstate.storage.sqlite"
+    pragmas = {k: sqlite["credentials"][k] for k in ("file_path", "busy_timeout", "cache_size")}
+    assert pragmas == {"file_path": "x.db", "busy_timeout": "30000", "cache_size": "-65536"}
+    sqlite = tortoise_config("sqlite://x.db?cache_size=-2000")["connections"]["default"]
+    assert (sqlite["credentials"]["cache_size"], sqlite["credentials"]["busy_timeout"]) == (
+        "-2000",
+        "30000",
+    )
     postgres = tortoise_config("postgres://h/db")["connections"]["default"]
     assert postgres["engine"] == "runstate.storage.postgres"
     assert (postgres["credentials"]["host"], postgres["credentials"]["database"]) == ("h", "db")

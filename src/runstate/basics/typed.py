@@ -5,6 +5,7 @@ GraphQL's camelCase). Shared by ``services.domain.views`` and ``client.models``.
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Callable
 from dataclasses import is_dataclass
@@ -33,16 +34,27 @@ def without_none(hint: Any) -> Any:
 def decoded(hint: Any, value: Any, dataclass_of: Callable[[Any, Any], Any]) -> Any:
     """``value`` as the type ``hint`` says; a dataclass through ``dataclass_of``
     (its type and the JSON object)."""
-    if value is None or hint is Any:
-        return value
+    return decoder(hint, dataclass_of)(value)
+
+
+@functools.cache
+def decoder(hint: Any, dataclass_of: Callable[[Any, Any], Any]) -> Callable[[Any], Any]:
+    """What ``decoded`` does to a value of type ``hint``, worked out once per hint
+    (an answer's fields are read many times over, each by the same steps)."""
+    if hint is Any:
+        return _same
     hint = without_none(hint)
     if get_origin(hint) is tuple:
-        item = get_args(hint)[0]
-        return tuple(decoded(item, v, dataclass_of) for v in value)
+        item = decoder(get_args(hint)[0], dataclass_of)
+        return lambda value: None if value is None else tuple(item(v) for v in value)
     if hint is datetime:
-        return datetime.fromisoformat(value)
+        return lambda value: None if value is None else datetime.fromisoformat(value)
     if isinstance(hint, type) and issubclass(hint, Enum):
-        return hint(value)
+        return lambda value: None if value is None else hint(value)
     if isinstance(hint, type) and is_dataclass(hint):
-        return dataclass_of(hint, value)
+        return lambda value: None if value is None else dataclass_of(hint, value)
+    return _same
+
+
+def _same(value: Any) -> Any:
     return value

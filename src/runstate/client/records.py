@@ -9,7 +9,7 @@ a field added here is asked for and read with no other edit. Statuses are
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any, TypeVar, cast, get_args, get_origin
@@ -23,7 +23,7 @@ from runstate.basics.enums import (
     TaskStatus,
     ToolStatus,
 )
-from runstate.basics.typed import decoded, hints, without_none
+from runstate.basics.typed import decoder, hints, without_none
 
 A = TypeVar("A", bound="Answer")
 
@@ -42,13 +42,7 @@ class Answer:
         """The snapshot of one answered object: each field read at its camelCase
         name (one not selected keeps its default), times parsed, statuses as
         enums, objects inside decoded by their own fields."""
-        typed = hints(cls)
-        values = {
-            field.name: decoded(typed[field.name], data[camel(field.name)], _answer_of)
-            for field in fields(cast(Any, cls))
-            if camel(field.name) in data
-        }
-        return cls(**values)
+        return cls(**{name: decode(data[key]) for name, key, decode in _plan(cls) if key in data})
 
 
 def selection(cls: type[Answer], *leaving: str) -> str:
@@ -76,6 +70,22 @@ def _answer_type(hint: Any) -> type[Answer] | None:
 
 def _answer_of(cls: type[Answer], data: Mapping[str, Any]) -> Answer:
     return cls.of(data)
+
+
+_PLANS: dict[type[Answer], list[tuple[str, str, Callable[[Any], Any]]]] = {}
+
+
+def _plan(cls: type[Answer]) -> list[tuple[str, str, Callable[[Any], Any]]]:
+    """How ``cls.of`` reads each field: its name, its camelCase key in the answer
+    and its decoder, worked out once per class."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        typed = hints(cls)
+        plan = _PLANS[cls] = [
+            (f.name, camel(f.name), decoder(typed[f.name], _answer_of))
+            for f in fields(cast(Any, cls))
+        ]
+    return plan
 
 
 @dataclass(frozen=True)
