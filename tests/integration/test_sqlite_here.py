@@ -116,3 +116,17 @@ async def test_a_write_waits_for_another_writer_s_lock_with_the_loop_free(
         other.commit()
         other.close()
     assert (await write).value.version == 2
+
+
+async def test_a_sqlite_not_built_serialized_keeps_every_statement_on_its_thread(
+    house: House, trips: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards ``Client._in_transaction``'s check: with a SQLite whose connections
+    threads may not share at once, a write runs as with Tortoise's own engine, all
+    on SQLite's thread (a COMMIT left running there by a cancelled task could
+    otherwise meet the next transaction's statements)."""
+    task_id = await new_task(house)
+    monkeypatch.setattr(sqlite3, "threadsafety", 1)
+    trips.clear()
+    await tasks.start_step(house, USER, task_id, 0, expected_version=1)
+    assert trips == ["commit", "execute", "_execute_fetchall", "_run_all", "commit"]

@@ -19,8 +19,13 @@ transaction runs them where it is, on the loop's thread:
 
 Nothing else touches the connection meanwhile: Tortoise's SQLite client lends its
 one connection under one lock, to a transaction for its whole length and to any
-other statement for its own (``ConnectionWrapper``), so the two threads never use
-it at once (the connection is opened with ``check_same_thread=False`` for that).
+other statement for its own (``ConnectionWrapper``), so the two threads take turns
+with it (the connection is opened with ``check_same_thread=False`` for that). One
+case is left, a COMMIT still on SQLite's thread when the task that awaited it was
+cancelled (the lock is let go then): a SQLite built serialized
+(``sqlite3.threadsafety == 3``, Python's own) makes the next statement wait for
+it. Built otherwise, the engine keeps Tortoise's own transactions, every
+statement on SQLite's thread.
 Statements outside a transaction (reads, of any length) keep SQLite's thread, so a
 long read leaves the loop free.
 """
@@ -40,6 +45,10 @@ from tortoise.backends.sqlite.client import (
 from tortoise.exceptions import TransactionManagementError
 
 T = TypeVar("T")
+
+SERIALIZED = 3
+"""``sqlite3.threadsafety`` of a SQLite whose connections several threads may use
+at once, each call waiting its turn (Python's own build)."""
 
 
 def _begin(db: sqlite3.Connection) -> None:
@@ -149,6 +158,8 @@ class Client(SqliteClient):
         await self._post_connect()
 
     def _in_transaction(self) -> SqliteTransactionContext:
+        if sqlite3.threadsafety != SERIALIZED:
+            return cast(SqliteTransactionContext, super()._in_transaction())
         return SqliteTransactionContext(HereTransaction(self), self._lock)
 
 
