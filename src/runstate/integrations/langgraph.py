@@ -655,17 +655,19 @@ class RunstateSaver(BaseCheckpointSaver[str]):
             self._loop.call_soon_threadsafe(self._queue, thread_id, node or ended)
 
     def _queue(self, thread_id: str, report: dict[str, Any] | str | None) -> None:
+        expected = False
         if isinstance(report, dict):
             sent = (thread_id, report["namespace"], report["name"], report["superStep"])
-            if sent in self._expected:  # its checkpoint showed it starting
-                self._expected.discard(sent)
-                return
+            expected = sent in self._expected  # its checkpoint showed it starting
+            self._expected.discard(sent)
         else:  # a run's end: the nodes expected and never started will not be
             self._expected = {e for e in self._expected if e[0] != thread_id}
         reports = self._reports.get(thread_id)
         if reports is None:
             reports = self._reports[thread_id] = Reports(thread_id, self._sender(thread_id))
-        if isinstance(report, dict):
+        if isinstance(report, dict) and expected:
+            reports.shown(report)  # not sent again; later starts still wait for its end
+        elif isinstance(report, dict):
             reports.start(report)
         elif report is not None:
             reports.end_run(report)

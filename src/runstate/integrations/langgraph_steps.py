@@ -342,6 +342,16 @@ class Reports:
         else:
             self._go(queued)
 
+    def shown(self, report: dict[str, Any]) -> None:
+        """A node's start its checkpoint already showed (``nextNodes``): nothing to
+        send, but the node runs until its end is stored, and a later super-step's
+        starts wait behind it as behind any other."""
+        queued = _Queued(report, asyncio.get_running_loop().create_future())
+        queued.sent.set_result(None)
+        queued.released.set()
+        self._starts[report["graphTaskId"]] = queued
+        self._running[report["graphTaskId"]] = (report["namespace"], report["superStep"])
+
     def end_run(self, ended: str) -> None:
         """Queue a run's end, after everything held."""
         self._release()
