@@ -10,12 +10,12 @@ import base64
 import uuid
 from collections import Counter
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any
 
 import pytest
-from langgraph.graph import END, START, StateGraph
 
 from runstate.integrations.langgraph import RunstateSaver
+from tests.integration.test_langgraph_steps import counting
 from tests.support import Api, Server
 
 PUT = """
@@ -120,19 +120,6 @@ def test_a_bad_new_thread_is_refused_before_anything_is_written(
     assert put(alice, thread, None)["code"] == "NOT_FOUND"
 
 
-class Count(TypedDict):
-    count: int
-
-
-def chain(nodes: int) -> Any:
-    builder: StateGraph[Count] = StateGraph(Count)
-    for i in range(nodes):
-        builder.add_node(f"n{i}", lambda state: {"count": state["count"] + 1})
-        builder.add_edge(START if i == 0 else f"n{i - 1}", f"n{i}")
-    builder.add_edge(f"n{nodes - 1}", END)
-    return builder
-
-
 class CreatedApart(RunstateSaver):
     """A saver that sends no ``newThread``: a new thread is made as before it."""
 
@@ -150,7 +137,7 @@ async def requests(saver: RunstateSaver, thread: str) -> Counter[str]:
         return await call(document, name, **variables)
 
     saver._client._call = counted  # type: ignore[method-assign]
-    graph = chain(3).compile(checkpointer=saver)
+    graph = counting("n0", "n1", "n2").compile(checkpointer=saver)
     await graph.ainvoke({"count": 0}, {"configurable": {"thread_id": thread}}, durability="sync")
     return sent
 

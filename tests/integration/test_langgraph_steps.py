@@ -662,8 +662,8 @@ class Count(TypedDict):
     count: int
 
 
-def counting_chain(saver: RunstateSaver, *names: str, **options: Any) -> CompiledStateGraph[Any]:
-    """The nodes in a line, each adding one, watched."""
+def counting(*names: str) -> StateGraph[Count]:
+    """The nodes in a line, each adding one."""
     builder = StateGraph(Count)
     for name in names:
         builder.add_node(name, lambda state: {"count": state["count"] + 1})
@@ -671,7 +671,12 @@ def counting_chain(saver: RunstateSaver, *names: str, **options: Any) -> Compile
     for first, then in itertools.pairwise(names):
         builder.add_edge(first, then)
     builder.add_edge(names[-1], END)
-    return saver.watch(builder.compile(checkpointer=saver, **options))
+    return builder
+
+
+def counting_chain(saver: RunstateSaver, *names: str, **options: Any) -> CompiledStateGraph[Any]:
+    """The nodes in a line, each adding one, watched."""
+    return saver.watch(counting(*names).compile(checkpointer=saver, **options))
 
 
 def test_a_watched_super_step_sends_its_starts_with_the_checkpoint(

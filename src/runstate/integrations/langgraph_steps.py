@@ -350,7 +350,7 @@ class Reports:
         queued.sent.set_result(None)
         queued.released.set()
         self._starts[report["graphTaskId"]] = queued
-        self._running[report["graphTaskId"]] = (report["namespace"], report["superStep"])
+        self._run(report)
 
     def end_run(self, ended: str) -> None:
         """Queue a run's end, after everything held."""
@@ -417,11 +417,16 @@ class Reports:
             ns == namespace and earlier < step for ns, earlier in self._running.values()
         )
 
+    def _run(self, report: dict[str, Any]) -> None:
+        """The node of a start counts as running until it ends (``ended``), when
+        its super-step is known: later super-steps' starts wait behind it."""
+        if report.get("superStep") is not None:
+            self._running[report["graphTaskId"]] = (report["namespace"], report["superStep"])
+
     def _go(self, queued: _Queued) -> None:
         queued.released.set()
-        report = queued.report
-        if isinstance(report, dict) and report.get("superStep") is not None:
-            self._running[report["graphTaskId"]] = (report["namespace"], report["superStep"])
+        if isinstance(queued.report, dict):
+            self._run(queued.report)
         self._ready.append(queued)
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._sending())
