@@ -627,11 +627,18 @@ async def graph_thread(house: House) -> str:
 
 
 async def super_step(
-    house: House, task_id: str, step: int, parent: str, logged: Callable[[], Any]
+    house: House,
+    task_id: str,
+    step: int,
+    parent: str,
+    logged: Callable[[], Any],
+    *,
+    watched: bool = False,
 ) -> list[str]:
     """Node ``n<step>`` of a chain: checkpoint ``c<step>`` carrying the node's
-    writes (its value, the edge to the next node) and its SUCCESS report; the
-    statements, by kind."""
+    writes (its value, the edge to the next node) and its SUCCESS report, and when
+    ``watched`` the next node's start (``nextNodes``, as a watched saver sends it);
+    the statements, by kind."""
     key = f"task-{step}"
     writes = [
         checkpoints.PendingWrite(key, PULL + f"n{step}", 0, "count", graph_blob(str(step))),
@@ -655,6 +662,7 @@ async def super_step(
             channel_versions=channels,
             channels=[checkpoints.ChannelValue(c, v, graph_blob(c)) for c, v in channels.items()],
             held=[checkpoints.TaskWrites(writes, node)],
+            next_nodes=[f"n{step + 1}"] if watched else (),
         )
     kinds: list[str] = checkpointed.kinds()
     return kinds
@@ -666,7 +674,7 @@ SUPER_STEP = [
     "INSERT INTO graph_writes",
     "INSERT INTO graph_blobs",
     "INSERT INTO graph_checkpoints",
-    "SELECT id, namespace,",
+    "SELECT json_array(g.id, g.namespace,",
     "INSERT INTO graph_nodes",
     "INSERT INTO steps",
     "INSERT INTO step_versions",
@@ -682,23 +690,29 @@ stored index, a value at a stored version are kept), the three in one trip to
 SQLite's thread (``sql.stored_each``); the node found by its LangGraph task id
 and added; and the write's tail (the node's step and its version, the task, the
 event, the quota) in one trip (``sql.run_all``)."""
-PG_SUPER_STEP = [
-    "BEGIN",
-    "UPDATE tasks SET",
-    "WITH _0 AS",
-    "SELECT id, namespace,",
+PG_SUPER_STEP = ["BEGIN", "UPDATE tasks SET", "WITH _0 AS", "WITH _0 AS", "COMMIT"]
+WATCHED_SUPER_STEP = [
+    *SUPER_STEP[: SUPER_STEP.index("INSERT INTO graph_nodes")],
+    "UPDATE graph_nodes SET",
     "INSERT INTO graph_nodes",
-    "WITH _0 AS",
-    "COMMIT",
+    "UPDATE steps SET",
+    "INSERT INTO steps",
+    "INSERT INTO step_versions",
+    *SUPER_STEP[SUPER_STEP.index("UPDATE tasks SET", 4) :],
 ]
+"""A watched super-step on SQLite: the node's expected start (its step, RUNNING
+since the checkpoint before) found with its step in the graph rows' trip and
+adopted, the next node's start added, all in the tail's trip."""
 
 
-async def steps_of(house: House, logged: Callable[[], Any]) -> list[list[str]]:
+async def steps_of(
+    house: House, logged: Callable[[], Any], *, watched: bool = False
+) -> list[list[str]]:
     task_id = await graph_thread(house)
     parent = "c-1"
     found = []
     for step in range(6):
-        found.append(await super_step(house, task_id, step, parent, logged))
+        found.append(await super_step(house, task_id, step, parent, logged, watched=watched))
         parent = f"c{step}"
     return found
 
@@ -723,3 +737,66 @@ async def test_a_super_step_on_postgresql(pg_house: House) -> None:
     in two transactions before)."""
     found = await steps_of(pg_house, LoggedStatements)
     assert found[1:] == [PG_SUPER_STEP] * 5
+
+
+@pytest.mark.usefixtures("clock")
+async def test_a_watched_super_step_on_sqlite(house: House) -> None:
+    """Guards that a watched super-step (the next node's start shown with the
+    checkpoint, ``nextNodes``) costs SQLite the trips an unwatched one does: the
+    node's expected start read with its step in the graph rows' trip
+    (``nodes.lookup``), its adoption and the next start's row in the tail's
+    (``Draft.tail``)."""
+    found = await steps_of(house, Statements, watched=True)
+    assert found[1:] == [WATCHED_SUPER_STEP] * 5
+
+
+@pytest.mark.usefixtures("clock")
+async def test_a_watched_super_step_on_postgresql(pg_house: House) -> None:
+    """Guards that a watched super-step costs PostgreSQL the 5 round trips an
+    unwatched one does (9 when the node's lookup, its step's read, its adoption
+    and the next start's row each went alone)."""
+    found = await steps_of(pg_house, LoggedStatements, watched=True)
+    assert found[1:] == [PG_SUPER_STEP] * 5
+
+
+async def test_an_expected_start_stopped_at_its_interrupt_is_saved_in_one_update(
+    pg_house: House,
+) -> None:
+    """Guards ``nodes._saved``'s one statement a row: a watched node (its step
+    shown RUNNING by the checkpoint before, keyed ``next:n0``) whose first report
+    under its task id is its interrupt is adopted and flagged in one UPDATE.
+    Two UPDATEs of the row in the tail's one PostgreSQL statement would leave
+    either; the adoption alone would lose the flag, and with it the thread's
+    wait for a person's answer."""
+    task_id = await graph_thread(pg_house)
+    await checkpoints.put_checkpoint(
+        pg_house,
+        GRAPHER,
+        task_id,
+        namespace="",
+        checkpoint_id="c-1",
+        parent_id=None,
+        checkpoint=graph_blob("c-1"),
+        metadata={"step": -1, "source": "input"},
+        channel_versions={},
+        channels=[],
+        next_nodes=["n0"],
+    )
+    stop = nodes.NodeRun("", "task-0", "n0", GraphNodeStatus.INTERRUPTED, 0, ["approve?"])
+    written = await checkpoints.put_writes(
+        pg_house,
+        GRAPHER,
+        task_id,
+        namespace="",
+        checkpoint_id="c-1",
+        writes=[checkpoints.PendingWrite("task-0", PULL + "n0", 0, "count", graph_blob("0"))],
+        node=stop,
+    )
+    assert written.value.status.value == "AWAITING_DECISION"
+    rows = await sql.fetch(
+        connections.get("default"),
+        'SELECT "task_key", "interrupted" FROM "graph_nodes"'
+        ' WHERE "task_id" = (SELECT "id" FROM "tasks" WHERE "public_id" = ?)',
+        [task_id],
+    )
+    assert [(r["task_key"], r["interrupted"]) for r in rows] == [("task-0", True)]

@@ -136,30 +136,64 @@ async def stored_each(conn: BaseDBAsyncClient, inserts: Sequence[Statement]) -> 
     statement, each a data-modifying WITH query whose rows a ``UNION ALL`` reads
     back by its position. As ``run_all``'s, they must not read one another's
     changes: inserts into different tables, or of different keys."""
-    if not inserts:
-        return []
-    if conn.capabilities.dialect == "sqlite":
-        found: list[int | None] = await _in_sqlite_thread(conn, _stored_each, inserts)
-        return found
-    stored: list[int | None] = []
-    for group in _groups(inserts):
-        reads = " UNION ALL ".join(
-            f'SELECT {i} AS "part", "stored_bytes" FROM _{i}' for i in range(len(group))
-        )
-        part: list[int | None] = [None] * len(group)
-        for row in await fetch(conn, *joined([*group, (reads, [])])):
-            part[row["part"]] = (part[row["part"]] or 0) + int(row["stored_bytes"])
-        stored += part
+    stored, _ = await stored_and_read(conn, inserts, None)
     return stored
 
 
-def _stored_each(db: sqlite3.Connection, inserts: Sequence[Statement]) -> list[int | None]:
-    """``stored_each`` where the connection runs it."""
+async def stored_and_read(
+    conn: BaseDBAsyncClient, inserts: Sequence[Statement], read: Statement | None
+) -> tuple[list[int | None], list[Any]]:
+    """``stored_each``, and in the same trip the rows of ``read``: a SELECT of one
+    column, ``"packed"``, each row's values as one JSON array (``array``), which
+    come back decoded (a list a row). ``read`` must not read the inserts' tables:
+    on PostgreSQL it sees the statement's snapshot, taken before them."""
+    if not inserts and read is None:
+        return [], []
+    if conn.capabilities.dialect == "sqlite":
+        done: tuple[list[int | None], list[Any]] = await _in_sqlite_thread(
+            conn, functools.partial(_stored_and_read, read=read), inserts
+        )
+        return done
+    if not inserts:
+        assert read is not None
+        return [], [_loaded(r["packed"]) for r in await fetch(conn, *read)]
+    stored: list[int | None] = []
+    found: list[Any] = []
+    groups = list(_groups(inserts))
+    for n, group in enumerate(groups):
+        parts = [
+            f'SELECT {i} AS "part", "stored_bytes", CAST(NULL AS json) AS "packed" FROM _{i}'
+            for i in range(len(group))
+        ]
+        withs = list(group)
+        if read is not None and n == len(groups) - 1:  # the read goes with the last group
+            parts.append(f'SELECT -1, NULL, "packed" FROM _{len(group)}')
+            withs.append(read)
+        part: list[int | None] = [None] * len(group)
+        for row in await fetch(conn, *joined([*withs, (" UNION ALL ".join(parts), [])])):
+            if row["part"] < 0:
+                found.append(_loaded(row["packed"]))
+            else:
+                part[row["part"]] = (part[row["part"]] or 0) + int(row["stored_bytes"])
+        stored += part
+    return stored, found
+
+
+def _loaded(value: Any) -> Any:
+    """A JSON value as the driver gives it: text, or already decoded."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _stored_and_read(
+    db: sqlite3.Connection, inserts: Sequence[Statement], read: Statement | None
+) -> tuple[list[int | None], list[Any]]:
+    """``stored_and_read`` where the connection runs it."""
     stored: list[int | None] = []
     for insert in inserts:
         rows = _executed(db, insert)
         stored.append(sum(int(r[0]) for r in rows) if rows else None)
-    return stored
+    found = [] if read is None else [_loaded(r[0]) for r in _executed(db, read)]
+    return stored, found
 
 
 def _groups(statements: Sequence[Statement]) -> Iterator[list[Statement]]:
@@ -281,16 +315,21 @@ def packed(dialect: str, alias: str, fields: Sequence[str], source: str, table: 
     """A scalar subquery returning the columns ``fields`` of the one row of ``table``
     that ``source`` (its alias and WHERE clause) picks, as one JSON array named
     ``alias``: one lookup for all of them (None when there is no such row)."""
+    packing = array(dialect, (fields, source.split()[0]))
+    return f'(SELECT {packing} FROM "{table}" {source}) AS "{alias}"'
+
+
+def array(dialect: str, *parts: tuple[Sequence[str], str]) -> str:
+    """The columns of each part (its fields, of the row its alias names), in order,
+    as one JSON array: the form ``unpacked`` reads."""
     pack = "json_array" if dialect == "sqlite" else "json_build_array"
-    alias_ = source.split()[0]
-    return f'(SELECT {pack}({names(fields, alias_)}) FROM "{table}" {source}) AS "{alias}"'
+    return f"{pack}({', '.join(names(fields, alias) for fields, alias in parts)})"
 
 
 def unpacked(model: type[Model], value: Any, names: Sequence[str]) -> dict[str, Any]:
     """The fields ``names`` of ``model`` from a ``packed`` column (JSON text, or the
     list a driver already decoded)."""
-    values = json.loads(value) if isinstance(value, str | bytes) else value
-    return decode(model, dict(zip(names, values, strict=True)), names)
+    return decode(model, dict(zip(names, _loaded(value), strict=True)), names)
 
 
 async def update_returning(

@@ -231,12 +231,14 @@ async def put_checkpoint(
             channel_versions,
         )
         inserts += [("checkpoint", i) for i in _new_rows(GraphCheckpoint, [made])]
-        new = await _inserted(draft.conn, inserts)
+        # The nodes' ends, then the starts a new checkpoint shows, read with the
+        # rows' inserts (in one trip), whether the inserts tell they are reported.
+        lookup = nodes.lookup(draft, [*runs, *starts]) if runs or starts else None
+        new, known = await _inserted(draft, inserts, lookup)
         wrote = wrote or new["writes"] is not None
         stored += (new["writes"] or 0) + (new["blobs"] or 0) + (new["checkpoint"] or 0)
-        # The nodes' ends, then the starts a new checkpoint shows: one read of their rows.
         reported = [*(runs if wrote else ()), *(starts if new["checkpoint"] is not None else ())]
-        shown = await nodes.record(draft, reported) if reported else None
+        shown = await nodes.record(draft, reported, known) if reported else None
         if new["checkpoint"] is None:
             stored += await _replaced(draft, made, nothing_new=new["blobs"] is None and not wrote)
         draft.stored = stored
@@ -370,17 +372,18 @@ def _checkpoint_row(
 
 
 async def _inserted(
-    conn: BaseDBAsyncClient, inserts: Sequence[tuple[str, sql.Statement]]
-) -> dict[str, int | None]:
+    draft: Draft, inserts: Sequence[tuple[str, sql.Statement]], lookup: sql.Statement | None
+) -> tuple[dict[str, int | None], nodes.Held]:
     """Each row stored unless its key is held (a value at a version never changes;
-    a write at an index is kept), in one trip for all of them: the bytes each part
-    (writes, blobs, checkpoint) stored, None for a part that stored nothing."""
+    a write at an index is kept), in one trip for all of them with the nodes'
+    ``lookup``: the bytes each part (writes, blobs, checkpoint) stored, None for a
+    part that stored nothing, and the nodes found."""
     new: dict[str, int | None] = {"writes": None, "blobs": None, "checkpoint": None}
-    found_each = await sql.stored_each(conn, [i for _, i in inserts])
+    found_each, rows = await sql.stored_and_read(draft.conn, [i for _, i in inserts], lookup)
     for (part, _), found in zip(inserts, found_each, strict=True):
         if found is not None:
             new[part] = (new[part] or 0) + found
-    return new
+    return new, nodes.found(draft, rows)
 
 
 async def _replaced(draft: Draft, made: dict[str, Any], *, nothing_new: bool) -> int:

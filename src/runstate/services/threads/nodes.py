@@ -36,6 +36,7 @@ from runstate.services.domain.validation import ContentLimits, Report, storable
 from runstate.services.domain.views import TaskView, Written
 from runstate.services.read.history import AS_ADDED
 from runstate.services.write.engine import (
+    STEP_FIELDS,
     Apply,
     Change,
     Draft,
@@ -119,15 +120,16 @@ def expected(
     ]
 
 
-async def record(draft: Draft, runs: Sequence[NodeRun]) -> int | None:
+async def record(draft: Draft, runs: Sequence[NodeRun], held: Held | None = None) -> int | None:
     """Apply the reports to the draft's steps and status; the position of the
     first step they touched (None: none, a thread already at its step limit).
     A node's first report under its task id takes the step of its expected start
-    (``expected``), if one waits. Run inside ``write_thread(progress=True)``, which
-    refuses a CANCELLED thread."""
-    conn = draft.conn
-    held = await _nodes(draft, runs)
-    await draft.load(n.position for n in held.values())
+    (``expected``), if one waits. ``held``: the nodes ``lookup`` read for these
+    runs (or more), when the write read them with other rows (None: read here).
+    The node rows it adds or changes go with the write's tail (``Draft.tail``).
+    Run inside ``write_thread(progress=True)``, which refuses a CANCELLED thread."""
+    if held is None:
+        held = found(draft, (await sql.stored_and_read(draft.conn, [], lookup(draft, runs)))[1])
     made: list[GraphNode] = []
     adopted: list[GraphNode] = []
     touched: list[int] = []
@@ -156,31 +158,51 @@ async def record(draft: Draft, runs: Sequence[NodeRun]) -> int | None:
             flagged[node.id] = node.interrupted
         touched.append(step.position)
         draft.status = await _follow(draft, run, was)
+    draft.tail += _saved(made, adopted, flagged)
+    return min(touched, default=None)
+
+
+def _saved(
+    made: Sequence[GraphNode], adopted: Sequence[GraphNode], flagged: dict[int, bool]
+) -> list[sql.Statement]:
+    """The statements saving the nodes ``record`` added, adopted (an expected start
+    now keyed by its task id) and flagged (at an interrupt or no longer): one
+    statement a row at most, since they run as one statement on PostgreSQL
+    (``sql.run_all``), where two changes of one row in one statement leave either."""
+    statements: list[sql.Statement] = []
     for node in adopted:
-        await sql.execute(
-            conn, 'UPDATE "graph_nodes" SET "task_key" = ? WHERE "id" = ?', [node.task_key, node.id]
+        statements.append(
+            (
+                'UPDATE "graph_nodes" SET "task_key" = ?, "interrupted" = ? WHERE "id" = ?',
+                [node.task_key, node.interrupted, node.id],
+            )
         )
     if made:  # one small row per step, bounded as the steps are: not counted apart
         rows = [{f: getattr(n, f) for f in _NEW_FIELDS} for n in made]
-        await sql.execute(conn, *sql.insert_rows(GraphNode, rows))
+        statements.append(sql.insert_rows(GraphNode, rows))
+    saved = {n.id for n in adopted}
     for value in (True, False):
-        ids = [i for i, v in flagged.items() if v is value]
+        ids = [i for i, v in flagged.items() if v is value and i not in saved]
         if ids:
-            await sql.execute(
-                conn,
-                f'UPDATE "graph_nodes" SET "interrupted" = ? WHERE "id" IN ({sql.marks(ids)})',
-                [value, *ids],
+            statements.append(
+                (
+                    f'UPDATE "graph_nodes" SET "interrupted" = ? WHERE "id" IN ({sql.marks(ids)})',
+                    [value, *ids],
+                )
             )
-    return min(touched, default=None)
+    return statements
 
 
 _FIELDS = sql.columns(GraphNode)
 _NEW_FIELDS = sql.columns(GraphNode, "id")
 
+Held = dict[tuple[str, str], GraphNode]
+"""Stored nodes by (namespace, task key)."""
 
-def _adopted(held: dict[tuple[str, str], GraphNode], run: NodeRun) -> GraphNode | None:
+
+def _adopted(held: Held, run: NodeRun) -> GraphNode | None:
     """The stored expected start of the run's node, keyed from now on by the run's
-    task id (``record`` updates its row); None when none waits."""
+    task id (``record`` saves its row); None when none waits."""
     if run.task_key.startswith(EXPECTED):
         return None
     waiting = held.get((run.namespace, _expected_key(run.name)))
@@ -192,19 +214,33 @@ def _adopted(held: dict[tuple[str, str], GraphNode], run: NodeRun) -> GraphNode 
     return waiting
 
 
-async def _nodes(draft: Draft, runs: Sequence[NodeRun]) -> dict[tuple[str, str], GraphNode]:
-    """The stored nodes the runs name, by (namespace, task key), with the expected
-    starts of their nodes: one indexed read (in SQL: through the ORM it cost more
-    than the statement)."""
+def lookup(draft: Draft, runs: Sequence[NodeRun]) -> sql.Statement:
+    """The read of the stored nodes the runs name, with the expected starts of
+    their nodes, each with its step: one indexed read, its rows packed
+    (``sql.stored_and_read``: a checkpoint reads them in the trip that stores its
+    rows), which ``found`` takes."""
     keys = sorted({r.task_key for r in runs} | {_expected_key(r.name) for r in runs})
-    rows = await sql.fetch(
-        draft.conn,
-        f'SELECT {sql.names(_FIELDS)} FROM "graph_nodes"'
-        f' WHERE "task_id" = ? AND "task_key" IN ({sql.marks(keys)})',
+    packed = sql.array(draft.conn.capabilities.dialect, (_FIELDS, "g"), (STEP_FIELDS, "s"))
+    return (
+        f'SELECT {packed} AS "packed" FROM "graph_nodes" g LEFT JOIN "steps" s'
+        ' ON s."task_id" = g."task_id" AND s."position" = g."position"'
+        f' WHERE g."task_id" = ? AND g."task_key" IN ({sql.marks(keys)})',
         [draft.task.id, *keys],
     )
-    nodes = (GraphNode(**sql.decode(GraphNode, row, _FIELDS)) for row in rows)
-    return {(n.namespace, n.task_key): n for n in nodes}
+
+
+def found(draft: Draft, rows: Sequence[list[Any]]) -> Held:
+    """The nodes ``lookup`` read (its rows, as ``sql.stored_and_read`` gives them),
+    their steps put in the draft."""
+    held: Held = {}
+    width = len(_FIELDS)
+    for values in rows:
+        node = GraphNode(**sql.unpacked(GraphNode, values[:width], _FIELDS))
+        held[(node.namespace, node.task_key)] = node
+        step = sql.unpacked(Step, values[width:], STEP_FIELDS)
+        if step["id"] is not None:  # the LEFT JOIN found it: a node always has its step
+            draft.steps.setdefault(node.position, Step(task_id=draft.task.id, **step))
+    return held
 
 
 def _added(draft: Draft, run: NodeRun) -> Step:

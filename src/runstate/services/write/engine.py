@@ -170,6 +170,10 @@ class Draft:
     ended: SubmissionStatus | None = None
     """The status this write ended the task's submission in (``ledger.task_ended``);
     None: it ended none."""
+    tail: list[sql.Statement] = field(default_factory=list)
+    """Statements saving rows beside the task's (a LangGraph node's) that nothing
+    later in the write reads: they run with the write's tail (``_settle``), in
+    its one trip, so each must change rows no other statement of it changes."""
 
     @property
     def total(self) -> int:
@@ -704,7 +708,7 @@ async def _settle(draft: Draft, stored_bytes: int) -> list[sql.Statement]:
     task, conn = draft.task, draft.conn
     seq = task.event_seq
     changed = [draft.steps[p] for p in sorted(draft.changed)]
-    statements: list[sql.Statement] = []
+    statements = list(draft.tail)
     for step in changed:
         step.changed_seq = seq
         columns = {name: getattr(step, name) for name in _SAVED}
@@ -788,7 +792,7 @@ def _current_step_known(draft: Draft) -> int | None:
     change, so only a write that finished the current step (or added it finished:
     a LangGraph node first seen at its end) moves it: to the first unfinished step
     after it, known from the opening statement when that was the one step written,
-    or from the added steps when it is one of them.
+    or from the added steps when it is one of them or the last step stored.
     """
     current = draft.task.current_step
     added = {s.position: s for s in draft.added}
@@ -798,7 +802,9 @@ def _current_step_known(draft: Draft) -> int | None:
         return current
     if draft.opened_step == current and draft.changed == {current} and not draft.added:
         return draft.total if draft.next_unfinished is None else draft.next_unfinished
-    if current in added:  # every step after it was added by this write
+    if current in added or current == draft.task.total_steps - 1:
+        # every step after it was added by this write (a watched graph's next node)
+        current += 1
         while current in added and added[current].status in FINISHED_STEPS:
             current += 1
         return current
