@@ -2,11 +2,12 @@
 
 Queries and mutations are POSTs of their JSON through the SDK's own HTTP client
 (``runstate.client.http``: gql's session on httpx cost ten times its CPU per
-request); ``watch`` follows a task over graphql-transport-ws with the gql client
-library and reconnects by itself, resuming after the last seq it saw. A ``Problem``
-answer becomes the matching exception of ``runstate.client.exceptions``, and so
-does every other error, over HTTP or a WebSocket: a caller catches
-``RunstateError``, never the HTTP client's, gql's or websockets' exceptions.
+request); ``watch`` follows a task over graphql-transport-ws on the SDK's own
+WebSocket client (``runstate.client.watching``) and reconnects by itself, resuming
+after the last seq it saw. A ``Problem`` answer becomes the matching exception of
+``runstate.client.exceptions``, and so does every other error, over HTTP or a
+WebSocket: a caller catches ``RunstateError``, never the HTTP client's or
+websockets' exceptions.
 """
 
 from __future__ import annotations
@@ -18,14 +19,9 @@ import logging
 import random
 import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from functools import cache
 from typing import Any, Self
 from urllib.parse import quote
 
-from gql import Client, GraphQLRequest
-from gql.transport.exceptions import TransportError, TransportQueryError
-from gql.transport.websockets import WebsocketsTransport
-from graphql import DocumentNode, parse
 from websockets.exceptions import WebSocketException
 
 from runstate.basics.enums import AdmissionPolicy, SubmissionStatus
@@ -59,6 +55,7 @@ from runstate.client.records import (
     ToolState,
     camel,
 )
+from runstate.client.watching import BrokenProtocolError, QueryError, Subscriptions
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +71,6 @@ without a GraphQL body among them: ``_answer``), none within the client's
 
 StepPlan = str | Mapping[str, Any]
 """A step to plan: its action, or ``{"action", "input", "idempotent"}``."""
-
-
-@cache
-def _parsed(document: str) -> DocumentNode:
-    return parse(document)
 
 
 TRUSTED = {body: doc.document_id(body) for body in doc.operations().values()}
@@ -149,12 +141,6 @@ def _budget(budget: Mapping[str, int | None] | None) -> dict[str, Any] | None:
 _BY_CODE = {cls.code: cls for cls in PROBLEMS.values()}
 
 
-def _errors(error: TransportQueryError) -> list[dict[str, Any]]:
-    """The GraphQL ``errors`` entries behind gql's exception (its text as one entry,
-    should it carry none)."""
-    return list(error.errors or [{"message": str(error)}])
-
-
 def _refusal(url: str, operation: str, errors: list[dict[str, Any]]) -> RunstateError:
     """The SDK's exception for GraphQL ``errors`` answered to ``operation``, by the
     first entry's ``extensions.code``: Unauthorized for a refused token (401,
@@ -220,7 +206,7 @@ class Calls:
     A refused token raises ``Unauthorized``; a server that never answers raises
     ``ServerUnavailable`` once the retries are spent; any other error it answers
     (GraphQL ``errors``, a 4xx) raises ``ServerError``, unless its code names a
-    Problem. None is gql's exception. ``timeout`` bounds each request, in seconds.
+    Problem. ``timeout`` bounds each request, in seconds.
     """
 
     def __init__(
@@ -921,23 +907,13 @@ class Watch:
         api = self.api
         ws_url = api.url.replace("http", "ws", 1) + "/graphql"
         while True:
-            transport = WebsocketsTransport(
-                url=ws_url,
-                init_payload={"authorization": f"Bearer {api.token}"},
-                subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL],
-                # The upgrade names the token too: the server then charges it to the
-                # user's budget, not to the address's anonymous one, which many
-                # watchers on one host would share.
-                headers={"Authorization": f"Bearer {api.token}"},
-            )
             try:
-                async with Client(transport=transport) as session:
+                async with Subscriptions(ws_url, api.token) as socket:
                     while True:
                         variables = {"taskId": self.task_id, "afterSeq": last, "epoch": epoch}
-                        request = GraphQLRequest(_parsed(doc.WATCH), variable_values=variables)
                         try:
-                            async for result in session.subscribe(request):
-                                event = Event.of(result["taskProgress"])
+                            async for data in socket.subscribe(doc.WATCH, variables):
+                                event = Event.of(data["taskProgress"])
                                 # A SNAPSHOT is taken whatever its seq: after a restore
                                 # (a new epoch) the history may be shorter than the one left.
                                 resync = event.kind == "SNAPSHOT"
@@ -946,8 +922,8 @@ class Watch:
                                 await self._follow(event)
                                 last, epoch = event.seq, event.epoch
                                 yield event
-                        except TransportQueryError as error:
-                            refused = _refusal(api.url, "taskProgress", _errors(error))
+                        except QueryError as error:
+                            refused = _refusal(api.url, "taskProgress", error.errors)
                             if not isinstance(refused, RateLimited):
                                 raise refused from error
                             # Then subscribed again after the last seq, on the same socket:
@@ -956,7 +932,7 @@ class Watch:
                             await _pause("taskProgress", refused.retry_after)
                             continue
                         break
-            except (TransportError, OSError, WebSocketException) as error:
+            except (BrokenProtocolError, OSError, WebSocketException) as error:
                 if _close_code(error) == FORBIDDEN:
                     raise Unauthorized(f"{api.url} refused the token ({error})") from error
                 log.info("watch of %s interrupted (%s); reconnecting", self.task_id, error)
