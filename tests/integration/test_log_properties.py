@@ -333,6 +333,8 @@ class LogMachine(RuleBasedStateMachine):
         self.deletions = 0
         self.submissions: list[str] = []
         self.schedules: dict[str, int] = {}
+        self.graph_parents: dict[str, str] = {}
+        """Each thread's last checkpoint sent by ``graph_super_step``."""
 
     # ------------------------------------------------------------ sending
 
@@ -1055,7 +1057,11 @@ class LogMachine(RuleBasedStateMachine):
     )
     def put_graph_checkpoint(self, data: st.DataObject, checkpoint: str, value: str) -> None:
         """A checkpoint of a known thread, or of a new one, with or without
-        ``newThread`` (in a known session or a new one, or with a goal refused)."""
+        ``newThread`` (in a known session or a new one, or with a goal refused),
+        with or without a node's held writes and its report, and with or without the
+        node's next start (``nextNodes``): one node name, so that a node's end
+        adopts the start an earlier checkpoint showed and the same write expects it
+        again (a loop)."""
         fresh = data.draw(st.integers(0, 4), label="a new thread") == 0
         task_id = self.new_id("g") if fresh else self.task(data)
         new_thread = data.draw(
@@ -1071,6 +1077,15 @@ class LogMachine(RuleBasedStateMachine):
             label="new thread",
         )
         run = data.draw(st.sampled_from(["r1", "r2"]), label="run")
+        held = []
+        if data.draw(st.booleans(), label="held writes"):
+            key = data.draw(st.sampled_from(["g1", "g2"]), label="graph task")
+            status = data.draw(
+                st.sampled_from([None, "SUCCESS", "FAILED", "INTERRUPTED"]), label="node"
+            )
+            node = {"graphTaskId": key, "name": "node", "status": status, "error": "boom"}
+            write = {"idx": 0, "channel": "a", "type": "json", "payload": _blob(value)}
+            held = [{"graphTaskId": key, "writes": [write], "node": status and node}]
         self.send(
             data,
             "putGraphCheckpoint",
@@ -1082,9 +1097,43 @@ class LogMachine(RuleBasedStateMachine):
             metadata={"run_id": run},
             channelVersions={"a": value},
             channels=[{"channel": "a", "version": value, "type": "json", "payload": _blob(value)}],
+            writes=held,
+            nextNodes=data.draw(st.sampled_from([[], ["node"]]), label="next nodes"),
             fencingToken=self.token(data, task_id),
             newThread=new_thread,
         )
+
+    @rule(data=st.data(), status=st.sampled_from(["SUCCESS", "SUCCESS", "INTERRUPTED", "FAILED"]))
+    def graph_super_step(self, data: st.DataObject, status: str) -> None:
+        """A super-step of a watched graph whose one node routes to itself: a new
+        checkpoint carrying the node's writes and report (under a new LangGraph
+        task id) and its next start (``nextNodes``), so that the node's end adopts
+        the start the checkpoint before showed and the same write expects it again."""
+        task_id = self.task(data)
+        parent = self.graph_parents.get(task_id)
+        checkpoint = self.new_id("cp")
+        key = self.new_id("gt")
+        node = {"graphTaskId": key, "name": "node", "status": status, "error": "boom"}
+        write = {"idx": 0, "channel": "a", "type": "json", "payload": _blob(checkpoint)}
+        answer = self.send(
+            data,
+            "putGraphCheckpoint",
+            taskId=task_id,
+            checkpointId=checkpoint,
+            parentId=parent,
+            type="json",
+            payload=_blob(checkpoint),
+            metadata={"source": "loop"},
+            channelVersions={"a": checkpoint},
+            channels=[],
+            writes=[]
+            if parent is None
+            else [{"graphTaskId": key, "writes": [write], "node": node}],
+            nextNodes=["node"],
+            fencingToken=self.token(data, task_id),
+        )
+        if answer["__typename"] == "Task":
+            self.graph_parents[task_id] = checkpoint
 
     @rule(data=st.data(), idx=st.sampled_from([0, 1, -1]), value=st.sampled_from(["x", "y"]))
     def put_graph_writes(self, data: st.DataObject, idx: int, value: str) -> None:

@@ -759,6 +759,55 @@ async def test_a_watched_super_step_on_postgresql(pg_house: House) -> None:
     assert found[1:] == [PG_SUPER_STEP] * 5
 
 
+@pytest.mark.usefixtures("clock")
+async def test_a_node_expected_again_after_it_ran_moves_its_key_first_on_postgresql(
+    pg_house: House,
+) -> None:
+    """Guards ``nodes._save``'s order for a loop (node ``n`` routes to itself): the
+    checkpoint after ``n`` ran adopts its expected start (``next:n`` becomes its
+    task id) and expects ``n`` again under ``next:n``. The adoption runs first, a
+    trip of its own (6 round trips, not 5): in the tail's one PostgreSQL statement
+    the insert met the key before the update moved it (a unique violation, seen)."""
+    task_id = await graph_thread(pg_house)
+    found = []
+    parent: str | None = None
+    for step in range(4):
+        key = f"task-{step}"
+        writes = [checkpoints.PendingWrite(key, PULL + "n", 0, "count", graph_blob(str(step)))]
+        node = nodes.NodeRun("", key, "n", GraphNodeStatus.SUCCESS, step, {"count": step})
+        async with LoggedStatements() as checkpointed:
+            await checkpoints.put_checkpoint(
+                pg_house,
+                GRAPHER,
+                task_id,
+                namespace="",
+                checkpoint_id=f"c{step}",
+                parent_id=parent,
+                checkpoint=graph_blob(f"c{step}"),
+                metadata={"step": step, "source": "loop"},
+                channel_versions={"count": f"c{step}"},
+                channels=[checkpoints.ChannelValue("count", f"c{step}", graph_blob("v"))],
+                held=[checkpoints.TaskWrites(writes, node)] if parent else [],
+                next_nodes=["n"],
+            )
+        found.append(checkpointed.kinds())
+        parent = f"c{step}"
+    adopting = ["BEGIN", "UPDATE tasks SET", "WITH _0 AS", "UPDATE graph_nodes SET"]
+    assert found[1:] == [[*adopting, "WITH _0 AS", "COMMIT"]] * 3
+    rows = await sql.fetch(
+        connections.get("default"),
+        'SELECT "task_key", "position" FROM "graph_nodes"'
+        ' WHERE "task_id" = (SELECT "id" FROM "tasks" WHERE "public_id" = ?) ORDER BY "position"',
+        [task_id],
+    )
+    assert [(r["task_key"], r["position"]) for r in rows] == [
+        ("task-1", 0),
+        ("task-2", 1),
+        ("task-3", 2),
+        ("next:n", 3),
+    ]
+
+
 async def test_an_expected_start_stopped_at_its_interrupt_is_saved_in_one_update(
     pg_house: House,
 ) -> None:

@@ -132,12 +132,14 @@ async def record(draft: Draft, runs: Sequence[NodeRun], held: Held | None = None
         held = found(draft, (await sql.stored_and_read(draft.conn, [], lookup(draft, runs)))[1])
     made: list[GraphNode] = []
     adopted: list[GraphNode] = []
+    freed: set[tuple[str, str]] = set()  # the keys of the expected starts adopted
     touched: list[int] = []
     flagged: dict[int, bool] = {}
     for run in runs:
         node = held.get((run.namespace, run.task_key))
         if node is None and (node := _adopted(held, run)) is not None:
             adopted.append(node)
+            freed.add((run.namespace, _expected_key(run.name)))
         if node is None:
             if draft.total >= draft.limits.steps:
                 continue  # the plan is full: the graph goes on, unshown
@@ -158,31 +160,49 @@ async def record(draft: Draft, runs: Sequence[NodeRun], held: Held | None = None
             flagged[node.id] = node.interrupted
         touched.append(step.position)
         draft.status = await _follow(draft, run, was)
-    draft.tail += _saved(made, adopted, flagged)
+    await _save(draft, made, adopted, freed, flagged)
     return min(touched, default=None)
 
 
-def _saved(
-    made: Sequence[GraphNode], adopted: Sequence[GraphNode], flagged: dict[int, bool]
-) -> list[sql.Statement]:
-    """The statements saving the nodes ``record`` added, adopted (an expected start
-    now keyed by its task id) and flagged (at an interrupt or no longer): one
-    statement a row at most, since they run as one statement on PostgreSQL
-    (``sql.run_all``), where two changes of one row in one statement leave either."""
-    statements: list[sql.Statement] = []
-    for node in adopted:
-        statements.append(
-            (
-                'UPDATE "graph_nodes" SET "task_key" = ?, "interrupted" = ? WHERE "id" = ?',
-                [node.task_key, node.interrupted, node.id],
-            )
+async def _save(
+    draft: Draft,
+    made: Sequence[GraphNode],
+    adopted: Sequence[GraphNode],
+    freed: set[tuple[str, str]],
+    flagged: dict[int, bool],
+) -> None:
+    """Save the nodes ``record`` added, adopted (an expected start now keyed by its
+    task id) and flagged, with the write's tail (``Draft.tail``): one statement a
+    row at most, since the tail runs as one statement on PostgreSQL, where two
+    changes of one row leave either (an adopted node's flag goes with its
+    adoption). ``freed``: the keys the adoptions free. When a new start takes one
+    again (a node expected again in the super-step after the one it ran in: a
+    loop), the adoptions run first, now: the parts of one PostgreSQL statement run
+    together, and the insert would find the key still held."""
+    adoptions: list[sql.Statement] = [
+        (
+            'UPDATE "graph_nodes" SET "task_key" = ?, "interrupted" = ? WHERE "id" = ?',
+            [node.task_key, node.interrupted, node.id],
         )
+        for node in adopted
+    ]
+    if any((node.namespace, node.task_key) in freed for node in made):
+        await sql.run_all(draft.conn, adoptions)
+    else:
+        draft.tail += adoptions
+    adopted_ids = {node.id for node in adopted}
+    draft.tail += _saved(made, {i: v for i, v in flagged.items() if i not in adopted_ids})
+
+
+def _saved(made: Sequence[GraphNode], flagged: dict[int, bool]) -> list[sql.Statement]:
+    """The statements saving the nodes added and flagged (at an interrupt or no
+    longer), those adopted left out."""
+    statements: list[sql.Statement] = []
     if made:  # one small row per step, bounded as the steps are: not counted apart
         rows = [{f: getattr(n, f) for f in _NEW_FIELDS} for n in made]
         statements.append(sql.insert_rows(GraphNode, rows))
-    saved = {n.id for n in adopted}
     for value in (True, False):
-        ids = [i for i, v in flagged.items() if v is value and i not in saved]
+        ids = [i for i, v in flagged.items() if v is value]
         if ids:
             statements.append(
                 (
