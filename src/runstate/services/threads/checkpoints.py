@@ -231,8 +231,9 @@ async def put_checkpoint(
             channel_versions,
         )
         inserts += [("checkpoint", i) for i in _new_rows(GraphCheckpoint, [made])]
-        # The nodes' ends, then the starts a new checkpoint shows, read with the
-        # rows' inserts (in one trip), whether the inserts tell they are reported.
+        # The nodes of the ends and of the starts, read in the inserts' trip, before
+        # the inserts tell which are reported (ends of new writes, starts of a new
+        # checkpoint): a node read and not reported is left aside.
         lookup = nodes.lookup(draft, [*runs, *starts]) if runs or starts else None
         new, known = await _inserted(draft, inserts, lookup)
         wrote = wrote or new["writes"] is not None
